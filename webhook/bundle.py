@@ -1,0 +1,458 @@
+"""The policy bundle: load, validate once, and hold as frozen data.
+
+A bundle is a directory::
+
+    bundle.yaml            queues, priority classes, admins, exclusions, namespace defaults
+    <policy>/policy.yaml   one folder per policy (plus README.md, suite.yaml, samples/)
+
+Everything is checked here, at load time, with errors that name file, line and
+field; a request is never failed because of a bad bundle. Nothing in this module
+touches the network, the clock or aiohttp.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .contract import API_VERSION, QUEUE_LABEL, TIME_LIMIT_ANNOTATION
+from .rules.base import RuleType
+from .units import parse_duration
+from .yamlsrc import BundleError, Node, read_file
+
+__all__ = ["QUEUE_LABEL", "TIME_LIMIT_ANNOTATION", "Bundle", "BundleError", "load_bundle"]
+DEFAULT_EXCLUDED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "batchgate-system")
+NAME = r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?"
+LABEL_KEY = r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+FailurePolicy = Literal["Ignore", "Fail"]
+
+
+# -- the data ---------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    name: str
+    value: int
+    preemption_policy: Literal["PreemptLowerPriority", "Never"]
+    description: str
+    admin_only: bool = False
+    global_default: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    name: str
+    priority_class: str
+    scavenger: bool
+    default_time_limit: int | None  # seconds
+    max_time_limit: int | None
+    node_selector: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceRule:
+    """Defaults for namespaces whose name matches one of ``names`` (globs)."""
+
+    names: tuple[str, ...]
+    default_queue: str | None
+    allowed_queues: tuple[str, ...] | None
+    node_selector: dict[str, str]
+
+    def matches(self, namespace: str) -> bool:
+        return any(fnmatch.fnmatchcase(namespace, g) for g in self.names)
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    match_labels: dict[str, str]
+    match_expressions: tuple[tuple[str, str, frozenset[str]], ...]
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        for k, v in self.match_labels.items():
+            if labels.get(k) != v:
+                return False
+        for key, op, values in self.match_expressions:
+            present = key in labels
+            if op == "In" and (not present or labels[key] not in values):
+                return False
+            if op == "NotIn" and present and labels[key] in values:
+                return False
+            if op == "Exists" and not present:
+                return False
+            if op == "DoesNotExist" and present:
+                return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """Which requests a policy applies to; empty fields match everything."""
+
+    kinds: tuple[tuple[str, str, str], ...] = ()  # (group, version, kind), "*" wildcards
+    operations: tuple[str, ...] = ("CREATE",)
+    namespaces: tuple[str, ...] = ()
+    selector: LabelSelector | None = None
+    users: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    service_accounts: tuple[str, ...] = ()  # "namespace/name" globs
+
+    def matches_kind(self, group: str, version: str, kind: str) -> bool:
+        return not self.kinds or any(
+            (g == "*" or g == group) and (v == "*" or v == version) and (k == "*" or k == kind)
+            for g, v, k in self.kinds
+        )
+
+    def matches_subject(self, namespace: str, labels: dict[str, str], user: str, groups: list[str]) -> bool:
+        if self.namespaces and not any(fnmatch.fnmatchcase(namespace, g) for g in self.namespaces):
+            return False
+        if self.selector is not None and not self.selector.matches(labels):
+            return False
+        if self.users and not any(fnmatch.fnmatchcase(user, g) for g in self.users):
+            return False
+        if self.groups and not any(fnmatch.fnmatchcase(x, g) for x in groups for g in self.groups):
+            return False
+        if self.service_accounts:
+            if not user.startswith("system:serviceaccount:"):
+                return False
+            sa = user[len("system:serviceaccount:"):].replace(":", "/", 1)
+            if not any(fnmatch.fnmatchcase(sa, g) for g in self.service_accounts):
+                return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    name: str
+    version: int
+    description: str
+    rule: RuleType
+    settings: Any
+    match: Match
+    exclude: Match | None
+    failure_policy: FailurePolicy
+    path: str  # the policy folder, for suites and error messages
+
+
+@dataclass(frozen=True, slots=True)
+class Principals:
+    users: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    service_accounts: tuple[str, ...] = ()
+
+    def contains(self, user: str, groups: list[str]) -> bool:
+        m = Match(operations=(), users=self.users)
+        if self.users and m.matches_subject("", {}, user, groups):
+            return True
+        if self.groups and any(fnmatch.fnmatchcase(x, g) for x in groups for g in self.groups):
+            return True
+        sa = Match(operations=(), service_accounts=self.service_accounts)
+        return bool(self.service_accounts) and sa.matches_subject("", {}, user, groups)
+
+
+@dataclass(frozen=True, slots=True)
+class Bundle:
+    root: str
+    priority_classes: dict[str, PriorityClass]
+    queues: dict[str, Queue]
+    default_queue: str
+    namespaces: tuple[NamespaceRule, ...]
+    excluded_namespaces: tuple[str, ...]
+    admins: Principals
+    controllers: Principals
+    policies: tuple[Policy, ...]
+    fingerprint: str = ""
+    mutating: tuple[Policy, ...] = field(default=(), compare=False)
+    validating: tuple[Policy, ...] = field(default=(), compare=False)
+
+    def excluded(self, namespace: str) -> bool:
+        return any(fnmatch.fnmatchcase(namespace, g) for g in self.excluded_namespaces)
+
+    def namespace_rule(self, namespace: str) -> NamespaceRule | None:
+        return next((r for r in self.namespaces if r.matches(namespace)), None)
+
+    def default_queue_for(self, namespace: str) -> str:
+        rule = self.namespace_rule(namespace)
+        return rule.default_queue if rule and rule.default_queue else self.default_queue
+
+    def user_classes(self) -> list[str]:
+        """The priority classes ordinary users may name (those of queues)."""
+        return sorted({q.priority_class for q in self.queues.values()} - {
+            n for n, pc in self.priority_classes.items() if pc.admin_only
+        })
+
+
+# -- loading ----------------------------------------------------------------
+def load_bundle(directory: str | os.PathLike[str]) -> Bundle:
+    """Load and validate a bundle directory; raises BundleError naming file:line: field."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise BundleError(str(root), None, "", "not a directory")
+    main = root / "bundle.yaml"
+    if not main.is_file():
+        raise BundleError(str(main), None, "", "missing: a bundle needs bundle.yaml at its top")
+    digest = hashlib.sha256()
+    spec = _document(main, "Bundle", digest)
+    bundle = _parse_bundle(spec, str(root))
+    policies: list[Policy] = []
+    names: dict[str, str] = {}
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        file = folder / "policy.yaml"
+        if not file.is_file():
+            continue
+        node = _document(file, "Policy", digest, with_metadata=True)
+        policy = _parse_policy(node, bundle, str(folder))
+        if policy.name in names:
+            node.req("metadata").req("name").fail(f"duplicate policy name; also in {names[policy.name]}")
+        names[policy.name] = str(file)
+        policies.append(policy)
+    policies.sort(key=lambda p: (p.rule.order, p.name))
+    return Bundle(
+        **{f: getattr(bundle, f) for f in ("root", "priority_classes", "queues", "default_queue",
+                                           "namespaces", "excluded_namespaces", "admins", "controllers")},
+        policies=tuple(policies),
+        fingerprint=digest.hexdigest()[:12],
+        mutating=tuple(p for p in policies if p.rule.mutate is not None),
+        validating=tuple(p for p in policies if p.rule.validate is not None),
+    )
+
+
+def _document(path: Path, kind: str, digest: Any, *, with_metadata: bool = False) -> Node:
+    display = str(path)
+    docs = read_file(path, display=display)
+    digest.update(path.read_bytes())
+    if len(docs) != 1:
+        raise BundleError(display, None, "", f"expected exactly one YAML document, found {len(docs)}")
+    doc = docs[0].mapping(allowed=("apiVersion", "kind", "metadata", "spec"))
+    if doc.req("apiVersion").value != API_VERSION:
+        doc.req("apiVersion").fail(f"expected {API_VERSION}")
+    if doc.req("kind").value != kind:
+        doc.req("kind").fail(f"expected {kind}")
+    if with_metadata:
+        doc.req("metadata")
+    return doc
+
+
+def _parse_bundle(doc: Node, root: str) -> Bundle:
+    spec = doc.req("spec").mapping(allowed=(
+        "defaultQueue", "priorityClasses", "queues", "namespaces", "exclude", "admins", "controllers",
+    ))
+    classes: dict[str, PriorityClass] = {}
+    for node in spec.req("priorityClasses").seq():
+        node.mapping(allowed=("name", "value", "preemptionPolicy", "description", "adminOnly", "globalDefault"))
+        name = node.req("name").str(pattern=NAME, hint="a lowercase DNS name")
+        if name in classes:
+            node.req("name").fail("duplicate priority class")
+        pp = node.get("preemptionPolicy")
+        classes[name] = PriorityClass(
+            name=name,
+            value=node.req("value").int(minimum=-(10**9), maximum=10**9),
+            preemption_policy=pp.enum("PreemptLowerPriority", "Never") if pp else "PreemptLowerPriority",  # type: ignore[arg-type]
+            description=node.req("description").str(),
+            admin_only=node.get("adminOnly").bool() if node.get("adminOnly") else False,  # type: ignore[union-attr]
+            global_default=node.get("globalDefault").bool() if node.get("globalDefault") else False,  # type: ignore[union-attr]
+        )
+    if sum(pc.global_default for pc in classes.values()) > 1:
+        spec.req("priorityClasses").fail("at most one priority class may be globalDefault")
+
+    queues: dict[str, Queue] = {}
+    for node in spec.req("queues").seq():
+        node.mapping(allowed=("name", "priorityClass", "scavenger", "timeLimit", "nodeSelector"))
+        name = node.req("name").str(pattern=NAME, hint="a lowercase DNS name")
+        if name in queues:
+            node.req("name").fail("duplicate queue")
+        pc_node = node.req("priorityClass")
+        pc = pc_node.str()
+        if pc not in classes:
+            pc_node.fail(f"unknown priority class; declared: {', '.join(sorted(classes))}")
+        default = maximum = None
+        if (tl := node.get("timeLimit")) is not None:
+            tl.mapping(allowed=("default", "max"))
+            if (d := tl.get("default")) is not None:
+                default = d.parsed(parse_duration, expected="a duration like 90m, 4h or 2d")
+            if (m := tl.get("max")) is not None:
+                maximum = m.parsed(parse_duration, expected="a duration like 90m, 4h or 2d")
+            if default and maximum and default > maximum:
+                tl.req("default").fail("the default time limit exceeds the maximum")
+        sel = node.get("nodeSelector")
+        queues[name] = Queue(
+            name=name,
+            priority_class=pc,
+            scavenger=node.get("scavenger").bool() if node.get("scavenger") else False,  # type: ignore[union-attr]
+            default_time_limit=default,
+            max_time_limit=maximum,
+            node_selector=_label_map(sel) if sel else {},
+        )
+    if not queues:
+        spec.req("queues").fail("declare at least one queue")
+
+    ordinary = [q for q in queues.values() if not q.scavenger]
+    scavengers = [q for q in queues.values() if q.scavenger]
+    for q in scavengers:
+        pc = classes[q.priority_class]
+        where = _queue_node(spec, q.name)
+        if pc.preemption_policy != "Never":
+            where.req("priorityClass").fail(
+                f"scavenger queue {q.name!r} uses class {pc.name!r}, whose preemptionPolicy must be Never"
+            )
+        for o in ordinary:
+            if classes[o.priority_class].value <= pc.value:
+                where.req("priorityClass").fail(
+                    f"scavenger class {pc.name!r} ({pc.value}) must rank below ordinary class "
+                    f"{o.priority_class!r} ({classes[o.priority_class].value}) of queue {o.name!r}"
+                )
+
+    dq = spec.get("defaultQueue")
+    default_queue = dq.str() if dq else "batch"
+    if default_queue not in queues:
+        (dq or spec).fail(f"default queue {default_queue!r} is not declared; queues: {', '.join(queues)}")
+
+    namespaces: list[NamespaceRule] = []
+    for node in spec.get("namespaces").seq() if spec.get("namespaces") else []:  # type: ignore[union-attr]
+        node.mapping(allowed=("names", "defaultQueue", "allowedQueues", "nodeSelector"))
+        rule_dq = node.get("defaultQueue")
+        aq = node.get("allowedQueues")
+        for n in ([rule_dq] if rule_dq else []) + (aq.seq() if aq else []):
+            if n.str() not in queues:
+                n.fail(f"unknown queue; queues: {', '.join(queues)}")
+        sel = node.get("nodeSelector")
+        namespaces.append(NamespaceRule(
+            names=node.req("names").str_list(),
+            default_queue=rule_dq.value if rule_dq else None,
+            allowed_queues=aq.str_list() if aq else None,
+            node_selector=_label_map(sel) if sel else {},
+        ))
+
+    excluded = DEFAULT_EXCLUDED_NAMESPACES
+    if (ex := spec.get("exclude")) is not None:
+        ex.mapping(allowed=("namespaces",))
+        excluded = ex.req("namespaces").str_list()
+
+    return Bundle(
+        root=root,
+        priority_classes=classes,
+        queues=queues,
+        default_queue=default_queue,
+        namespaces=tuple(namespaces),
+        excluded_namespaces=excluded,
+        admins=_principals(spec.get("admins")) or Principals(groups=("system:masters",)),
+        controllers=_principals(spec.get("controllers")) or Principals(
+            users=("system:kube-controller-manager",), service_accounts=("kube-system/*",)
+        ),
+        policies=(),
+    )
+
+
+def _queue_node(spec: Node, name: str) -> Node:
+    return next(n for n in spec.req("queues").seq() if n.get("name") and n.req("name").value == name)
+
+
+def _principals(node: Node | None) -> Principals | None:
+    if node is None:
+        return None
+    node.mapping(allowed=("users", "groups", "serviceAccounts"))
+    return Principals(
+        users=node.get("users").str_list() if node.get("users") else (),  # type: ignore[union-attr]
+        groups=node.get("groups").str_list() if node.get("groups") else (),  # type: ignore[union-attr]
+        service_accounts=node.get("serviceAccounts").str_list() if node.get("serviceAccounts") else (),  # type: ignore[union-attr]
+    )
+
+
+def _label_map(node: Node) -> dict[str, str]:
+    out = node.str_map()
+    for key, sub in node.items():
+        if not re.fullmatch(LABEL_KEY, key):
+            sub.fail("not a valid label key")
+    return out
+
+
+def _parse_policy(doc: Node, bundle: Bundle, folder: str) -> Policy:
+    from .rules import REGISTRY  # the rule modules import this one
+
+    meta = doc.req("metadata").mapping(allowed=("name", "version", "description"))
+    spec = doc.req("spec").mapping(allowed=("type", "match", "exclude", "failurePolicy", "settings"))
+    type_node = spec.req("type")
+    rule = REGISTRY.get(type_node.str())
+    if rule is None:
+        type_node.fail(f"unknown policy type; known: {', '.join(sorted(REGISTRY))}")
+    fp = spec.get("failurePolicy")
+    settings_node = spec.get("settings") or Node({}, doc.file, spec.line, _sub(spec.path, "settings"), {})
+    match = _parse_match(spec.get("match"), rule) if spec.get("match") else Match(
+        kinds=rule.default_kinds, operations=rule.default_operations
+    )
+    return Policy(
+        name=meta.req("name").str(pattern=NAME, hint="a lowercase DNS name"),
+        version=meta.get("version").int(minimum=1) if meta.get("version") else 1,  # type: ignore[union-attr]
+        description=meta.get("description").str() if meta.get("description") else "",  # type: ignore[union-attr]
+        rule=rule,
+        settings=rule.parse(settings_node, bundle),
+        match=match,
+        exclude=_parse_match(spec.get("exclude"), rule, exclude=True) if spec.get("exclude") else None,
+        failure_policy=fp.enum("Ignore", "Fail") if fp else rule.default_failure_policy,  # type: ignore[arg-type]
+        path=folder,
+    )
+
+
+def _sub(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _parse_match(node: Node | None, rule: RuleType, *, exclude: bool = False) -> Match:
+    assert node is not None
+    node.mapping(allowed=("kinds", "operations", "namespaces", "selector", "users", "groups", "serviceAccounts"))
+    kinds = rule.default_kinds
+    if (k := node.get("kinds")) is not None:
+        kinds = tuple(_parse_kind(n) for n in k.seq())
+    operations: tuple[str, ...] = () if exclude else rule.default_operations
+    if (o := node.get("operations")) is not None:
+        operations = tuple(n.enum(*OPERATIONS) for n in o.seq())
+        if rule.mutate is not None and not exclude:
+            for n in o.seq():
+                if n.value not in rule.mutate_operations:
+                    n.fail(
+                        f"policy type {rule.name!r} mutates and may only run on "
+                        f"{', '.join(rule.mutate_operations)} (other operations would touch immutable fields)"
+                    )
+    selector = None
+    if (s := node.get("selector")) is not None:
+        s.mapping(allowed=("matchLabels", "matchExpressions"))
+        exprs = []
+        for e in s.get("matchExpressions").seq() if s.get("matchExpressions") else []:  # type: ignore[union-attr]
+            e.mapping(allowed=("key", "operator", "values"))
+            op = e.req("operator").enum("In", "NotIn", "Exists", "DoesNotExist")
+            values = frozenset(e.get("values").str_list()) if e.get("values") else frozenset()  # type: ignore[union-attr]
+            if op in ("In", "NotIn") and not values:
+                e.fail(f"operator {op} needs values")
+            exprs.append((e.req("key").str(), op, values))
+        ml = s.get("matchLabels")
+        selector = LabelSelector(ml.str_map() if ml else {}, tuple(exprs))
+
+    def strs(key: str) -> tuple[str, ...]:
+        n = node.get(key)  # type: ignore[union-attr]
+        return n.str_list() if n else ()
+
+    return Match(
+        kinds=kinds,
+        operations=operations,
+        namespaces=strs("namespaces"),
+        selector=selector,
+        users=strs("users"),
+        groups=strs("groups"),
+        service_accounts=strs("serviceAccounts"),
+    )
+
+
+def _parse_kind(node: Node) -> tuple[str, str, str]:
+    """``Pod`` (core/v1), ``batch/v1/Job``, ``*/*/*``, or ``v1/Pod``."""
+    parts = node.str().split("/")
+    if len(parts) == 1:
+        return ("", "v1", parts[0]) if parts[0] != "*" else ("*", "*", "*")
+    if len(parts) == 2:
+        return ("", parts[0], parts[1])
+    if len(parts) == 3:
+        return (parts[0], parts[1], parts[2])
+    node.fail("expected Kind, version/Kind or group/version/Kind (e.g. batch/v1/Job)")

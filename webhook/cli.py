@@ -1,0 +1,302 @@
+"""The ``batchgate`` command line (also ``python -m webhook``).
+
+Exit codes everywhere: 0 success / allowed, 1 denied or tests failed, 2 usage or
+bundle error (argparse's own convention for usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import __version__
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_POLICIES = REPO_ROOT / "policies"
+DEFAULT_CERTS = REPO_ROOT / "certs"
+
+
+def _default_policies() -> str:
+    import os
+
+    return os.environ.get("BATCHGATE_POLICIES") or str(DEFAULT_POLICIES)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="batchgate",
+        description="Admission policy layer and reconciler for HPC and batch work on Kubernetes.",
+    )
+    p.add_argument("--version", action="version", version=f"batchgate {__version__}")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
+    p.add_argument("--log-format", choices=("text", "json"), default="text", help="log line format")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("serve", help="run the HTTPS admission webhook",
+                       description="Serve POST /mutate and /validate (AdmissionReview v1), /healthz, "
+                       "/readyz and /metrics over HTTPS. With no arguments: the bundled policies on "
+                       "127.0.0.1:8443, with a self-signed CA and serving certificate generated into "
+                       "certs/ when absent. Policy and certificate files are reloaded when they change; "
+                       "a bad new bundle is logged and the last good one stays in force.")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8443, help="port (default 8443)")
+    s.add_argument("--policies", default=None, help="policy bundle directory (default: the bundled policies/)")
+    s.add_argument("--cert-dir", default=str(DEFAULT_CERTS),
+                   help="directory with ca.crt, tls.crt, tls.key (generated when absent; default certs/)")
+    s.add_argument("--dns-name", action="append", default=[], metavar="NAME",
+                   help="extra SAN for a generated serving certificate (repeatable)")
+    s.add_argument("--workers", type=int, default=1, help="processes sharing the port (default 1)")
+    s.add_argument("--reload-interval", type=float, default=2.0,
+                   help="seconds between checks for changed policy / certificate files (default 2)")
+
+    c = sub.add_parser("check", help="offline dry run of manifests against the bundle",
+                       description="Decide manifests as the cluster would: mutated objects on stdout, "
+                       "warnings and denials on stderr. Exit 0 allowed, 1 any denial, 2 usage or bundle "
+                       "error. Note: the API server's own plugins (service-account token injection, "
+                       "Priority, RuntimeClass overhead) run before webhooks in a cluster and not here.")
+    c.add_argument("files", nargs="+", metavar="FILE", help="YAML or JSON manifests; - for stdin")
+    c.add_argument("--policies", default=None, help="policy bundle directory (default: bundled policies/)")
+    c.add_argument("-o", "--output", choices=("yaml", "json", "diff"), default="yaml")
+    c.add_argument("--operation", choices=("CREATE", "UPDATE", "DELETE"), default="CREATE")
+    c.add_argument("--user", default="batchgate-check", help="requesting user (default batchgate-check)")
+    c.add_argument("--groups", default="system:authenticated",
+                   help="comma-separated groups of the user (default system:authenticated)")
+    c.add_argument("--namespace", default="default", help="namespace for objects without one (default default)")
+
+    t = sub.add_parser("test", help="run the bundle's own test suites",
+                       description="Run every policy's suite.yaml (and the bundle's suite.yaml). "
+                       "Fails when a policy has no suite. Exit 0 all passed, 1 failures, 2 bundle error.")
+    t.add_argument("directory", nargs="?", default=None, help="bundle directory (default: bundled policies/)")
+    t.add_argument("-v", "--verbose", action="store_true", help="list every case")
+
+    ce = sub.add_parser("certs", help="create the CA and serving certificate; print the caBundle",
+                        description="Create (or keep, while valid for more than --renew-before) a "
+                        "self-signed CA and a serving certificate for the given DNS names, then print "
+                        "the base64 caBundle for the webhook configurations.")
+    ce.add_argument("--cert-dir", default=str(DEFAULT_CERTS), help="output directory (default certs/)")
+    ce.add_argument("--dns-name", action="append", default=[], metavar="NAME",
+                    help="SAN for the serving certificate (repeatable); localhost and 127.0.0.1 are always in")
+    ce.add_argument("--service", default=None, metavar="NAMESPACE/NAME",
+                    help="add the Service DNS names (name.namespace.svc, ...cluster.local)")
+    ce.add_argument("--force", action="store_true", help="issue a new serving certificate now")
+    ce.add_argument("--renew-before", default="720h", help="renew when expiring within this (default 720h)")
+
+    r = sub.add_parser("reconcile", help="run the reconciler (deadlines, gangs, maintenance, scavengers)")
+    r.add_argument("--once", action="store_true", help="one planning pass, then exit")
+    r.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
+    r.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    r.add_argument("--policies", default=None, help="policy bundle directory (default: bundled policies/)")
+
+    m = sub.add_parser("manifests", help="generate manifests/ parts that come from the bundle",
+                       description="Write the PriorityClasses (and the bundle ConfigMap) derived from "
+                       "the bundle; with --check, exit 1 when the files on disk have drifted.")
+    m.add_argument("--policies", default=None)
+    m.add_argument("--out", default=str(REPO_ROOT / "manifests"))
+    m.add_argument("--check", action="store_true", help="compare instead of writing")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from .logs import setup_logging
+
+    setup_logging(level=args.log_level, fmt=args.log_format)
+    handler = {
+        "serve": cmd_serve,
+        "check": cmd_check,
+        "test": cmd_test,
+        "certs": cmd_certs,
+        "reconcile": cmd_reconcile,
+        "manifests": cmd_manifests,
+    }[args.command]
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _load(path: str | None) -> Any:
+    from .bundle import load_bundle
+    from .yamlsrc import BundleError
+
+    try:
+        return load_bundle(path or _default_policies())
+    except BundleError as e:
+        print(f"batchgate: bundle error: {e}", file=sys.stderr)
+        return None
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .engine import BadReview
+    from .offline import Caller, check_object, parse_manifests
+
+    bundle = _load(args.policies)
+    if bundle is None:
+        return 2
+    caller = Caller(
+        operation=args.operation,
+        username=args.user,
+        groups=tuple(g for g in args.groups.split(",") if g),
+        namespace=args.namespace,
+    )
+    objects: list[tuple[str, Any]] = []
+    for name in args.files:
+        try:
+            text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+            objects += [(name, o) for o in parse_manifests(text)]
+        except (OSError, UnicodeDecodeError) as e:
+            print(f"batchgate: {name}: cannot read: {e}", file=sys.stderr)
+            return 2
+        except yaml.YAMLError as e:
+            print(f"batchgate: {name}: not valid YAML or JSON: {e}", file=sys.stderr)
+            return 2
+    denied = False
+    out: list[dict[str, Any]] = []
+    for source, obj in objects:
+        try:
+            decision = check_object(obj, bundle, caller)
+        except BadReview as e:
+            print(f"batchgate: {source}: {e}", file=sys.stderr)
+            return 2
+        label = _describe(obj, caller)
+        for w in decision.warnings:
+            print(f"warning: {label}: {w}", file=sys.stderr)
+        for tb_policy, _ in decision.errors:
+            print(f"error: {label}: policy {tb_policy} failed internally", file=sys.stderr)
+        if not decision.allowed:
+            denied = True
+            for d in decision.denials:
+                print(f"denied: {label}: {d}", file=sys.stderr)
+            continue
+        mutated = decision.obj if decision.obj is not None else obj
+        if args.output == "diff":
+            a = yaml.safe_dump(obj, sort_keys=False).splitlines()
+            b = yaml.safe_dump(mutated, sort_keys=False).splitlines()
+            sys.stdout.writelines(line + "\n" for line in difflib.unified_diff(a, b, f"{label} (submitted)", f"{label} (admitted)", lineterm=""))
+        else:
+            out.append(mutated)
+    if args.output == "yaml" and out:
+        sys.stdout.write(yaml.safe_dump_all(out, sort_keys=False))
+    elif args.output == "json" and out:
+        doc = out[0] if len(out) == 1 else {"apiVersion": "v1", "kind": "List", "items": out}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    return 1 if denied else 0
+
+
+def _describe(obj: Any, caller: Any) -> str:
+    meta = obj.get("metadata") or {}
+    name = meta.get("name") or (meta.get("generateName", "") + "*") or "(unnamed)"
+    return f"{obj.get('kind')} {meta.get('namespace') or caller.namespace}/{name}"
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    from .offline import missing_suites, run_suite, suite_files
+    from .yamlsrc import BundleError
+
+    bundle = _load(args.directory)
+    if bundle is None:
+        return 2
+    passed = failed = 0
+    for name in missing_suites(bundle):
+        print(f"FAIL {name}: policy has no suite.yaml (every policy needs one)")
+        failed += 1
+    for path, policies in suite_files(bundle):
+        if not path.is_file():
+            continue
+        try:
+            results = run_suite(path, bundle, policies)
+        except BundleError as e:
+            print(f"batchgate: suite error: {e}", file=sys.stderr)
+            return 2
+        for r in results:
+            if r.ok:
+                passed += 1
+                if args.verbose:
+                    print(f"ok   {path.parent.name}: {r.name}")
+            else:
+                failed += 1
+                print(f"FAIL {path.parent.name}: {r.name}")
+                for f in r.failures:
+                    print("     " + f.replace("\n", "\n     "))
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .server import ServeOptions, run
+
+    return run(ServeOptions(
+        host=args.host,
+        port=args.port,
+        policies=args.policies or _default_policies(),
+        cert_dir=args.cert_dir,
+        dns_names=tuple(args.dns_name),
+        workers=args.workers,
+        reload_interval=args.reload_interval,
+    ))
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    from .certs import ensure_certs, service_dns_names
+    from .units import parse_duration
+
+    names = list(args.dns_name)
+    if args.service:
+        ns, _, name = args.service.partition("/")
+        if not ns or not name:
+            print("batchgate: --service takes NAMESPACE/NAME", file=sys.stderr)
+            return 2
+        names += service_dns_names(name, ns)
+    try:
+        renew = parse_duration(args.renew_before)
+    except ValueError as e:
+        print(f"batchgate: --renew-before: {e}", file=sys.stderr)
+        return 2
+    bundle = ensure_certs(Path(args.cert_dir), dns_names=names, force=args.force, renew_before=renew)
+    print(bundle.ca_bundle_b64)
+    return 0
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    try:
+        from .reconciler.main import run as run_reconciler
+    except ImportError:  # pragma: no cover - until the reconciler lands
+        print("batchgate: the reconciler is not available in this build", file=sys.stderr)
+        return 2
+    return run_reconciler(args)
+
+
+def cmd_manifests(args: argparse.Namespace) -> int:
+    from .generate import generated_manifests
+
+    bundle = _load(args.policies)
+    if bundle is None:
+        return 2
+    out = Path(args.out)
+    drift = []
+    for name, text in generated_manifests(bundle).items():
+        path = out / name
+        current = path.read_text() if path.is_file() else None
+        if current == text:
+            continue
+        if args.check:
+            drift.append(name)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {path}")
+    for name in drift:
+        print(f"drift: {out / name} differs from the bundle; run `batchgate manifests`", file=sys.stderr)
+    return 1 if drift else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
+

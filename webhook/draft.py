@@ -1,0 +1,186 @@
+"""Copy-on-write editing of a JSON object, and the one place JSONPatches are built.
+
+Rules never touch the object the API server sent. They ask a :class:`Draft` for
+the container they want to change (``draft.edit("spec", "containers", 0)``); the
+draft copies, shallowly, just the containers on that path. Everything a rule did
+not touch is still *the same Python object* as in the original, so the diff that
+turns the draft into a JSONPatch skips whole untouched subtrees with an ``is``
+check. That keeps a mutation of a Pod at tens of microseconds instead of the
+hundreds a deep copy plus a generic diff would cost on the admission hot path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+JSON = Any
+Path = tuple[str | int, ...]
+
+
+class Draft:
+    """A mutable view of ``original`` that never modifies it."""
+
+    __slots__ = ("_owned", "original", "root")
+
+    def __init__(self, original: dict[str, Any]) -> None:
+        self.original = original
+        self.root: dict[str, Any] = original
+        self._owned: set[int] = set()
+
+    # -- reading ----------------------------------------------------------
+    def get(self, *path: str | int, default: Any = None) -> Any:
+        node: Any = self.root
+        for key in path:
+            if isinstance(key, int):
+                if not isinstance(node, list) or not -len(node) <= key < len(node):
+                    return default
+            elif not isinstance(node, dict) or key not in node:
+                return default
+            node = node[key]
+        return node
+
+    # -- writing ----------------------------------------------------------
+    def edit(self, *path: str | int, create: type = dict) -> Any:
+        """Return the container at ``path``, safe to mutate in place.
+
+        Containers on the way are copied once per draft; missing ones are made
+        (a dict, or a list where the next key is an index; ``create`` for the
+        last one).
+        """
+        if id(self.root) not in self._owned:
+            self.root = dict(self.root)
+            self._owned.add(id(self.root))
+        node: Any = self.root
+        for i, key in enumerate(path):
+            last = i == len(path) - 1
+            child = node[key] if _has(node, key) else None
+            if child is None:
+                kind = create if last else (list if isinstance(path[i + 1], int) else dict)
+                child = kind()
+            elif id(child) in self._owned:
+                node = child
+                continue
+            elif isinstance(child, dict):
+                child = dict(child)
+            elif isinstance(child, list):
+                child = list(child)
+            else:
+                raise TypeError(f"cannot edit {'/'.join(map(str, path[: i + 1]))}: not a container")
+            node[key] = child
+            self._owned.add(id(child))
+            node = child
+        return node
+
+    def set(self, *path_and_value: Any) -> None:
+        """``draft.set("spec", "priority", 100)``."""
+        *path, key, value = path_and_value
+        self.edit(*path)[key] = value
+
+    def delete(self, *path: str | int) -> None:
+        *parent, key = path
+        if self.get(*path, default=_MISSING) is _MISSING:
+            return
+        container = self.edit(*parent)
+        del container[key]
+
+    def checkpoint(self) -> tuple[dict[str, Any], set[int]]:
+        """State to :meth:`rollback` to if the next rule fails half-way."""
+        saved = (self.root, self._owned)
+        self._owned = set()  # the next rule copies afresh, so a rollback is exact
+        return saved
+
+    def rollback(self, saved: tuple[dict[str, Any], set[int]]) -> None:
+        self.root, self._owned = saved[0], set()
+
+    @property
+    def changed(self) -> bool:
+        return self.root is not self.original and self.root != self.original
+
+    def patch(self) -> list[dict[str, Any]]:
+        return make_patch(self.original, self.root)
+
+
+_MISSING = object()
+
+
+def _has(node: Any, key: str | int) -> bool:
+    if isinstance(key, int):
+        return isinstance(node, list) and -len(node) <= key < len(node)
+    return key in node
+
+
+def escape(token: str | int) -> str:
+    return str(token).replace("~", "~0").replace("/", "~1")
+
+
+def make_patch(old: JSON, new: JSON) -> list[dict[str, Any]]:
+    """A JSONPatch (RFC 6902) that turns ``old`` into ``new``."""
+    ops: list[dict[str, Any]] = []
+    _diff(old, new, "", ops)
+    return ops
+
+
+def _same(a: JSON, b: JSON) -> bool:
+    return a is b or (type(a) is type(b) and a == b)
+
+
+def _diff(a: JSON, b: JSON, path: str, ops: list[dict[str, Any]]) -> None:
+    if a is b:
+        return
+    if type(a) is dict and type(b) is dict:
+        for key in a:
+            if key not in b:
+                ops.append({"op": "remove", "path": f"{path}/{escape(key)}"})
+        for key, value in b.items():
+            if key in a:
+                _diff(a[key], value, f"{path}/{escape(key)}", ops)
+            else:
+                ops.append({"op": "add", "path": f"{path}/{escape(key)}", "value": value})
+    elif type(a) is list and type(b) is list:
+        _diff_list(a, b, path, ops)
+    elif not _same(a, b):
+        ops.append({"op": "replace", "path": path, "value": b})
+
+
+def _diff_list(a: list[Any], b: list[Any], path: str, ops: list[dict[str, Any]]) -> None:
+    # Rules append to lists and remove from them; express exactly that when it is
+    # what happened (readable patches, no churn on the elements that stayed).
+    if len(b) < len(a):
+        kept = _subsequence(a, b)
+        if kept is not None:
+            for i in reversed(range(len(a))):
+                if i not in kept:
+                    ops.append({"op": "remove", "path": f"{path}/{i}"})
+            for j, i in enumerate(sorted(kept)):
+                _diff(a[i], b[j], f"{path}/{j}", ops)
+            return
+    common = min(len(a), len(b))
+    for i in range(common):
+        x, y = a[i], b[i]
+        if type(x) is dict and type(y) is dict and x.get("name") != y.get("name"):
+            ops.append({"op": "replace", "path": f"{path}/{i}", "value": y})  # another item
+        else:
+            _diff(x, y, f"{path}/{i}", ops)
+    for i in range(common, len(b)):
+        ops.append({"op": "add", "path": f"{path}/-", "value": b[i]})
+    for i in reversed(range(common, len(a))):
+        ops.append({"op": "remove", "path": f"{path}/{i}"})
+
+
+def _subsequence(a: list[Any], b: list[Any]) -> set[int] | None:
+    """Indices of ``a`` that, in order, are (or equal, or are copies edited of) ``b``.
+
+    Only exact matches count here; an element both kept and edited is matched by
+    a second pass in the caller via ``_diff``. Returns None when ``b`` is not an
+    in-order selection of ``a``'s elements.
+    """
+    kept: set[int] = set()
+    i = 0
+    for item in b:
+        while i < len(a) and not _same(a[i], item):
+            i += 1
+        if i == len(a):
+            return None
+        kept.add(i)
+        i += 1
+    return kept

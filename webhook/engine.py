@@ -1,0 +1,247 @@
+"""The admission decision: AdmissionReview + bundle in, AdmissionReview response out.
+
+This is the pure core. The HTTPS handlers, ``batchgate check`` and the tests all
+call :func:`review`, so the CLI decides exactly what the cluster would. There is
+no aiohttp, no file, no clock and no network in here; what the edges need to log
+or count comes back in the :class:`Decision`.
+
+Two error channels (as the API server expects):
+- a malformed call raises :class:`BadReview` -> the edge answers HTTP 400;
+- a request the policy rejects is a normal response with ``allowed: false``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .bundle import Bundle, Policy
+from .contract import QUEUE_LABEL
+from .draft import Draft
+from .rules.base import SHAPES, Ctx, Finding, dig
+from .wire import AdmissionResponse, AdmissionReview, Operation
+
+Phase = Literal["mutate", "validate", "check"]
+OPERATIONS: tuple[Operation, ...] = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
+class BadReview(ValueError):
+    """The body is not an AdmissionReview v1 request we can answer (HTTP 400)."""
+
+
+@dataclass(slots=True)
+class Decision:
+    uid: str
+    allowed: bool = True
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    denials: list[str] = field(default_factory=list)
+    outcomes: list[tuple[str, str]] = field(default_factory=list)  # (policy, outcome)
+    errors: list[tuple[str, str]] = field(default_factory=list)  # (policy, traceback)
+    obj: dict[str, Any] | None = None  # the object after mutation
+    skipped: str = ""  # why no policy ran (excluded namespace, subresource, ...)
+
+    @property
+    def message(self) -> str:
+        return "; ".join(self.denials)
+
+
+def review(body: Any, bundle: Bundle, *, phase: Phase) -> tuple[AdmissionReview, Decision]:
+    """Answer one AdmissionReview; raises BadReview for a malformed one."""
+    decision = decide(body, bundle, phase=phase)
+    return to_review(decision), decision
+
+
+def to_review(decision: Decision) -> AdmissionReview:
+    response: AdmissionResponse = {"uid": decision.uid, "allowed": decision.allowed}
+    if decision.allowed and decision.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(
+            json.dumps(decision.patch, separators=(",", ":")).encode()
+        ).decode()
+    if decision.warnings:
+        response["warnings"] = decision.warnings
+    if not decision.allowed:
+        response["status"] = {"code": 403, "reason": "Forbidden", "message": decision.message}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def decide(body: Any, bundle: Bundle, *, phase: Phase) -> Decision:
+    req = parse_request(body)
+    decision = Decision(uid=req["uid"])
+    operation = req["operation"]
+    obj = req.get("object") if operation not in ("DELETE", "CONNECT") else req.get("oldObject")
+    if req.get("subResource"):
+        decision.skipped = f"subresource {req['subResource']}"
+        return decision
+    if not isinstance(obj, dict):
+        decision.skipped = "no object"
+        return decision
+    meta = obj.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        raise BadReview("request.object.metadata must be an object")
+    meta = meta or {}
+    namespace = req.get("namespace") or meta.get("namespace") or ""
+    if namespace and bundle.excluded(namespace):
+        decision.skipped = f"namespace {namespace} is excluded"
+        return decision
+    ctx = make_ctx(req, obj, bundle, namespace)
+    labels = meta.get("labels") or {}
+    if not isinstance(labels, dict):
+        raise BadReview("request.object.metadata.labels must be an object")
+
+    draft = Draft(obj)
+    if phase in ("mutate", "check"):
+        for policy in bundle.mutating:
+            if _applies(policy, ctx, labels):
+                _run(policy, decision, ctx, draft, mutate=True)
+        decision.patch = draft.patch() if decision.allowed else []
+    if phase in ("validate", "check") and decision.allowed:
+        for policy in bundle.validating:
+            if _applies(policy, ctx, labels):
+                _run(policy, decision, ctx, draft, mutate=False)
+    decision.obj = draft.root
+    if decision.denials:
+        decision.allowed = False
+        decision.patch = []
+    return decision
+
+
+def parse_request(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise BadReview("body must be a JSON object (an AdmissionReview)")
+    if body.get("kind") != "AdmissionReview":
+        raise BadReview(f"kind must be AdmissionReview, got {body.get('kind')!r}")
+    if body.get("apiVersion") != "admission.k8s.io/v1":
+        raise BadReview(
+            f"apiVersion must be admission.k8s.io/v1, got {body.get('apiVersion')!r} "
+            "(set admissionReviewVersions: [v1] in the webhook configuration)"
+        )
+    req = body.get("request")
+    if not isinstance(req, dict):
+        raise BadReview("request is missing or not an object")
+    uid = req.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("request.uid is missing or empty")
+    kind = req.get("kind")
+    if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str) or not kind["kind"]:
+        raise BadReview("request.kind must be an object with group, version and kind")
+    if req.get("operation") not in OPERATIONS:
+        raise BadReview(f"request.operation must be one of {', '.join(OPERATIONS)}, got {req.get('operation')!r}")
+    for key in ("object", "oldObject"):
+        if req.get(key) is not None and not isinstance(req[key], dict):
+            raise BadReview(f"request.{key} must be an object or null")
+    if req.get("object") is None and req["operation"] in ("CREATE", "UPDATE"):
+        raise BadReview(f"request.object is required for {req['operation']}")
+    user = req.get("userInfo")
+    if user is not None and not isinstance(user, dict):
+        raise BadReview("request.userInfo must be an object")
+    for key in ("namespace", "name"):
+        if req.get(key) is not None and not isinstance(req[key], str):
+            raise BadReview(f"request.{key} must be a string")
+    return req
+
+
+def make_ctx(req: dict[str, Any], obj: dict[str, Any], bundle: Bundle, namespace: str) -> Ctx:
+    kind = req["kind"]
+    group, version, kind_name = kind.get("group") or "", kind.get("version") or "", kind["kind"]
+    shape = SHAPES.get((group, kind_name))
+    meta = obj.get("metadata") or {}
+    user = req.get("userInfo") or {}
+    username = str(user.get("username") or "")
+    groups = tuple(str(g) for g in user.get("groups") or ())
+
+    queue_name = (meta.get("labels") or {}).get(QUEUE_LABEL)
+    if queue_name is None and shape is not None and not shape.is_pod:
+        template_meta = dig(obj, shape.pod_meta) or {}
+        queue_name = (template_meta.get("labels") or {}).get(QUEUE_LABEL)
+    explicit = queue_name is not None
+    if group == "batchgate.io" and kind_name == "ScavengerJob":
+        queue_name, explicit = next((q.name for q in bundle.queues.values() if q.scavenger), "scavenger"), True
+    if not isinstance(queue_name, str):
+        queue_name = bundle.default_queue_for(namespace)
+
+    from_controller = False
+    if shape is not None and shape.is_pod:
+        owners = meta.get("ownerReferences") or []
+        controlled = any(isinstance(o, dict) and o.get("controller") for o in owners)
+        from_controller = controlled and bundle.controllers.contains(username, list(groups))
+
+    return Ctx(
+        operation=req["operation"],
+        group=group,
+        version=version,
+        kind=kind_name,
+        namespace=namespace,
+        name=req.get("name") or meta.get("name") or "",
+        username=username,
+        groups=groups,
+        dry_run=bool(req.get("dryRun")),
+        bundle=bundle,
+        shape=shape,
+        queue_name=queue_name,
+        queue=bundle.queues.get(queue_name),
+        queue_explicit=explicit,
+        admin=bundle.admins.contains(username, list(groups)),
+        from_controller=from_controller,
+        old_object=req.get("oldObject"),
+    )
+
+
+def _applies(policy: Policy, ctx: Ctx, labels: dict[str, str]) -> bool:
+    m = policy.match
+    if ctx.operation not in m.operations or not m.matches_kind(ctx.group, ctx.version, ctx.kind):
+        return False
+    if not m.matches_subject(ctx.namespace, labels, ctx.username, list(ctx.groups)):
+        return False
+    ex = policy.exclude
+    if ex is None:
+        return True
+    if ex.operations and ctx.operation not in ex.operations:
+        return True
+    if ex.kinds and not ex.matches_kind(ctx.group, ctx.version, ctx.kind):
+        return True
+    return not ex.matches_subject(ctx.namespace, labels, ctx.username, list(ctx.groups))
+
+
+def _run(policy: Policy, decision: Decision, ctx: Ctx, draft: Draft, *, mutate: bool) -> None:
+    saved = draft.checkpoint() if mutate else None
+    before = draft.root
+    try:
+        if mutate:
+            assert policy.rule.mutate is not None
+            findings: list[Finding] = policy.rule.mutate(policy.settings, draft, ctx)
+        else:
+            assert policy.rule.validate is not None
+            findings = policy.rule.validate(policy.settings, draft.root, ctx)
+    except Exception:
+        if saved is not None:
+            draft.rollback(saved)
+        decision.errors.append((policy.name, traceback.format_exc()))
+        decision.outcomes.append((policy.name, "error"))
+        if policy.failure_policy == "Fail":
+            decision.denials.append(
+                f"{policy.name}: the policy failed internally and fails closed; ask an admin to check the webhook logs (uid {decision.uid})"
+            )
+        else:
+            decision.warnings.append(f"{policy.name}: skipped after an internal error (uid {decision.uid})")
+        return
+    denied = False
+    for f in findings:
+        if f.severity == "deny":
+            denied = True
+            decision.denials.append(f"{policy.name}: {f.message}")
+        else:
+            decision.warnings.append(f"{policy.name}: {f.message}")
+    if denied:
+        outcome = "denied"
+    elif mutate and draft.root is not before:
+        outcome = "mutated"
+    elif findings:
+        outcome = "warned"
+    else:
+        outcome = "passed"
+    decision.outcomes.append((policy.name, outcome))

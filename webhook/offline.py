@@ -1,0 +1,231 @@
+"""Offline decisions: ``batchgate check`` on manifests and ``batchgate test`` on suites.
+
+Both wrap objects into the AdmissionReview the API server would send and call
+the same :func:`webhook.engine.decide` the HTTPS endpoints call, so what CI
+sees is what the cluster does. One difference is stated, not hidden: the API
+server's own admission plugins (ServiceAccount token injection, Priority,
+RuntimeClass overhead) run before webhooks in a cluster, and do not run here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .bundle import Bundle, Policy
+from .engine import BadReview, Decision, decide
+from .yamlsrc import BundleError, Node, load_documents, read_file
+
+PLURALS = {"Pod": "pods", "Job": "jobs", "CronJob": "cronjobs", "ScavengerJob": "scavengerjobs"}
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who the simulated request comes from, and about what."""
+
+    operation: str = "CREATE"
+    username: str = "batchgate-check"
+    groups: tuple[str, ...] = ("system:authenticated",)
+    namespace: str = "default"
+    dry_run: bool = False
+
+
+def synthetic_review(obj: dict[str, Any], caller: Caller, *, old_object: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The AdmissionReview a v1 API server would send for ``obj``."""
+    api_version = str(obj.get("apiVersion") or "")
+    group, _, version = api_version.rpartition("/")
+    kind = str(obj.get("kind") or "")
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    namespace = meta.get("namespace") or caller.namespace
+    if meta.get("namespace") != namespace and kind not in ("Namespace", "PriorityClass", "Node"):
+        obj = {**obj, "metadata": {**meta, "namespace": namespace}}
+    gvk = {"group": group, "version": version, "kind": kind}
+    resource = {"group": group, "version": version, "resource": PLURALS.get(kind, kind.lower() + "s")}
+    deleting = caller.operation == "DELETE"
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": gvk,
+            "resource": resource,
+            "requestKind": gvk,
+            "requestResource": resource,
+            "name": meta.get("name") or "",
+            "namespace": namespace,
+            "operation": caller.operation,
+            "userInfo": {"username": caller.username, "groups": list(caller.groups)},
+            "object": None if deleting else obj,
+            "oldObject": obj if deleting else old_object,
+            "dryRun": caller.dry_run,
+        },
+    }
+
+
+def check_object(obj: Any, bundle: Bundle, caller: Caller) -> Decision:
+    if not isinstance(obj, dict) or not obj.get("kind") or not obj.get("apiVersion"):
+        raise BadReview("each document must be a Kubernetes object with apiVersion and kind")
+    if obj["kind"] == "AdmissionReview":  # a captured request: decide it exactly as sent
+        return decide(obj, bundle, phase="check")
+    return decide(synthetic_review(obj, caller), bundle, phase="check")
+
+
+def expand_lists(docs: list[Any]) -> list[Any]:
+    """``kind: List`` (and ``*List``) documents become their items."""
+    out: list[Any] = []
+    for doc in docs:
+        if isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
+            out.extend(expand_lists(doc["items"]))
+        else:
+            out.append(doc)
+    return out
+
+
+def parse_manifests(text: str) -> list[Any]:
+    """JSON or multi-document YAML (JSON is YAML, but a JSON stream of objects is not)."""
+    stripped = text.lstrip()
+    if stripped.startswith(("{", "[")):
+        try:
+            value = json.loads(text)
+            return expand_lists(value if isinstance(value, list) else [value])
+        except json.JSONDecodeError:
+            pass
+    return expand_lists(load_documents(text))
+
+
+# -- suites -------------------------------------------------------------------
+@dataclass(slots=True)
+class CaseResult:
+    suite: str
+    name: str
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def suite_files(bundle: Bundle) -> list[tuple[Path, list[Policy] | None]]:
+    """Each policy's suite.yaml (run against that policy alone), and the bundle's own."""
+    out: list[tuple[Path, list[Policy] | None]] = []
+    for p in bundle.policies:
+        out.append((Path(p.path) / "suite.yaml", [p]))
+    top = Path(bundle.root) / "suite.yaml"
+    if top.is_file():
+        out.append((top, None))
+    return out
+
+
+def missing_suites(bundle: Bundle) -> list[str]:
+    return [p.name for p in bundle.policies if not (Path(p.path) / "suite.yaml").is_file()]
+
+
+def run_suite(path: Path, bundle: Bundle, policies: list[Policy] | None) -> list[CaseResult]:
+    docs = read_file(path)
+    if len(docs) != 1:
+        raise BundleError(str(path), None, "", "expected one YAML document")
+    doc = docs[0].mapping(allowed=("apiVersion", "kind", "cases"))
+    if doc.req("kind").value != "Suite":
+        doc.req("kind").fail("expected Suite")
+    subject = bundle if policies is None else _only(bundle, policies)
+    results = []
+    for case in doc.req("cases").seq():
+        results.append(_run_case(case, subject, path))
+    return results
+
+
+def _only(bundle: Bundle, policies: list[Policy]) -> Bundle:
+    import dataclasses
+
+    keep = tuple(policies)
+    return dataclasses.replace(
+        bundle,
+        policies=keep,
+        mutating=tuple(p for p in keep if p.rule.mutate is not None),
+        validating=tuple(p for p in keep if p.rule.validate is not None),
+    )
+
+
+CASE_FIELDS = ("name", "object", "oldObject", "request", "phase", "policies", "expect")
+EXPECT_FIELDS = ("allowed", "message", "messages", "mutated", "unchanged", "warnings", "noWarnings")
+
+
+def _load_object(node: Node, base: Path) -> dict[str, Any]:
+    if isinstance(node.value, str):
+        file = base / node.value
+        if not file.is_file():
+            node.fail(f"no such sample file: {file}")
+        docs = load_documents(file.read_text())
+        if len(docs) != 1 or not isinstance(docs[0], dict):
+            node.fail(f"{file} must hold exactly one object")
+        return docs[0]  # type: ignore[no-any-return]
+    if not isinstance(node.value, dict):
+        node.fail("expected an object, or the path of a sample file")
+    return json.loads(json.dumps(node.value))
+
+
+def _run_case(case: Node, bundle: Bundle, path: Path) -> CaseResult:
+    case.mapping(allowed=CASE_FIELDS)
+    result = CaseResult(str(path), case.req("name").str())
+    base = path.parent
+    obj = _load_object(case.req("object"), base)
+    old = _load_object(case.req("oldObject"), base) if case.get("oldObject") else None
+    caller = Caller()
+    if (r := case.get("request")) is not None:
+        r.mapping(allowed=("operation", "user", "groups", "namespace", "dryRun"))
+        caller = Caller(
+            operation=r.get("operation").enum("CREATE", "UPDATE", "DELETE") if r.get("operation") else "CREATE",  # type: ignore[union-attr]
+            username=r.get("user").str() if r.get("user") else "alice",  # type: ignore[union-attr]
+            groups=r.get("groups").str_list() if r.get("groups") else ("system:authenticated",),  # type: ignore[union-attr]
+            namespace=r.get("namespace").str() if r.get("namespace") else "default",  # type: ignore[union-attr]
+            dry_run=r.get("dryRun").bool() if r.get("dryRun") else False,  # type: ignore[union-attr]
+        )
+    else:
+        caller = Caller(username="alice")
+    phase = case.get("phase").enum("mutate", "validate", "check") if case.get("phase") else "check"  # type: ignore[union-attr]
+    if case.get("policies") is not None:
+        case.req("policies").fail("not supported in a policy's own suite; use the bundle's suite.yaml")
+    expect = case.req("expect").mapping(allowed=EXPECT_FIELDS)
+    review = synthetic_review(obj, caller, old_object=old)
+    decision = decide(review, bundle, phase=phase)  # type: ignore[arg-type]
+    f = result.failures
+    for policy, tb in decision.errors:
+        f.append(f"policy {policy} raised:\n{tb}")
+    if (a := expect.get("allowed")) is not None and decision.allowed != a.bool():
+        f.append(f"expected allowed={a.value}, got allowed={decision.allowed} ({decision.message or 'no message'})")
+    for m in ([expect.req("message")] if expect.get("message") else []) + (
+        expect.req("messages").seq() if expect.get("messages") else []
+    ):
+        if m.str() not in decision.message:
+            f.append(f"denial message lacks {m.value!r}; it was: {decision.message or '(none)'}")
+    for w in expect.get("warnings").seq() if expect.get("warnings") else []:  # type: ignore[union-attr]
+        if not any(w.str() in x for x in decision.warnings):
+            f.append(f"no warning contains {w.value!r}; warnings: {decision.warnings}")
+    if expect.get("noWarnings") and expect.req("noWarnings").bool() and decision.warnings:
+        f.append(f"expected no warnings, got {decision.warnings}")
+    if expect.get("unchanged") and expect.req("unchanged").bool() and decision.patch:
+        f.append(f"expected no change, got patch {json.dumps(decision.patch)}")
+    if (m := expect.get("mutated")) is not None:
+        want = _load_object(m, base)
+        got = decision.obj if decision.obj is not None else {}
+        if "namespace" not in (want.get("metadata") or {}):  # the suite added it, not a policy
+            got = {**got, "metadata": {k: v for k, v in (got.get("metadata") or {}).items() if k != "namespace"}}
+        if got != want:
+            f.append("mutated object differs from expected:\n" + _diff(want, got))
+    if decision.allowed and decision.obj is not None:
+        again = decide(synthetic_review(decision.obj, caller, old_object=old), bundle, phase="mutate")
+        if again.patch:
+            f.append(f"not idempotent: a second pass patches again: {json.dumps(again.patch)}")
+    return result
+
+
+def _diff(want: Any, got: Any) -> str:
+    a = yaml.safe_dump(want, sort_keys=True).splitlines()
+    b = yaml.safe_dump(got, sort_keys=True).splitlines()
+    return "\n".join(difflib.unified_diff(a, b, "expected", "got", lineterm=""))

@@ -1,0 +1,134 @@
+"""What every policy type is made of, and what it gets to see.
+
+A policy type is a :class:`RuleType`: a settings parser (run once, at bundle
+load) and a ``mutate`` and/or ``validate`` function (run per request). Both are
+plain functions over data: they receive the request context and the object (a
+:class:`~webhook.draft.Draft` when mutating) and return :class:`Finding`s. They
+never do I/O, read the clock or build patches themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from ..bundle import Bundle, Queue
+    from ..draft import Draft
+    from ..yamlsrc import Node
+
+Path = tuple[str | int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    severity: Literal["warn", "deny"]
+    message: str
+
+
+def warn(message: str) -> Finding:
+    return Finding("warn", message)
+
+
+def deny(message: str) -> Finding:
+    return Finding("deny", message)
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """Where a kind keeps its pod: metadata and spec of the Pod or of its template."""
+
+    kind: str
+    pod_meta: Path
+    pod_spec: Path
+    is_pod: bool = False
+
+
+SHAPES: dict[tuple[str, str], Shape] = {
+    ("", "Pod"): Shape("Pod", ("metadata",), ("spec",), is_pod=True),
+    ("batch", "Job"): Shape("Job", ("spec", "template", "metadata"), ("spec", "template", "spec")),
+    ("batch", "CronJob"): Shape(
+        "CronJob",
+        ("spec", "jobTemplate", "spec", "template", "metadata"),
+        ("spec", "jobTemplate", "spec", "template", "spec"),
+    ),
+    **{
+        ("apps", k): Shape(k, ("spec", "template", "metadata"), ("spec", "template", "spec"))
+        for k in ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet")
+    },
+}
+WORKLOAD_KINDS: tuple[tuple[str, str, str], ...] = (
+    ("", "v1", "Pod"),
+    ("batch", "*", "Job"),
+    ("batch", "*", "CronJob"),
+)
+ALL_POD_TEMPLATE_KINDS: tuple[tuple[str, str, str], ...] = WORKLOAD_KINDS + tuple(
+    ("apps", "v1", k) for k in ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet")
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Ctx:
+    """Everything about one request that a rule may look at."""
+
+    operation: str
+    group: str
+    version: str
+    kind: str
+    namespace: str
+    name: str  # may be empty: controllers create Pods with only generateName
+    username: str
+    groups: tuple[str, ...]
+    dry_run: bool
+    bundle: Bundle
+    shape: Shape | None  # None for kinds without a pod template (e.g. ScavengerJob)
+    queue_name: str  # the queue asked for (label) or defaulted
+    queue: Queue | None  # None when queue_name is not declared in the bundle
+    queue_explicit: bool  # the user set the queue label
+    admin: bool  # in the bundle's admins
+    from_controller: bool  # a Pod made by a controller from an already-admitted template
+    old_object: dict[str, Any] | None
+
+    @property
+    def subject(self) -> str:
+        """How messages name the object: ``Job demo/mpi-sim2``."""
+        return f"{self.kind} {self.namespace}/{self.name or '(generated name)'}"
+
+
+@dataclass(frozen=True, slots=True)
+class RuleType:
+    name: str
+    doc: str
+    parse: Callable[[Node, Bundle], Any]
+    mutate: Callable[[Any, Draft, Ctx], list[Finding]] | None = None
+    validate: Callable[[Any, dict[str, Any], Ctx], list[Finding]] | None = None
+    default_kinds: tuple[tuple[str, str, str], ...] = WORKLOAD_KINDS
+    default_operations: tuple[str, ...] = ("CREATE",)
+    mutate_operations: tuple[str, ...] = ("CREATE",)
+    default_failure_policy: Literal["Ignore", "Fail"] = "Ignore"
+    order: int = 50  # mutating policies run in this order (then by name)
+
+
+def no_settings(node: Node, bundle: Bundle) -> None:
+    node.mapping(allowed=())
+    return None
+
+
+def pod_spec_parts(spec: dict[str, Any]) -> list[tuple[str, int, dict[str, Any]]]:
+    """(list name, index, container) for init containers and containers."""
+    out = []
+    for key in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(key) or []):
+            out.append((key, i, c))
+    return out
+
+
+def dig(obj: Any, path: Path) -> Any:
+    """``obj[path[0]][path[1]]...``, or None where the path does not exist."""
+    for key in path:
+        if isinstance(key, int):
+            obj = obj[key] if isinstance(obj, list) and -len(obj) <= key < len(obj) else None
+        else:
+            obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj

@@ -1,0 +1,102 @@
+"""Queues and priority: every workload runs in a queue, and gets that queue's class.
+
+The Priority admission plugin runs *before* webhooks and has already written
+``spec.priority`` (0, or the globalDefault class's value) and
+``preemptionPolicy`` into a Pod. A webhook that sets ``priorityClassName`` must
+therefore also set the integer priority and preemption policy of that class, or
+the stored Pod would carry a class name with the wrong number.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from typing import Any
+
+from ..contract import QUEUE_LABEL
+from ..draft import Draft
+from ..yamlsrc import Node
+from . import register
+
+if TYPE_CHECKING:
+    from ..bundle import Bundle
+from .base import ALL_POD_TEMPLATE_KINDS, Ctx, Finding, RuleType, deny, dig, no_settings, warn
+
+
+def mutate(settings: None, draft: Draft, ctx: Ctx) -> list[Finding]:
+    queue, shape = ctx.queue, ctx.shape
+    if queue is None or shape is None:
+        return []
+    findings: list[Finding] = []
+    bundle = ctx.bundle
+    pc = bundle.priority_classes[queue.priority_class]
+    if (draft.get("metadata", "labels", QUEUE_LABEL)) != queue.name:
+        draft.set("metadata", "labels", QUEUE_LABEL, queue.name)
+        if not ctx.from_controller:
+            findings.append(warn(
+                f"no {QUEUE_LABEL} label; using queue {queue.name!r} "
+                f"(priority class {pc.name}, priority {pc.value})"
+            ))
+    if not shape.is_pod and draft.get(*shape.pod_meta, "labels", QUEUE_LABEL) != queue.name:
+        draft.set(*shape.pod_meta, "labels", QUEUE_LABEL, queue.name)
+    chosen = draft.get(*shape.pod_spec, "priorityClassName")
+    if chosen not in (None, "", pc.name):
+        return findings  # the user's own class: validate() decides whether they may
+    if chosen != pc.name:
+        draft.set(*shape.pod_spec, "priorityClassName", pc.name)
+    if shape.is_pod:
+        if draft.get("spec", "priority") != pc.value:
+            draft.set("spec", "priority", pc.value)
+        if draft.get("spec", "preemptionPolicy") != pc.preemption_policy:
+            draft.set("spec", "preemptionPolicy", pc.preemption_policy)
+    return findings
+
+
+def validate(settings: None, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
+    bundle = ctx.bundle
+    if ctx.queue is None:
+        return [deny(
+            f"queue {ctx.queue_name!r} does not exist; set the label {QUEUE_LABEL} to one of: "
+            f"{', '.join(bundle.queues)}"
+        )]
+    rule = bundle.namespace_rule(ctx.namespace)
+    if rule and rule.allowed_queues is not None and ctx.queue.name not in rule.allowed_queues and not ctx.admin:
+        return [deny(
+            f"queue {ctx.queue.name!r} is not available in namespace {ctx.namespace}; "
+            f"use {QUEUE_LABEL}: one of {', '.join(rule.allowed_queues)}"
+        )]
+    if ctx.shape is None:
+        return []
+    spec = dig(obj, ctx.shape.pod_spec) or {}
+    chosen = spec.get("priorityClassName")
+    if not chosen or chosen == ctx.queue.priority_class or ctx.admin or ctx.from_controller:
+        return []
+    pc = bundle.priority_classes.get(chosen)
+    reason = "is reserved for admins" if pc and pc.admin_only else (
+        f"does not belong to queue {ctx.queue.name!r}" if pc else "is not one batchgate manages"
+    )
+    return [deny(
+        f"priorityClassName {chosen!r} {reason}; leave priorityClassName out and choose a queue "
+        f"with the label {QUEUE_LABEL} ({_queue_menu(bundle)})"
+    )]
+
+
+def _queue_menu(bundle: Bundle) -> str:
+    return ", ".join(f"{q.name} -> {q.priority_class}" for q in bundle.queues.values()
+                     if not bundle.priority_classes[q.priority_class].admin_only)
+
+
+def _parse(node: Node, bundle: Bundle) -> None:
+    return no_settings(node, bundle)
+
+
+register(RuleType(
+    name="queue-priority",
+    doc="Put every workload in a queue and give it the queue's PriorityClass; deny classes users may not choose.",
+    parse=_parse,
+    mutate=mutate,
+    validate=validate,
+    default_kinds=ALL_POD_TEMPLATE_KINDS,
+    default_failure_policy="Fail",
+    order=10,
+))

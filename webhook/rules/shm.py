@@ -1,0 +1,114 @@
+"""/dev/shm: a memory-backed emptyDir mounted at /dev/shm in every container.
+
+Container runtimes give /dev/shm 64 MiB, which MPI, PyTorch data loaders and
+many HPC codes outgrow at once. Init containers get it too. A container that
+already mounts something at /dev/shm is left alone, and the volume gets a name
+no user volume has.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from ..draft import Draft
+from ..units import format_memory, parse_quantity
+from ..yamlsrc import Node
+from . import register
+
+if TYPE_CHECKING:
+    from ..bundle import Bundle
+from .base import Ctx, Finding, RuleType, pod_spec_parts
+
+MOUNT_PATH = "/dev/shm"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """``size``: fixed sizeLimit; ``fraction``: of the pod's memory limit, within min/max."""
+
+    volume_name: str = "batchgate-shm"
+    size: Fraction | None = None
+    fraction: Fraction | None = None
+    min_size: Fraction | None = None
+    max_size: Fraction | None = None
+
+
+def parse(node: Node, bundle: Bundle) -> Settings:
+    node.mapping(allowed=("volumeName", "size", "fractionOfMemoryLimit", "minSize", "maxSize"))
+
+    def qty(key: str) -> Fraction | None:
+        n = node.get(key)
+        return n.parsed(parse_quantity, expected="a quantity like 1Gi") if n else None
+
+    fraction = None
+    if (f := node.get("fractionOfMemoryLimit")) is not None:
+        if isinstance(f.value, bool) or not isinstance(f.value, int | float) or not 0 < f.value <= 1:
+            f.fail("expected a number in (0, 1], e.g. 0.5")
+        fraction = Fraction(str(f.value))
+    vn = node.get("volumeName")
+    return Settings(
+        volume_name=vn.str(pattern=r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", hint="a DNS label") if vn else "batchgate-shm",
+        size=qty("size"),
+        fraction=fraction,
+        min_size=qty("minSize"),
+        max_size=qty("maxSize"),
+    )
+
+
+def size_limit(settings: Settings, spec: dict) -> Fraction | None:  # type: ignore[type-arg]
+    if settings.fraction is not None:
+        total = Fraction(0)
+        for _, _, c in pod_spec_parts(spec):
+            if _ == "initContainers":
+                continue
+            limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
+            if limit is None:
+                return settings.size  # no total memory limit: fall back to the fixed size
+            total += parse_quantity(limit)
+        size = total * settings.fraction
+        if settings.min_size is not None:
+            size = max(size, settings.min_size)
+        if settings.max_size is not None:
+            size = min(size, settings.max_size)
+        return size
+    return settings.size
+
+
+def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
+    if ctx.shape is None:
+        return []
+    path = ctx.shape.pod_spec
+    spec = draft.get(*path)
+    if not isinstance(spec, dict):
+        return []
+    needy = [
+        (key, i) for key, i, c in pod_spec_parts(spec)
+        if not any(m.get("mountPath", "").rstrip("/") == MOUNT_PATH for m in c.get("volumeMounts") or [])
+    ]
+    if not needy:
+        return []
+    taken = {v.get("name") for v in spec.get("volumes") or []}
+    name = settings.volume_name
+    n = 1
+    while name in taken:
+        name, n = f"{settings.volume_name}-{n}", n + 1
+    empty_dir: dict[str, str] = {"medium": "Memory"}
+    size = size_limit(settings, spec)
+    if size is not None:
+        empty_dir["sizeLimit"] = format_memory(size)
+    draft.edit(*path, "volumes", create=list).append({"name": name, "emptyDir": empty_dir})
+    for key, i in needy:
+        draft.edit(*path, key, i, "volumeMounts", create=list).append({"name": name, "mountPath": MOUNT_PATH})
+    return []
+
+
+register(RuleType(
+    name="shm",
+    doc="Mount a memory-backed emptyDir at /dev/shm in every container that has none.",
+    parse=parse,
+    mutate=mutate,
+    order=30,
+))

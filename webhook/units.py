@@ -1,0 +1,91 @@
+"""Kubernetes resource quantities and batchgate durations, parsed and printed.
+
+Quantities follow the Kubernetes grammar (``500m``, ``4``, ``1.5``, ``256Mi``,
+``1e3``, ``2G``); values are exact ``Fraction``s so that CPU arithmetic for Kata
+overhead never drifts by a rounding millicore. Durations are what users write in
+``batchgate.io/time-limit``: a number and a unit (``90m``, ``4h``, ``2d``), or
+several (``1h30m``).
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+_SUFFIX = {
+    "": Fraction(1),
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 1000),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+    "Ki": Fraction(2**10),
+    "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30),
+    "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50),
+    "Ei": Fraction(2**60),
+}
+_QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)")
+
+
+def parse_quantity(text: str | int | float) -> Fraction:
+    """``"250m"`` -> ``Fraction(1, 4)``; raises ValueError naming the problem."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a quantity")
+    if isinstance(text, int | float):
+        return Fraction(str(text))
+    m = _QUANTITY.fullmatch(text.strip())
+    if not m:
+        raise ValueError(f"{text!r} is not a quantity (examples: 500m, 2, 1.5, 256Mi, 4Gi)")
+    number, exponent, suffix = m.groups()
+    value = Fraction(number)
+    if exponent:
+        return value * Fraction(10) ** int(exponent[1:])
+    return value * _SUFFIX[suffix or ""]
+
+
+def format_cpu(value: Fraction) -> str:
+    """CPU in the canonical form the API server would print: ``2``, ``1500m``."""
+    millis = value * 1000
+    if millis.denominator != 1:
+        millis = Fraction(-(-millis.numerator // millis.denominator))  # round up to 1m
+    m = int(millis)
+    return str(m // 1000) if m % 1000 == 0 else f"{m}m"
+
+
+def format_memory(value: Fraction) -> str:
+    """Bytes as a binary-suffixed quantity when exact (``256Mi``), else plain bytes."""
+    n = int(value) if value.denominator == 1 else int(value) + 1
+    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+        size = int(_SUFFIX[suffix])
+        if n and n % size == 0:
+            return f"{n // size}{suffix}"
+    return str(n)
+
+
+_DURATION_PART = re.compile(r"(\d+)([smhdw])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> int:
+    """``"90m"`` -> 5400 seconds; ``"1h30m"`` works too; raises ValueError."""
+    s = text.strip() if isinstance(text, str) else ""
+    if not s or _DURATION_PART.sub("", s) != "":
+        raise ValueError(f"{text!r} is not a duration (examples: 90m, 4h, 2d, 1h30m)")
+    total = sum(int(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(s))
+    if total <= 0:
+        raise ValueError(f"{text!r} is not a positive duration (examples: 90m, 4h, 2d)")
+    return total
+
+
+def format_duration(seconds: int) -> str:
+    """The shortest exact spelling: 5400 -> ``"90m"``, 7200 -> ``"2h"``, 90000 -> ``"25h"``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

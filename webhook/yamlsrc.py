@@ -1,0 +1,227 @@
+"""YAML with source positions, and a strict reader that turns it into settings.
+
+Admins edit the policy bundle by hand, so every error must point at the file,
+line and field to fix (``policies/shm/policy.yaml:12: spec.settings.size:
+expected a quantity``). PyYAML's composer knows the line of every node; this
+module keeps it next to the plain data while the bundle is validated, and the
+resulting settings objects carry no YAML at all.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import yaml
+
+try:  # the C loader is several times faster; fall back silently when absent
+    _Loader: type[yaml.SafeLoader] = yaml.CSafeLoader  # type: ignore[attr-defined]
+except AttributeError:  # pragma: no cover
+    _Loader = yaml.SafeLoader
+
+T = TypeVar("T")
+
+
+class BundleError(Exception):
+    """A policy bundle that cannot be loaded; the message names file, line and field."""
+
+    def __init__(self, file: str, line: int | None, field: str, message: str) -> None:
+        self.file, self.line, self.field, self.message = file, line, field, message
+        where = f"{file}:{line}" if line else file
+        super().__init__(f"{where}: {field}: {message}" if field else f"{where}: {message}")
+
+
+def load_documents(text: str) -> list[Any]:
+    """Plain multi-document load (manifests, samples): no positions needed."""
+    return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A value read from a YAML file, with where it came from."""
+
+    value: Any
+    file: str
+    line: int
+    path: str  # dotted field path, e.g. "spec.settings.size" or "queues[1].name"
+    lines: dict[Any, int] | None = None  # line of each child key / index
+
+    # -- navigation -------------------------------------------------------
+    def fail(self, message: str) -> NoReturn:
+        raise BundleError(self.file, self.line, self.path, message)
+
+    def _child(self, key: Any, value: Any) -> Node:
+        line = (self.lines or {}).get(key, self.line)
+        sub = f"{self.path}.{key}" if isinstance(key, str) else f"{self.path}[{key}]"
+        if not self.path:
+            sub = str(key)
+        lines = getattr(value, "_lines", None)
+        return Node(value, self.file, line, sub, lines)
+
+    def mapping(self, *, allowed: tuple[str, ...] | None = None) -> Node:
+        if not isinstance(self.value, dict):
+            self.fail(f"expected a mapping, got {_kind(self.value)}")
+        if allowed is not None:
+            for key in self.value:
+                if key not in allowed:
+                    self._child(key, None).fail(
+                        f"unknown field; expected one of: {', '.join(allowed)}"
+                    )
+        return self
+
+    def get(self, key: str) -> Node | None:
+        self.mapping()
+        if key not in self.value or self.value[key] is None:
+            return None
+        return self._child(key, self.value[key])
+
+    def req(self, key: str) -> Node:
+        node = self.get(key)
+        if node is None:
+            raise BundleError(self.file, self.line, _join(self.path, key), "required field is missing")
+        return node
+
+    def items(self) -> Iterator[tuple[str, Node]]:
+        self.mapping()
+        for key, value in self.value.items():
+            yield str(key), self._child(key, value)
+
+    def seq(self) -> list[Node]:
+        if not isinstance(self.value, list):
+            self.fail(f"expected a list, got {_kind(self.value)}")
+        return [self._child(i, v) for i, v in enumerate(self.value)]
+
+    # -- scalars ----------------------------------------------------------
+    def str(self, *, pattern: str | None = None, hint: str = "") -> str:
+        if not isinstance(self.value, str) or not self.value:
+            self.fail(f"expected a non-empty string, got {_kind(self.value)}")
+        if pattern and not re.fullmatch(pattern, self.value):
+            self.fail(f"{self.value!r} is not valid{': ' + hint if hint else ''}")
+        return self.value
+
+    def int(self, *, minimum: int | None = None, maximum: int | None = None) -> int:
+        if isinstance(self.value, bool) or not isinstance(self.value, int):
+            self.fail(f"expected an integer, got {_kind(self.value)}")
+        if minimum is not None and self.value < minimum:
+            self.fail(f"must be >= {minimum}, got {self.value}")
+        if maximum is not None and self.value > maximum:
+            self.fail(f"must be <= {maximum}, got {self.value}")
+        return self.value
+
+    def bool(self) -> bool:
+        if not isinstance(self.value, bool):
+            self.fail(f"expected true or false, got {_kind(self.value)}")
+        return self.value
+
+    def enum(self, *choices: str) -> str:
+        if self.value not in choices:
+            self.fail(f"expected one of {', '.join(choices)}, got {self.value!r}")
+        return str(self.value)
+
+    def str_list(self) -> tuple[str, ...]:
+        return tuple(n.str() for n in self.seq())
+
+    def str_map(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for key, node in self.items():
+            if isinstance(node.value, bool | int | float):
+                node.fail("expected a string (quote it in YAML)")
+            out[key] = node.str()
+        return out
+
+    def parsed(self, parse: Callable[[str], T], *, expected: str) -> T:
+        """Parse a scalar with ``parse``; a ValueError becomes an error at this field."""
+        raw = self.value if isinstance(self.value, str) else str(self.value)
+        if isinstance(self.value, bool) or self.value is None:
+            self.fail(f"expected {expected}, got {_kind(self.value)}")
+        try:
+            return parse(raw)
+        except ValueError as e:
+            self.fail(f"expected {expected}: {e}")
+
+
+def read_file(path: Path, *, display: str | None = None) -> list[Node]:
+    """Load every YAML document of ``path`` as positioned Nodes."""
+    name = display or str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise BundleError(name, None, "", f"cannot read: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise BundleError(name, None, "", "not UTF-8 text") from e
+    return read_text(text, name)
+
+
+def read_text(text: str, name: str) -> list[Node]:
+    try:
+        roots = list(yaml.compose_all(text, Loader=_Loader))
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark else None
+        raise BundleError(name, line, "", f"invalid YAML: {e.problem or e.context}") from e
+    except yaml.YAMLError as e:
+        raise BundleError(name, None, "", f"invalid YAML: {e}") from e
+    constructor = yaml.SafeLoader("")
+    out = []
+    for root in roots:
+        if root is None:
+            continue
+        value = _convert(root, constructor, name)
+        out.append(Node(value, name, root.start_mark.line + 1, "", getattr(value, "_lines", None)))
+    return out
+
+
+# -- internals -------------------------------------------------------------
+class _Map(dict[Any, Any]):
+    __slots__ = ("_lines",)
+
+
+class _Seq(list[Any]):
+    __slots__ = ("_lines",)
+
+
+def _convert(node: yaml.Node, constructor: yaml.SafeLoader, name: str) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        m = _Map()
+        m._lines = {}
+        for k_node, v_node in node.value:
+            key = _convert(k_node, constructor, name)
+            if isinstance(key, dict | list):
+                raise BundleError(name, k_node.start_mark.line + 1, "", "mapping keys must be scalars")
+            if key in m:
+                raise BundleError(name, k_node.start_mark.line + 1, str(key), "duplicate key")
+            m[key] = _convert(v_node, constructor, name)
+            m._lines[key] = k_node.start_mark.line + 1
+        return m
+    if isinstance(node, yaml.SequenceNode):
+        s = _Seq(_convert(n, constructor, name) for n in node.value)
+        s._lines = {i: n.start_mark.line + 1 for i, n in enumerate(node.value)}
+        return s
+    return constructor.construct_object(node, deep=True)
+
+
+def to_plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: to_plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_plain(v) for v in value]
+    return value
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
