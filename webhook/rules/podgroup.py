@@ -1,0 +1,253 @@
+"""Pod groups: all pods of a multi-pod job carry the gang scheduler's group labels.
+
+A gang scheduler starts a group's pods together or not at all, so an MPI job
+never sits with half its ranks running and the rest pending. Each scheduler
+finds the group by its own label or annotation; batchgate writes those of the
+schedulers the bundle names, plus its own scheduler-independent pair
+(``batchgate.io/pod-group`` and ``batchgate.io/pod-group-size``) by which the
+reconciler finds groups to tear down when one member fails.
+
+Where the group comes from:
+
+- **Job** with more than one pod at a time (``min(parallelism, completions)``):
+  the labels go into ``spec.template`` so every pod the Job controller makes
+  inherits them; the group is named after the Job.
+- **Job with only generateName**: its name is not known at admission, so the
+  template gets only the size; the Job's pods arrive with a controller
+  ownerReference naming the Job, and the Pod mutation names the group then.
+- **CronJob**: a fixed group name in its template would be shared by every run,
+  so the CronJob's pod template gets only the size label. Each Job the CronJob
+  controller creates has a fresh name and is admitted as a Job, which names the
+  group after itself.
+- **Bare Pods** opt in with ``batchgate.io/pod-group: <name>`` and
+  ``batchgate.io/pod-group-size: "<n>"``.
+
+A workload that already names its gang for a scheduler itself (any of the
+scheduler keys below, without batchgate's) is left alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..contract import GROUP
+from . import register
+from .base import Ctx, Finding, Path, RuleType, deny, dig, warn
+
+if TYPE_CHECKING:
+    from ..bundle import Bundle
+    from ..draft import Draft
+    from ..yamlsrc import Node
+
+GROUP_LABEL = f"{GROUP}/pod-group"
+SIZE_LABEL = f"{GROUP}/pod-group-size"
+COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
+KUEUE_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
+
+Scheduler = Literal["coscheduling", "kueue", "volcano"]
+SCHEDULERS: tuple[Scheduler, ...] = ("coscheduling", "kueue", "volcano")
+# (where, key) that name the group, per scheduler; the size goes where noted below.
+_NAME_KEYS: dict[str, tuple[tuple[str, str], ...]] = {
+    "coscheduling": (("labels", COSCHEDULING_LABEL),),
+    "kueue": (("labels", KUEUE_LABEL),),
+    "volcano": (("annotations", VOLCANO_ANNOTATION),),
+}
+_FOREIGN_KEYS = tuple(k for keys in _NAME_KEYS.values() for k in keys)
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+MAX_LABEL_VALUE = 63
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    schedulers: tuple[Scheduler, ...] = ("coscheduling",)
+
+
+def parse(node: Node, bundle: Bundle) -> Settings:
+    node.mapping(allowed=("schedulers",))
+    s = node.get("schedulers")
+    if s is None:
+        return Settings()
+    chosen: list[Scheduler] = []
+    for n in s.seq():
+        name = n.enum(*SCHEDULERS)
+        if name in chosen:
+            n.fail("listed twice")
+        chosen.append(name)  # type: ignore[arg-type]
+    if not chosen:
+        s.fail(f"name at least one of {', '.join(SCHEDULERS)}")
+    return Settings(schedulers=tuple(chosen))
+
+
+def group_name(name: str) -> str:
+    """``name`` as a label value: long names are cut and get a hash suffix, so they stay unique."""
+    if len(name) <= MAX_LABEL_VALUE and _LABEL_VALUE.fullmatch(name):
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    head = re.sub(r"[^-A-Za-z0-9_.]", "-", name)[: MAX_LABEL_VALUE - len(digest) - 1]
+    head = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", head)
+    return f"{head}-{digest}" if head else digest
+
+
+def gang_size(job_spec: dict[str, Any]) -> int:
+    """Pods a Job runs at once: parallelism, unless fewer completions are wanted."""
+    parallelism: Any = job_spec.get("parallelism")
+    completions: Any = job_spec.get("completions")
+    n: int = parallelism if _is_int(parallelism) else 1
+    if _is_int(completions):
+        n = min(n, completions)
+    return n
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _size(value: Any) -> int | None:
+    """A size label's value as a positive integer, or None."""
+    if isinstance(value, str) and re.fullmatch(r"[1-9][0-9]{0,8}", value):
+        return int(value)
+    return None
+
+
+def _user_managed(meta: dict[str, Any]) -> bool:
+    """The workload names its gang for some scheduler itself, without batchgate's labels."""
+    if GROUP_LABEL in (meta.get("labels") or {}):
+        return False
+    return any(key in (meta.get(where) or {}) for where, key in _FOREIGN_KEYS)
+
+
+# -- mutation -------------------------------------------------------------------
+def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
+    shape = ctx.shape
+    if shape is None:
+        return []
+    meta = draft.get(*shape.pod_meta) or {}
+    if not isinstance(meta, dict) or _user_managed(meta):
+        return []
+    labels = meta.get("labels") or {}
+    if shape.kind == "Pod":
+        return _mutate_pod(settings, draft, labels)
+    if shape.kind == "Job":
+        return _mutate_job(settings, draft, ctx, labels)
+    if shape.kind == "CronJob":
+        return _mutate_cronjob(draft, labels)
+    return []
+
+
+def _mutate_pod(settings: Settings, draft: Draft, labels: dict[str, Any]) -> list[Finding]:
+    size = _size(labels.get(SIZE_LABEL))
+    if size is None:
+        return []  # not a gang, or a bad size that validate() explains
+    group = labels.get(GROUP_LABEL)
+    if group is None:
+        owner = next((r for r in draft.get("metadata", "ownerReferences") or []
+                      if isinstance(r, dict) and r.get("controller") and r.get("name")), None)
+        if owner is None:
+            return []  # validate() asks for a group name
+        group = group_name(str(owner["name"]))  # a Job with generateName: now we know its name
+    _write(settings, draft, ("metadata",), str(group), size)
+    return []
+
+
+def _mutate_job(settings: Settings, draft: Draft, ctx: Ctx, labels: dict[str, Any]) -> list[Finding]:
+    spec = draft.get("spec") or {}
+    size = gang_size(spec)
+    if size <= 1:
+        return []
+    findings: list[Finding] = []
+    given = labels.get(SIZE_LABEL)
+    if given is not None and given != str(size):
+        findings.append(warn(
+            f"spec.template label {SIZE_LABEL}={given!r} replaced by {size!r}: a Job's group size "
+            f"follows its parallelism and completions"
+        ))
+    group = labels.get(GROUP_LABEL)
+    if group is None and ctx.name:
+        group = group_name(ctx.name)
+    meta_path = ("spec", "template", "metadata")
+    if group is None:  # generateName: the Pod mutation names the group after the Job
+        _set(draft, (*meta_path, "labels"), SIZE_LABEL, str(size))
+    else:
+        _write(settings, draft, meta_path, str(group), size)
+    return findings
+
+
+def _mutate_cronjob(draft: Draft, labels: dict[str, Any]) -> list[Finding]:
+    size = gang_size(draft.get("spec", "jobTemplate", "spec") or {})
+    if size <= 1:
+        return []
+    findings: list[Finding] = []
+    if GROUP_LABEL in labels:
+        findings.append(warn(
+            f"the CronJob's pod template names the pod group {labels[GROUP_LABEL]!r}: every run shares "
+            f"it; leave {GROUP_LABEL} out and each run's group is named after its Job"
+        ))
+    _set(draft, ("spec", "jobTemplate", "spec", "template", "metadata", "labels"), SIZE_LABEL, str(size))
+    return findings
+
+
+def _write(settings: Settings, draft: Draft, meta: Path, group: str, size: int) -> None:
+    _set(draft, (*meta, "labels"), GROUP_LABEL, group)
+    _set(draft, (*meta, "labels"), SIZE_LABEL, str(size))
+    for scheduler in settings.schedulers:
+        for where, key in _NAME_KEYS[scheduler]:
+            _set(draft, (*meta, where), key, group)
+        if scheduler == "kueue":
+            _set(draft, (*meta, "annotations"), KUEUE_COUNT_ANNOTATION, str(size))
+
+
+def _set(draft: Draft, path: Path, key: str, value: str) -> None:
+    if draft.get(*path, key) != value:
+        draft.set(*path, key, value)
+
+
+# -- validation -----------------------------------------------------------------
+def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
+    shape = ctx.shape
+    if shape is None:
+        return []
+    meta = dig(obj, shape.pod_meta) or {}
+    if not isinstance(meta, dict) or _user_managed(meta):
+        return []
+    labels = meta.get("labels") or {}
+    where = "" if shape.is_pod else f" in {'.'.join(map(str, shape.pod_meta))}"
+    findings: list[Finding] = []
+    size, group = labels.get(SIZE_LABEL), labels.get(GROUP_LABEL)
+    if size is not None and _size(size) is None:
+        findings.append(deny(
+            f"label {SIZE_LABEL}{where} must be a positive whole number of pods, "
+            f"like \"4\"; got {size!r}"
+        ))
+    if group is not None and not (isinstance(group, str) and len(group) <= MAX_LABEL_VALUE
+                                  and _LABEL_VALUE.fullmatch(group)):
+        findings.append(deny(
+            f"label {GROUP_LABEL}{where} must be a valid label value (at most {MAX_LABEL_VALUE} "
+            f"letters, digits, '-', '_' or '.', starting and ending with a letter or digit); got {group!r}"
+        ))
+    if shape.is_pod:
+        if group is not None and size is None:
+            findings.append(deny(
+                f"label {GROUP_LABEL}={group!r} needs {SIZE_LABEL}: the number of pods in the group, "
+                f"e.g. {SIZE_LABEL}: \"4\""
+            ))
+        if size is not None and group is None:
+            findings.append(deny(
+                f"label {SIZE_LABEL} needs {GROUP_LABEL}: the group's name, shared by all its pods, "
+                f"e.g. {GROUP_LABEL}: my-run"
+            ))
+    return findings
+
+
+register(RuleType(
+    name="pod-group",
+    doc="Give the pods of multi-pod workloads the gang-scheduling labels of the configured schedulers.",
+    parse=parse,
+    mutate=mutate,
+    validate=validate,
+    order=40,
+))

@@ -1,0 +1,270 @@
+"""Scavengers: Guaranteed QoS for scavenger workloads, and a valid ScavengerJob spec.
+
+Scavengers run on capacity that others have reserved and must give it back at
+once; their accounting (the reconciler's share of allocatable resources, the
+preemption order) assumes that what a scavenger requests is exactly what it may
+use. So every container of a workload in a scavenger queue must be Guaranteed:
+cpu and memory requests equal to limits.
+
+Kubernetes defaults a Pod container's missing requests to its limits *before*
+admission, but not a pod template's (a Job's template is defaulted only when the
+Job controller makes the Pod). A container with limits only is therefore
+Guaranteed either way, and is treated so here for every kind.
+
+``ScavengerJob`` (batchgate.io/v1alpha1) is checked field by field against the
+contract in ``policies/scavengerjob/README.md``; each problem names its field
+path so a user can fix them all in one go.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from fractions import Fraction
+from typing import Any
+
+from ..contract import GROUP
+from ..units import parse_duration, parse_quantity
+from . import register
+from .base import (
+    ALL_POD_TEMPLATE_KINDS,
+    Ctx,
+    Finding,
+    RuleType,
+    deny,
+    dig,
+    no_settings,
+    pod_spec_parts,
+)
+
+QOS_RESOURCES = ("cpu", "memory")
+
+
+# -- scavenger-qos --------------------------------------------------------------
+def _quantity(value: Any) -> Fraction | None:
+    try:
+        return parse_quantity(value) if isinstance(value, str | int | float) else None
+    except ValueError:
+        return None
+
+
+def container_problems(container: dict[str, Any]) -> list[str]:
+    """Why one container is not Guaranteed QoS (empty when it is)."""
+    res = container.get("resources") or {}
+    limits, requests = res.get("limits") or {}, res.get("requests") or {}
+    problems = []
+    for r in QOS_RESOURCES:
+        limit = limits.get(r)
+        request = requests.get(r, limit)  # what the API server defaults a missing request to
+        if limit is None:
+            hint = f" (set it to the request, {request})" if request is not None else ""
+            problems.append(f"no {r} limit{hint}")
+        elif _quantity(request) is None or _quantity(request) != _quantity(limit):
+            problems.append(f"{r} request {request} != limit {limit}")
+    return problems
+
+
+def validate_qos(settings: None, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
+    if ctx.queue is None or not ctx.queue.scavenger or ctx.shape is None:
+        return []
+    path = ".".join(map(str, ctx.shape.pod_spec))
+    spec = dig(obj, ctx.shape.pod_spec) or {}
+    offenders = []
+    for key, i, container in pod_spec_parts(spec):
+        problems = container_problems(container)
+        if problems:
+            offenders.append(f"{key[:-1]} {container.get('name')!r} ({path}.{key}[{i}]): {', '.join(problems)}")
+    if not offenders:
+        return []
+    return [deny(
+        f"queue {ctx.queue.name!r} runs scavengers, which must be Guaranteed QoS: every container "
+        f"(init containers too) needs cpu and memory limits, with requests equal to them or left out. "
+        f"Fix: {'; '.join(offenders)}"
+    )]
+
+
+register(RuleType(
+    name="scavenger-qos",
+    doc="Deny workloads in scavenger queues that are not Guaranteed QoS (cpu/memory requests == limits).",
+    parse=no_settings,
+    validate=validate_qos,
+    default_kinds=ALL_POD_TEMPLATE_KINDS,
+))
+
+
+# -- scavengerjob ---------------------------------------------------------------
+SPEC_FIELDS = ("image", "command", "args", "env", "resources", "volumes", "pods", "runAsUser", "duration")
+VOLUME_SOURCES = {"persistentVolumeClaim": "claimName", "configMap": "name", "secret": "secretName"}
+VOLUME_FIELDS = ("name", "mountPath", "readOnly", *VOLUME_SOURCES)
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _string_list(errors: list[str], value: Any, path: str, *, required: bool) -> None:
+    if value is None:
+        if required:
+            errors.append(f"{path}: required, a list of strings like [\"python\", \"train.py\"]")
+        return
+    if not isinstance(value, list) or (required and not value):
+        errors.append(f"{path}: must be a non-empty list of strings")
+        return
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            errors.append(f"{path}[{i}]: must be a string (quote numbers), got {item!r}")
+
+
+def _check_resources(errors: list[str], res: Any) -> None:
+    if not isinstance(res, dict):
+        errors.append("spec.resources: required, with limits (and optionally equal requests) for cpu and memory")
+        return
+    for key in res:
+        if key not in ("requests", "limits"):
+            errors.append(f"spec.resources.{key}: unknown field; expected requests and limits")
+    limits, requests = res.get("limits"), res.get("requests")
+    for name, part in (("limits", limits), ("requests", requests)):
+        if part is not None and not isinstance(part, dict):
+            errors.append(f"spec.resources.{name}: must be a mapping of resource name to quantity")
+    limits = limits if isinstance(limits, dict) else {}
+    requests = requests if isinstance(requests, dict) else {}
+    for name, part in (("limits", limits), ("requests", requests)):
+        for r, q in part.items():
+            value = _quantity(q)
+            if value is None:
+                errors.append(f"spec.resources.{name}.{r}: {q!r} is not a quantity (e.g. 500m, 4, 8Gi)")
+            elif value <= 0:
+                errors.append(f"spec.resources.{name}.{r}: must be more than zero, got {q}")
+    for r in QOS_RESOURCES:
+        if r not in limits:
+            hint = f" (equal to spec.resources.requests.{r}, {requests[r]})" if r in requests else ""
+            errors.append(f"spec.resources.limits.{r}: required{hint}")
+    for r, q in requests.items():
+        if r in limits and _quantity(q) is not None and _quantity(limits[r]) is not None \
+                and _quantity(q) != _quantity(limits[r]):
+            errors.append(
+                f"spec.resources.requests.{r}: {q} must equal spec.resources.limits.{r} ({limits[r]}); "
+                f"scavengers are Guaranteed QoS"
+            )
+        elif r not in limits and r not in QOS_RESOURCES:
+            errors.append(f"spec.resources.limits.{r}: required, equal to spec.resources.requests.{r} ({q})")
+
+
+def _check_volumes(errors: list[str], volumes: Any) -> None:
+    if volumes is None:
+        return
+    if not isinstance(volumes, list):
+        errors.append("spec.volumes: must be a list")
+        return
+    names: dict[str, int] = {}
+    paths: dict[str, int] = {}
+    for i, vol in enumerate(volumes):
+        at = f"spec.volumes[{i}]"
+        if not isinstance(vol, dict):
+            errors.append(f"{at}: must be a mapping with name, mountPath and one source")
+            continue
+        for key in vol:
+            if key not in VOLUME_FIELDS:
+                errors.append(f"{at}.{key}: unknown field; expected one of {', '.join(VOLUME_FIELDS)}")
+        name = vol.get("name")
+        if not isinstance(name, str) or not DNS_LABEL.fullmatch(name) or len(name) > 63:
+            errors.append(f"{at}.name: required, a lowercase DNS label like data, got {name!r}")
+        elif name in names:
+            errors.append(f"{at}.name: {name!r} is also the name of spec.volumes[{names[name]}]")
+        else:
+            names[name] = i
+        path = vol.get("mountPath")
+        if not isinstance(path, str) or not path.startswith("/"):
+            errors.append(f"{at}.mountPath: required, an absolute path like /data, got {path!r}")
+        else:
+            norm = posixpath.normpath(path)
+            if norm in paths:
+                errors.append(f"{at}.mountPath: {path} is already mounted by spec.volumes[{paths[norm]}]")
+            else:
+                paths[norm] = i
+        if "readOnly" in vol and not isinstance(vol["readOnly"], bool):
+            errors.append(f"{at}.readOnly: must be true or false")
+        sources = [s for s in VOLUME_SOURCES if s in vol]
+        if len(sources) != 1:
+            found = f"found {', '.join(sources)}" if sources else "found none"
+            errors.append(f"{at}: needs exactly one of {', '.join(VOLUME_SOURCES)} ({found})")
+        for source in sources:
+            ref, key = vol[source], VOLUME_SOURCES[source]
+            if not isinstance(ref, dict):
+                errors.append(f"{at}.{source}: must be a mapping with {key}")
+                continue
+            for k in ref:
+                if k != key:
+                    errors.append(f"{at}.{source}.{k}: unknown field; expected {key}")
+            target = ref.get(key)
+            if not isinstance(target, str) or not DNS_SUBDOMAIN.fullmatch(target) or len(target) > 253:
+                errors.append(f"{at}.{source}.{key}: required, the name of a {source} in this namespace, got {target!r}")
+
+
+def scavengerjob_problems(obj: dict[str, Any]) -> list[str]:
+    """Every problem of a ScavengerJob's spec, each starting with its field path."""
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return ["spec: required (see the ScavengerJob contract: image, command, resources, runAsUser, duration, ...)"]
+    errors: list[str] = []
+    for key in spec:
+        if key not in SPEC_FIELDS:
+            errors.append(f"spec.{key}: unknown field; expected one of {', '.join(SPEC_FIELDS)}")
+    image = spec.get("image")
+    if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
+        errors.append(f"spec.image: required, a container image like registry.example.org/app:1.0, got {image!r}")
+    _string_list(errors, spec.get("command"), "spec.command", required=True)
+    _string_list(errors, spec.get("args"), "spec.args", required=False)
+    env = spec.get("env")
+    if env is not None:
+        if not isinstance(env, list):
+            errors.append("spec.env: must be a list of {name, value}")
+        else:
+            for i, e in enumerate(env):
+                if not isinstance(e, dict) or set(e) - {"name", "value"} \
+                        or not isinstance(e.get("name"), str) or not ENV_NAME.fullmatch(e["name"]) \
+                        or not isinstance(e.get("value", ""), str):
+                    errors.append(f"spec.env[{i}]: must be {{name: VAR_NAME, value: \"string\"}}, got {e!r}")
+    _check_resources(errors, spec.get("resources"))
+    _check_volumes(errors, spec.get("volumes"))
+    pods = spec.get("pods")
+    if pods is not None and (not _int(pods) or pods < 1):
+        errors.append(f"spec.pods: must be a whole number >= 1, got {pods!r}")
+    uid = spec.get("runAsUser")
+    if uid is None:
+        errors.append("spec.runAsUser: required, a non-root user id >= 1, e.g. 1000")
+    elif not _int(uid) or uid < 1:
+        errors.append(f"spec.runAsUser: must be a user id >= 1 (scavengers never run as root), got {uid!r}")
+    duration = spec.get("duration")
+    if duration is None:
+        errors.append("spec.duration: required, the protection period, e.g. 30m or 2h")
+    else:
+        try:
+            parse_duration(duration if isinstance(duration, str) else "")
+        except ValueError:
+            errors.append(f"spec.duration: {duration!r} is not a duration; write e.g. 30m, 2h or 1h30m")
+    return errors
+
+
+def validate_scavengerjob(settings: None, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
+    old = ctx.old_object
+    if ctx.operation == "UPDATE" and isinstance(old, dict) and old.get("spec") == obj.get("spec"):
+        return []  # metadata-only updates (finalizers, labels) of a stored object pass
+    problems = scavengerjob_problems(obj)
+    if not problems:
+        return []
+    return [deny(f"invalid ScavengerJob {ctx.namespace}/{ctx.name or '(generated name)'}: {'; '.join(problems)}")]
+
+
+register(RuleType(
+    name="scavengerjob",
+    doc="Validate the spec of ScavengerJob (batchgate.io/v1alpha1) custom resources, naming each bad field.",
+    parse=no_settings,
+    validate=validate_scavengerjob,
+    default_kinds=((GROUP, "v1alpha1", "ScavengerJob"),),
+    default_operations=("CREATE", "UPDATE"),
+    default_failure_policy="Fail",
+))
