@@ -1,0 +1,172 @@
+"""No service-account token in user workloads.
+
+Setting ``automountServiceAccountToken: false`` is not enough on a Pod: the
+API server's ServiceAccount admission plugin runs *before* webhooks and has
+already added the token volume and its mounts to the object the webhook sees.
+So on Pods this policy also removes exactly what that plugin injected:
+
+- Kubernetes < 1.21 (and clusters with BoundServiceAccountTokenVolume off): a
+  secret volume named after the service account's token secret
+  (``<sa>-token-xxxxx``, or that name plus ``-xxxxx`` when taken);
+- Kubernetes >= 1.21: a projected volume ``kube-api-access-xxxxx`` made of the
+  service-account token, the ``kube-root-ca.crt`` ConfigMap and the namespace
+  from the downward API;
+
+each mounted read-only at /var/run/secrets/kubernetes.io/serviceaccount. A
+volume counts as injected only when its shape is exactly that and every mount
+of it is such a read-only mount at that path; anything else is the user's own
+and is left alone. Pod templates (Job, CronJob) get only the field: the plugin
+does not touch templates, and honours the field when the controller creates
+the Pods.
+
+Namespaces and service accounts that really need the API are exempted in the
+settings.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..draft import Draft
+from ..yamlsrc import Node
+from . import register
+from .base import Ctx, Finding, RuleType, pod_spec_parts, warn
+
+if TYPE_CHECKING:
+    from ..bundle import Bundle
+
+MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+FIELD = "automountServiceAccountToken"
+_SUFFIX = r"[a-z0-9]{5}"
+_PROJECTED_NAME = re.compile(rf"kube-api-access-{_SUFFIX}")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Exemptions: ``namespaces`` (globs) and ``service_accounts`` (``namespace/name`` globs)."""
+
+    namespaces: tuple[str, ...] = ()
+    service_accounts: tuple[str, ...] = ()
+
+
+def parse(node: Node, bundle: Bundle) -> Settings:
+    node.mapping(allowed=("exemptNamespaces", "exemptServiceAccounts"))
+    ns = node.get("exemptNamespaces")
+    sas = node.get("exemptServiceAccounts")
+    accounts = sas.str_list() if sas else ()
+    for i, glob in enumerate(accounts):
+        if glob.count("/") != 1 or not all(glob.split("/")):
+            sas.seq()[i].fail(f"{glob!r}: expected namespace/name (globs allowed, e.g. ci-*/deployer)")  # type: ignore[union-attr]
+    return Settings(namespaces=ns.str_list() if ns else (), service_accounts=accounts)
+
+
+def service_account(spec: dict[str, Any]) -> str:
+    return str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
+
+
+def exempt(settings: Settings, namespace: str, account: str) -> bool:
+    return any(fnmatch.fnmatchcase(namespace, g) for g in settings.namespaces) or any(
+        fnmatch.fnmatchcase(f"{namespace}/{account}", g) for g in settings.service_accounts
+    )
+
+
+def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
+    shape = ctx.shape
+    if shape is None:
+        return []
+    spec = draft.get(*shape.pod_spec)
+    if not isinstance(spec, dict):
+        return []
+    account = service_account(spec)
+    if exempt(settings, ctx.namespace, account):
+        return []
+    findings: list[Finding] = []
+    if spec.get(FIELD) is not False:
+        if spec.get(FIELD) is True and not ctx.from_controller:
+            findings.append(warn(
+                f"{FIELD}: true overridden: workloads get no Kubernetes API token here; ask an admin "
+                f"to exempt service account {ctx.namespace}/{account} if this one needs the API"
+            ))
+        draft.set(*shape.pod_spec, FIELD, False)
+    if shape.is_pod:
+        remove_injected(draft, shape.pod_spec, account)
+    return findings
+
+
+def injected_volumes(spec: dict[str, Any], account: str) -> set[str]:
+    """Names of the volumes the ServiceAccount admission plugin added to this pod spec."""
+    shaped = {v["name"] for v in spec.get("volumes") or []
+              if isinstance(v, dict) and isinstance(v.get("name"), str) and _token_volume(v, account)}
+    for _, _, container in pod_spec_parts(spec):
+        for m in container.get("volumeMounts") or []:
+            if isinstance(m, dict) and m.get("name") in shaped and not _token_mount(m):
+                shaped.discard(m["name"])  # the user mounts it elsewhere too: theirs
+    return shaped
+
+
+def remove_injected(draft: Draft, spec_path: tuple[str | int, ...], account: str) -> None:
+    spec = draft.get(*spec_path)
+    names = injected_volumes(spec, account)
+    if not names:
+        return
+    for key, i, container in pod_spec_parts(spec):
+        mounts = container.get("volumeMounts") or []
+        kept = [m for m in mounts if not (isinstance(m, dict) and m.get("name") in names)]
+        if len(kept) != len(mounts):
+            if kept:
+                draft.set(*spec_path, key, i, "volumeMounts", kept)
+            else:
+                draft.delete(*spec_path, key, i, "volumeMounts")
+    volumes = [v for v in spec.get("volumes") or [] if not (isinstance(v, dict) and v.get("name") in names)]
+    if volumes:
+        draft.set(*spec_path, "volumes", volumes)
+    else:
+        draft.delete(*spec_path, "volumes")
+
+
+def _token_mount(m: dict[str, Any]) -> bool:
+    return (
+        str(m.get("mountPath", "")).rstrip("/") == MOUNT_PATH
+        and m.get("readOnly") is True
+        and set(m) <= {"name", "mountPath", "readOnly"}
+    )
+
+
+def _token_volume(v: dict[str, Any], account: str) -> bool:
+    name = v["name"]
+    if set(v) == {"name", "secret"}:  # legacy: the service account's token secret
+        secret = v["secret"]
+        if not isinstance(secret, dict) or not set(secret) <= {"secretName", "defaultMode"}:
+            return False
+        secret_name = str(secret.get("secretName") or "")
+        legacy = re.fullmatch(rf"{re.escape(account)}-token-{_SUFFIX}", secret_name)
+        return bool(legacy) and re.fullmatch(rf"{re.escape(secret_name)}(-{_SUFFIX})?", name) is not None
+    if set(v) == {"name", "projected"} and _PROJECTED_NAME.fullmatch(name):
+        projected = v["projected"]
+        if not isinstance(projected, dict) or not set(projected) <= {"sources", "defaultMode"}:
+            return False
+        kinds: set[str] = set()
+        for source in projected.get("sources") or []:
+            if not isinstance(source, dict) or len(source) != 1:
+                return False
+            (kind, body), = source.items()
+            kinds.add(kind)
+            if kind == "serviceAccountToken" and (not isinstance(body, dict) or body.get("audience")):
+                return False
+            if kind == "configMap" and (not isinstance(body, dict) or body.get("name") != "kube-root-ca.crt"):
+                return False
+        return kinds == {"serviceAccountToken", "configMap", "downwardAPI"}
+    return False
+
+
+register(RuleType(
+    name="service-account-token",
+    doc="automountServiceAccountToken: false on user workloads, and the token the API server already injected removed.",
+    parse=parse,
+    mutate=mutate,
+    default_failure_policy="Fail",
+    order=40,
+))
