@@ -293,16 +293,16 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
     ordinary = [q for q in queues.values() if not q.scavenger]
     scavengers = [q for q in queues.values() if q.scavenger]
     for q in scavengers:
-        pc = classes[q.priority_class]
+        scav = classes[q.priority_class]
         where = _queue_node(spec, q.name)
-        if pc.preemption_policy != "Never":
+        if scav.preemption_policy != "Never":
             where.req("priorityClass").fail(
-                f"scavenger queue {q.name!r} uses class {pc.name!r}, whose preemptionPolicy must be Never"
+                f"scavenger queue {q.name!r} uses class {scav.name!r}, whose preemptionPolicy must be Never"
             )
         for o in ordinary:
-            if classes[o.priority_class].value <= pc.value:
+            if classes[o.priority_class].value <= scav.value:
                 where.req("priorityClass").fail(
-                    f"scavenger class {pc.name!r} ({pc.value}) must rank below ordinary class "
+                    f"scavenger class {scav.name!r} ({scav.value}) must rank below ordinary class "
                     f"{o.priority_class!r} ({classes[o.priority_class].value}) of queue {o.name!r}"
                 )
 
@@ -327,7 +327,7 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
             node_selector=_label_map(sel) if sel else {},
         ))
 
-    excluded = DEFAULT_EXCLUDED_NAMESPACES
+    excluded: tuple[str, ...] = DEFAULT_EXCLUDED_NAMESPACES
     if (ex := spec.get("exclude")) is not None:
         ex.mapping(allowed=("namespaces",))
         excluded = ex.req("namespaces").str_list()

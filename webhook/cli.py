@@ -270,7 +270,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     except ImportError:  # pragma: no cover - until the reconciler lands
         print("batchgate: the reconciler is not available in this build", file=sys.stderr)
         return 2
-    return run_reconciler(args)
+    return int(run_reconciler(args))
 
 
 def cmd_manifests(args: argparse.Namespace) -> int:

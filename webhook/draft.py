@@ -15,6 +15,7 @@ from typing import Any
 
 JSON = Any
 Path = tuple[str | int, ...]
+Ids = set[int]  # Draft.set shadows the builtin inside the class body
 
 
 class Draft:
@@ -25,7 +26,7 @@ class Draft:
     def __init__(self, original: dict[str, Any]) -> None:
         self.original = original
         self.root: dict[str, Any] = original
-        self._owned: set[int] = set()
+        self._owned: Ids = set()
 
     # -- reading ----------------------------------------------------------
     def get(self, *path: str | int, default: Any = None) -> Any:
@@ -83,13 +84,13 @@ class Draft:
         container = self.edit(*parent)
         del container[key]
 
-    def checkpoint(self) -> tuple[dict[str, Any], set[int]]:
+    def checkpoint(self) -> tuple[dict[str, Any], Ids]:
         """State to :meth:`rollback` to if the next rule fails half-way."""
         saved = (self.root, self._owned)
         self._owned = set()  # the next rule copies afresh, so a rollback is exact
         return saved
 
-    def rollback(self, saved: tuple[dict[str, Any], set[int]]) -> None:
+    def rollback(self, saved: tuple[dict[str, Any], Ids]) -> None:
         self.root, self._owned = saved[0], set()
 
     @property

@@ -88,10 +88,10 @@ def decide(body: Any, bundle: Bundle, *, phase: Phase) -> Decision:
     if namespace and bundle.excluded(namespace):
         decision.skipped = f"namespace {namespace} is excluded"
         return decision
-    ctx = make_ctx(req, obj, bundle, namespace)
     labels = meta.get("labels") or {}
     if not isinstance(labels, dict):
         raise BadReview("request.object.metadata.labels must be an object")
+    ctx = make_ctx(req, obj, bundle, namespace)
 
     draft = Draft(obj)
     if phase in ("mutate", "check"):

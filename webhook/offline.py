@@ -41,7 +41,7 @@ def synthetic_review(obj: dict[str, Any], caller: Caller, *, old_object: dict[st
     api_version = str(obj.get("apiVersion") or "")
     group, _, version = api_version.rpartition("/")
     kind = str(obj.get("kind") or "")
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
     namespace = meta.get("namespace") or caller.namespace
     if meta.get("namespace") != namespace and kind not in ("Namespace", "PriorityClass", "Node"):
         obj = {**obj, "metadata": {**meta, "namespace": namespace}}
@@ -164,10 +164,12 @@ def _load_object(node: Node, base: Path) -> dict[str, Any]:
         docs = load_documents(file.read_text())
         if len(docs) != 1 or not isinstance(docs[0], dict):
             node.fail(f"{file} must hold exactly one object")
-        return docs[0]  # type: ignore[no-any-return]
+        obj: dict[str, Any] = docs[0]
+        return obj
     if not isinstance(node.value, dict):
         node.fail("expected an object, or the path of a sample file")
-    return json.loads(json.dumps(node.value))
+    copied: dict[str, Any] = json.loads(json.dumps(node.value))
+    return copied
 
 
 def _run_case(case: Node, bundle: Bundle, path: Path) -> CaseResult:
@@ -211,8 +213,8 @@ def _run_case(case: Node, bundle: Bundle, path: Path) -> CaseResult:
         f.append(f"expected no warnings, got {decision.warnings}")
     if expect.get("unchanged") and expect.req("unchanged").bool() and decision.patch:
         f.append(f"expected no change, got patch {json.dumps(decision.patch)}")
-    if (m := expect.get("mutated")) is not None:
-        want = _load_object(m, base)
+    if (expected := expect.get("mutated")) is not None:
+        want = _load_object(expected, base)
         got = decision.obj if decision.obj is not None else {}
         if "namespace" not in (want.get("metadata") or {}):  # the suite added it, not a policy
             got = {**got, "metadata": {k: v for k, v in (got.get("metadata") or {}).items() if k != "namespace"}}

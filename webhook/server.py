@@ -231,6 +231,7 @@ def reload_certificate(state: State) -> bool:
     try:
         state.ssl_context.load_cert_chain(cert, key)  # applies to new handshakes only
     except (ssl.SSLError, OSError) as e:
+        state.cert_stamp = stamp  # retry when the files change again, not on every poll
         metrics.CERT_RELOADS.labels("failure").inc()
         log.error("serving certificate rejected, keeping the previous one: %s", e)
         return False

@@ -18,11 +18,12 @@ from typing import Any, NoReturn, TypeVar
 import yaml
 
 try:  # the C loader is several times faster; fall back silently when absent
-    _Loader: type[yaml.SafeLoader] = yaml.CSafeLoader  # type: ignore[attr-defined]
+    _Loader: Any = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover
     _Loader = yaml.SafeLoader
 
 T = TypeVar("T")
+Str = str  # Node.str() shadows the builtin inside the class body
 
 
 class BundleError(Exception):
@@ -50,18 +51,18 @@ class Node:
     lines: dict[Any, int] | None = None  # line of each child key / index
 
     # -- navigation -------------------------------------------------------
-    def fail(self, message: str) -> NoReturn:
+    def fail(self, message: Str) -> NoReturn:
         raise BundleError(self.file, self.line, self.path, message)
 
     def _child(self, key: Any, value: Any) -> Node:
         line = (self.lines or {}).get(key, self.line)
-        sub = f"{self.path}.{key}" if isinstance(key, str) else f"{self.path}[{key}]"
+        sub = f"{self.path}.{key}" if isinstance(key, Str) else f"{self.path}[{key}]"
         if not self.path:
             sub = str(key)
         lines = getattr(value, "_lines", None)
         return Node(value, self.file, line, sub, lines)
 
-    def mapping(self, *, allowed: tuple[str, ...] | None = None) -> Node:
+    def mapping(self, *, allowed: tuple[Str, ...] | None = None) -> Node:
         if not isinstance(self.value, dict):
             self.fail(f"expected a mapping, got {_kind(self.value)}")
         if allowed is not None:
@@ -72,19 +73,19 @@ class Node:
                     )
         return self
 
-    def get(self, key: str) -> Node | None:
+    def get(self, key: Str) -> Node | None:
         self.mapping()
         if key not in self.value or self.value[key] is None:
             return None
         return self._child(key, self.value[key])
 
-    def req(self, key: str) -> Node:
+    def req(self, key: Str) -> Node:
         node = self.get(key)
         if node is None:
             raise BundleError(self.file, self.line, _join(self.path, key), "required field is missing")
         return node
 
-    def items(self) -> Iterator[tuple[str, Node]]:
+    def items(self) -> Iterator[tuple[Str, Node]]:
         self.mapping()
         for key, value in self.value.items():
             yield str(key), self._child(key, value)
@@ -95,8 +96,8 @@ class Node:
         return [self._child(i, v) for i, v in enumerate(self.value)]
 
     # -- scalars ----------------------------------------------------------
-    def str(self, *, pattern: str | None = None, hint: str = "") -> str:
-        if not isinstance(self.value, str) or not self.value:
+    def str(self, *, pattern: Str | None = None, hint: str = "") -> Str:
+        if not isinstance(self.value, Str) or not self.value:
             self.fail(f"expected a non-empty string, got {_kind(self.value)}")
         if pattern and not re.fullmatch(pattern, self.value):
             self.fail(f"{self.value!r} is not valid{': ' + hint if hint else ''}")
@@ -116,25 +117,25 @@ class Node:
             self.fail(f"expected true or false, got {_kind(self.value)}")
         return self.value
 
-    def enum(self, *choices: str) -> str:
+    def enum(self, *choices: Str) -> Str:
         if self.value not in choices:
             self.fail(f"expected one of {', '.join(choices)}, got {self.value!r}")
         return str(self.value)
 
-    def str_list(self) -> tuple[str, ...]:
+    def str_list(self) -> tuple[Str, ...]:
         return tuple(n.str() for n in self.seq())
 
-    def str_map(self) -> dict[str, str]:
-        out: dict[str, str] = {}
+    def str_map(self) -> dict[Str, Str]:
+        out: dict[Str, Str] = {}
         for key, node in self.items():
             if isinstance(node.value, bool | int | float):
                 node.fail("expected a string (quote it in YAML)")
             out[key] = node.str()
         return out
 
-    def parsed(self, parse: Callable[[str], T], *, expected: str) -> T:
+    def parsed(self, parse: Callable[[Str], T], *, expected: Str) -> T:
         """Parse a scalar with ``parse``; a ValueError becomes an error at this field."""
-        raw = self.value if isinstance(self.value, str) else str(self.value)
+        raw = self.value if isinstance(self.value, Str) else str(self.value)
         if isinstance(self.value, bool) or self.value is None:
             self.fail(f"expected {expected}, got {_kind(self.value)}")
         try:
@@ -177,10 +178,12 @@ def read_text(text: str, name: str) -> list[Node]:
 # -- internals -------------------------------------------------------------
 class _Map(dict[Any, Any]):
     __slots__ = ("_lines",)
+    _lines: dict[Any, int]
 
 
 class _Seq(list[Any]):
     __slots__ = ("_lines",)
+    _lines: dict[Any, int]
 
 
 def _convert(node: yaml.Node, constructor: yaml.SafeLoader, name: str) -> Any:

@@ -8,10 +8,9 @@ no user volume has.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from ..draft import Draft
 from ..units import format_memory, parse_quantity
@@ -61,8 +60,8 @@ def parse(node: Node, bundle: Bundle) -> Settings:
 def size_limit(settings: Settings, spec: dict) -> Fraction | None:  # type: ignore[type-arg]
     if settings.fraction is not None:
         total = Fraction(0)
-        for _, _, c in pod_spec_parts(spec):
-            if _ == "initContainers":
+        for part, _, c in pod_spec_parts(spec):
+            if part == "initContainers":
                 continue
             limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
             if limit is None:

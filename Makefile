@@ -1,0 +1,49 @@
+# batchgate — the obvious targets. Everything runs from a project-local virtualenv (.venv),
+# created on first use, so a fresh machine needs nothing but python3.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup serve test unit suites e2e e2e-deps lint typecheck bench manifests clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)  ## create .venv with batchgate and its test tools
+
+serve: $(STAMP)  ## run the webhook on the bundled policies (https://127.0.0.1:8443)
+	$(BIN)/batchgate serve
+
+test: lint unit suites e2e  ## everything CI runs
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -q
+
+suites: $(STAMP)  ## the policy bundle's own suites, and drift of generated manifests
+	$(BIN)/batchgate test policies
+	$(BIN)/batchgate manifests --check
+
+e2e: $(STAMP)  ## end-to-end against a real kube-apiserver (skips without binaries unless CI=true)
+	@if [ "$${CI:-}" = "true" ]; then bash hack/e2e-deps.sh; fi
+	$(BIN)/python -m pytest tests/e2e -q
+
+e2e-deps:  ## install etcd and build kube-apiserver & co. into the cache (minutes, once)
+	bash hack/e2e-deps.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check webhook tests bench
+	$(BIN)/mypy
+
+bench: $(STAMP)  ## webhook throughput vs a no-op handler, and the reconciler planner
+	$(BIN)/python bench/bench_webhook.py
+	$(BIN)/python bench/bench_planner.py
+
+manifests: $(STAMP)  ## regenerate manifests/ parts derived from the bundle
+	$(BIN)/batchgate manifests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

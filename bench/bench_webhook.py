@@ -1,0 +1,147 @@
+"""Throughput and latency of POST /mutate, side by side with a no-op handler.
+
+Both servers speak HTTPS with the same certificate on loopback, each pinned to
+one core with ``taskset``; ``wrk`` (Debian package) runs on the other core and
+POSTs a real AdmissionReview a kube-apiserver sent (shared/fixtures). The no-op
+server parses the review and answers ``allowed`` — the floor any Python webhook
+pays for TLS, HTTP and JSON. They run one after the other in the same process
+tree, so the machine's noise hits both alike; the ratio is the figure to watch.
+
+    python bench/bench_webhook.py [--duration 10] [--connections 16] [--fixture FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT.parent / "shared" / "fixtures" / "admission-k8s-1.20"
+if not FIXTURES.is_dir():
+    FIXTURES = ROOT / "tests" / "fixtures" / "admission-k8s-1.20"
+
+NOOP = r'''
+import json, ssl, sys
+from aiohttp import web
+
+async def handle(request):
+    body = json.loads(await request.read())
+    uid = body["request"]["uid"]
+    out = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+           "response": {"uid": uid, "allowed": True}}
+    return web.Response(body=json.dumps(out, separators=(",", ":")).encode(),
+                        content_type="application/json")
+
+ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+ctx.load_cert_chain(sys.argv[2] + "/tls.crt", sys.argv[2] + "/tls.key")
+app = web.Application(client_max_size=6 * 1024 * 1024)
+app.router.add_post("/mutate", handle)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), ssl_context=ctx, access_log=None, print=None)
+'''
+
+LUA = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local f = io.open(os.getenv("BENCH_BODY"), "rb")
+wrk.body = f:read("*a")
+f:close()
+done = function(summary, latency, requests)
+  io.write(string.format("RESULT %d %d %d %.3f %.3f %.3f\\n", summary.requests, summary.duration,
+    summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000, latency.mean / 1000))
+end
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(port: int, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"server on port {port} did not start")
+
+
+def run_wrk(port: int, body: Path, *, duration: int, connections: int, core: str) -> dict[str, float]:
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write(LUA)
+    cmd = ["taskset", "-c", core, "wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency",
+           "-s", f.name, f"https://127.0.0.1:{port}/mutate"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "BENCH_BODY": str(body)},
+                         check=True).stdout
+    os.unlink(f.name)
+    line = next(ln for ln in out.splitlines() if ln.startswith("RESULT"))
+    _, reqs, micros, errors, p50, p99, mean = line.split()
+    return {"rps": int(reqs) / (int(micros) / 1e6), "p50": float(p50), "p99": float(p99),
+            "mean": float(mean), "errors": int(errors)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=int, default=10, help="seconds per run (default 10)")
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--fixture", default=str(FIXTURES / "pod-create-by-namespace-user.mutate.json"))
+    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds; the best of each is kept")
+    args = ap.parse_args()
+    if not shutil.which("wrk"):
+        print("bench: wrk is not installed (apt-get install wrk)", file=sys.stderr)
+        return 2
+    cpus = sorted(os.sched_getaffinity(0))
+    server_core, client_core = str(cpus[0]), str(cpus[-1])
+    tmp = Path(tempfile.mkdtemp(prefix="batchgate-bench-"))
+    subprocess.run([sys.executable, "-m", "webhook", "certs", "--cert-dir", str(tmp)], check=True,
+                   capture_output=True, cwd=ROOT)
+    (tmp / "noop.py").write_text(NOOP)
+    body = Path(args.fixture)
+    json.loads(body.read_text())  # fail early on a bad fixture
+
+    results: dict[str, list[dict[str, float]]] = {"no-op": [], "batchgate": []}
+    for _ in range(args.rounds):
+        for name in ("no-op", "batchgate"):
+            port = free_port()
+            if name == "no-op":
+                cmd = [sys.executable, str(tmp / "noop.py"), str(port), str(tmp)]
+            else:
+                cmd = [sys.executable, "-m", "webhook", "--log-level", "WARNING", "serve", "--port", str(port),
+                       "--cert-dir", str(tmp)]
+            proc = subprocess.Popen(["taskset", "-c", server_core, *cmd], cwd=ROOT)
+            try:
+                wait_ready(port)
+                run_wrk(port, body, duration=2, connections=args.connections, core=client_core)  # warm-up
+                results[name].append(run_wrk(port, body, duration=args.duration,
+                                             connections=args.connections, core=client_core))
+            finally:
+                proc.terminate()
+                proc.wait(timeout=10)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    best = {k: max(v, key=lambda r: r["rps"]) for k, v in results.items()}
+    print(f"fixture: {body.name}; {args.connections} connections, {args.duration}s x {args.rounds} rounds, "
+          f"server on core {server_core}, wrk on core {client_core}")
+    print(f"{'server':<10} {'reviews/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
+    for name, r in best.items():
+        print(f"{name:<10} {r['rps']:>10.0f} {r['p50']:>8.2f} {r['p99']:>8.2f} {r['errors']:>7.0f}")
+    ratio = best["batchgate"]["rps"] / best["no-op"]["rps"]
+    print(f"ratio batchgate / no-op: {ratio:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""The copy-on-write draft and the JSONPatch it produces, checked with jsonpatch as oracle."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import jsonpatch
+import pytest
+
+from webhook.draft import Draft, make_patch
+
+BASE = {
+    "metadata": {"name": "p", "labels": {"a": "1"}},
+    "spec": {
+        "volumes": [{"name": "tok", "secret": {"secretName": "t"}}, {"name": "data", "emptyDir": {}}],
+        "containers": [{"name": "c", "volumeMounts": [{"name": "tok", "mountPath": "/var/run"}]}],
+        "priority": 0,
+    },
+}
+
+
+def edits_add_label(d: Draft) -> None:
+    d.set("metadata", "labels", "batchgate.io/queue", "batch")
+
+
+def edits_new_annotations(d: Draft) -> None:
+    d.set("metadata", "annotations", "x/y~z", "1")
+
+
+def edits_remove_first_volume(d: Draft) -> None:
+    vols = d.edit("spec", "volumes")
+    del vols[0]
+    d.edit("spec", "containers", 0, "volumeMounts").clear()
+
+
+def edits_append_and_remove(d: Draft) -> None:
+    vols = d.edit("spec", "volumes")
+    del vols[0]
+    vols.append({"name": "shm", "emptyDir": {"medium": "Memory"}})
+
+
+def edits_replace_scalar(d: Draft) -> None:
+    d.set("spec", "priority", 1000)
+
+
+def edits_delete_key(d: Draft) -> None:
+    d.delete("metadata", "labels", "a")
+
+
+def edits_nothing_real(d: Draft) -> None:
+    d.set("spec", "priority", 0)
+
+
+def edits_int_to_bool(d: Draft) -> None:
+    d.set("spec", "priority", False)  # 0 == False in Python; JSON knows better
+
+
+CASES = [edits_add_label, edits_new_annotations, edits_remove_first_volume, edits_append_and_remove,
+         edits_replace_scalar, edits_delete_key, edits_nothing_real, edits_int_to_bool]
+
+
+@pytest.mark.parametrize("edit", CASES, ids=lambda f: f.__name__)
+def test_patch_turns_original_into_draft(edit):
+    original = copy.deepcopy(BASE)
+    frozen = json.dumps(original, sort_keys=True)
+    d = Draft(original)
+    edit(d)
+    assert json.dumps(original, sort_keys=True) == frozen, "the original must never change"
+    patch = d.patch()
+    assert jsonpatch.apply_patch(copy.deepcopy(BASE), patch) == d.root
+    assert json.dumps(jsonpatch.apply_patch(copy.deepcopy(BASE), patch)) == json.dumps(d.root)
+
+
+def test_untouched_subtrees_are_shared_not_copied():
+    d = Draft(BASE)
+    d.set("metadata", "labels", "q", "x")
+    assert d.root["spec"] is BASE["spec"]
+    assert d.root["metadata"] is not BASE["metadata"]
+
+
+def test_no_edit_no_patch():
+    assert Draft(BASE).patch() == []
+    assert make_patch(BASE, copy.deepcopy(BASE)) == []
+
+
+def test_removal_is_expressed_as_remove_ops():
+    d = Draft(BASE)
+    del d.edit("spec", "volumes")[0]
+    assert d.patch() == [{"op": "remove", "path": "/spec/volumes/0"}]
+
+
+def test_keys_are_escaped():
+    d = Draft({"metadata": {"labels": {}}})
+    d.set("metadata", "labels", "a/b~c", "v")
+    assert d.patch() == [{"op": "add", "path": "/metadata/labels/a~1b~0c", "value": "v"}]
+
+
+def test_rollback_restores_exactly():
+    d = Draft(BASE)
+    d.set("spec", "priority", 5)
+    saved = d.checkpoint()
+    d.edit("spec", "volumes").clear()
+    d.set("spec", "priority", 7)
+    d.rollback(saved)
+    assert d.root["spec"]["priority"] == 5
+    assert len(d.root["spec"]["volumes"]) == 2
+
+
+def test_edit_creates_missing_containers():
+    d = Draft({"spec": {}})
+    d.edit("spec", "containers", create=list).append({"name": "x"})
+    assert d.root == {"spec": {"containers": [{"name": "x"}]}}
+
+
+def test_edit_through_a_scalar_is_an_error():
+    d = Draft({"spec": {"priority": 1}})
+    with pytest.raises(TypeError):
+        d.edit("spec", "priority", "x")

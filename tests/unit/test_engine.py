@@ -1,0 +1,138 @@
+"""The pure admission engine on every real request a kube-apiserver sent, and on bad ones."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import dataclasses
+import json
+
+import jsonpatch
+import pytest
+
+from tests.conftest import FIXTURES, fixture
+from webhook.engine import BadReview, decide, review
+from webhook.rules.base import RuleType
+
+ALL = sorted(p.name for p in FIXTURES.glob("*.json"))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_fixture_gets_a_well_formed_answer(name, bundle):
+    body = fixture(name)
+    original = copy.deepcopy(body)
+    phase = "validate" if ".validate." in name else "mutate"
+    out, decision = review(body, bundle, phase=phase)
+    assert body == original, "the engine must not modify the request"
+    resp = out["response"]
+    assert out["apiVersion"] == "admission.k8s.io/v1" and out["kind"] == "AdmissionReview"
+    assert resp["uid"] == body["request"]["uid"]
+    assert decision.errors == []
+    if "patch" in resp:
+        assert resp["patchType"] == "JSONPatch"
+        patch = json.loads(base64.b64decode(resp["patch"]))
+        assert patch, "an empty patch must be left out"
+        obj = body["request"]["object"]
+        assert jsonpatch.apply_patch(obj, patch) == decision.obj
+    else:
+        assert "patchType" not in resp
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if n.endswith(".mutate.json") and "delete" not in n and "update" not in n])
+def test_mutation_is_idempotent_on_reinvocation(name, bundle):
+    body = fixture(name)
+    first = decide(body, bundle, phase="mutate")
+    again = copy.deepcopy(body)
+    again["request"]["object"] = first.obj
+    assert decide(again, bundle, phase="mutate").patch == []
+
+
+def test_update_and_delete_are_never_mutated(bundle):
+    for name in ("pod-update-label.mutate.json", "pod-delete.mutate.json"):
+        d = decide(fixture(name), bundle, phase="mutate")
+        assert d.allowed and d.patch == [], name
+
+
+def test_dry_run_is_decided_identically(bundle):
+    wet = fixture("pod-create-by-user.mutate.json")
+    dry = fixture("pod-create-dryrun.mutate.json")
+    dry["request"]["object"]["metadata"]["name"] = wet["request"]["object"]["metadata"]["name"]
+    wet["request"]["object"]["metadata"].pop("managedFields", None)
+    dry["request"]["object"]["metadata"].pop("managedFields", None)
+    dry["request"]["object"]["metadata"]["annotations"] = wet["request"]["object"]["metadata"].get("annotations")
+    a, b = decide(wet, bundle, phase="mutate"), decide(dry, bundle, phase="mutate")
+    assert a.patch == b.patch and a.warnings == b.warnings
+
+
+def test_excluded_namespace_is_untouched(bundle):
+    body = fixture("pod-create-by-user.mutate.json")
+    body["request"]["namespace"] = "kube-system"
+    body["request"]["object"]["metadata"]["namespace"] = "kube-system"
+    d = decide(body, bundle, phase="mutate")
+    assert d.patch == [] and d.outcomes == [] and "excluded" in d.skipped
+
+
+def _with(body, path, value):
+    body = copy.deepcopy(body)
+    node = body
+    for key in path[:-1]:
+        node = node[key]
+    if value is _DELETE:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return body
+
+
+_DELETE = object()
+GOOD = fixture("pod-create-by-user.mutate.json")
+BAD = [
+    ("not-an-object", [1, 2], "JSON object"),
+    ("wrong-kind", _with(GOOD, ["kind"], "Pod"), "kind must be AdmissionReview"),
+    ("v1beta1", _with(GOOD, ["apiVersion"], "admission.k8s.io/v1beta1"), "admissionReviewVersions"),
+    ("no-request", _with(GOOD, ["request"], _DELETE), "request is missing"),
+    ("no-uid", _with(GOOD, ["request", "uid"], _DELETE), "uid"),
+    ("empty-uid", _with(GOOD, ["request", "uid"], ""), "uid"),
+    ("kind-not-object", _with(GOOD, ["request", "kind"], "Pod"), "request.kind"),
+    ("unknown-operation", _with(GOOD, ["request", "operation"], "PATCH"), "operation"),
+    ("object-is-a-list", _with(GOOD, ["request", "object"], []), "request.object"),
+    ("create-without-object", _with(GOOD, ["request", "object"], None), "required for CREATE"),
+    ("labels-not-object", _with(GOOD, ["request", "object", "metadata", "labels"], ["x"]), "labels"),
+    ("namespace-not-string", _with(GOOD, ["request", "namespace"], 7), "namespace"),
+]
+
+
+@pytest.mark.parametrize(("body", "needle"), [(b, n) for _, b, n in BAD], ids=[i for i, _, _ in BAD])
+def test_malformed_reviews_raise_bad_review(body, needle, bundle):
+    with pytest.raises(BadReview, match=needle):
+        decide(body, bundle, phase="mutate")
+
+
+def _exploding(bundle, failure_policy):
+    def boom(settings, draft, ctx):
+        draft.set("metadata", "labels", "half", "done")  # a change that must be rolled back
+        raise RuntimeError("kaboom")
+
+    rule = RuleType(name="boom", doc="", parse=lambda n, b: None, mutate=boom, order=1)
+    policy = dataclasses.replace(bundle.policies[0], name="boom", rule=rule, failure_policy=failure_policy)
+    return dataclasses.replace(bundle, policies=(policy,), mutating=(policy,), validating=())
+
+
+def test_policy_exception_with_ignore_allows_with_warning(bundle):
+    d = decide(GOOD, _exploding(bundle, "Ignore"), phase="mutate")
+    assert d.allowed and d.patch == []
+    assert any("boom" in w and GOOD["request"]["uid"] in w for w in d.warnings)
+    assert d.errors and "kaboom" in d.errors[0][1]
+
+
+def test_policy_exception_with_fail_denies_with_message(bundle):
+    out, d = review(GOOD, _exploding(bundle, "Fail"), phase="mutate")
+    assert not d.allowed
+    assert out["response"]["status"]["code"] == 403
+    assert "boom" in out["response"]["status"]["message"]
+    assert "patch" not in out["response"]
+
+
+def test_subresource_requests_are_left_alone(bundle):
+    body = _with(GOOD, ["request", "subResource"], "status")
+    assert decide(body, bundle, phase="mutate").patch == []

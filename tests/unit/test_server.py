@@ -1,0 +1,169 @@
+"""The HTTP edge with pytest-aiohttp: status codes, bad input, readiness, metrics, reloads."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import ssl
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import POLICIES, fixture
+from webhook import metrics
+from webhook.certs import ensure_certs
+from webhook.server import (
+    MAX_BODY,
+    ServeOptions,
+    State,
+    make_app,
+    prepare,
+    reload_bundle,
+    reload_certificate,
+)
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> State:
+    policies = tmp_path / "policies"
+    shutil.copytree(POLICIES, policies)
+    return prepare(ServeOptions(policies=str(policies), cert_dir=str(tmp_path / "certs")))
+
+
+@pytest.fixture
+async def client(aiohttp_client, state):
+    return await aiohttp_client(make_app(state))
+
+
+async def test_mutate_answers_a_real_review(client):
+    body = fixture("pod-create-by-user.mutate.json")
+    r = await client.post("/mutate", json=body)
+    assert r.status == 200
+    out = await r.json()
+    assert out["response"]["uid"] == body["request"]["uid"]
+    patch = json.loads(base64.b64decode(out["response"]["patch"]))
+    assert any(op["path"] == "/spec/priorityClassName" for op in patch)
+
+
+async def test_validate_does_not_patch(client):
+    r = await client.post("/validate", json=fixture("pod-create-by-user.validate.json"))
+    out = await r.json()
+    assert r.status == 200 and out["response"]["allowed"] is True and "patch" not in out["response"]
+
+
+BAD = [
+    ("non-json", b"{not json", "application/json", 400, "not valid JSON"),
+    ("wrong-content-type", b"{}", "text/plain", 415, "application/json"),
+    ("missing-request", b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}', "application/json", 400, "request"),
+    ("missing-uid", json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                "request": {"kind": {"kind": "Pod"}, "operation": "CREATE", "object": {}}}).encode(),
+     "application/json", 400, "uid"),
+    ("wrong-api-version", json.dumps({**fixture("pod-create-by-user.mutate.json"), "apiVersion": "v1"}).encode(),
+     "application/json", 400, "apiVersion"),
+    ("object-wrong-type", json.dumps({**fixture("pod-create-by-user.mutate.json"),
+                                      "request": {**fixture("pod-create-by-user.mutate.json")["request"], "object": "pod"}}).encode(),
+     "application/json", 400, "object"),
+    ("unknown-operation", json.dumps({**fixture("pod-create-by-user.mutate.json"),
+                                      "request": {**fixture("pod-create-by-user.mutate.json")["request"], "operation": "MERGE"}}).encode(),
+     "application/json", 400, "operation"),
+    ("body-not-object", b"[]", "application/json", 400, "JSON object"),
+    ("binary", b"\xff\xfe\x00", "application/json", 400, "not valid JSON"),
+]
+
+
+@pytest.mark.parametrize(("data", "ctype", "status", "needle"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+async def test_bad_input_is_a_4xx_with_a_json_message(client, data, ctype, status, needle):
+    for path in ("/mutate", "/validate"):
+        r = await client.post(path, data=data, headers={"Content-Type": ctype})
+        assert r.status == status, await r.text()
+        assert needle in (await r.json())["error"]
+
+
+async def test_oversized_body_is_413(client):
+    r = await client.post("/mutate", data=b"x" * (MAX_BODY + 1), headers={"Content-Type": "application/json"})
+    assert r.status == 413
+
+
+async def test_health_ready_metrics(client):
+    assert (await client.get("/healthz")).status == 200
+    r = await client.get("/readyz")
+    assert r.status == 200 and "bundle=" in await r.text()
+    await client.post("/mutate", json=fixture("pod-create-by-user.mutate.json"))
+    text = await (await client.get("/metrics")).text()
+    assert 'batchgate_admission_requests_total{endpoint="/mutate",operation="CREATE",outcome="mutated"}' in text
+    assert "batchgate_admission_duration_seconds_bucket" in text
+    assert 'batchgate_policy_decisions_total{outcome="mutated",policy="shm"}' in text
+
+
+async def test_not_ready_without_bundle_or_certificate(aiohttp_client, tmp_path):
+    state = State(cert_dir=tmp_path, policies=tmp_path)
+    client = await aiohttp_client(make_app(state))
+    r = await client.get("/readyz")
+    assert r.status == 503
+    assert "no policy bundle" in await r.text()
+    r = await client.post("/mutate", json=fixture("pod-create-by-user.mutate.json"))
+    assert r.status == 503
+
+
+def _touch_later(path: Path) -> None:
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
+def test_bad_reload_keeps_last_good_bundle(state):
+    good = state.bundle
+    before = metrics.BUNDLE_RELOADS.labels("failure")._value.get()
+    f = state.policies / "bundle.yaml"
+    f.write_text(f.read_text().replace("defaultQueue: batch", "defaultQueue: [oops"))
+    assert reload_bundle(state) is False
+    assert state.bundle is good
+    assert "bundle.yaml" in state.bundle_error
+    assert metrics.BUNDLE_RELOADS.labels("failure")._value.get() == before + 1
+
+
+def test_good_reload_swaps_bundle(state):
+    old = state.bundle
+    f = state.policies / "bundle.yaml"
+    f.write_text(f.read_text().replace("defaultQueue: batch", "defaultQueue: interactive"))
+    _touch_later(f)
+    assert reload_bundle(state) is True
+    assert state.bundle is not old and state.bundle.default_queue == "interactive"
+    assert reload_bundle(state) is False  # nothing changed since
+
+
+def test_configmap_symlink_swap_is_noticed(tmp_path):
+    """A mounted ConfigMap updates by re-pointing the ..data symlink."""
+    v1, v2 = tmp_path / "..v1", tmp_path / "..v2"
+    shutil.copytree(POLICIES, v1)
+    shutil.copytree(POLICIES, v2)
+    (v2 / "bundle.yaml").write_text((v2 / "bundle.yaml").read_text().replace("defaultQueue: batch", "defaultQueue: interactive"))
+    mount = tmp_path / "mount"
+    mount.mkdir()
+    (mount / "..data").symlink_to(v1)
+    (mount / "bundle.yaml").symlink_to("..data/bundle.yaml")
+    for p in v1.iterdir():
+        if p.is_dir():
+            (mount / p.name).symlink_to(f"..data/{p.name}")
+    state = State(policies=mount, cert_dir=tmp_path)
+    assert reload_bundle(state) and state.bundle.default_queue == "batch"
+    tmp = mount / "..data_tmp"
+    tmp.symlink_to(v2)
+    os.replace(tmp, mount / "..data")
+    assert reload_bundle(state) and state.bundle.default_queue == "interactive"
+
+
+def test_certificate_rotation_is_picked_up(state):
+    first = state.cert_stamp
+    time.sleep(0.01)
+    ensure_certs(state.cert_dir, force=True)
+    assert reload_certificate(state) is True
+    assert state.cert_stamp != first and state.cert_ok
+
+
+def test_broken_certificate_keeps_previous(state):
+    (state.cert_dir / "tls.crt").write_text("garbage")
+    assert reload_certificate(state) is False
+    assert isinstance(state.ssl_context, ssl.SSLContext)
