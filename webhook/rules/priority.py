@@ -9,9 +9,7 @@ the stored Pod would carry a class name with the wrong number.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..contract import QUEUE_LABEL
 from ..draft import Draft
