@@ -12,10 +12,11 @@ So on Pods this policy also removes exactly what that plugin injected:
   service-account token, the ``kube-root-ca.crt`` ConfigMap and the namespace
   from the downward API;
 
-each mounted read-only at /var/run/secrets/kubernetes.io/serviceaccount. A
-volume counts as injected only when its shape is exactly that and every mount
-of it is such a read-only mount at that path; anything else is the user's own
-and is left alone. Pod templates (Job, CronJob) get only the field: the plugin
+each mounted read-only at /var/run/secrets/kubernetes.io/serviceaccount.
+Removed are the read-only mounts at that path of a volume shaped exactly like
+that, and then the volume, unless another mount still uses it (the user
+declared it; the plugin only reused it). Any other volume or mount is the
+user's own and is left alone. Pod templates (Job, CronJob) get only the field: the plugin
 does not touch templates, and honours the field when the controller creates
 the Pods.
 
@@ -96,31 +97,34 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     return findings
 
 
-def injected_volumes(spec: dict[str, Any], account: str) -> set[str]:
-    """Names of the volumes the ServiceAccount admission plugin added to this pod spec."""
-    shaped = {v["name"] for v in spec.get("volumes") or []
-              if isinstance(v, dict) and isinstance(v.get("name"), str) and _token_volume(v, account)}
-    for _, _, container in pod_spec_parts(spec):
-        for m in container.get("volumeMounts") or []:
-            if isinstance(m, dict) and m.get("name") in shaped and not _token_mount(m):
-                shaped.discard(m["name"])  # the user mounts it elsewhere too: theirs
-    return shaped
+def token_volumes(spec: dict[str, Any], account: str) -> set[str]:
+    """Names of the volumes shaped exactly like the ServiceAccount plugin's token volume."""
+    return {v["name"] for v in spec.get("volumes") or []
+            if isinstance(v, dict) and isinstance(v.get("name"), str) and _token_volume(v, account)}
 
 
 def remove_injected(draft: Draft, spec_path: tuple[str | int, ...], account: str) -> None:
+    """Drop the plugin's read-only mounts of a token volume at the service-account path, then
+    the token volume itself unless something else still mounts it (then the user declared
+    it, and the plugin only reused it)."""
     spec = draft.get(*spec_path)
-    names = injected_volumes(spec, account)
+    names = token_volumes(spec, account)
     if not names:
         return
+    still_used: set[str] = set()
     for key, i, container in pod_spec_parts(spec):
         mounts = container.get("volumeMounts") or []
-        kept = [m for m in mounts if not (isinstance(m, dict) and m.get("name") in names)]
+        kept = [m for m in mounts if not (isinstance(m, dict) and m.get("name") in names and _token_mount(m))]
+        still_used.update(m.get("name") for m in kept if isinstance(m, dict))
         if len(kept) != len(mounts):
             if kept:
                 draft.set(*spec_path, key, i, "volumeMounts", kept)
             else:
                 draft.delete(*spec_path, key, i, "volumeMounts")
-    volumes = [v for v in spec.get("volumes") or [] if not (isinstance(v, dict) and v.get("name") in names)]
+    gone = names - still_used
+    if not gone:
+        return
+    volumes = [v for v in spec.get("volumes") or [] if not (isinstance(v, dict) and v.get("name") in gone)]
     if volumes:
         draft.set(*spec_path, "volumes", volumes)
     else:
