@@ -111,7 +111,8 @@ def _string_list(errors: list[str], value: Any, path: str, *, required: bool) ->
             errors.append(f"{path}: required, a list of strings like [\"python\", \"train.py\"]")
         return
     if not isinstance(value, list) or (required and not value):
-        errors.append(f"{path}: must be a non-empty list of strings")
+        got = f", got {value!r}" if not isinstance(value, list) else ""
+        errors.append(f"{path}: must be a non-empty list of strings like [\"python\", \"train.py\"]{got}")
         return
     for i, item in enumerate(value):
         if not isinstance(item, str):
@@ -124,7 +125,7 @@ def _check_resources(errors: list[str], res: Any) -> None:
         return
     for key in res:
         if key not in ("requests", "limits"):
-            errors.append(f"spec.resources.{key}: unknown field; expected requests and limits")
+            errors.append(f"spec.resources.{key}: unknown field (known: requests, limits)")
     limits, requests = res.get("limits"), res.get("requests")
     for name, part in (("limits", limits), ("requests", requests)):
         if part is not None and not isinstance(part, dict):
@@ -146,7 +147,7 @@ def _check_resources(errors: list[str], res: Any) -> None:
         if r in limits and _quantity(q) is not None and _quantity(limits[r]) is not None \
                 and _quantity(q) != _quantity(limits[r]):
             errors.append(
-                f"spec.resources.requests.{r}: {q} must equal spec.resources.limits.{r} ({limits[r]}); "
+                f"spec.resources.requests.{r}: {q} must equal spec.resources.limits.{r} ({limits[r]}), "
                 f"scavengers are Guaranteed QoS"
             )
         elif r not in limits and r not in QOS_RESOURCES:
@@ -168,7 +169,7 @@ def _check_volumes(errors: list[str], volumes: Any) -> None:
             continue
         for key in vol:
             if key not in VOLUME_FIELDS:
-                errors.append(f"{at}.{key}: unknown field; expected one of {', '.join(VOLUME_FIELDS)}")
+                errors.append(f"{at}.{key}: unknown field (known: {', '.join(VOLUME_FIELDS)})")
         name = vol.get("name")
         if not isinstance(name, str) or not DNS_LABEL.fullmatch(name) or len(name) > 63:
             errors.append(f"{at}.name: required, a lowercase DNS label like data, got {name!r}")
@@ -198,7 +199,7 @@ def _check_volumes(errors: list[str], volumes: Any) -> None:
                 continue
             for k in ref:
                 if k != key:
-                    errors.append(f"{at}.{source}.{k}: unknown field; expected {key}")
+                    errors.append(f"{at}.{source}.{k}: unknown field (known: {key})")
             target = ref.get(key)
             if not isinstance(target, str) or not DNS_SUBDOMAIN.fullmatch(target) or len(target) > 253:
                 errors.append(f"{at}.{source}.{key}: required, the name of a {source} in this namespace, got {target!r}")
@@ -212,10 +213,12 @@ def scavengerjob_problems(obj: dict[str, Any]) -> list[str]:
     errors: list[str] = []
     for key in spec:
         if key not in SPEC_FIELDS:
-            errors.append(f"spec.{key}: unknown field; expected one of {', '.join(SPEC_FIELDS)}")
+            errors.append(f"spec.{key}: unknown field (known: {', '.join(SPEC_FIELDS)})")
     image = spec.get("image")
-    if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
-        errors.append(f"spec.image: required, a container image like registry.example.org/app:1.0, got {image!r}")
+    if image is None:
+        errors.append("spec.image: required, a container image like registry.example.org/app:1.0")
+    elif not isinstance(image, str) or not image or any(c.isspace() for c in image):
+        errors.append(f"spec.image: must be a container image like registry.example.org/app:1.0, got {image!r}")
     _string_list(errors, spec.get("command"), "spec.command", required=True)
     _string_list(errors, spec.get("args"), "spec.args", required=False)
     env = spec.get("env")
@@ -245,7 +248,7 @@ def scavengerjob_problems(obj: dict[str, Any]) -> list[str]:
         try:
             parse_duration(duration if isinstance(duration, str) else "")
         except ValueError:
-            errors.append(f"spec.duration: {duration!r} is not a duration; write e.g. 30m, 2h or 1h30m")
+            errors.append(f"spec.duration: {duration!r} is not a duration, write e.g. 30m, 2h or 1h30m")
     return errors
 
 
