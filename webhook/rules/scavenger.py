@@ -89,6 +89,7 @@ register(RuleType(
     parse=no_settings,
     validate=validate_qos,
     default_kinds=ALL_POD_TEMPLATE_KINDS,
+    default_failure_policy="Fail",
 ))
 
 

@@ -219,6 +219,7 @@ register(RuleType(
     parse=parse,
     mutate=mutate,
     validate=validate,
+    default_failure_policy="Fail",
     order=20,
 ))
 
