@@ -12,7 +12,6 @@ touches the network, the clock or aiohttp.
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import os
 import re
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .contract import API_VERSION, QUEUE_LABEL, TIME_LIMIT_ANNOTATION
+from .globs import matches, matches_any
 from .rules.base import RuleType
 from .units import parse_duration
 from .yamlsrc import BundleError, Node, read_file
@@ -64,7 +64,7 @@ class NamespaceRule:
     node_selector: dict[str, str]
 
     def matches(self, namespace: str) -> bool:
-        return any(fnmatch.fnmatchcase(namespace, g) for g in self.names)
+        return matches(self.names, namespace)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,22 +107,16 @@ class Match:
             for g, v, k in self.kinds
         )
 
-    def matches_subject(self, namespace: str, labels: dict[str, str], user: str, groups: list[str]) -> bool:
-        if self.namespaces and not any(fnmatch.fnmatchcase(namespace, g) for g in self.namespaces):
+    def matches_subject(self, namespace: str, labels: dict[str, str], user: str, groups: list[str] | tuple[str, ...]) -> bool:
+        if self.namespaces and not matches(self.namespaces, namespace):
             return False
         if self.selector is not None and not self.selector.matches(labels):
             return False
-        if self.users and not any(fnmatch.fnmatchcase(user, g) for g in self.users):
+        if self.users and not matches(self.users, user):
             return False
-        if self.groups and not any(fnmatch.fnmatchcase(x, g) for x in groups for g in self.groups):
+        if self.groups and not matches_any(self.groups, groups):
             return False
-        if self.service_accounts:
-            if not user.startswith("system:serviceaccount:"):
-                return False
-            sa = user[len("system:serviceaccount:"):].replace(":", "/", 1)
-            if not any(fnmatch.fnmatchcase(sa, g) for g in self.service_accounts):
-                return False
-        return True
+        return not self.service_accounts or matches(self.service_accounts, _service_account(user))
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,14 +138,18 @@ class Principals:
     groups: tuple[str, ...] = ()
     service_accounts: tuple[str, ...] = ()
 
-    def contains(self, user: str, groups: list[str]) -> bool:
-        m = Match(operations=(), users=self.users)
-        if self.users and m.matches_subject("", {}, user, groups):
-            return True
-        if self.groups and any(fnmatch.fnmatchcase(x, g) for x in groups for g in self.groups):
-            return True
-        sa = Match(operations=(), service_accounts=self.service_accounts)
-        return bool(self.service_accounts) and sa.matches_subject("", {}, user, groups)
+    def contains(self, user: str, groups: list[str] | tuple[str, ...]) -> bool:
+        return (
+            matches(self.users, user)
+            or matches_any(self.groups, groups)
+            or matches(self.service_accounts, _service_account(user))
+        )
+
+
+def _service_account(user: str) -> str:
+    """``system:serviceaccount:ns:name`` -> ``ns/name``; other users -> empty string."""
+    prefix = "system:serviceaccount:"
+    return user[len(prefix):].replace(":", "/", 1) if user.startswith(prefix) else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +168,7 @@ class Bundle:
     validating: tuple[Policy, ...] = field(default=(), compare=False)
 
     def excluded(self, namespace: str) -> bool:
-        return any(fnmatch.fnmatchcase(namespace, g) for g in self.excluded_namespaces)
+        return matches(self.excluded_namespaces, namespace)
 
     def namespace_rule(self, namespace: str) -> NamespaceRule | None:
         return next((r for r in self.namespaces if r.matches(namespace)), None)

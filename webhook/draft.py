@@ -21,12 +21,13 @@ Ids = set[int]  # Draft.set shadows the builtin inside the class body
 class Draft:
     """A mutable view of ``original`` that never modifies it."""
 
-    __slots__ = ("_owned", "original", "root")
+    __slots__ = ("_owned", "edits", "original", "root")
 
     def __init__(self, original: dict[str, Any]) -> None:
         self.original = original
         self.root: dict[str, Any] = original
         self._owned: Ids = set()
+        self.edits = 0  # edit() calls: rules edit only what they change
 
     # -- reading ----------------------------------------------------------
     def get(self, *path: str | int, default: Any = None) -> Any:
@@ -48,6 +49,7 @@ class Draft:
         (a dict, or a list where the next key is an index; ``create`` for the
         last one).
         """
+        self.edits += 1
         if id(self.root) not in self._owned:
             self.root = dict(self.root)
             self._owned.add(id(self.root))
@@ -84,14 +86,9 @@ class Draft:
         container = self.edit(*parent)
         del container[key]
 
-    def checkpoint(self) -> tuple[dict[str, Any], Ids]:
-        """State to :meth:`rollback` to if the next rule fails half-way."""
-        saved = (self.root, self._owned)
-        self._owned = set()  # the next rule copies afresh, so a rollback is exact
-        return saved
-
-    def rollback(self, saved: tuple[dict[str, Any], Ids]) -> None:
-        self.root, self._owned = saved[0], set()
+    def reset(self) -> None:
+        """Forget every edit: back to the original object."""
+        self.root, self._owned = self.original, set()
 
     @property
     def changed(self) -> bool:
@@ -134,7 +131,9 @@ def _diff(a: JSON, b: JSON, path: str, ops: list[dict[str, Any]]) -> None:
                 ops.append({"op": "remove", "path": f"{path}/{escape(key)}"})
         for key, value in b.items():
             if key in a:
-                _diff(a[key], value, f"{path}/{escape(key)}", ops)
+                old = a[key]
+                if old is not value:  # most keys: untouched, the very same object
+                    _diff(old, value, f"{path}/{escape(key)}", ops)
             else:
                 ops.append({"op": "add", "path": f"{path}/{escape(key)}", "value": value})
     elif type(a) is list and type(b) is list:
@@ -158,6 +157,8 @@ def _diff_list(a: list[Any], b: list[Any], path: str, ops: list[dict[str, Any]])
     common = min(len(a), len(b))
     for i in range(common):
         x, y = a[i], b[i]
+        if x is y:
+            continue
         if type(x) is dict and type(y) is dict and x.get("name") != y.get("name"):
             ops.append({"op": "replace", "path": f"{path}/{i}", "value": y})  # another item
         else:

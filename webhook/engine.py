@@ -95,10 +95,15 @@ def decide(body: Any, bundle: Bundle, *, phase: Phase) -> Decision:
 
     draft = Draft(obj)
     if phase in ("mutate", "check"):
+        done: list[Policy] = []
         for policy in bundle.mutating:
-            if _applies(policy, ctx, labels):
-                _run(policy, decision, ctx, draft, mutate=True)
-        decision.patch = draft.patch() if decision.allowed else []
+            if not _applies(policy, ctx, labels):
+                continue
+            if _run(policy, decision, ctx, draft, mutate=True):
+                done.append(policy)
+            else:
+                _replay(done, ctx, draft)
+        decision.patch = draft.patch()
     if phase in ("validate", "check") and decision.allowed:
         for policy in bundle.validating:
             if _applies(policy, ctx, labels):
@@ -168,7 +173,7 @@ def make_ctx(req: dict[str, Any], obj: dict[str, Any], bundle: Bundle, namespace
     if shape is not None and shape.is_pod:
         owners = meta.get("ownerReferences") or []
         controlled = any(isinstance(o, dict) and o.get("controller") for o in owners)
-        from_controller = controlled and bundle.controllers.contains(username, list(groups))
+        from_controller = controlled and bundle.controllers.contains(username, groups)
 
     return Ctx(
         operation=req["operation"],
@@ -185,7 +190,7 @@ def make_ctx(req: dict[str, Any], obj: dict[str, Any], bundle: Bundle, namespace
         queue_name=queue_name,
         queue=bundle.queues.get(queue_name),
         queue_explicit=explicit,
-        admin=bundle.admins.contains(username, list(groups)),
+        admin=bundle.admins.contains(username, groups),
         from_controller=from_controller,
         old_object=req.get("oldObject"),
     )
@@ -195,7 +200,7 @@ def _applies(policy: Policy, ctx: Ctx, labels: dict[str, str]) -> bool:
     m = policy.match
     if ctx.operation not in m.operations or not m.matches_kind(ctx.group, ctx.version, ctx.kind):
         return False
-    if not m.matches_subject(ctx.namespace, labels, ctx.username, list(ctx.groups)):
+    if not m.matches_subject(ctx.namespace, labels, ctx.username, ctx.groups):
         return False
     ex = policy.exclude
     if ex is None:
@@ -204,12 +209,22 @@ def _applies(policy: Policy, ctx: Ctx, labels: dict[str, str]) -> bool:
         return True
     if ex.kinds and not ex.matches_kind(ctx.group, ctx.version, ctx.kind):
         return True
-    return not ex.matches_subject(ctx.namespace, labels, ctx.username, list(ctx.groups))
+    return not ex.matches_subject(ctx.namespace, labels, ctx.username, ctx.groups)
 
 
-def _run(policy: Policy, decision: Decision, ctx: Ctx, draft: Draft, *, mutate: bool) -> None:
-    saved = draft.checkpoint() if mutate else None
-    before = draft.root
+def _replay(done: list[Policy], ctx: Ctx, draft: Draft) -> None:
+    """Drop a failed policy's half-made edits: rules are pure functions of the
+    request, so re-running the ones that succeeded rebuilds exactly their edits.
+    Costs nothing on the normal path (no snapshot per policy)."""
+    draft.reset()
+    for policy in done:
+        assert policy.rule.mutate is not None
+        policy.rule.mutate(policy.settings, draft, ctx)
+
+
+def _run(policy: Policy, decision: Decision, ctx: Ctx, draft: Draft, *, mutate: bool) -> bool:
+    """Run one policy, record what it did; False when it raised."""
+    edits = draft.edits
     try:
         if mutate:
             assert policy.rule.mutate is not None
@@ -218,8 +233,6 @@ def _run(policy: Policy, decision: Decision, ctx: Ctx, draft: Draft, *, mutate: 
             assert policy.rule.validate is not None
             findings = policy.rule.validate(policy.settings, draft.root, ctx)
     except Exception:
-        if saved is not None:
-            draft.rollback(saved)
         decision.errors.append((policy.name, traceback.format_exc()))
         decision.outcomes.append((policy.name, "error"))
         if policy.failure_policy == "Fail":
@@ -228,7 +241,7 @@ def _run(policy: Policy, decision: Decision, ctx: Ctx, draft: Draft, *, mutate: 
             )
         else:
             decision.warnings.append(f"{policy.name}: skipped after an internal error (uid {decision.uid})")
-        return
+        return False
     denied = False
     for f in findings:
         if f.severity == "deny":
@@ -238,10 +251,11 @@ def _run(policy: Policy, decision: Decision, ctx: Ctx, draft: Draft, *, mutate: 
             decision.warnings.append(f"{policy.name}: {f.message}")
     if denied:
         outcome = "denied"
-    elif mutate and draft.root is not before:
+    elif mutate and draft.edits != edits:
         outcome = "mutated"
     elif findings:
         outcome = "warned"
     else:
         outcome = "passed"
     decision.outcomes.append((policy.name, outcome))
+    return True

@@ -96,15 +96,14 @@ def test_keys_are_escaped():
     assert d.patch() == [{"op": "add", "path": "/metadata/labels/a~1b~0c", "value": "v"}]
 
 
-def test_rollback_restores_exactly():
+def test_reset_forgets_every_edit():
     d = Draft(BASE)
     d.set("spec", "priority", 5)
-    saved = d.checkpoint()
     d.edit("spec", "volumes").clear()
-    d.set("spec", "priority", 7)
-    d.rollback(saved)
-    assert d.root["spec"]["priority"] == 5
-    assert len(d.root["spec"]["volumes"]) == 2
+    d.reset()
+    assert d.root is BASE and d.patch() == []
+    d.set("spec", "priority", 7)  # and it is usable again
+    assert d.patch() == [{"op": "replace", "path": "/spec/priority", "value": 7}]
 
 
 def test_edit_creates_missing_containers():

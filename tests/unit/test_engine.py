@@ -125,6 +125,16 @@ def test_policy_exception_with_ignore_allows_with_warning(bundle):
     assert d.errors and "kaboom" in d.errors[0][1]
 
 
+def test_failed_policy_leaves_no_half_edit_but_others_stay(bundle):
+    exploding = _exploding(bundle, "Ignore").policies[0]
+    shm = next(p for p in bundle.policies if p.name == "shm")
+    b = dataclasses.replace(bundle, policies=(shm, exploding), mutating=(shm, exploding), validating=())
+    d = decide(GOOD, b, phase="mutate")
+    paths = [op["path"] for op in d.patch]
+    assert "/spec/volumes/-" in paths  # shm's edit survived
+    assert not any("half" in p for p in paths)  # boom's half-edit is gone
+
+
 def test_policy_exception_with_fail_denies_with_message(bundle):
     out, d = review(GOOD, _exploding(bundle, "Fail"), phase="mutate")
     assert not d.allowed
