@@ -1,0 +1,150 @@
+"""Raw API objects for the planner tests, shaped like what the API server returns.
+
+Times are offsets in seconds from ``T0`` so that cases read as "started 10
+minutes before now" rather than as timestamps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.reconciler.model import (
+    ANN_DEADLINE,
+    ANN_STARTED,
+    ANN_TIME_LIMIT,
+    ANN_WARNED,
+    LABEL_COSCHEDULING,
+    LABEL_GROUP,
+    LABEL_GROUP_SIZE,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    NodeView,
+    Snapshot,
+    epoch,
+    format_time,
+    job_view,
+    pod_group_view,
+    pod_view,
+)
+
+T0 = epoch("2024-05-01T10:00:00Z")
+HOUR = 3600
+
+
+def ts(offset: float) -> str:
+    return format_time(T0 + offset)
+
+
+def running(started: float = 0, name: str = "main") -> dict[str, Any]:
+    return {"name": name, "ready": True, "restartCount": 0, "state": {"running": {"startedAt": ts(started)}}}
+
+
+def terminated(exit_code: int, *, reason: str | None = None, name: str = "main", started: float = 0,
+               finished: float = 60, last: bool = False) -> dict[str, Any]:
+    term: dict[str, Any] = {"exitCode": exit_code, "startedAt": ts(started), "finishedAt": ts(finished)}
+    term["reason"] = reason or ("Completed" if exit_code == 0 else "Error")
+    if last:
+        return {"name": name, "ready": True, "restartCount": 1, "state": {"running": {"startedAt": ts(finished + 1)}},
+                "lastState": {"terminated": term}}
+    return {"name": name, "ready": False, "restartCount": 0, "state": {"terminated": term}}
+
+
+def _meta(name: str, ns: str, uid: str | None, rv: str, annotations: dict[str, str] | None,
+          labels: dict[str, str] | None, deleting: bool) -> dict[str, Any]:
+    md: dict[str, Any] = {"name": name, "namespace": ns, "uid": uid or f"uid-{ns}-{name}", "resourceVersion": rv,
+                          "creationTimestamp": ts(-HOUR)}
+    if annotations:
+        md["annotations"] = dict(annotations)
+    if labels:
+        md["labels"] = dict(labels)
+    if deleting:
+        md["deletionTimestamp"] = ts(0)
+        md["deletionGracePeriodSeconds"] = 30
+    return md
+
+
+def deadline_ann(limit: str, started: float | None = None, deadline: float | None = None,
+                 warned: float | None = None) -> dict[str, str]:
+    a = {ANN_TIME_LIMIT: limit}
+    if started is not None:
+        a[ANN_STARTED] = ts(started)
+    if deadline is not None:
+        a[ANN_DEADLINE] = ts(deadline)
+    if warned is not None:
+        a[ANN_WARNED] = ts(warned)
+    return a
+
+
+def group_labels(group: str, size: int, cosched: bool = True) -> dict[str, str]:
+    labels = {LABEL_GROUP: group, LABEL_GROUP_SIZE: str(size)}
+    if cosched:
+        labels[LABEL_COSCHEDULING] = group
+    return labels
+
+
+def pod(name: str, *, ns: str = "demo", uid: str | None = None, phase: str = "Running",
+        containers: list[dict[str, Any]] | None = None, started: float | None = 0,
+        owner: dict[str, Any] | None = None, annotations: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None, node: str = "node-1", deleting: bool = False,
+        reason: str | None = None, message: str | None = None,
+        conditions: list[dict[str, Any]] | None = None, rv: str = "10") -> dict[str, Any]:
+    """A pod; ``owner`` is a raw Job from ``job()`` (becomes the controlling ownerReference)."""
+    md = _meta(name, ns, uid, rv, annotations, labels, deleting)
+    if owner is not None:
+        md["ownerReferences"] = [{
+            "apiVersion": "batch/v1", "kind": "Job", "name": owner["metadata"]["name"],
+            "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True,
+        }]
+    if containers is None:
+        containers = [running(started)] if phase == "Running" and started is not None else []
+    status: dict[str, Any] = {"phase": phase, "containerStatuses": containers}
+    if phase != "Pending" and started is not None:
+        status["startTime"] = ts(started - 5)
+    if reason:
+        status["reason"] = reason
+    if message:
+        status["message"] = message
+    if conditions:
+        status["conditions"] = conditions
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": md,
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]}, "status": status}
+
+
+def job(name: str, *, ns: str = "demo", uid: str | None = None, annotations: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None, template_labels: dict[str, str] | None = None,
+        template_annotations: dict[str, str] | None = None, finished: str | None = None,
+        deleting: bool = False, rv: str = "20") -> dict[str, Any]:
+    md = _meta(name, ns, uid, rv, annotations, labels, deleting)
+    tmd: dict[str, Any] = {}
+    if template_labels:
+        tmd["labels"] = dict(template_labels)
+    if template_annotations:
+        tmd["annotations"] = dict(template_annotations)
+    status: dict[str, Any] = {}
+    if finished:
+        status["conditions"] = [{"type": finished, "status": "True"}]
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": md,
+            "spec": {"parallelism": 2, "template": {"metadata": tmd, "spec": {"containers": []}}},
+            "status": status}
+
+
+def pod_group(name: str, *, ns: str = "demo", min_member: int = 2, managed: bool = True,
+              group: str | None = None, owner: dict[str, Any] | None = None, rv: str = "30") -> dict[str, Any]:
+    labels = {LABEL_MANAGED_BY: MANAGED_BY} if managed else {}
+    labels[LABEL_GROUP] = group or name
+    md = _meta(name, ns, None, rv, None, labels, False)
+    if owner is not None:
+        md["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": owner["metadata"]["name"],
+                                  "uid": owner["metadata"]["uid"]}]
+    return {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": md,
+            "spec": {"minMember": min_member}}
+
+
+def snapshot(*objects: dict[str, Any], nodes: list[str] | None = None,
+             pod_groups: list[dict[str, Any]] | None = None) -> Snapshot:
+    return Snapshot.of(
+        pods=[pod_view(o) for o in objects if o["kind"] == "Pod"],
+        jobs=[job_view(o) for o in objects if o["kind"] == "Job"],
+        nodes=None if nodes is None else [NodeView(n, "True") for n in nodes],
+        pod_groups=None if pod_groups is None else [pod_group_view(o) for o in pod_groups],
+    )

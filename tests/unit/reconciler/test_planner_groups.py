@@ -1,0 +1,196 @@
+"""Gang teardown and PodGroup lifecycle: table-driven planner cases."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from reconbuild import (
+    HOUR,
+    T0,
+    deadline_ann,
+    group_labels,
+    job,
+    pod,
+    pod_group,
+    running,
+    snapshot,
+    terminated,
+)
+
+from webhook.reconciler.planner import plan
+from webhook.reconciler.settings import Settings
+
+SETTINGS = Settings()
+G = group_labels("mpi", 3)
+J = job("mpi", template_labels=G)
+J_DONE = job("mpi", template_labels=G, finished="Failed")
+
+
+def member(name: str, **kw: Any) -> dict[str, Any]:
+    kw.setdefault("labels", G)
+    return pod(name, **kw)
+
+
+def job_members(*overrides: dict[str, Any], owner: dict[str, Any] = J) -> list[dict[str, Any]]:
+    names = ["mpi-a", "mpi-b", "mpi-c"]
+    return [member(n, owner=owner, **(overrides[i] if i < len(overrides) else {})) for i, n in enumerate(names)]
+
+
+@dataclass
+class Case:
+    id: str
+    objects: list[dict[str, Any]]
+    want: list[tuple[str, str, str]]  # (kind, target name, reason)
+    deletes: list[tuple[str, str | None]] | None = None  # (name, propagation) across all actions, in order
+    message: str = ""
+    nodes: list[str] | None = None
+    settings: Settings = SETTINGS
+
+
+OOM = {"containers": [terminated(137, reason="OOMKilled")], "phase": "Failed"}
+EXIT3 = {"containers": [terminated(3)], "phase": "Failed"}
+
+GANG_CASES = [
+    Case("all members running: nothing", [J, *job_members()], []),
+    Case("one member OOMKilled: the Job goes, the Event names the pod and OOMKilled",
+         [J, *job_members({}, OOM)], [("gang-failed", "mpi", "GangFailed")], deletes=[("mpi", "Background")],
+         message="pod mpi-b of pod group mpi failed: container main was OOMKilled (exit code 137)"),
+    Case("non-zero exit code is told apart from OOM",
+         [J, *job_members(EXIT3)], [("gang-failed", "mpi", "GangFailed")],
+         message="container main exited with code 3"),
+    Case("a container failed while the pod still runs (sidecar alive)",
+         [J, *job_members({"containers": [terminated(2, name="rank"), running(0, "sidecar")]})],
+         [("gang-failed", "mpi", "GangFailed")], message="container rank exited with code 2"),
+    Case("a container that crashed and restarted counts as failed",
+         [J, *job_members({"containers": [terminated(1, last=True)]})], [("gang-failed", "mpi", "GangFailed")]),
+    Case("a member that succeeds is no failure",
+         [J, *job_members({"phase": "Succeeded", "containers": [terminated(0)]})], []),
+    Case("first failure named when several failed",
+         [J, *job_members({"phase": "Failed", "containers": [terminated(1, finished=90)]},
+                          {"phase": "Failed", "containers": [terminated(1, finished=30)]})],
+         [("gang-failed", "mpi", "GangFailed")], message="pod mpi-b"),
+    Case("failed member already being deleted triggers nothing",
+         [J, *job_members({**OOM, "deleting": True})], []),
+    Case("finished Job: its pods are history", [J_DONE, *job_members(OOM, owner=J_DONE)], []),
+    Case("Job being deleted: nothing more to tear down",
+         [job("mpi", template_labels=G, deleting=True), *job_members(OOM)], []),
+    Case("pods whose Job is not (yet) in the cache are left alone", [*job_members(OOM)], []),
+    Case("evicted member: interrupted, the pods go and the Job stays",
+         [J, *job_members({"phase": "Failed", "reason": "Evicted", "message": "low on memory",
+                           "containers": [terminated(137)]})],
+         [("gang-interrupted", "mpi", "GangInterrupted")],
+         deletes=[("mpi-b", None), ("mpi-c", None), ("mpi-a", None)], message="was interrupted (Evicted: low on memory)"),
+    Case("member lost with its node: interrupted, not failed",
+         [J, *job_members({}, {"node": "node-gone"})], [("gang-interrupted", "mpi", "GangInterrupted")],
+         deletes=[("mpi-a", None), ("mpi-c", None), ("mpi-b", None)], message="node node-gone is gone", nodes=["node-1"]),
+    Case("node list unknown: no node-based verdict", [J, *job_members({}, {"node": "node-gone"})], [], nodes=None),
+    Case("preempted (DisruptionTarget condition) is an interruption",
+         [J, *job_members({"phase": "Failed", "conditions": [{"type": "DisruptionTarget", "status": "True",
+                                                             "reason": "PreemptionByScheduler"}]})],
+         [("gang-interrupted", "mpi", "GangInterrupted")], message="PreemptionByScheduler"),
+    Case("interruption teardown can be switched off",
+         [J, *job_members({"phase": "Failed", "reason": "Evicted"})], [],
+         settings=Settings(teardown_interrupted_groups=False)),
+    Case("bare pods: every member gets the Event and goes, the failed one last",
+         [member("r0"), member("r1", **OOM), member("r2")],
+         [("gang-failed", "r0", "GangFailed"), ("gang-failed", "r2", "GangFailed"), ("gang-failed", "r1", "GangFailed")],
+         deletes=[("r0", None), ("r2", None), ("r1", None)], message="pod r1 of pod group mpi failed"),
+    Case("bare group cut short by a crash: the rest is finished with the same cause",
+         [member("r0", deleting=True), member("r1", **OOM), member("r2")],
+         [("gang-failed", "r2", "GangFailed"), ("gang-failed", "r1", "GangFailed")],
+         deletes=[("r2", None), ("r1", None)]),
+    Case("same group name, different owners: judged separately",
+         [J, *job_members(), member("bare-0"), member("bare-1", **EXIT3)],
+         [("gang-failed", "bare-0", "GangFailed"), ("gang-failed", "bare-1", "GangFailed")]),
+    Case("deadline and failure on the same Job: one deletion",
+         [job("mpi", template_labels=G, annotations=deadline_ann("1h", started=0, deadline=HOUR, warned=HOUR)),
+          *job_members(OOM)], [("stop", "mpi", "TimeLimitExceeded")]),
+]
+
+
+def _now(case: Case) -> float:
+    return T0 + (2 * HOUR if case.id.startswith("deadline and failure") else 60)
+
+
+@pytest.mark.parametrize("case", GANG_CASES, ids=[c.id for c in GANG_CASES])
+def test_gangs(case: Case) -> None:
+    result = plan(snapshot(*case.objects, nodes=case.nodes), _now(case), case.settings)
+    assert [(a.kind, a.target.name, a.reason) for a in result.actions] == case.want
+    if case.deletes is not None:
+        got = [(d.ref.name, d.propagation) for a in result.actions for d in a.deletes]
+        assert got == case.deletes
+    if case.message:
+        assert case.message in result.actions[0].message
+    for a in result.actions:
+        assert all(d.ref.uid for d in a.deletes)
+
+
+def test_teardown_event_names_depend_on_the_cause_not_on_progress() -> None:
+    """A teardown finished after a crash reuses the first attempt's Event names."""
+    full = plan(snapshot(member("r0"), member("r1", **OOM), member("r2")), T0, Settings()).actions
+    rest = plan(snapshot(member("r0", deleting=True), member("r1", **OOM), member("r2")), T0, Settings()).actions
+    names = {a.target.name: a.event_name() for a in full}
+    assert all(names[a.target.name] == a.event_name() for a in rest)
+
+
+# -- PodGroups -------------------------------------------------------------
+@dataclass
+class PGCase:
+    id: str
+    objects: list[dict[str, Any]]
+    pod_groups: list[dict[str, Any]] | None
+    want: list[tuple[str, str, str]]
+    check: dict[str, Any] | None = None  # fields of the first action's pod_group write
+
+
+PG_CASES = [
+    PGCase("CRD not installed: nothing", [J, *job_members()], None, []),
+    PGCase("Job with a group gets a PodGroup owned by it",
+           [J], [], [("create-podgroup", "mpi", "PodGroupCreated")],
+           check={"op": "create", "name": "mpi", "min_member": 3, "group": "mpi"}),
+    PGCase("existing matching PodGroup: steady", [J, *job_members()], [pod_group("mpi", min_member=3, owner=J)], []),
+    PGCase("wrong minMember is corrected", [J], [pod_group("mpi", min_member=2, owner=J)],
+           [("update-podgroup", "mpi", "PodGroupResized")], check={"op": "update", "min_member": 3, "resource_version": "30"}),
+    PGCase("finished Job keeps its PodGroup while it exists",
+           [J_DONE, *job_members(OOM, owner=J_DONE)], [pod_group("mpi", min_member=3, owner=J_DONE)], []),
+    PGCase("Job gone: its PodGroup goes", [], [pod_group("mpi", min_member=3, owner=J)],
+           [("delete-podgroup", "mpi", "PodGroupDeleted")], check={"op": "delete", "uid": "uid-demo-mpi"}),
+    PGCase("PodGroups batchgate did not create are never touched",
+           [], [pod_group("theirs", managed=False)], []),
+    PGCase("unmanaged PodGroup of the right name is left as it is",
+           [J], [pod_group("mpi", managed=False, min_member=7)], []),
+    PGCase("PodGroup of an earlier Job of the same name is replaced",
+           [J], [pod_group("mpi", min_member=3, owner=job("mpi", uid="old-uid"))],
+           [("delete-podgroup", "mpi", "PodGroupDeleted")]),
+    PGCase("bare group: created from its pods, Event on the first pod",
+           [member("r1"), member("r0")], [], [("create-podgroup", "r0", "PodGroupCreated")], check={"owner": None}),
+    PGCase("bare group with every pod terminating: kept until the last one is gone",
+           [member("r0", deleting=True)], [pod_group("mpi", min_member=3)], []),
+    PGCase("bare group with no pod left: deleted", [], [pod_group("mpi", min_member=3)],
+           [("delete-podgroup", "mpi", "PodGroupDeleted")]),
+    PGCase("Job template without the group (generateName): taken from its pods",
+           [job("mpi"), *job_members()], [], [("create-podgroup", "mpi", "PodGroupCreated")],
+           check={"min_member": 3}),
+    PGCase("scheduler label names the PodGroup",
+           [job("j", template_labels=group_labels("g", 2, cosched=False) | {"scheduling.x-k8s.io/pod-group": "g-pg"})],
+           [], [("create-podgroup", "j", "PodGroupCreated")], check={"name": "g-pg", "group": "g"}),
+]
+
+
+@pytest.mark.parametrize("case", PG_CASES, ids=[c.id for c in PG_CASES])
+def test_pod_groups(case: PGCase) -> None:
+    result = plan(snapshot(*case.objects, pod_groups=case.pod_groups), T0 + 60, Settings())
+    assert [(a.kind, a.target.name, a.reason) for a in result.actions] == case.want
+    if case.check:
+        w = result.actions[0].pod_group
+        assert w is not None
+        for k, v in case.check.items():
+            assert getattr(w, k) == v, k
+
+
+def test_job_podgroup_is_owned_by_the_job() -> None:
+    (a,) = plan(snapshot(J, pod_groups=[]), T0, Settings()).actions
+    assert a.pod_group is not None and a.pod_group.owner is not None
+    assert (a.pod_group.owner.kind, a.pod_group.owner.uid) == ("Job", "uid-demo-mpi")

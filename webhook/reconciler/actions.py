@@ -1,0 +1,87 @@
+"""What the planner decides: ``Action`` records, and how they print.
+
+An action is one user-visible step: one Kubernetes Event (``reason`` and
+``message`` on ``target``) plus the writes that carry it out (an annotation
+merge patch fenced by ``resource_version``, deletions fenced by uid, a
+PodGroup write). ``key`` says what the action is *about* (the deadline it
+enforces, the pod whose failure it reports); the Event's name derives from it,
+so running the same action twice, e.g. after a crash, finds the Event already
+there instead of sending a second one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from .model import Ref
+
+ActionKind = Literal[
+    "record-deadline",  # write started-at / deadline annotations (first time, or after an extension)
+    "warn",  # the deadline is near: Warning Event, remember it in batchgate.io/warned-for
+    "stop",  # the deadline has passed: delete the job with its grace period
+    "gang-failed",  # a pod of a group failed: tear the whole group down
+    "gang-interrupted",  # a pod of a group was stopped from outside: tear the group down so it starts over
+    "create-podgroup",
+    "update-podgroup",
+    "delete-podgroup",
+]
+KIND_ORDER: dict[str, int] = {k: i for i, k in enumerate(ActionKind.__args__)}  # type: ignore[attr-defined]
+EventType = Literal["Normal", "Warning"]
+Propagation = Literal["Background", "Foreground", "Orphan"]
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    ref: Ref  # ref.uid is the precondition: a new object of the same name is never hit
+    propagation: Propagation | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupWrite:
+    op: Literal["create", "update", "delete"]
+    namespace: str
+    name: str
+    min_member: int = 0
+    group: str = ""  # the batchgate.io/pod-group the PodGroup is for
+    owner: Ref | None = None  # the Job, as ownerReference, so it also goes when we are down
+    uid: str = ""  # update / delete: the PodGroup's uid
+    resource_version: str = ""  # update: optimistic concurrency
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    kind: ActionKind
+    target: Ref  # the object the Event is about
+    reason: str  # Event reason, CamelCase
+    message: str  # Event message, for the user
+    event_type: EventType = "Normal"
+    key: str = ""  # what this action is about; the Event name derives from it
+    annotations: Mapping[str, str | None] | None = None  # merge patch of target's annotations
+    resource_version: str = ""  # target's, fences the annotation patch
+    deletes: tuple[Delete, ...] = ()
+    pod_group: PodGroupWrite | None = None
+
+    def event_name(self) -> str:
+        digest = hashlib.sha256(f"{self.target.uid}|{self.reason}|{self.key}".encode()).hexdigest()[:16]
+        return f"{self.target.name[:200]}.bg-{digest}"
+
+    def line(self) -> str:
+        """One line for ``--dry-run`` and logs."""
+        return f"{self.kind:<16} {self.target!s:<48} {self.reason}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """``actions`` to run now; ``wake_at``: when the next one falls due if nothing changes (epoch s)."""
+
+    actions: list[Action]
+    wake_at: float | None = None
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.actions)
+
+    def __len__(self) -> int:
+        return len(self.actions)

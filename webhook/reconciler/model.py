@@ -1,0 +1,357 @@
+"""What the planner sees: slim, immutable views of cluster objects.
+
+The cache turns each object the API sends into a view once, when it arrives
+(``pod_view``, ``job_view``, ...), so a planning pass never parses JSON or
+timestamps: it only reads attributes. That is what keeps a pass over 10,000
+pods in a few milliseconds, and it keeps memory down too: the raw objects are
+dropped after conversion.
+
+Nothing here imports ``kubernetes`` or reads the clock; the tests build views
+from plain dicts.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from ..contract import GROUP, QUEUE_LABEL, TIME_LIMIT_ANNOTATION
+
+# -- the names on objects --------------------------------------------------
+ANN_TIME_LIMIT = TIME_LIMIT_ANNOTATION  # set by users / defaulted by the webhook
+ANN_STARTED = f"{GROUP}/started-at"  # reconciler: when the job's first pod started running
+ANN_DEADLINE = f"{GROUP}/deadline"  # reconciler: started-at + time limit (RFC 3339)
+ANN_WARNED = f"{GROUP}/warned-for"  # reconciler: the deadline the user was last warned about
+LABEL_QUEUE = QUEUE_LABEL
+LABEL_GROUP = f"{GROUP}/pod-group"
+LABEL_GROUP_SIZE = f"{GROUP}/pod-group-size"
+LABEL_COSCHEDULING = "scheduling.x-k8s.io/pod-group"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "batchgate"
+
+# Pod ``status.reason`` values that mean the pod was stopped from outside (its
+# node went away, the kubelet evicted or shut it down, the scheduler preempted
+# it): an interruption, not a failure of the job itself.
+INTERRUPT_REASONS = frozenset({
+    "NodeLost", "Evicted", "Shutdown", "NodeShutdown", "Terminated", "Preempting",
+    "Preempted", "UnexpectedAdmissionError", "NodeAffinity",
+})
+
+Key = tuple[str, str]  # (namespace, name); ("", name) for cluster-scoped objects
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        """The REST path: all namespaces when ``namespace`` is None."""
+        group_version = self.api_version
+        base = f"/api/{group_version}" if "/" not in group_version else f"/apis/{group_version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        return f"{base}/{name}" if name else base
+
+
+POD = Kind("v1", "Pod", "pods")
+JOB = Kind("batch/v1", "Job", "jobs")
+NODE = Kind("v1", "Node", "nodes", namespaced=False)
+POD_GROUP = Kind("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups")
+EVENT = Kind("v1", "Event", "events")
+LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
+KINDS = {k.kind: k for k in (POD, JOB, NODE, POD_GROUP, EVENT, LEASE)}
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """Enough to address an object, hang an Event on it, and fence a write with its uid."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
+
+
+# -- time ------------------------------------------------------------------
+@lru_cache(maxsize=8192)
+def parse_time(text: str | None) -> float | None:
+    """RFC 3339 (``2024-05-01T10:00:00Z``, with or without fraction) -> epoch seconds; None if bad."""
+    if not text or not isinstance(text, str):
+        return None
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        return None
+    return dt.timestamp()
+
+
+def format_time(t: float) -> str:
+    """Epoch seconds -> ``2024-05-01T10:00:00Z`` (whole seconds, as Kubernetes prints them)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(t)))
+
+
+def epoch(text: str) -> int:
+    """``2024-05-01T10:00:00Z`` -> epoch seconds; for tests and fixtures (raises on bad input)."""
+    return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ"))
+
+
+# -- views -----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class PodView:
+    ref: Ref
+    resource_version: str
+    owner: Ref | None  # the controlling ownerReference
+    phase: str
+    node: str
+    deleting: bool  # metadata.deletionTimestamp is set
+    started: float | None  # earliest container start (init containers too), else status.startTime once running
+    failure: str | None  # why it failed by its own doing (non-zero exit, OOMKilled, phase Failed), for people
+    failed_at: float | None
+    interrupted: str | None  # why it was stopped from outside (evicted, node lost, preempted), for people
+    group: str | None  # batchgate.io/pod-group
+    group_size: int | None  # batchgate.io/pod-group-size, when a positive integer
+    pod_group_name: str | None  # the PodGroup the scheduler looks for
+    queue: str | None
+    time_limit: str | None
+    started_at: str | None  # the annotations the reconciler keeps
+    deadline: str | None
+    warned_for: str | None
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    ref: Ref
+    resource_version: str
+    deleting: bool
+    finished: bool  # condition Complete or Failed is True
+    time_limit: str | None  # the Job's own annotation, else its pod template's
+    queue: str | None
+    started_at: str | None
+    deadline: str | None
+    warned_for: str | None
+    group: str | None  # from the pod template's labels
+    group_size: int | None
+    pod_group_name: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    name: str
+    ready: str | None  # the Ready condition's status: "True", "False", "Unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupView:
+    ref: Ref
+    resource_version: str
+    min_member: int | None
+    managed: bool  # created by batchgate (app.kubernetes.io/managed-by=batchgate)
+    group: str | None  # batchgate.io/pod-group label: the pods it is for
+    owner: Ref | None  # first ownerReference (the Job), if any
+    deleting: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The cluster as the planner sees it. ``None`` means "not known", never "empty":
+    ``nodes`` when they may not be listed, ``pod_groups`` when the CRD is not installed."""
+
+    pods: Mapping[Key, PodView]
+    jobs: Mapping[Key, JobView]
+    nodes: Mapping[str, NodeView] | None = None
+    pod_groups: Mapping[Key, PodGroupView] | None = None
+
+    @staticmethod
+    def of(
+        pods: Iterable[PodView] = (),
+        jobs: Iterable[JobView] = (),
+        nodes: Iterable[NodeView] | None = None,
+        pod_groups: Iterable[PodGroupView] | None = None,
+    ) -> Snapshot:
+        return Snapshot(
+            pods={(p.ref.namespace, p.ref.name): p for p in pods},
+            jobs={(j.ref.namespace, j.ref.name): j for j in jobs},
+            nodes=None if nodes is None else {n.name: n for n in nodes},
+            pod_groups=None if pod_groups is None else {(g.ref.namespace, g.ref.name): g for g in pod_groups},
+        )
+
+
+# -- conversion ------------------------------------------------------------
+def _ref(kind: Kind, md: Mapping[str, Any], api_version: str | None = None) -> Ref:
+    return Ref(api_version or kind.api_version, kind.kind, md.get("namespace") or "", md.get("name") or "", md.get("uid") or "")
+
+
+def _controller(md: Mapping[str, Any]) -> Ref | None:
+    for o in md.get("ownerReferences") or ():
+        if o.get("controller"):
+            return Ref(o.get("apiVersion", ""), o.get("kind", ""), md.get("namespace") or "", o.get("name", ""), o.get("uid", ""))
+    return None
+
+
+def _size(text: Any) -> int | None:
+    if isinstance(text, str) and text.isdigit():
+        n = int(text)
+        return n if n > 0 else None
+    return None
+
+
+def _describe_exit(container: str, term: Mapping[str, Any]) -> str:
+    code = term.get("exitCode")
+    reason = term.get("reason") or ""
+    if reason == "OOMKilled":
+        return f"container {container} was OOMKilled (exit code {code})"
+    text = f"container {container} exited with code {code}"
+    if reason and reason not in ("Error", "Completed"):
+        text += f" ({reason})"
+    return text
+
+
+def key_of(obj: Mapping[str, Any]) -> Key:
+    md = obj.get("metadata") or {}
+    return (md.get("namespace") or "", md.get("name") or "")
+
+
+def pod_view(obj: Mapping[str, Any]) -> PodView:
+    md = obj.get("metadata") or {}
+    st = obj.get("status") or {}
+    ann = md.get("annotations") or {}
+    labels = md.get("labels") or {}
+    phase = st.get("phase") or "Pending"
+
+    started: float | None = None
+    failure: str | None = None
+    failed_at: float | None = None
+    for statuses in (st.get("initContainerStatuses"), st.get("containerStatuses")):
+        for cs in statuses or ():
+            state = cs.get("state") or {}
+            running = state.get("running")
+            term = state.get("terminated")
+            last = (cs.get("lastState") or {}).get("terminated")
+            for s in (running, term, last):
+                if s:
+                    t = parse_time(s.get("startedAt"))
+                    if t is not None and (started is None or t < started):
+                        started = t
+            if failure is None:
+                for s in (term, last):
+                    if s and s.get("exitCode", 0) != 0:
+                        failure = _describe_exit(cs.get("name", "?"), s)
+                        failed_at = parse_time(s.get("finishedAt"))
+                        break
+    if started is None and phase in ("Running", "Succeeded", "Failed"):
+        started = parse_time(st.get("startTime"))
+    reason = st.get("reason") or ""
+    message = st.get("message") or ""
+    interrupted: str | None = None
+    if reason in INTERRUPT_REASONS:
+        interrupted = f"{reason}: {message}" if message else reason
+    else:
+        for c in st.get("conditions") or ():
+            if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
+                why = c.get("reason") or "DisruptionTarget"
+                interrupted = f"{why}: {c['message']}" if c.get("message") else why
+                break
+    if phase == "Succeeded":
+        failure = failed_at = None  # a container restarted on the way, but the pod made it
+    elif failure is None and phase == "Failed":
+        failure = "pod phase Failed" + (f" ({reason}: {message})" if reason or message else "")
+
+    group = labels.get(LABEL_GROUP) or None
+    return PodView(
+        ref=_ref(POD, md),
+        resource_version=md.get("resourceVersion") or "",
+        owner=_controller(md),
+        phase=phase,
+        node=(obj.get("spec") or {}).get("nodeName") or "",
+        deleting=bool(md.get("deletionTimestamp")),
+        started=started,
+        failure=failure,
+        failed_at=failed_at,
+        interrupted=interrupted,
+        group=group,
+        group_size=_size(labels.get(LABEL_GROUP_SIZE)),
+        pod_group_name=(labels.get(LABEL_COSCHEDULING) or group) if group else None,
+        queue=labels.get(LABEL_QUEUE),
+        time_limit=ann.get(ANN_TIME_LIMIT),
+        started_at=ann.get(ANN_STARTED),
+        deadline=ann.get(ANN_DEADLINE),
+        warned_for=ann.get(ANN_WARNED),
+    )
+
+
+def job_view(obj: Mapping[str, Any]) -> JobView:
+    md = obj.get("metadata") or {}
+    ann = md.get("annotations") or {}
+    labels = md.get("labels") or {}
+    template_md = ((obj.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    t_ann = template_md.get("annotations") or {}
+    t_labels = template_md.get("labels") or {}
+    finished = any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or ()
+    )
+    group = t_labels.get(LABEL_GROUP) or None
+    return JobView(
+        ref=_ref(JOB, md),
+        resource_version=md.get("resourceVersion") or "",
+        deleting=bool(md.get("deletionTimestamp")),
+        finished=finished,
+        time_limit=ann.get(ANN_TIME_LIMIT) or t_ann.get(ANN_TIME_LIMIT),
+        queue=labels.get(LABEL_QUEUE) or t_labels.get(LABEL_QUEUE),
+        started_at=ann.get(ANN_STARTED),
+        deadline=ann.get(ANN_DEADLINE),
+        warned_for=ann.get(ANN_WARNED),
+        group=group,
+        group_size=_size(t_labels.get(LABEL_GROUP_SIZE)),
+        pod_group_name=(t_labels.get(LABEL_COSCHEDULING) or group) if group else None,
+    )
+
+
+def node_view(obj: Mapping[str, Any]) -> NodeView:
+    ready = next(
+        (c.get("status") for c in (obj.get("status") or {}).get("conditions") or () if c.get("type") == "Ready"),
+        None,
+    )
+    return NodeView(name=(obj.get("metadata") or {}).get("name") or "", ready=ready)
+
+
+def pod_group_view(obj: Mapping[str, Any]) -> PodGroupView:
+    md = obj.get("metadata") or {}
+    labels = md.get("labels") or {}
+    mm = (obj.get("spec") or {}).get("minMember")
+    owners = md.get("ownerReferences") or ()
+    owner = None
+    if owners:
+        o = owners[0]
+        owner = Ref(o.get("apiVersion", ""), o.get("kind", ""), md.get("namespace") or "", o.get("name", ""), o.get("uid", ""))
+    return PodGroupView(
+        ref=_ref(POD_GROUP, md),
+        resource_version=md.get("resourceVersion") or "",
+        min_member=mm if isinstance(mm, int) and not isinstance(mm, bool) else None,
+        managed=labels.get(LABEL_MANAGED_BY) == MANAGED_BY,
+        group=labels.get(LABEL_GROUP),
+        owner=owner,
+        deleting=bool(md.get("deletionTimestamp")),
+    )
+
+
+VIEW_OF = {"Pod": pod_view, "Job": job_view, "Node": node_view, "PodGroup": pod_group_view}

@@ -1,0 +1,414 @@
+"""The planner: cluster snapshot + now -> the actions that are due.
+
+A pure function of its inputs (no I/O, no clock, no ``kubernetes``), so the
+unit tests drive it with plain data and a fake clock, and a steady cluster
+gives an empty plan: every decision compares what *should* be recorded on an
+object with what *is*, and acts only on a difference.
+
+Three concerns, each a loop over an index built once per pass:
+
+**Deadlines.** A job is a Job, or a Pod without a controller. Its time limit
+(``batchgate.io/time-limit``) counts from when its first pod started running
+(the earliest container start). The start and the resulting deadline are
+recorded on the object (``batchgate.io/started-at``, ``batchgate.io/deadline``)
+so they survive restarts of the reconciler and of the pods; the recorded start
+is only trusted where it is not later than what the pods show. Past the
+deadline the job is deleted (with its grace period; a Job's pods follow by
+background propagation); ``warning_lead`` before it, a Warning Event is sent
+once per deadline (``batchgate.io/warned-for``). A longer limit written by
+the user (the webhook keeps it within policy) moves the deadline: an Event
+says so. A deadline that passed while the reconciler was down is simply
+found past on the next pass.
+
+**Gangs.** Pods labelled ``batchgate.io/pod-group`` form a group per owner (a
+Job, or bare pods). When a live member *fails* (a container exited non-zero or
+was OOMKilled, or phase Failed), the group is torn down: the Job is deleted, or
+for bare pods every member. When a member is *interrupted* (evicted,
+preempted, its node gone) that is not the job's fault: the members are deleted
+but the Job stays, so its controller starts the whole group over. Members
+already being deleted never trigger anything, and the member that caused the
+teardown is deleted last, so a teardown cut short by a crash is found again
+and finished with the same cause (and the same Event names).
+
+**PodGroups.** With the coscheduling CRD installed, each group has a PodGroup
+(minMember = the group size) for as long as its workload exists: the Job (the
+PodGroup also gets it as ownerReference), or any member pod of a bare group.
+Only PodGroups batchgate created (``app.kubernetes.io/managed-by``) are ever
+changed or deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..units import format_duration, parse_duration
+from .actions import Action, Delete, Plan, PodGroupWrite
+from .model import (
+    ANN_DEADLINE,
+    ANN_STARTED,
+    ANN_WARNED,
+    JobView,
+    PodGroupView,
+    PodView,
+    Ref,
+    Snapshot,
+    format_time,
+    parse_time,
+)
+from .settings import Settings
+
+_LIMITS: dict[str, int | None] = {}
+
+
+def _limit_seconds(text: str) -> int | None:
+    """Parsed time limits, memoised: a cluster has few distinct values."""
+    try:
+        return _LIMITS[text]
+    except KeyError:
+        pass
+    try:
+        value: int | None = parse_duration(text)
+    except ValueError:
+        value = None
+    if len(_LIMITS) > 4096:
+        _LIMITS.clear()
+    _LIMITS[text] = value
+    return value
+
+
+@dataclass(slots=True)
+class _Pass:
+    now: float
+    settings: Settings
+    actions: list[Action]
+    wake_at: float | None = None
+    stopped: set[str] | None = None  # uids deleted by a deadline this pass
+
+    def wake(self, t: float) -> None:
+        if t > self.now and (self.wake_at is None or t < self.wake_at):
+            self.wake_at = t
+
+
+def plan(snapshot: Snapshot, now: float, settings: Settings) -> Plan:
+    """Everything due at ``now`` (epoch seconds), and when to look again."""
+    p = _Pass(now=now, settings=settings, actions=[], stopped=set())
+    queues = settings.queues
+    excluded_cache: dict[str, bool] = {}
+
+    def excluded(ns: str) -> bool:
+        try:
+            return excluded_cache[ns]
+        except KeyError:
+            excluded_cache[ns] = v = queues.excluded(ns)
+            return v
+
+    # One pass over the pods builds every index the three concerns need.
+    jobs_by_uid: dict[str, JobView] = {}
+    for j in snapshot.jobs.values():
+        if not excluded(j.ref.namespace):
+            jobs_by_uid[j.ref.uid] = j
+    pods_of_job: dict[str, list[PodView]] = {}
+    bare_timed: list[PodView] = []
+    groups: dict[tuple[str, str, str], list[PodView]] = {}
+    for pod in snapshot.pods.values():
+        ns = pod.ref.namespace
+        if excluded(ns):
+            continue
+        owner = pod.owner
+        if owner is None:
+            if pod.time_limit is not None:
+                bare_timed.append(pod)
+        elif owner.kind == "Job":
+            lst = pods_of_job.get(owner.uid)
+            if lst is None:
+                pods_of_job[owner.uid] = [pod]
+            else:
+                lst.append(pod)
+        if pod.group is not None:
+            gkey = (ns, pod.group, owner.uid if owner is not None else "")
+            g = groups.get(gkey)
+            if g is None:
+                groups[gkey] = [pod]
+            else:
+                g.append(pod)
+
+    for job in jobs_by_uid.values():
+        if job.time_limit is not None and not job.deleting and not job.finished:
+            _deadline(p, job, pods_of_job.get(job.ref.uid, ()), is_job=True)
+    for pod in bare_timed:
+        if not pod.deleting and not pod.terminal:
+            _deadline(p, pod, (pod,), is_job=False)
+
+    for (_ns, group, owner_uid), members in groups.items():
+        _gang(p, group, owner_uid, members, jobs_by_uid, snapshot)
+
+    if snapshot.pod_groups is not None:
+        _pod_groups(p, snapshot, jobs_by_uid, pods_of_job, groups, excluded)
+
+    # Order matters and is kept: an object's actions in the order they were planned
+    # (record before warn), a teardown's cause last.
+    return Plan(actions=p.actions, wake_at=p.wake_at)
+
+
+# -- deadlines -------------------------------------------------------------
+def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], *, is_job: bool) -> None:
+    raw = obj.time_limit or ""
+    limit = _limit_seconds(raw)
+    if limit is None:
+        return  # the webhook denies malformed limits; one that slipped by is not ours to guess
+    now = p.now
+    observed: float | None = None
+    for pod in pods:
+        t = pod.started
+        if t is None and pod.phase == "Running":
+            t = now  # running, but no start time reported yet: count from now
+        if t is not None and (observed is None or t < observed):
+            observed = t
+    recorded = parse_time(obj.started_at)
+    if observed is None and recorded is None:
+        return  # not started: nothing counts yet
+    # A recorded start later than what the pods show is not believed (nobody gains
+    # time by editing the annotation); an earlier one stands (pods come and go).
+    started = float(int(min(t for t in (observed, recorded) if t is not None)))
+
+    effective = limit
+    note = ""
+    qp = p.settings.queues
+    if p.settings.enforce_queue_max and qp.max_time_limit:
+        queue = qp.queue_for(obj.ref.namespace, obj.queue)
+        cap = qp.max_time_limit.get(queue)
+        if cap is not None and limit > cap:
+            effective = cap
+            note = f" (the requested {raw} is over the maximum {format_duration(cap)} of queue {queue}; {format_duration(cap)} applies)"
+    deadline = started + effective
+    deadline_s = format_time(deadline)
+    started_s = format_time(started)
+    what = "Job" if is_job else "Pod"
+
+    if now >= deadline:
+        p.actions.append(Action(
+            kind="stop",
+            target=obj.ref,
+            reason="TimeLimitExceeded",
+            message=(f"time limit {format_duration(effective)} ran out at {deadline_s} (running since "
+                     f"{started_s}){note}; deleting the {what}"),
+            event_type="Warning",
+            key=deadline_s,
+            deletes=(Delete(obj.ref, "Background" if is_job else None),),
+        ))
+        assert p.stopped is not None
+        p.stopped.add(obj.ref.uid)
+        return
+
+    rv = obj.resource_version
+    if obj.started_at != started_s or obj.deadline != deadline_s:
+        old = parse_time(obj.deadline)
+        if old is None:
+            reason, message = "DeadlineSet", (
+                f"time limit {format_duration(effective)} counts from {started_s}, when the first pod "
+                f"started running; the {what} will be stopped at {deadline_s}{note}")
+        elif deadline > old:
+            reason, message = "TimeLimitExtended", (
+                f"time limit is now {format_duration(effective)}{note}: the deadline moves from "
+                f"{obj.deadline} to {deadline_s}")
+        elif deadline < old:
+            reason, message = "TimeLimitReduced", (
+                f"time limit is now {format_duration(effective)}{note}: the deadline moves from "
+                f"{obj.deadline} to {deadline_s}")
+        else:
+            reason, message = "DeadlineSet", f"deadline {deadline_s} (time limit {format_duration(effective)} from {started_s})"
+        changes: dict[str, str | None] = {}
+        if obj.started_at != started_s:
+            changes[ANN_STARTED] = started_s
+        if obj.deadline != deadline_s:
+            changes[ANN_DEADLINE] = deadline_s
+        p.actions.append(Action(
+            kind="record-deadline", target=obj.ref, reason=reason, message=message,
+            key=deadline_s, annotations=changes, resource_version=rv,
+        ))
+
+    warn_at = deadline - p.settings.warning_lead
+    if obj.warned_for != deadline_s:
+        if now >= warn_at:
+            left = int(deadline - now)
+            p.actions.append(Action(
+                kind="warn", target=obj.ref, reason="TimeLimitApproaching",
+                message=(f"the time limit runs out at {deadline_s} (in {_human(left)}); the {what} will "
+                         f"then be deleted. To ask for more time, raise its batchgate.io/time-limit "
+                         f"annotation (within the queue's maximum)"),
+                event_type="Warning", key=deadline_s,
+                annotations={ANN_WARNED: deadline_s}, resource_version=rv,
+            ))
+        else:
+            p.wake(warn_at)
+    p.wake(deadline)
+
+
+def _human(seconds: int) -> str:
+    seconds = max(seconds, 0)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+
+
+# -- gangs -----------------------------------------------------------------
+def _cause_order(pod: PodView) -> tuple[float, str]:
+    return (pod.failed_at if pod.failed_at is not None else float("inf"), pod.ref.name)
+
+
+def _gang(
+    p: _Pass,
+    group: str,
+    owner_uid: str,
+    members: list[PodView],
+    jobs_by_uid: dict[str, JobView],
+    snapshot: Snapshot,
+) -> None:
+    stopped = p.stopped or set()
+    job: JobView | None = None
+    if owner_uid:
+        job = jobs_by_uid.get(owner_uid)
+        owner = members[0].owner
+        # Only Jobs and bare pods: for other owners we cannot tell whether they are
+        # already finishing, nor how to tear them down.
+        if job is None or owner is None or owner.kind != "Job" or job.deleting or job.finished:
+            return
+        if owner_uid in stopped:
+            return
+    live = [m for m in members if not m.deleting and m.ref.uid not in stopped]
+    if not live:
+        return
+    nodes = snapshot.nodes
+
+    def interruption(m: PodView) -> str | None:
+        if m.interrupted is not None:
+            return m.interrupted
+        if nodes and m.node and m.phase != "Succeeded" and m.node not in nodes:
+            return f"node {m.node} is gone"
+        return None
+
+    failed: list[PodView] = []
+    interrupted: list[tuple[PodView, str]] = []
+    for m in live:
+        why = interruption(m)
+        if why is not None:
+            interrupted.append((m, why))
+        elif m.failure is not None:
+            failed.append(m)
+    if failed:
+        cause = min(failed, key=_cause_order)
+        text = f"pod {cause.ref.name} of pod group {group} failed: {cause.failure}"
+        kind, reason = "gang-failed", "GangFailed"
+    elif interrupted and p.settings.teardown_interrupted_groups:
+        cause, why = min(interrupted, key=lambda t: _cause_order(t[0]))
+        text = f"pod {cause.ref.name} of pod group {group} was interrupted ({why})"
+        kind, reason = "gang-interrupted", "GangInterrupted"
+    else:
+        return
+
+    others = sorted((m for m in live if m is not cause), key=lambda m: m.ref.name)
+    if job is not None and kind == "gang-failed":
+        p.actions.append(Action(
+            kind="gang-failed", target=job.ref, reason=reason, event_type="Warning",
+            message=f"{text}; the whole group is torn down: deleting the Job",
+            key=cause.ref.uid, deletes=(Delete(job.ref, "Background"),),
+        ))
+    elif job is not None:
+        p.actions.append(Action(
+            kind="gang-interrupted", target=job.ref, reason=reason, event_type="Warning",
+            message=(f"{text}; deleting all {len(others) + 1} pods of the group so that the Job "
+                     f"starts them over together"),
+            key=cause.ref.uid,
+            deletes=(*(Delete(m.ref) for m in others), Delete(cause.ref)),
+        ))
+    else:
+        # Bare pods: each is its own workload, so each gets the Event; the cause goes last.
+        for m in [*others, cause]:
+            p.actions.append(Action(
+                kind=kind, target=m.ref, reason=reason, event_type="Warning",  # type: ignore[arg-type]
+                message=f"{text}; the whole group is torn down: deleting this pod",
+                key=cause.ref.uid, deletes=(Delete(m.ref),),
+            ))
+
+
+# -- PodGroups -------------------------------------------------------------
+@dataclass(slots=True)
+class _Want:
+    name: str
+    group: str
+    size: int
+    owner: Ref | None  # the Job; None for bare pods
+    workload: Ref  # where the Event goes
+
+
+def _pod_groups(
+    p: _Pass,
+    snapshot: Snapshot,
+    jobs_by_uid: dict[str, JobView],
+    pods_of_job: dict[str, list[PodView]],
+    groups: dict[tuple[str, str, str], list[PodView]],
+    excluded: Callable[[str], bool],
+) -> None:
+    existing = snapshot.pod_groups or {}
+    want: dict[tuple[str, str], _Want] = {}
+    for job in sorted(jobs_by_uid.values(), key=lambda j: j.ref.name):
+        name, group, size = job.pod_group_name, job.group, job.group_size
+        if name is None or group is None or size is None:
+            # The template may lack the group (a Job with generateName): the pods have it.
+            pods = pods_of_job.get(job.ref.uid)
+            first = next((x for x in pods or () if x.group and x.group_size and x.pod_group_name), None)
+            if first is None:
+                continue
+            name, group, size = first.pod_group_name, first.group, first.group_size
+        assert name is not None and group is not None and size is not None
+        want.setdefault((job.ref.namespace, name), _Want(name, group, size, job.ref, job.ref))
+    for (ns, _group, owner_uid), members in groups.items():
+        if owner_uid:
+            continue  # Job groups come from their Job (above); other owners are not ours
+        first = min(members, key=lambda m: m.ref.name)
+        if first.pod_group_name is None or first.group is None or first.group_size is None:
+            continue
+        want.setdefault((ns, first.pod_group_name), _Want(first.pod_group_name, first.group, first.group_size, None, first.ref))
+
+    for key, w in want.items():
+        pg = existing.get(key)
+        ns = key[0]
+        if pg is None:
+            p.actions.append(Action(
+                kind="create-podgroup", target=w.workload, reason="PodGroupCreated",
+                message=f"created PodGroup {w.name} (minMember {w.size}) so that the group's pods are scheduled together",
+                key=w.name,
+                pod_group=PodGroupWrite("create", ns, w.name, min_member=w.size, group=w.group, owner=w.owner),
+            ))
+        elif not pg.managed or pg.deleting:
+            continue
+        elif w.owner is not None and pg.owner is not None and pg.owner.uid != w.owner.uid:
+            # Left over from an earlier Job of the same name: replace it (created next pass).
+            p.actions.append(_delete_pod_group(pg, f"it belonged to an earlier {pg.owner.kind} {pg.owner.name}"))
+        elif pg.min_member != w.size:
+            p.actions.append(Action(
+                kind="update-podgroup", target=w.workload, reason="PodGroupResized",
+                message=f"PodGroup {w.name}: minMember {pg.min_member} -> {w.size}",
+                key=f"{w.name}/{w.size}",
+                pod_group=PodGroupWrite("update", ns, w.name, min_member=w.size, group=w.group,
+                                        uid=pg.ref.uid, resource_version=pg.resource_version),
+            ))
+    for key, pg in existing.items():
+        if key in want or not pg.managed or pg.deleting:
+            continue
+        if excluded(key[0]):
+            continue
+        gone = f"its {pg.owner.kind} {pg.owner.name} is gone" if pg.owner else "no pod of the group is left"
+        p.actions.append(_delete_pod_group(pg, gone))
+
+
+def _delete_pod_group(pg: PodGroupView, why: str) -> Action:
+    return Action(
+        kind="delete-podgroup", target=pg.ref, reason="PodGroupDeleted",
+        message=f"deleted PodGroup {pg.ref.name}: {why}", key=pg.ref.uid,
+        pod_group=PodGroupWrite("delete", pg.ref.namespace, pg.ref.name, group=pg.group or "",
+                                owner=pg.owner, uid=pg.ref.uid),
+    )

@@ -1,0 +1,100 @@
+"""Reconciler settings: one frozen dataclass, every default documented.
+
+``batchgate reconcile`` builds it from its flags and the bundle; tests build it
+directly. Durations are seconds.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..bundle import Bundle
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """What the planner needs from the bundle: queue maxima and how a namespace picks its default queue."""
+
+    max_time_limit: dict[str, int | None] = field(default_factory=dict)
+    default_queue: str = ""
+    namespace_defaults: tuple[tuple[tuple[str, ...], str], ...] = ()  # (name globs, queue), first match wins
+    excluded_namespaces: tuple[str, ...] = ()
+
+    @staticmethod
+    def from_bundle(bundle: Bundle) -> QueuePolicy:
+        return QueuePolicy(
+            max_time_limit={q.name: q.max_time_limit for q in bundle.queues.values()},
+            default_queue=bundle.default_queue,
+            namespace_defaults=tuple((r.names, r.default_queue) for r in bundle.namespaces if r.default_queue),
+            excluded_namespaces=tuple(bundle.excluded_namespaces),
+        )
+
+    def queue_for(self, namespace: str, label: str | None) -> str:
+        if label:
+            return label
+        for globs, queue in self.namespace_defaults:
+            if any(fnmatch.fnmatchcase(namespace, g) for g in globs):
+                return queue
+        return self.default_queue
+
+    def excluded(self, namespace: str) -> bool:
+        return any(fnmatch.fnmatchcase(namespace, g) for g in self.excluded_namespaces)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # -- planning ------------------------------------------------------------
+    warning_lead: int = 600
+    """Seconds before a deadline that the TimeLimitApproaching Warning Event is sent."""
+    enforce_queue_max: bool = True
+    """Cap a job's time limit at its queue's maximum, should one slip past the webhook
+    (admitted while it was down, or under an older bundle)."""
+    teardown_interrupted_groups: bool = True
+    """When a pod of a group is interrupted (evicted, preempted, lost with its node), delete
+    the rest of the group too, so that the Job starts all of them over together."""
+    queues: QueuePolicy = field(default_factory=QueuePolicy)
+
+    # -- the loop ------------------------------------------------------------
+    resync_period: float = 300.0
+    """Seconds between planning passes when nothing changes (passes also run on every
+    change, and when the next deadline or warning falls due)."""
+    min_pass_interval: float = 1.0
+    """At most one pass per this many seconds, however busy the watch streams are."""
+    namespace: str | None = None
+    """Watch and act in this namespace only; None: the whole cluster."""
+    watch_timeout: int = 300
+    """Server-side timeout of one watch request; the reflector re-watches from the last
+    resourceVersion afterwards (a 410 Gone makes it relist)."""
+    crd_recheck: float = 60.0
+    """Seconds between checks for the PodGroup CRD while it is not installed."""
+
+    # -- the API -------------------------------------------------------------
+    api_attempts: int = 4
+    """Tries per API write on transient errors (no response, 429, 5xx)."""
+    api_backoff: float = 0.2
+    """First retry pause in seconds; doubles per try, with jitter."""
+    request_timeout: float = 30.0
+
+    # -- leader election (coordination.k8s.io/v1 Lease) -----------------------
+    leader_elect: bool = True
+    lease_name: str = "batchgate-reconciler"
+    lease_namespace: str = "batchgate-system"
+    identity: str = ""
+    """This replica's name in the Lease; main() defaults it to hostname_pid."""
+    lease_duration: float = 15.0
+    """Others take over when the holder has not renewed for this long."""
+    renew_deadline: float = 10.0
+    """The leader stops acting when it could not renew for this long (< lease_duration,
+    so it has stopped before anyone else may start)."""
+    retry_period: float = 2.0
+    """Seconds between tries to acquire or renew."""
+
+    # -- observability ---------------------------------------------------------
+    metrics_port: int = 0
+    """Serve Prometheus /metrics on this port; 0: do not serve."""
+    crash_after_writes: int | None = None
+    """Test hook (env BATCHGATE_RECONCILER_CRASH_AFTER_WRITES): exit abruptly right after
+    the n-th API write, to prove that a restart neither misses nor repeats anything."""
