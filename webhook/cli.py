@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="add the Service DNS names (name.namespace.svc, ...cluster.local)")
     ce.add_argument("--force", action="store_true", help="issue a new serving certificate now")
     ce.add_argument("--renew-before", default="720h", help="renew when expiring within this (default 720h)")
+    ce.add_argument("--patch", choices=("mutating", "validating"), default=None,
+                    help="print, instead of the bare caBundle, a JSON Patch that sets it in every webhook "
+                    "of the batchgate Mutating- or ValidatingWebhookConfiguration, for "
+                    "`kubectl patch ... --type=json -p \"$(batchgate certs ... --patch mutating)\"`")
+    ce.add_argument("--manifests", default=str(REPO_ROOT / "manifests"), metavar="DIR",
+                    help="where the webhook configurations are, for --patch (default manifests/)")
 
     r = sub.add_parser("reconcile", help="run the reconciler (deadlines, gangs, maintenance, scavengers)")
     r.add_argument("--once", action="store_true", help="one planning pass, then exit")
@@ -260,6 +266,18 @@ def cmd_certs(args: argparse.Namespace) -> int:
         print(f"batchgate: --renew-before: {e}", file=sys.stderr)
         return 2
     bundle = ensure_certs(Path(args.cert_dir), dns_names=names, force=args.force, renew_before=renew)
+    if args.patch:
+        from .generate import ca_bundle_patch, webhook_configurations
+
+        try:
+            configs = webhook_configurations(bundle.ca_bundle_b64, manifests=args.manifests)
+        except (OSError, ValueError, KeyError) as e:
+            print(f"batchgate: --patch: cannot read the webhook configurations in {args.manifests}: {e}",
+                  file=sys.stderr)
+            return 2
+        config = configs[0] if args.patch == "mutating" else configs[1]
+        print(json.dumps(ca_bundle_patch(config, bundle.ca_bundle_b64)))
+        return 0
     print(bundle.ca_bundle_b64)
     return 0
 
