@@ -1,0 +1,364 @@
+"""time-limit (CREATE: default, copy, backstop, deny) and time-limit-extension (UPDATE)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import POLICIES, fixture
+from webhook.bundle import Bundle, load_bundle
+from webhook.engine import Decision, decide
+from webhook.offline import Caller, synthetic_review
+from webhook.yamlsrc import BundleError
+
+ANN = "batchgate.io/time-limit"
+DAY, HOUR, MINUTE = 86400, 3600, 60
+BATCH_BACKSTOP = 7 * DAY + 10 * MINUTE  # batch max 7d + the default 10m margin
+CONTROLLER = "system:kube-controller-manager"
+
+
+def only(bundle: Bundle, *names: str) -> Bundle:
+    keep = tuple(p for p in bundle.policies if p.name in names)
+    assert len(keep) == len(names), f"test setup: policies {names} not all in the bundle"
+    return dataclasses.replace(
+        bundle, policies=keep,
+        mutating=tuple(p for p in keep if p.rule.mutate is not None),
+        validating=tuple(p for p in keep if p.rule.validate is not None),
+    )
+
+
+@pytest.fixture(scope="module")
+def tl(bundle: Bundle) -> Bundle:
+    return only(bundle, "time-limit")
+
+
+@pytest.fixture(scope="module")
+def ext(bundle: Bundle) -> Bundle:
+    return only(bundle, "time-limit-extension")
+
+
+def run(b: Bundle, obj: dict[str, Any], *, op: str = "CREATE", user: str = "alice",
+        old: dict[str, Any] | None = None, phase: str = "check") -> Decision:
+    review = synthetic_review(obj, Caller(operation=op, username=user, namespace="demo"), old_object=old)
+    d = decide(review, b, phase=phase)  # type: ignore[arg-type]
+    assert not d.errors, d.errors
+    return d
+
+
+# -- objects, in the shapes the API server sends (tests/fixtures) ---------------------
+def job(annotations: dict[str, str] | None = None, template_annotations: dict[str, str] | None = None,
+        queue: str | None = None) -> dict[str, Any]:
+    obj = copy.deepcopy(fixture("job-create.mutate.json")["request"]["object"])
+    obj["metadata"].pop("managedFields")
+    obj["metadata"]["annotations"] = dict(annotations or {})
+    obj["metadata"]["labels"] = {"batchgate.io/queue": queue} if queue else {}
+    if template_annotations is not None:
+        obj["spec"]["template"]["metadata"]["annotations"] = dict(template_annotations)
+    return obj
+
+
+def pod(annotations: dict[str, str] | None = None, *, queue: str | None = None,
+        deadline: int | None = None, owner: str | None = None) -> dict[str, Any]:
+    obj = copy.deepcopy(fixture("pod-create-by-user.mutate.json")["request"]["object"])
+    obj["metadata"].pop("managedFields", None)
+    obj["metadata"]["annotations"] = dict(annotations or {})
+    if queue:
+        obj["metadata"]["labels"]["batchgate.io/queue"] = queue
+    if deadline is not None:
+        obj["spec"]["activeDeadlineSeconds"] = deadline
+    if owner:
+        obj["metadata"]["ownerReferences"] = [
+            {"apiVersion": "apps/v1" if owner != "Job" else "batch/v1", "kind": owner, "name": "owner-1",
+             "uid": "0b6f1e2a-3c4d-4e5f-8a9b-0c1d2e3f4a5b", "controller": True, "blockOwnerDeletion": True}]
+    return obj
+
+
+def cronjob(job_annotations: dict[str, str] | None = None, own: dict[str, str] | None = None) -> dict[str, Any]:
+    j = job()
+    return {
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": "nightly", "namespace": "demo", "annotations": dict(own or {})},
+        "spec": {"schedule": "0 2 * * *", "concurrencyPolicy": "Forbid",
+                 "jobTemplate": {"metadata": {"annotations": dict(job_annotations or {})}, "spec": j["spec"]}},
+    }
+
+
+def ann_at(obj: dict[str, Any], *path: str) -> Any:
+    node: Any = obj
+    for key in (*path, "annotations"):
+        node = (node or {}).get(key)
+    return (node or {}).get(ANN)
+
+
+# -- CREATE: what is written where -------------------------------------------------------
+MUTATIONS = [
+    # id, object, user, {location path: expected annotation}, (spec path, expected deadline), warning or None
+    ("bare pod, no limit: batch default + backstop", pod(), "alice",
+     {("metadata",): "1d"}, (("spec",), BATCH_BACKSTOP), "queue 'batch' default 1d applies (the maximum is 7d)"),
+    ("interactive pod: its queue's default and maximum", pod(queue="interactive"), "alice",
+     {("metadata",): "2h"}, (("spec",), 12 * HOUR + 10 * MINUTE), "queue 'interactive' default 2h"),
+    ("scavenger pod: 30d maximum", pod({ANN: "3d"}, queue="scavenger"), "alice",
+     {("metadata",): "3d"}, (("spec",), 30 * DAY + 10 * MINUTE), None),
+    ("user's limit kept as written", pod({ANN: "1h30m"}), "alice",
+     {("metadata",): "1h30m"}, (("spec",), BATCH_BACKSTOP), None),
+    ("smaller own deadline kept", pod({ANN: "4h"}, deadline=600), "alice",
+     {("metadata",): "4h"}, (("spec",), 600), None),
+    ("deadline equal to the backstop kept", pod({ANN: "4h"}, deadline=BATCH_BACKSTOP), "alice",
+     {("metadata",): "4h"}, (("spec",), BATCH_BACKSTOP), None),
+    ("larger own deadline lowered", pod({ANN: "4h"}, deadline=BATCH_BACKSTOP + 1), "alice",
+     {("metadata",): "4h"}, (("spec",), BATCH_BACKSTOP), f"activeDeadlineSeconds {BATCH_BACKSTOP + 1} lowered to {BATCH_BACKSTOP}"),
+    ("job without limit: job + template + template backstop", job(), "alice",
+     {("metadata",): "1d", ("spec", "template", "metadata"): "1d"},
+     (("spec", "template", "spec"), BATCH_BACKSTOP), "default 1d applies"),
+    ("job limit copied into the template", job({ANN: "6h"}), "alice",
+     {("metadata",): "6h", ("spec", "template", "metadata"): "6h"}, (("spec", "template", "spec"), BATCH_BACKSTOP), None),
+    ("template-only limit copied onto the job", job(template_annotations={ANN: "5h"}), "alice",
+     {("metadata",): "5h", ("spec", "template", "metadata"): "5h"}, (("spec", "template", "spec"), BATCH_BACKSTOP), None),
+    ("job wins over a disagreeing template", job({ANN: "6h"}, {ANN: "2h"}), "alice",
+     {("metadata",): "6h", ("spec", "template", "metadata"): "6h"}, (("spec", "template", "spec"), BATCH_BACKSTOP),
+     "'2h' replaced by '6h' set on the Job"),
+    ("cronjob: jobTemplate limit copied to the pod template", cronjob({ANN: "3h"}), "alice",
+     {("metadata",): None, ("spec", "jobTemplate", "metadata"): "3h",
+      ("spec", "jobTemplate", "spec", "template", "metadata"): "3h"},
+     (("spec", "jobTemplate", "spec", "template", "spec"), BATCH_BACKSTOP), None),
+    ("cronjob: its own annotation is read, not written", cronjob(own={ANN: "2h"}), "alice",
+     {("metadata",): "2h", ("spec", "jobTemplate", "metadata"): "2h",
+      ("spec", "jobTemplate", "spec", "template", "metadata"): "2h"},
+     (("spec", "jobTemplate", "spec", "template", "spec"), BATCH_BACKSTOP), None),
+    ("cronjob without limit: default in the jobTemplate", cronjob(), "alice",
+     {("metadata",): None, ("spec", "jobTemplate", "metadata"): "1d",
+      ("spec", "jobTemplate", "spec", "template", "metadata"): "1d"},
+     (("spec", "jobTemplate", "spec", "template", "spec"), BATCH_BACKSTOP), "default 1d applies"),
+    ("controller's pod without limit: defaulted silently", pod(owner="Job"), CONTROLLER,
+     {("metadata",): "1d"}, (("spec",), BATCH_BACKSTOP), None),
+]
+
+
+@pytest.mark.parametrize(("obj", "user", "where", "deadline", "warning"), [c[1:] for c in MUTATIONS],
+                         ids=[c[0] for c in MUTATIONS])
+def test_create_writes(tl, obj, user, where, deadline, warning):
+    d = run(tl, obj, user=user)
+    assert d.allowed, d.message
+    for path, want in where.items():
+        assert ann_at(d.obj, *path) == want, path
+    spec_path, seconds = deadline
+    node: Any = d.obj
+    for key in spec_path:
+        node = node[key]
+    assert node.get("activeDeadlineSeconds") == seconds
+    if warning is None:
+        assert d.warnings == []
+    else:
+        assert any(warning in w for w in d.warnings), d.warnings
+    assert ann_at(obj, "metadata") == (obj["metadata"].get("annotations") or {}).get(ANN)  # input untouched
+    again = run(tl, d.obj, user=user, phase="mutate")
+    assert again.patch == [], "not idempotent"
+
+
+@pytest.mark.parametrize("owner", ["ReplicaSet", "StatefulSet", "DaemonSet"])
+def test_service_pods_are_exempt(tl, owner):
+    d = run(tl, pod({ANN: "not a duration"}, owner=owner), user=CONTROLLER)
+    assert d.allowed and d.patch == []
+
+
+def test_the_patch_is_what_the_api_server_gets(tl):
+    d = run(tl, job({ANN: "6h"}), phase="mutate")
+    assert d.patch == [
+        {"op": "add", "path": "/spec/template/metadata/annotations", "value": {ANN: "6h"}},
+        {"op": "add", "path": "/spec/template/spec/activeDeadlineSeconds", "value": BATCH_BACKSTOP},
+    ]
+
+
+# -- CREATE: denials ---------------------------------------------------------------------
+DENIALS = [
+    ("over the batch maximum", pod({ANN: "8d"}), "8d exceeds the maximum of queue 'batch', which is 7d"),
+    ("over by one minute", pod({ANN: "10081m"}), "exceeds the maximum of queue 'batch', which is 7d"),
+    ("over the interactive maximum", pod({ANN: "13h"}, queue="interactive"), "queue 'interactive', which is 12h"),
+    ("words", pod({ANN: "4 hours"}), "'4 hours' is not a duration; write a number and a unit, e.g. 90m, 4h, 2d"),
+    ("no unit", pod({ANN: "240"}), "'240' is not a duration"),
+    ("zero", pod({ANN: "0h"}), "'0h' is not a duration"),
+    ("empty", pod({ANN: ""}), "'' is not a duration"),
+    ("job over the maximum", job({ANN: "30d"}), "30d exceeds the maximum of queue 'batch'"),
+    ("template over the maximum", job(template_annotations={ANN: "8d"}), "8d exceeds the maximum"),
+    ("cronjob over the maximum", cronjob({ANN: "8d"}), "8d exceeds the maximum"),
+]
+
+
+@pytest.mark.parametrize(("obj", "message"), [c[1:] for c in DENIALS], ids=[c[0] for c in DENIALS])
+def test_create_denials(tl, obj, message):
+    d = run(tl, obj)
+    assert not d.allowed
+    assert message in d.message, d.message
+    assert d.patch == []
+
+
+def test_exactly_the_maximum_is_allowed(tl):
+    assert run(tl, pod({ANN: "7d"})).allowed
+    assert run(tl, pod({ANN: "168h"})).allowed
+
+
+def test_one_value_in_two_places_is_reported_once(tl):
+    d = run(tl, job({ANN: "8d"}, {ANN: "8d"}))
+    assert len(d.denials) == 1, d.denials
+
+
+def test_controller_pods_are_not_denied(tl):
+    # Their template was checked as the workload; denying the Pod would only stall the Job.
+    assert run(tl, pod({ANN: "8d"}, owner="Job"), user=CONTROLLER).allowed
+    assert not run(tl, pod({ANN: "8d"}, owner="Job"), user="alice").allowed
+
+
+def test_unknown_queue_is_left_to_queue_priority(tl):
+    d = run(tl, pod(queue="nightly"))
+    assert d.allowed and d.patch == []
+
+
+# -- UPDATE: the mutating half never runs --------------------------------------------------
+def test_the_whole_bundle_does_not_mutate_on_update(bundle):
+    old = job({ANN: "1d"}, {ANN: "1d"}, queue="batch")
+    new = job({ANN: "6d"}, {ANN: "1d"}, queue="batch")
+    new["spec"]["template"]["spec"].pop("activeDeadlineSeconds", None)
+    d = run(bundle, new, op="UPDATE", old=old, phase="mutate")
+    assert d.patch == [] and d.outcomes == [], d.outcomes
+
+
+def test_time_limit_type_may_not_be_configured_for_update(tmp_path):
+    root = _tmp_bundle(tmp_path, "time-limit")
+    f = root / "time-limit" / "policy.yaml"
+    f.write_text(f.read_text().replace("  type: time-limit\n", "  type: time-limit\n  match:\n    operations: [CREATE, UPDATE]\n"))
+    with pytest.raises(BundleError, match=r"spec\.match\.operations\[1\]: policy type 'time-limit' mutates"):
+        load_bundle(root)
+
+
+# -- UPDATE: extensions --------------------------------------------------------------------
+RUNNING = job({ANN: "1d"}, {ANN: "1d"}, queue="batch")
+
+
+def _changed(**kw: Any) -> dict[str, Any]:
+    new = copy.deepcopy(RUNNING)
+    meta = new["metadata"]
+    if "limit" in kw:
+        if kw["limit"] is None:
+            meta["annotations"].pop(ANN)
+        else:
+            meta["annotations"][ANN] = kw["limit"]
+    if "queue" in kw:
+        meta["labels"]["batchgate.io/queue"] = kw["queue"]
+    if "label" in kw:
+        meta["labels"]["team"] = kw["label"]
+    return new
+
+
+EXTENSIONS = [
+    ("extend within the maximum", _changed(limit="6d"), None),
+    ("extend to exactly the maximum", _changed(limit="7d"), None),
+    ("shorten", _changed(limit="2h"), None),
+    ("unrelated label", _changed(label="hpc"), None),
+    ("over the maximum", _changed(limit="8d"),
+     "8d exceeds the maximum of queue 'batch', which is 7d; the current limit is 1d"),
+    ("malformed", _changed(limit="6 days"), "'6 days' is not a duration"),
+    ("removed", _changed(limit=None), "removing batchgate.io/time-limit is not allowed (the current limit is 1d)"),
+    ("relabelled to a roomier queue", _changed(limit="20d", queue="scavenger"), "queue 'batch', which is 7d"),
+]
+
+
+@pytest.mark.parametrize(("new", "message"), [c[1:] for c in EXTENSIONS], ids=[c[0] for c in EXTENSIONS])
+def test_update_extensions(ext, new, message):
+    d = run(ext, new, op="UPDATE", old=RUNNING)
+    assert d.patch == []
+    if message is None:
+        assert d.allowed, d.message
+    else:
+        assert not d.allowed
+        assert message in d.message, d.message
+
+
+def test_extension_of_a_pod_stored_before_batchgate(ext):
+    r = fixture("pod-update-label.mutate.json")["request"]
+    old, new = r["oldObject"], copy.deepcopy(r["object"])
+    assert run(ext, new, op="UPDATE", old=old).allowed  # the captured `kubectl label`
+    new["metadata"].setdefault("annotations", {})[ANN] = "8d"
+    d = run(ext, new, op="UPDATE", old=old)
+    assert not d.allowed and "there was no limit" in d.message
+
+
+def test_extension_checks_cronjob_job_template(ext):
+    old = cronjob({ANN: "3h"})
+    new = cronjob({ANN: "9d"})
+    d = run(ext, new, op="UPDATE", old=old)
+    assert not d.allowed
+    assert "in spec.jobTemplate.metadata; the current limit is 3h" in d.message
+
+
+def test_extension_policy_ignores_create(ext):
+    assert run(ext, pod({ANN: "99d"})).allowed
+
+
+# -- settings ------------------------------------------------------------------------------
+def _tmp_bundle(tmp_path: Path, *policies: str) -> Path:
+    root = tmp_path / "policies"
+    root.mkdir(parents=True)
+    shutil.copy(POLICIES / "bundle.yaml", root / "bundle.yaml")
+    for name in policies:
+        shutil.copytree(POLICIES / name, root / name)
+    return root
+
+
+def _with_settings(tmp_path: Path, settings: str) -> Path:
+    root = _tmp_bundle(tmp_path, "time-limit")
+    f = root / "time-limit" / "policy.yaml"
+    text = f.read_text()
+    head = text[: text.index("  settings:")]
+    f.write_text(head + "  settings:\n" + settings)
+    return root
+
+
+def test_backstop_can_be_turned_off_and_its_margin_set(tmp_path):
+    b = load_bundle(_with_settings(tmp_path, "    backstop: false\n"))
+    assert "activeDeadlineSeconds" not in run(b, pod({ANN: "1h"})).obj["spec"]
+    b = load_bundle(_with_settings(tmp_path / "m", "    backstopMargin: 1h\n"))
+    assert run(b, pod({ANN: "1h"})).obj["spec"]["activeDeadlineSeconds"] == 7 * DAY + HOUR
+
+
+def test_exempt_owner_kinds_setting(tmp_path):
+    b = load_bundle(_with_settings(tmp_path, "    exemptOwnerKinds: [StatefulSet]\n"))
+    assert run(b, pod(owner="StatefulSet"), user=CONTROLLER).patch == []
+    assert run(b, pod(owner="ReplicaSet"), user=CONTROLLER).patch != []
+
+
+def test_queue_without_maximum_gets_no_backstop_and_without_default_no_annotation(bundle):
+    batch = dataclasses.replace(bundle.queues["batch"], default_time_limit=None, max_time_limit=None)
+    b = only(dataclasses.replace(bundle, queues={**bundle.queues, "batch": batch}), "time-limit")
+    d = run(b, pod())
+    assert d.allowed and d.patch == []
+    assert run(b, pod({ANN: "400d"})).allowed  # no maximum to exceed
+
+
+BAD_SETTINGS = [
+    ("margin not a duration", "    backstopMargin: ten minutes\n",
+     r"spec\.settings\.backstopMargin: expected a duration like 10m or 1h"),
+    ("backstop not a bool", "    backstop: yes please\n", r"spec\.settings\.backstop: expected true or false"),
+    ("unknown setting", "    backstopMargn: 10m\n", r"spec\.settings\.backstopMargn: unknown field"),
+    ("owner kind not a Kind", "    exemptOwnerKinds: [replicaset]\n",
+     r"spec\.settings\.exemptOwnerKinds\[0\]: 'replicaset' is not valid: a Kind"),
+    ("owner kinds not a list", "    exemptOwnerKinds: ReplicaSet\n", r"spec\.settings\.exemptOwnerKinds: expected a list"),
+]
+
+
+@pytest.mark.parametrize(("settings", "pattern"), [c[1:] for c in BAD_SETTINGS], ids=[c[0] for c in BAD_SETTINGS])
+def test_bad_settings_name_file_line_and_field(tmp_path, settings, pattern):
+    root = _with_settings(tmp_path, settings)
+    f = root / "time-limit" / "policy.yaml"
+    with pytest.raises(BundleError) as e:
+        load_bundle(root)
+    msg = str(e.value)
+    assert msg.startswith(f"{f}:"), msg
+    bad_line = next(i for i, line in enumerate(f.read_text().splitlines(), 1) if line == settings.rstrip("\n"))
+    assert e.value.line == bad_line, msg
+    assert re.search(pattern, msg), msg
