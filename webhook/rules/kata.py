@@ -100,34 +100,47 @@ def millis(quantity: Any) -> int:
     return -(-m.numerator // m.denominator)
 
 
-def shrink(values: list[int], total_cut: int, floor: int) -> list[int]:
-    """Lower ``values`` by ``total_cut`` in total, each in proportion, none below
-    min(its value, ``floor``); exact integers by largest remainder.
+def shrink(values: list[int], total_cut: int, floor: int, caps: list[int] | None = None) -> list[int]:
+    """Lower ``values`` by ``total_cut`` in total, each in proportion to its value; exact
+    integers (largest remainder; earlier items win ties, so results are deterministic).
 
-    Raises Infeasible when the floors leave too little to cut from.
+    No item goes below min(its value, ``floor``) nor above min(its value, its cap); what a
+    bounded item cannot take, the others take, in proportion. Raises Infeasible when the
+    bounds leave no solution.
     """
+    n = len(values)
     lows = [min(v, floor) for v in values]
+    highs = [min(v, c) for v, c in zip(values, caps, strict=True)] if caps else list(values)
+    if any(lo > hi for lo, hi in zip(lows, highs, strict=True)):
+        raise Infeasible()
     target = sum(values) - total_cut
-    if target < sum(lows):
+    if not sum(lows) <= target <= sum(highs):
         raise Infeasible()
     fixed: dict[int, int] = {}
-    while True:
-        free = [i for i in range(len(values)) if i not in fixed]
+    while True:  # each round fixes at least one item at a bound, so at most n rounds
+        free = [i for i in range(n) if i not in fixed]
         budget = target - sum(fixed.values())
         base = sum(values[i] for i in free)
-        shares = {i: Fraction(values[i] * budget, base) if base else Fraction(0) for i in free}
-        low = [i for i in free if shares[i] < lows[i]]
-        if not low:
+        if not free or base == 0:
+            if budget != 0:
+                raise Infeasible()
+            shares: dict[int, Fraction] = {i: Fraction(0) for i in free}
             break
-        for i in low:
-            fixed[i] = lows[i]
-    out = [0] * len(values)
+        shares = {i: Fraction(values[i] * budget, base) for i in free}
+        low = [i for i in free if shares[i] < lows[i]]
+        high = [i for i in free if shares[i] > highs[i]]
+        if not low and not high:
+            break
+        for i in low or high:  # one side at a time; fixing both at once can overshoot
+            fixed[i] = lows[i] if low else highs[i]
+    out = [0] * n
     for i, v in fixed.items():
         out[i] = v
-    floors = {i: int(s) for i, s in shares.items()}
+    floors = {i: int(x) for i, x in shares.items()}
     left = budget - sum(floors.values())
-    # largest remainder first; earlier containers win ties, so results are deterministic
-    for i in sorted(floors, key=lambda i: (-(shares[i] - floors[i]), i))[:left]:
+    # only items with a remainder get a millicore, so none passes its bound
+    for i in sorted((i for i in floors if shares[i] != floors[i]),
+                    key=lambda i: (-(shares[i] - floors[i]), i))[:left]:
         floors[i] += 1
     for i, v in floors.items():
         out[i] = v
@@ -154,15 +167,20 @@ def plan(spec: dict[str, Any], overhead: int, settings: Settings) -> Plan:
                 if q is not None:
                     old[(key, i, kind)] = millis(q)  # type: ignore[index]
     new: dict[tuple[str, int, Kind], int] = {}
-    for kind in ("requests", "limits"):
+    for kind in ("limits", "requests"):  # limits first: they cap the requests
         keys = [("containers", i, kind) for i, _ in app if ("containers", i, kind) in old]
         if kind == "limits" and len(keys) != len(app):
             continue  # some container is unbounded: the pod has no CPU limit to keep
         values = [old[k] for k in keys]  # type: ignore[index]
         if not values or sum(values) == 0:
             continue
+        caps = None
+        if kind == "requests":
+            limits = [new.get(("containers", k[1], "limits"), old.get(("containers", k[1], "limits")))
+                      for k in keys]
+            caps = [v if c is None else c for v, c in zip(values, limits, strict=True)]
         try:
-            cut = shrink(values, overhead, settings.min_cpu)
+            cut = shrink(values, overhead, settings.min_cpu, caps)
         except Infeasible:
             raise Infeasible(
                 f"the runtime class adds {format_cpu(Fraction(overhead, 1000))} CPU of VM overhead, "
