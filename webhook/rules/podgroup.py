@@ -163,7 +163,7 @@ def _mutate_job(settings: Settings, draft: Draft, ctx: Ctx, labels: dict[str, An
     given = labels.get(SIZE_LABEL)
     if given is not None and given != str(size):
         findings.append(warn(
-            f"spec.template label {SIZE_LABEL}={given!r} replaced by {size!r}: a Job's group size "
+            f"spec.template label {SIZE_LABEL}={given!r} replaced by {str(size)!r}: a Job's group size "
             f"follows its parallelism and completions"
         ))
     group = labels.get(GROUP_LABEL)

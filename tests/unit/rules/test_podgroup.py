@@ -1,0 +1,320 @@
+"""pod-group: gang labels for Jobs, CronJobs, controller-made and bare Pods, per scheduler."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import POLICIES, fixture
+from webhook.bundle import Bundle, load_bundle
+from webhook.engine import Decision, decide
+from webhook.offline import Caller, synthetic_review
+from webhook.rules.podgroup import Settings, gang_size, group_name
+from webhook.yamlsrc import BundleError
+
+GROUP, SIZE = "batchgate.io/pod-group", "batchgate.io/pod-group-size"
+COSCHED = "scheduling.x-k8s.io/pod-group"
+KUEUE, KUEUE_COUNT = "kueue.x-k8s.io/pod-group-name", "kueue.x-k8s.io/pod-group-total-count"
+VOLCANO = "scheduling.k8s.io/group-name"
+CONTROLLER = "system:kube-controller-manager"
+
+
+def with_schedulers(bundle: Bundle, *schedulers: str) -> Bundle:
+    policy = next(p for p in bundle.policies if p.name == "pod-group")
+    if schedulers:
+        policy = dataclasses.replace(policy, settings=Settings(schedulers=schedulers))  # type: ignore[arg-type]
+    return dataclasses.replace(bundle, policies=(policy,), mutating=(policy,), validating=(policy,))
+
+
+@pytest.fixture(scope="module")
+def pg(bundle: Bundle) -> Bundle:
+    return with_schedulers(bundle)
+
+
+def run(b: Bundle, obj: dict[str, Any], *, user: str = "alice", phase: str = "check") -> Decision:
+    d = decide(synthetic_review(obj, Caller(username=user, namespace="demo")), b, phase=phase)  # type: ignore[arg-type]
+    assert not d.errors, d.errors
+    return d
+
+
+def job(*, name: str | None = "mpi-sim2", parallelism: int | None = 2, completions: int | None = 2,
+        template_labels: dict[str, str] | None = None) -> dict[str, Any]:
+    obj = copy.deepcopy(fixture("job-create.mutate.json")["request"]["object"])
+    obj["metadata"].pop("managedFields")
+    if name is None:
+        del obj["metadata"]["name"]
+        obj["metadata"]["generateName"] = "sweep-"
+    else:
+        obj["metadata"]["name"] = name
+    for key, value in (("parallelism", parallelism), ("completions", completions)):
+        if value is None:
+            obj["spec"].pop(key, None)
+        else:
+            obj["spec"][key] = value
+    obj["spec"]["template"]["metadata"]["labels"].update(template_labels or {})
+    return obj
+
+
+def controller_pod(labels: dict[str, str], *, owner: str = "mpi-sim2") -> dict[str, Any]:
+    obj = copy.deepcopy(fixture("pod-create-by-job-controller.mutate.json")["request"]["object"])
+    obj["metadata"].pop("managedFields")
+    obj["metadata"]["labels"].update(labels)
+    obj["metadata"]["ownerReferences"][0]["name"] = owner
+    return obj
+
+
+def bare_pod(labels: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    obj = copy.deepcopy(fixture("pod-create-by-user.mutate.json")["request"]["object"])
+    obj["metadata"].pop("managedFields", None)
+    obj["metadata"]["labels"].update(labels)
+    if annotations:
+        obj["metadata"].setdefault("annotations", {}).update(annotations)
+    return obj
+
+
+def cronjob(parallelism: int, template_labels: dict[str, str] | None = None) -> dict[str, Any]:
+    spec = job(parallelism=parallelism, completions=parallelism, template_labels=template_labels)["spec"]
+    return {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "hourly", "namespace": "demo"},
+            "spec": {"schedule": "0 * * * *", "jobTemplate": {"metadata": {}, "spec": spec}}}
+
+
+def meta_at(obj: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+    node: Any = obj
+    for key in path:
+        node = node[key]
+    return node  # type: ignore[no-any-return]
+
+
+TEMPLATE = ("spec", "template", "metadata")
+POD = ("metadata",)
+CRON_TEMPLATE = ("spec", "jobTemplate", "spec", "template", "metadata")
+
+# id, object, user, where the keys go, expected labels there (subset), keys that must be absent
+CASES = [
+    ("2-pod job: named after the job", job(), "alice", TEMPLATE,
+     {GROUP: "mpi-sim2", SIZE: "2", COSCHED: "mpi-sim2"}, ()),
+    ("size is min(parallelism, completions)", job(parallelism=4, completions=2), "alice", TEMPLATE,
+     {GROUP: "mpi-sim2", SIZE: "2"}, ()),
+    ("completions unset (work queue): size is parallelism", job(parallelism=3, completions=None), "alice", TEMPLATE,
+     {SIZE: "3"}, ()),
+    ("completions above parallelism: waves of parallelism", job(parallelism=2, completions=10), "alice", TEMPLATE,
+     {SIZE: "2"}, ()),
+    ("one-pod job is not a gang", job(parallelism=1, completions=1), "alice", TEMPLATE, {}, (GROUP, SIZE, COSCHED)),
+    ("parallelism 4, completions 1: not a gang", job(parallelism=4, completions=1), "alice", TEMPLATE,
+     {}, (GROUP, SIZE, COSCHED)),
+    ("generateName job: size only", job(name=None), "alice", TEMPLATE, {SIZE: "2"}, (GROUP, COSCHED)),
+    ("user's own group name in the template is kept", job(template_labels={GROUP: "campaign-7"}), "alice", TEMPLATE,
+     {GROUP: "campaign-7", COSCHED: "campaign-7", SIZE: "2"}, ()),
+    ("user's own PodGroup: left alone", job(template_labels={COSCHED: "mine"}), "alice", TEMPLATE,
+     {COSCHED: "mine"}, (GROUP, SIZE)),
+    ("cronjob: size only in the pod template", cronjob(3), "alice", CRON_TEMPLATE, {SIZE: "3"}, (GROUP, COSCHED)),
+    ("cronjob of one pod: nothing", cronjob(1), "alice", CRON_TEMPLATE, {}, (SIZE,)),
+    ("pod of a generateName job: named after its owner", controller_pod({SIZE: "2"}, owner="sweep-x7k2p"),
+     CONTROLLER, POD, {GROUP: "sweep-x7k2p", SIZE: "2", COSCHED: "sweep-x7k2p"}, ()),
+    ("pod from a mutated template: unchanged", controller_pod({GROUP: "mpi-sim2", SIZE: "2", COSCHED: "mpi-sim2"}),
+     CONTROLLER, POD, {GROUP: "mpi-sim2", SIZE: "2", COSCHED: "mpi-sim2"}, ()),
+    ("bare pod opting in", bare_pod({GROUP: "ring", SIZE: "3"}), "alice", POD,
+     {GROUP: "ring", SIZE: "3", COSCHED: "ring"}, ()),
+    ("bare pod, stale scheduler label corrected", bare_pod({GROUP: "ring", SIZE: "3", COSCHED: "old"}), "alice", POD,
+     {COSCHED: "ring"}, ()),
+    ("bare pod outside any group", bare_pod({}), "alice", POD, {}, (GROUP, SIZE, COSCHED)),
+]
+
+
+@pytest.mark.parametrize(("obj", "user", "where", "want", "absent"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_labels(pg, obj, user, where, want, absent):
+    before = copy.deepcopy(obj)
+    d = run(pg, obj, user=user)
+    assert d.allowed, d.message
+    labels = meta_at(d.obj, where).get("labels") or {}
+    for key, value in want.items():
+        assert labels.get(key) == value, (key, labels)
+    for key in absent:
+        assert key not in labels, (key, labels)
+    assert obj == before, "the request object was modified in place"
+    assert run(pg, d.obj, user=user, phase="mutate").patch == [], "not idempotent"
+
+
+def test_a_cronjobs_jobs_get_distinct_groups(pg):
+    cj = run(pg, cronjob(3)).obj
+    groups = set()
+    for name in ("hourly-29410620", "hourly-29410680"):  # two runs, as the CronJob controller names them
+        made = {"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": name, "namespace": "demo", **cj["spec"]["jobTemplate"]["metadata"]},
+                "spec": copy.deepcopy(cj["spec"]["jobTemplate"]["spec"])}
+        d = run(pg, made, user="system:serviceaccount:kube-system:cronjob-controller")
+        labels = d.obj["spec"]["template"]["metadata"]["labels"]
+        assert labels[GROUP] == labels[COSCHED] == name and labels[SIZE] == "3"
+        groups.add(labels[GROUP])
+    assert len(groups) == 2
+
+
+def test_cronjob_with_a_fixed_group_name_is_warned(pg):
+    d = run(pg, cronjob(3, {GROUP: "fixed"}))
+    assert d.allowed
+    assert any("every run shares it" in w for w in d.warnings), d.warnings
+
+
+def test_job_template_size_follows_parallelism_with_a_warning(pg):
+    d = run(pg, job(template_labels={SIZE: "8"}))
+    assert d.obj["spec"]["template"]["metadata"]["labels"][SIZE] == "2"
+    assert any("replaced by '2'" in w for w in d.warnings), d.warnings
+
+
+def test_job_patch_is_exactly_the_labels(pg):
+    assert run(pg, job(), phase="mutate").patch == [
+        {"op": "add", "path": "/spec/template/metadata/labels/batchgate.io~1pod-group", "value": "mpi-sim2"},
+        {"op": "add", "path": "/spec/template/metadata/labels/batchgate.io~1pod-group-size", "value": "2"},
+        {"op": "add", "path": "/spec/template/metadata/labels/scheduling.x-k8s.io~1pod-group", "value": "mpi-sim2"},
+    ]
+
+
+# -- schedulers ---------------------------------------------------------------------------
+SCHEDULERS = [
+    ("coscheduling", ("coscheduling",), {COSCHED: "mpi-sim2"}, {}),
+    ("kueue", ("kueue",), {KUEUE: "mpi-sim2"}, {KUEUE_COUNT: "2"}),
+    ("volcano", ("volcano",), {}, {VOLCANO: "mpi-sim2"}),
+    ("all three", ("coscheduling", "kueue", "volcano"), {COSCHED: "mpi-sim2", KUEUE: "mpi-sim2"},
+     {KUEUE_COUNT: "2", VOLCANO: "mpi-sim2"}),
+]
+
+
+@pytest.mark.parametrize(("schedulers", "labels", "annotations"), [c[1:] for c in SCHEDULERS],
+                         ids=[c[0] for c in SCHEDULERS])
+def test_scheduler_keys(bundle, schedulers, labels, annotations):
+    b = with_schedulers(bundle, *schedulers)
+    d = run(b, job())
+    meta = d.obj["spec"]["template"]["metadata"]
+    assert meta["labels"] == {"app": "mpi-sim", GROUP: "mpi-sim2", SIZE: "2", **labels}
+    assert (meta.get("annotations") or {}) == annotations
+    assert run(b, d.obj, phase="mutate").patch == []
+
+
+def test_volcano_user_managed_pod_is_left_alone(bundle):
+    b = with_schedulers(bundle, "volcano")
+    d = run(b, bare_pod({}, {VOLCANO: "their-group"}))
+    assert d.patch == [] and d.allowed
+
+
+def test_kueue_bare_pod_gets_total_count(bundle):
+    d = run(with_schedulers(bundle, "kueue"), bare_pod({GROUP: "ring", SIZE: "3"}))
+    assert d.obj["metadata"]["labels"][KUEUE] == "ring"
+    assert d.obj["metadata"]["annotations"][KUEUE_COUNT] == "3"
+
+
+# -- names and sizes ------------------------------------------------------------------------
+NAMES = [
+    ("short", "mpi-sim2", "mpi-sim2"),
+    ("exactly 63", "a" * 63, "a" * 63),
+    ("64 cut with hash", "a" * 64, None),
+    ("dots are fine", "run.v2", "run.v2"),
+]
+
+
+@pytest.mark.parametrize(("name", "want"), [c[1:] for c in NAMES], ids=[c[0] for c in NAMES])
+def test_group_name(name, want):
+    got = group_name(name)
+    assert len(got) <= 63 and re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", got)
+    if want is not None:
+        assert got == want
+    else:
+        assert got != name and got.startswith(name[:40])
+
+
+def test_long_names_that_share_a_prefix_stay_distinct():
+    a, b = "x" * 70 + "-run-1", "x" * 70 + "-run-2"
+    assert group_name(a) != group_name(b)
+    assert group_name(a) == group_name(a)
+
+
+def test_a_long_job_name_gives_a_valid_group(pg):
+    name = "lattice-qcd-production-run-ensemble-b-beta-6-0-volume-48x96-nf2p1"
+    labels = run(pg, job(name=name)).obj["spec"]["template"]["metadata"]["labels"]
+    assert labels[GROUP] == labels[COSCHED] == group_name(name)
+    assert len(labels[GROUP]) <= 63 and labels[GROUP].startswith("lattice-qcd-production-run-ensemble")
+
+
+@pytest.mark.parametrize(("spec", "want"), [
+    ({}, 1), ({"parallelism": 5}, 5), ({"parallelism": 5, "completions": 3}, 3),
+    ({"parallelism": 0}, 0), ({"parallelism": True}, 1),
+], ids=["defaults", "parallelism", "fewer-completions", "suspended-by-zero", "not-an-int"])
+def test_gang_size(spec, want):
+    assert gang_size(spec) == want
+
+
+# -- denials --------------------------------------------------------------------------------
+DENIALS = [
+    ("size zero", bare_pod({GROUP: "ring", SIZE: "0"}), "must be a positive whole number of pods, like \"4\"; got '0'"),
+    ("size negative", bare_pod({GROUP: "ring", SIZE: "-2"}), "got '-2'"),
+    ("size a word", bare_pod({GROUP: "ring", SIZE: "three"}), "got 'three'"),
+    ("size with a leading zero", bare_pod({GROUP: "ring", SIZE: "03"}), "got '03'"),
+    ("group without size", bare_pod({GROUP: "ring"}), "batchgate.io/pod-group='ring' needs batchgate.io/pod-group-size"),
+    ("size without group", bare_pod({SIZE: "3"}), "batchgate.io/pod-group-size needs batchgate.io/pod-group"),
+    ("bad size in a cronjob template", cronjob(1, {SIZE: "x"}),
+     "label batchgate.io/pod-group-size in spec.jobTemplate.spec.template.metadata must be a positive whole number"),
+]
+
+
+@pytest.mark.parametrize(("obj", "message"), [c[1:] for c in DENIALS], ids=[c[0] for c in DENIALS])
+def test_denials(pg, obj, message):
+    d = run(pg, obj)
+    assert not d.allowed
+    assert message in d.message, d.message
+
+
+def test_invalid_group_name_in_a_label_is_denied(pg):
+    obj = bare_pod({GROUP: "g" * 64, SIZE: "2"})
+    d = run(pg, obj)
+    assert not d.allowed and "must be a valid label value" in d.message
+
+
+# -- settings -------------------------------------------------------------------------------
+def _policy_file(tmp_path: Path, settings: str) -> tuple[Path, Path]:
+    root = tmp_path / "policies"
+    root.mkdir()
+    shutil.copy(POLICIES / "bundle.yaml", root / "bundle.yaml")
+    shutil.copytree(POLICIES / "pod-group", root / "pod-group")
+    f = root / "pod-group" / "policy.yaml"
+    text = f.read_text()
+    f.write_text(text[: text.index("  settings:")] + "  settings:\n" + settings)
+    return root, f
+
+
+def test_settings_load(tmp_path):
+    root, _ = _policy_file(tmp_path, "    schedulers: [volcano, kueue]\n")
+    policy = next(p for p in load_bundle(root).policies if p.name == "pod-group")
+    assert policy.settings == Settings(schedulers=("volcano", "kueue"))
+
+
+def test_default_settings_are_coscheduling(tmp_path):
+    root, _ = _policy_file(tmp_path, "    {}\n")
+    policy = next(p for p in load_bundle(root).policies if p.name == "pod-group")
+    assert policy.settings.schedulers == ("coscheduling",)
+
+
+BAD_SETTINGS = [
+    ("unknown scheduler", "    schedulers: [coscheduling, yunikorn]\n", "schedulers: [coscheduling, yunikorn]",
+     r"spec\.settings\.schedulers\[1\]: expected one of coscheduling, kueue, volcano, got 'yunikorn'"),
+    ("twice", "    schedulers: [kueue, kueue]\n", "schedulers: [kueue, kueue]", r"schedulers\[1\]: listed twice"),
+    ("empty", "    schedulers: []\n", "schedulers: []", r"spec\.settings\.schedulers: name at least one"),
+    ("not a list", "    schedulers: volcano\n", "schedulers: volcano", r"spec\.settings\.schedulers: expected a list"),
+    ("unknown setting", "    schedulers: [kueue]\n    minMember: 2\n", "minMember: 2", r"spec\.settings\.minMember: unknown field"),
+]
+
+
+@pytest.mark.parametrize(("settings", "line_needle", "pattern"), [c[1:] for c in BAD_SETTINGS],
+                         ids=[c[0] for c in BAD_SETTINGS])
+def test_bad_settings_name_file_line_and_field(tmp_path, settings, line_needle, pattern):
+    root, f = _policy_file(tmp_path, settings)
+    with pytest.raises(BundleError) as e:
+        load_bundle(root)
+    msg = str(e.value)
+    assert msg.startswith(f"{f}:"), msg
+    assert e.value.line == next(i for i, line in enumerate(f.read_text().splitlines(), 1) if line_needle in line), msg
+    assert re.search(pattern, msg), msg
