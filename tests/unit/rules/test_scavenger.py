@@ -1,0 +1,295 @@
+"""scavenger-qos (Guaranteed QoS in scavenger queues) and scavengerjob (the ScavengerJob spec)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import POLICIES, fixture
+from webhook.bundle import Bundle, load_bundle
+from webhook.engine import Decision, decide
+from webhook.offline import Caller, synthetic_review
+from webhook.rules.scavenger import container_problems, scavengerjob_problems
+from webhook.yamlsrc import BundleError
+
+
+def only(bundle: Bundle, name: str) -> Bundle:
+    keep = tuple(p for p in bundle.policies if p.name == name)
+    assert keep, f"test setup: no policy {name}"
+    return dataclasses.replace(bundle, policies=keep, mutating=(), validating=keep)
+
+
+@pytest.fixture(scope="module")
+def qos(bundle: Bundle) -> Bundle:
+    return only(bundle, "scavenger-qos")
+
+
+@pytest.fixture(scope="module")
+def sj(bundle: Bundle) -> Bundle:
+    return only(bundle, "scavengerjob")
+
+
+def run(b: Bundle, obj: dict[str, Any], *, op: str = "CREATE", old: dict[str, Any] | None = None,
+        user: str = "alice") -> Decision:
+    d = decide(synthetic_review(obj, Caller(operation=op, username=user, namespace="demo"), old_object=old),
+               b, phase="check")
+    assert not d.errors, d.errors
+    assert d.patch == []  # validation only
+    return d
+
+
+# -- scavenger-qos ------------------------------------------------------------------------
+def res(limits: dict[str, str] | None = None, requests: dict[str, str] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if limits is not None:
+        out["limits"] = limits
+    if requests is not None:
+        out["requests"] = requests
+    return out
+
+
+G = res({"cpu": "1", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"})
+
+
+def pod(resources: dict[str, Any], *, init: dict[str, Any] | None = None, queue: str = "scavenger") -> dict[str, Any]:
+    obj = copy.deepcopy(fixture("pod-create-by-user.mutate.json")["request"]["object"])
+    obj["metadata"].pop("managedFields", None)
+    obj["metadata"]["labels"]["batchgate.io/queue"] = queue
+    obj["spec"]["containers"][0]["resources"] = resources
+    if init is not None:
+        obj["spec"]["initContainers"] = [{"name": "stage-in", "image": "busybox", "resources": init}]
+    return obj
+
+
+def job(resources: dict[str, Any], queue: str = "scavenger") -> dict[str, Any]:
+    obj = copy.deepcopy(fixture("job-create.mutate.json")["request"]["object"])
+    obj["metadata"].pop("managedFields")
+    obj["metadata"]["labels"] = {"batchgate.io/queue": queue}
+    obj["spec"]["template"]["spec"]["containers"][0]["resources"] = resources
+    return obj
+
+
+QOS = [
+    ("guaranteed", pod(G), None),
+    ("limits only (as a template would be)", pod(res({"cpu": "1", "memory": "1Gi"})), None),
+    ("equal in other units", pod(res({"cpu": "1", "memory": "1Gi"}, {"cpu": "1000m", "memory": "1024Mi"})), None),
+    ("extra resources do not matter", pod(res({"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
+                                              {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"})), None),
+    ("burstable cpu", pod(res({"cpu": "1", "memory": "1Gi"}, {"cpu": "500m", "memory": "1Gi"})),
+     "container 'c' (spec.containers[0]): cpu request 500m != limit 1"),
+    ("no memory limit", pod(res({"cpu": "1"}, {"cpu": "1"})), "container 'c' (spec.containers[0]): no memory limit"),
+    ("requests only", pod(res(None, {"cpu": "2", "memory": "4Gi"})),
+     "no cpu limit (set it to the request, 2), no memory limit (set it to the request, 4Gi)"),
+    ("best effort", pod({}), "container 'c' (spec.containers[0]): no cpu limit, no memory limit"),
+    ("init container too", pod(G, init={}), "initContainer 'stage-in' (spec.initContainers[0]): no cpu limit"),
+    ("job template", job(res({"cpu": "1", "memory": "2Gi"}, {"cpu": "1", "memory": "1Gi"})),
+     "container 'w' (spec.template.spec.containers[0]): memory request 1Gi != limit 2Gi"),
+    ("job template limits only", job(res({"cpu": "1", "memory": "1Gi"})), None),
+    ("batch queue is not checked", pod({}, queue="batch"), None),
+    ("interactive queue is not checked", job({}, queue="interactive"), None),
+]
+
+
+@pytest.mark.parametrize(("obj", "message"), [c[1:] for c in QOS], ids=[c[0] for c in QOS])
+def test_scavenger_qos(qos, obj, message):
+    d = run(qos, obj)
+    if message is None:
+        assert d.allowed, d.message
+    else:
+        assert not d.allowed
+        assert "queue 'scavenger' runs scavengers, which must be Guaranteed QoS" in d.message
+        assert message in d.message, d.message
+
+
+def test_every_offender_is_named_in_one_denial(qos):
+    d = run(qos, pod(res({"cpu": "1"}), init={}))
+    assert len(d.denials) == 1
+    assert "initContainer 'stage-in'" in d.message and "container 'c'" in d.message
+
+
+def test_pod_as_the_api_server_defaults_it_is_guaranteed(qos):
+    # What the API server does before admission (SetDefaults_Pod): a missing request becomes the limit.
+    defaulted = pod(res({"cpu": "2", "memory": "2Gi"}, {"cpu": "2", "memory": "2Gi"}))
+    assert run(qos, defaulted).allowed
+
+
+@pytest.mark.parametrize(("container", "want"), [
+    ({"resources": G}, []),
+    ({}, ["no cpu limit", "no memory limit"]),
+    ({"resources": res({"cpu": "x", "memory": "1Gi"}, {"cpu": "x", "memory": "1Gi"})}, ["cpu request x != limit x"]),
+], ids=["guaranteed", "nothing", "unparseable"])
+def test_container_problems(container, want):
+    assert container_problems(container) == want
+
+
+# -- scavengerjob -------------------------------------------------------------------------
+def sjob(**spec_changes: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "image": "registry.example.org/hpc/gromacs:2023.3",
+        "command": ["gmx", "mdrun"],
+        "args": ["-cpi", "/data/md.cpt"],
+        "env": [{"name": "OMP_NUM_THREADS", "value": "4"}],
+        "resources": {"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}},
+        "volumes": [
+            {"name": "data", "mountPath": "/data", "persistentVolumeClaim": {"claimName": "md-data"}},
+            {"name": "params", "mountPath": "/etc/gromacs", "readOnly": True, "configMap": {"name": "md-params"}},
+            {"name": "license", "mountPath": "/run/secrets/license", "secret": {"secretName": "license"}},
+        ],
+        "pods": 2,
+        "runAsUser": 1000,
+        "duration": "30m",
+    }
+    for key, value in spec_changes.items():
+        if value is ...:
+            spec.pop(key)
+        else:
+            spec[key] = value
+    return {"apiVersion": "batchgate.io/v1alpha1", "kind": "ScavengerJob",
+            "metadata": {"name": "md", "namespace": "demo"}, "spec": spec}
+
+
+def vol(**fields: Any) -> list[dict[str, Any]]:
+    return [{"name": "data", "mountPath": "/data", "persistentVolumeClaim": {"claimName": "md-data"}}, fields]
+
+
+SJ_OK = [
+    ("full example", sjob()),
+    ("minimal", sjob(args=..., env=..., volumes=..., pods=...)),
+    ("requests left out", sjob(resources={"limits": {"cpu": "500m", "memory": "256Mi"}})),
+    ("gpu with equal request", sjob(resources={"limits": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1"},
+                                               "requests": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1"}})),
+    ("equal in other units", sjob(resources={"limits": {"cpu": "1", "memory": "1Gi"},
+                                             "requests": {"cpu": "1000m", "memory": "1024Mi"}})),
+    ("nested mount paths", sjob(volumes=vol(name="sub", mountPath="/data/sub", configMap={"name": "x"}))),
+    ("duration with two units", sjob(duration="1h30m")),
+    ("numeric cpu", sjob(resources={"limits": {"cpu": 2, "memory": "1Gi"}})),
+]
+
+
+@pytest.mark.parametrize("obj", [c[1] for c in SJ_OK], ids=[c[0] for c in SJ_OK])
+def test_valid_scavengerjobs(sj, obj):
+    d = run(sj, obj)
+    assert d.allowed, d.message
+
+
+SJ_BAD = [
+    ("no spec", {**sjob(), "spec": None}, "spec: required"),
+    ("image missing", sjob(image=...), "spec.image: required"),
+    ("image with spaces", sjob(image="my image"), "spec.image: must be a container image"),
+    ("command a string", sjob(command="gmx mdrun"), "spec.command: must be a non-empty list of strings"),
+    ("command empty", sjob(command=[]), "spec.command: must be a non-empty list"),
+    ("command item a number", sjob(command=["sleep", 10]), "spec.command[1]: must be a string (quote numbers)"),
+    ("args not strings", sjob(args=[1]), "spec.args[0]: must be a string"),
+    ("env bad name", sjob(env=[{"name": "1X", "value": "y"}]), "spec.env[0]: must be {name: VAR_NAME"),
+    ("env value a number", sjob(env=[{"name": "X", "value": 4}]), "spec.env[0]"),
+    ("resources missing", sjob(resources=...), "spec.resources: required"),
+    ("cpu limit missing", sjob(resources={"limits": {"memory": "1Gi"}}), "spec.resources.limits.cpu: required"),
+    ("memory limit missing, request given", sjob(resources={"limits": {"cpu": "1"}, "requests": {"cpu": "1", "memory": "2Gi"}}),
+     "spec.resources.limits.memory: required (equal to spec.resources.requests.memory, 2Gi)"),
+    ("request differs", sjob(resources={"limits": {"cpu": "4", "memory": "8Gi"}, "requests": {"cpu": "2", "memory": "8Gi"}}),
+     "spec.resources.requests.cpu: 2 must equal spec.resources.limits.cpu (4)"),
+    ("gpu request without limit", sjob(resources={"limits": {"cpu": "4", "memory": "8Gi"},
+                                                  "requests": {"nvidia.com/gpu": "1"}}),
+     "spec.resources.limits.nvidia.com/gpu: required, equal to spec.resources.requests.nvidia.com/gpu (1)"),
+    ("not a quantity", sjob(resources={"limits": {"cpu": "four", "memory": "8Gi"}}),
+     "spec.resources.limits.cpu: 'four' is not a quantity"),
+    ("zero memory", sjob(resources={"limits": {"cpu": "1", "memory": "0"}}), "spec.resources.limits.memory: must be more than zero"),
+    ("unknown resources field", sjob(resources={"limits": {"cpu": "1", "memory": "1Gi"}, "limit": {}}),
+     "spec.resources.limit: unknown field"),
+    ("volumes not a list", sjob(volumes={"data": "/data"}), "spec.volumes: must be a list"),
+    ("duplicate mount path", sjob(volumes=vol(name="b", mountPath="/data/", configMap={"name": "x"})),
+     "spec.volumes[1].mountPath: /data/ is already mounted by spec.volumes[0]"),
+    ("duplicate mount path after normalising", sjob(volumes=vol(name="b", mountPath="/x/../data", secret={"secretName": "s"})),
+     "spec.volumes[1].mountPath: /x/../data is already mounted by spec.volumes[0]"),
+    ("duplicate name", sjob(volumes=vol(name="data", mountPath="/other", configMap={"name": "x"})),
+     "spec.volumes[1].name: 'data' is also the name of spec.volumes[0]"),
+    ("relative mount path", sjob(volumes=vol(name="b", mountPath="data", configMap={"name": "x"})),
+     "spec.volumes[1].mountPath: required, an absolute path like /data, got 'data'"),
+    ("two sources", sjob(volumes=vol(name="b", mountPath="/b", configMap={"name": "x"}, secret={"secretName": "s"})),
+     "spec.volumes[1]: needs exactly one of persistentVolumeClaim, configMap, secret (found configMap, secret)"),
+    ("no source", sjob(volumes=vol(name="b", mountPath="/b")), "spec.volumes[1]: needs exactly one of"),
+    ("claim name missing", sjob(volumes=vol(name="b", mountPath="/b", persistentVolumeClaim={})),
+     "spec.volumes[1].persistentVolumeClaim.claimName: required"),
+    ("configMap with the secret's key", sjob(volumes=vol(name="b", mountPath="/b", configMap={"secretName": "x"})),
+     "spec.volumes[1].configMap.secretName: unknown field (known: name)"),
+    ("hostPath is not offered", sjob(volumes=vol(name="b", mountPath="/b", hostPath={"path": "/"})),
+     "spec.volumes[1].hostPath: unknown field"),
+    ("readOnly not a bool", sjob(volumes=vol(name="b", mountPath="/b", readOnly="yes", secret={"secretName": "s"})),
+     "spec.volumes[1].readOnly: must be true or false"),
+    ("zero pods", sjob(pods=0), "spec.pods: must be a whole number >= 1, got 0"),
+    ("pods a bool", sjob(pods=True), "spec.pods: must be a whole number >= 1, got True"),
+    ("root", sjob(runAsUser=0), "spec.runAsUser: must be a user id >= 1 (scavengers never run as root), got 0"),
+    ("runAsUser missing", sjob(runAsUser=...), "spec.runAsUser: required"),
+    ("runAsUser a string", sjob(runAsUser="1000"), "spec.runAsUser: must be a user id >= 1"),
+    ("duration missing", sjob(duration=...), "spec.duration: required, the protection period"),
+    ("duration words", sjob(duration="half an hour"), "spec.duration: 'half an hour' is not a duration, write e.g. 30m"),
+    ("duration a number", sjob(duration=30), "spec.duration: 30 is not a duration"),
+    ("unknown spec field", sjob(priority=100), "spec.priority: unknown field (known: image, command"),
+]
+
+
+@pytest.mark.parametrize(("obj", "message"), [c[1:] for c in SJ_BAD], ids=[c[0] for c in SJ_BAD])
+def test_invalid_scavengerjobs(sj, obj, message):
+    d = run(sj, obj)
+    assert not d.allowed
+    assert d.message.startswith("scavengerjob: invalid ScavengerJob demo/md: "), d.message
+    assert message in d.message, d.message
+
+
+def test_all_problems_at_once():
+    obj = sjob(image="", runAsUser=0, pods=0, duration="soon")
+    problems = scavengerjob_problems(obj)
+    assert [p.split(":")[0] for p in problems] == ["spec.image", "spec.pods", "spec.runAsUser", "spec.duration"]
+
+
+def test_update_of_metadata_only_passes_even_for_an_invalid_stored_object(sj):
+    stored = sjob(runAsUser=0)
+    stored["metadata"]["finalizers"] = ["batchgate.io/scavengerjob"]
+    unfinalized = copy.deepcopy(stored)
+    del unfinalized["metadata"]["finalizers"]
+    assert run(sj, unfinalized, op="UPDATE", old=stored).allowed
+
+
+def test_update_that_changes_the_spec_is_validated(sj):
+    stored = sjob()
+    assert run(sj, sjob(pods=4), op="UPDATE", old=stored).allowed
+    d = run(sj, sjob(pods=-1), op="UPDATE", old=stored)
+    assert not d.allowed and "spec.pods" in d.message
+
+
+def test_scavengerjob_policy_ignores_other_kinds(sj):
+    assert run(sj, pod({})).allowed
+
+
+def test_the_shipped_example_is_valid(sj):
+    import yaml
+
+    example = yaml.safe_load((POLICIES / "scavengerjob" / "samples" / "scavengerjob-gromacs.yaml").read_text())
+    assert scavengerjob_problems(example) == []
+
+
+# -- settings -----------------------------------------------------------------------------
+@pytest.mark.parametrize("policy", ["scavenger-qos", "scavengerjob"])
+def test_settings_are_rejected_with_file_line_and_field(tmp_path: Path, policy: str):
+    root = tmp_path / "policies"
+    root.mkdir()
+    shutil.copy(POLICIES / "bundle.yaml", root / "bundle.yaml")
+    shutil.copytree(POLICIES / policy, root / policy)
+    f = root / policy / "policy.yaml"
+    f.write_text(f.read_text() + "  settings:\n    share: 70\n")
+    with pytest.raises(BundleError) as e:
+        load_bundle(root)
+    msg = str(e.value)
+    assert msg.startswith(f"{f}:{len(f.read_text().splitlines())}: spec.settings.share: unknown field"), msg
+
+
+def test_scavengerjob_kind_match_is_the_crd(bundle):
+    policy = next(p for p in bundle.policies if p.name == "scavengerjob")
+    assert policy.match.kinds == (("batchgate.io", "v1alpha1", "ScavengerJob"),)
+    assert policy.match.operations == ("CREATE", "UPDATE")
+    assert policy.failure_policy == "Fail"
