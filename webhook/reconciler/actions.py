@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from .model import Ref
 
@@ -33,14 +33,12 @@ EventType = Literal["Normal", "Warning"]
 Propagation = Literal["Background", "Foreground", "Orphan"]
 
 
-@dataclass(frozen=True, slots=True)
-class Delete:
+class Delete(NamedTuple):
     ref: Ref  # ref.uid is the precondition: a new object of the same name is never hit
     propagation: Propagation | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class PodGroupWrite:
+class PodGroupWrite(NamedTuple):
     op: Literal["create", "update", "delete"]
     namespace: str
     name: str
@@ -51,8 +49,10 @@ class PodGroupWrite:
     resource_version: str = ""  # update: optimistic concurrency
 
 
-@dataclass(frozen=True, slots=True)
-class Action:
+class Action(NamedTuple):
+    """Immutable; a NamedTuple because a cold start plans one per job and these are
+    three times cheaper to make than frozen dataclasses."""
+
     kind: ActionKind
     target: Ref  # the object the Event is about
     reason: str  # Event reason, CamelCase

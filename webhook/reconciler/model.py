@@ -21,6 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..contract import GROUP, QUEUE_LABEL, TIME_LIMIT_ANNOTATION
+from ..units import parse_duration
 
 # -- the names on objects --------------------------------------------------
 ANN_TIME_LIMIT = TIME_LIMIT_ANNOTATION  # set by users / defaulted by the webhook
@@ -86,7 +87,7 @@ class Ref:
 
 
 # -- time ------------------------------------------------------------------
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=1 << 15)
 def parse_time(text: str | None) -> float | None:
     """RFC 3339 (``2024-05-01T10:00:00Z``, with or without fraction) -> epoch seconds; None if bad."""
     if not text or not isinstance(text, str):
@@ -128,9 +129,13 @@ class PodView:
     pod_group_name: str | None  # the PodGroup the scheduler looks for
     queue: str | None
     time_limit: str | None
-    started_at: str | None  # the annotations the reconciler keeps
+    limit: int | None  # time_limit in seconds; None when absent or malformed
+    started_at: str | None  # the annotations the reconciler keeps, as written ...
     deadline: str | None
     warned_for: str | None
+    started_at_t: float | None  # ... and parsed (None when absent or malformed)
+    deadline_t: float | None
+    warned_t: float | None
 
     @property
     def terminal(self) -> bool:
@@ -144,10 +149,14 @@ class JobView:
     deleting: bool
     finished: bool  # condition Complete or Failed is True
     time_limit: str | None  # the Job's own annotation, else its pod template's
+    limit: int | None
     queue: str | None
     started_at: str | None
     deadline: str | None
     warned_for: str | None
+    started_at_t: float | None
+    deadline_t: float | None
+    warned_t: float | None
     group: str | None  # from the pod template's labels
     group_size: int | None
     pod_group_name: str | None
@@ -225,6 +234,36 @@ def _describe_exit(container: str, term: Mapping[str, Any]) -> str:
     return text
 
 
+_LIMITS: dict[str, int | None] = {}
+
+
+def limit_seconds(text: str | None) -> int | None:
+    """A parsed ``batchgate.io/time-limit``, memoised (a cluster has few distinct values)."""
+    if text is None:
+        return None
+    try:
+        return _LIMITS[text]
+    except KeyError:
+        pass
+    try:
+        value: int | None = parse_duration(text)
+    except ValueError:
+        value = None
+    if len(_LIMITS) > 4096:
+        _LIMITS.clear()
+    _LIMITS[text] = value
+    return value
+
+
+def _state(ann: Mapping[str, Any]) -> dict[str, Any]:
+    """The reconciler's own annotations, as written and parsed."""
+    started, deadline, warned = ann.get(ANN_STARTED), ann.get(ANN_DEADLINE), ann.get(ANN_WARNED)
+    return {
+        "started_at": started, "deadline": deadline, "warned_for": warned,
+        "started_at_t": parse_time(started), "deadline_t": parse_time(deadline), "warned_t": parse_time(warned),
+    }
+
+
 def key_of(obj: Mapping[str, Any]) -> Key:
     md = obj.get("metadata") or {}
     return (md.get("namespace") or "", md.get("name") or "")
@@ -292,9 +331,8 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         pod_group_name=(labels.get(LABEL_COSCHEDULING) or group) if group else None,
         queue=labels.get(LABEL_QUEUE),
         time_limit=ann.get(ANN_TIME_LIMIT),
-        started_at=ann.get(ANN_STARTED),
-        deadline=ann.get(ANN_DEADLINE),
-        warned_for=ann.get(ANN_WARNED),
+        limit=limit_seconds(ann.get(ANN_TIME_LIMIT)),
+        **_state(ann),
     )
 
 
@@ -310,16 +348,16 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         for c in (obj.get("status") or {}).get("conditions") or ()
     )
     group = t_labels.get(LABEL_GROUP) or None
+    time_limit = ann.get(ANN_TIME_LIMIT) or t_ann.get(ANN_TIME_LIMIT)
     return JobView(
         ref=_ref(JOB, md),
         resource_version=md.get("resourceVersion") or "",
         deleting=bool(md.get("deletionTimestamp")),
         finished=finished,
-        time_limit=ann.get(ANN_TIME_LIMIT) or t_ann.get(ANN_TIME_LIMIT),
+        time_limit=time_limit,
+        limit=limit_seconds(time_limit),
         queue=labels.get(LABEL_QUEUE) or t_labels.get(LABEL_QUEUE),
-        started_at=ann.get(ANN_STARTED),
-        deadline=ann.get(ANN_DEADLINE),
-        warned_for=ann.get(ANN_WARNED),
+        **_state(ann),
         group=group,
         group_size=_size(t_labels.get(LABEL_GROUP_SIZE)),
         pod_group_name=(t_labels.get(LABEL_COSCHEDULING) or group) if group else None,

@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..units import format_duration, parse_duration
+from ..units import format_duration
 from .actions import Action, Delete, Plan, PodGroupWrite
 from .model import (
     ANN_DEADLINE,
@@ -54,27 +54,8 @@ from .model import (
     Ref,
     Snapshot,
     format_time,
-    parse_time,
 )
 from .settings import Settings
-
-_LIMITS: dict[str, int | None] = {}
-
-
-def _limit_seconds(text: str) -> int | None:
-    """Parsed time limits, memoised: a cluster has few distinct values."""
-    try:
-        return _LIMITS[text]
-    except KeyError:
-        pass
-    try:
-        value: int | None = parse_duration(text)
-    except ValueError:
-        value = None
-    if len(_LIMITS) > 4096:
-        _LIMITS.clear()
-    _LIMITS[text] = value
-    return value
 
 
 @dataclass(slots=True)
@@ -85,10 +66,6 @@ class _Pass:
     wake_at: float | None = None
     stopped: set[str] | None = None  # uids deleted by a deadline this pass
 
-    def wake(self, t: float) -> None:
-        if t > self.now and (self.wake_at is None or t < self.wake_at):
-            self.wake_at = t
-
 
 def plan(snapshot: Snapshot, now: float, settings: Settings) -> Plan:
     """Everything due at ``now`` (epoch seconds), and when to look again."""
@@ -97,11 +74,10 @@ def plan(snapshot: Snapshot, now: float, settings: Settings) -> Plan:
     excluded_cache: dict[str, bool] = {}
 
     def excluded(ns: str) -> bool:
-        try:
-            return excluded_cache[ns]
-        except KeyError:
+        v = excluded_cache.get(ns)
+        if v is None:
             excluded_cache[ns] = v = queues.excluded(ns)
-            return v
+        return v
 
     # One pass over the pods builds every index the three concerns need.
     jobs_by_uid: dict[str, JobView] = {}
@@ -111,37 +87,51 @@ def plan(snapshot: Snapshot, now: float, settings: Settings) -> Plan:
     pods_of_job: dict[str, list[PodView]] = {}
     bare_timed: list[PodView] = []
     groups: dict[tuple[str, str, str], list[PodView]] = {}
+    job_pods_get, groups_get, excluded_get = pods_of_job.get, groups.get, excluded_cache.get
     for pod in snapshot.pods.values():
         ns = pod.ref.namespace
-        if excluded(ns):
+        ex = excluded_get(ns)
+        if ex is None:
+            ex = excluded(ns)
+        if ex:
             continue
         owner = pod.owner
         if owner is None:
             if pod.time_limit is not None:
                 bare_timed.append(pod)
-        elif owner.kind == "Job":
-            lst = pods_of_job.get(owner.uid)
-            if lst is None:
-                pods_of_job[owner.uid] = [pod]
-            else:
-                lst.append(pod)
-        if pod.group is not None:
-            gkey = (ns, pod.group, owner.uid if owner is not None else "")
-            g = groups.get(gkey)
+            owner_uid = ""
+        else:
+            owner_uid = owner.uid
+            if owner.kind == "Job":
+                lst = job_pods_get(owner_uid)
+                if lst is None:
+                    pods_of_job[owner_uid] = [pod]
+                else:
+                    lst.append(pod)
+        group = pod.group
+        if group is not None:
+            gkey = (ns, group, owner_uid)
+            g = groups_get(gkey)
             if g is None:
                 groups[gkey] = [pod]
             else:
                 g.append(pod)
 
+    no_pods: tuple[PodView, ...] = ()
     for job in jobs_by_uid.values():
         if job.time_limit is not None and not job.deleting and not job.finished:
-            _deadline(p, job, pods_of_job.get(job.ref.uid, ()), is_job=True)
+            _deadline(p, job, pods_of_job.get(job.ref.uid, no_pods), is_job=True)
     for pod in bare_timed:
         if not pod.deleting and not pod.terminal:
             _deadline(p, pod, (pod,), is_job=False)
 
+    nodes = snapshot.nodes
     for (_ns, group, owner_uid), members in groups.items():
-        _gang(p, group, owner_uid, members, jobs_by_uid, snapshot)
+        # Fast path: nothing wrong with any member.
+        for m in members:
+            if m.failure is not None or m.interrupted is not None or (nodes and m.node and m.node not in nodes):
+                _gang(p, group, owner_uid, members, jobs_by_uid, snapshot)
+                break
 
     if snapshot.pod_groups is not None:
         _pod_groups(p, snapshot, jobs_by_uid, pods_of_job, groups, excluded)
@@ -153,46 +143,49 @@ def plan(snapshot: Snapshot, now: float, settings: Settings) -> Plan:
 
 # -- deadlines -------------------------------------------------------------
 def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], *, is_job: bool) -> None:
-    raw = obj.time_limit or ""
-    limit = _limit_seconds(raw)
+    limit = obj.limit
     if limit is None:
         return  # the webhook denies malformed limits; one that slipped by is not ours to guess
     now = p.now
-    observed: float | None = None
+    # The hot path compares numbers only; strings are made when there is something to say.
+    started = obj.started_at_t
     for pod in pods:
         t = pod.started
-        if t is None and pod.phase == "Running":
+        if t is None:
+            if pod.phase != "Running":
+                continue
             t = now  # running, but no start time reported yet: count from now
-        if t is not None and (observed is None or t < observed):
-            observed = t
-    recorded = parse_time(obj.started_at)
-    if observed is None and recorded is None:
+        # A recorded start later than what the pods show is not believed (nobody gains
+        # time by editing the annotation); an earlier one stands (pods come and go).
+        if started is None or t < started:
+            started = t
+    if started is None:
         return  # not started: nothing counts yet
-    # A recorded start later than what the pods show is not believed (nobody gains
-    # time by editing the annotation); an earlier one stands (pods come and go).
-    started = float(int(min(t for t in (observed, recorded) if t is not None)))
+    started = float(int(started))
 
     effective = limit
     note = ""
-    qp = p.settings.queues
-    if p.settings.enforce_queue_max and qp.max_time_limit:
-        queue = qp.queue_for(obj.ref.namespace, obj.queue)
-        cap = qp.max_time_limit.get(queue)
-        if cap is not None and limit > cap:
-            effective = cap
-            note = f" (the requested {raw} is over the maximum {format_duration(cap)} of queue {queue}; {format_duration(cap)} applies)"
+    settings = p.settings
+    if settings.enforce_queue_max:
+        qp = settings.queues
+        if qp.max_time_limit:
+            queue = qp.queue_for(obj.ref.namespace, obj.queue)
+            cap = qp.max_time_limit.get(queue)
+            if cap is not None and limit > cap:
+                effective = cap
+                note = (f" (the requested {obj.time_limit} is over the maximum {format_duration(cap)} of queue "
+                        f"{queue}; {format_duration(cap)} applies)")
     deadline = started + effective
-    deadline_s = format_time(deadline)
-    started_s = format_time(started)
     what = "Job" if is_job else "Pod"
 
     if now >= deadline:
+        deadline_s = format_time(deadline)
         p.actions.append(Action(
             kind="stop",
             target=obj.ref,
             reason="TimeLimitExceeded",
             message=(f"time limit {format_duration(effective)} ran out at {deadline_s} (running since "
-                     f"{started_s}){note}; deleting the {what}"),
+                     f"{format_time(started)}){note}; deleting the {what}"),
             event_type="Warning",
             key=deadline_s,
             deletes=(Delete(obj.ref, "Background" if is_job else None),),
@@ -202,47 +195,45 @@ def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], *, is_j
         return
 
     rv = obj.resource_version
-    if obj.started_at != started_s or obj.deadline != deadline_s:
-        old = parse_time(obj.deadline)
+    if obj.started_at_t != started or obj.deadline_t != deadline:
+        deadline_s, started_s = format_time(deadline), format_time(started)
+        old = obj.deadline_t
         if old is None:
             reason, message = "DeadlineSet", (
                 f"time limit {format_duration(effective)} counts from {started_s}, when the first pod "
                 f"started running; the {what} will be stopped at {deadline_s}{note}")
-        elif deadline > old:
-            reason, message = "TimeLimitExtended", (
-                f"time limit is now {format_duration(effective)}{note}: the deadline moves from "
-                f"{obj.deadline} to {deadline_s}")
-        elif deadline < old:
-            reason, message = "TimeLimitReduced", (
-                f"time limit is now {format_duration(effective)}{note}: the deadline moves from "
-                f"{obj.deadline} to {deadline_s}")
+        elif deadline != old:
+            reason = "TimeLimitExtended" if deadline > old else "TimeLimitReduced"
+            message = (f"time limit is now {format_duration(effective)}{note}: the deadline moves from "
+                       f"{obj.deadline} to {deadline_s}")
         else:
             reason, message = "DeadlineSet", f"deadline {deadline_s} (time limit {format_duration(effective)} from {started_s})"
         changes: dict[str, str | None] = {}
-        if obj.started_at != started_s:
+        if obj.started_at_t != started or obj.started_at != started_s:
             changes[ANN_STARTED] = started_s
-        if obj.deadline != deadline_s:
+        if obj.deadline_t != deadline or obj.deadline != deadline_s:
             changes[ANN_DEADLINE] = deadline_s
         p.actions.append(Action(
             kind="record-deadline", target=obj.ref, reason=reason, message=message,
             key=deadline_s, annotations=changes, resource_version=rv,
         ))
 
-    warn_at = deadline - p.settings.warning_lead
-    if obj.warned_for != deadline_s:
+    if obj.warned_t != deadline:
+        warn_at = deadline - settings.warning_lead
         if now >= warn_at:
-            left = int(deadline - now)
+            deadline_s = format_time(deadline)
             p.actions.append(Action(
                 kind="warn", target=obj.ref, reason="TimeLimitApproaching",
-                message=(f"the time limit runs out at {deadline_s} (in {_human(left)}); the {what} will "
-                         f"then be deleted. To ask for more time, raise its batchgate.io/time-limit "
+                message=(f"the time limit runs out at {deadline_s} (in {_human(int(deadline - now))}); the {what} "
+                         f"will then be deleted. To ask for more time, raise its batchgate.io/time-limit "
                          f"annotation (within the queue's maximum)"),
                 event_type="Warning", key=deadline_s,
                 annotations={ANN_WARNED: deadline_s}, resource_version=rv,
             ))
-        else:
-            p.wake(warn_at)
-    p.wake(deadline)
+        elif p.wake_at is None or warn_at < p.wake_at:
+            p.wake_at = warn_at
+    if p.wake_at is None or deadline < p.wake_at:
+        p.wake_at = deadline
 
 
 def _human(seconds: int) -> str:
@@ -354,7 +345,7 @@ def _pod_groups(
 ) -> None:
     existing = snapshot.pod_groups or {}
     want: dict[tuple[str, str], _Want] = {}
-    for job in sorted(jobs_by_uid.values(), key=lambda j: j.ref.name):
+    for job in jobs_by_uid.values():
         name, group, size = job.pod_group_name, job.group, job.group_size
         if name is None or group is None or size is None:
             # The template may lack the group (a Job with generateName): the pods have it.

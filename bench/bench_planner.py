@@ -1,0 +1,190 @@
+"""Benchmark: one planning pass over a cluster of 10,000 pods, and the snapshot's memory.
+
+    python bench/bench_planner.py [--pods 10000] [--passes 50]
+
+The cluster: 60 % of the pods belong to 4-pod gang Jobs (each with a recorded
+deadline and a PodGroup), 40 % are bare pods with time limits; all running,
+nothing due. Three figures per pass:
+
+- steady: everything already recorded, the plan must be empty (and is checked);
+- cold: nothing recorded yet (a first start), so every job gets an action;
+- ingest: turning the raw API objects into the views the cache keeps (once per
+  object change, not per pass).
+
+Memory is measured with tracemalloc: the views the cache keeps for the whole
+cluster (the raw JSON is dropped after conversion), and the raw dicts for
+comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import statistics
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from webhook.reconciler.model import (
+    ANN_DEADLINE,
+    ANN_STARTED,
+    ANN_TIME_LIMIT,
+    LABEL_COSCHEDULING,
+    LABEL_GROUP,
+    LABEL_GROUP_SIZE,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    NodeView,
+    Snapshot,
+    format_time,
+    job_view,
+    pod_group_view,
+    pod_view,
+)
+from webhook.reconciler.planner import plan
+from webhook.reconciler.settings import QueuePolicy, Settings
+
+NOW = 1_714_600_000.0
+GANG = 4
+
+
+def _pod(i: int, ns: str, *, owner: dict[str, Any] | None, ann: dict[str, str], labels: dict[str, str],
+         started: float) -> dict[str, Any]:
+    name = f"pod-{i}"
+    md: dict[str, Any] = {
+        "name": name, "namespace": ns, "uid": f"0000-pod-{i:08d}", "resourceVersion": str(100000 + i),
+        "creationTimestamp": format_time(started - 30), "labels": {"batchgate.io/queue": "batch", **labels},
+        "annotations": ann,
+    }
+    if owner:
+        md["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": owner["metadata"]["name"],
+                                  "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]
+    return {
+        "apiVersion": "v1", "kind": "Pod", "metadata": md,
+        "spec": {"nodeName": f"node-{i % 200}", "priorityClassName": "batchgate-batch", "priority": 1000,
+                 "containers": [{"name": "main", "image": "registry.example/hpc/app:1.2",
+                                 "resources": {"requests": {"cpu": "4", "memory": "8Gi"},
+                                               "limits": {"cpu": "4", "memory": "8Gi"}}}]},
+        "status": {
+            "phase": "Running", "hostIP": "10.0.0.1", "podIP": f"10.1.{i // 250}.{i % 250}",
+            "startTime": format_time(started - 5), "qosClass": "Guaranteed",
+            "conditions": [{"type": t, "status": "True", "lastTransitionTime": format_time(started)}
+                           for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")],
+            "containerStatuses": [{"name": "main", "ready": True, "restartCount": 0, "image": "app:1.2",
+                                   "imageID": "sha256:abc", "containerID": f"containerd://{i:064d}",
+                                   "state": {"running": {"startedAt": format_time(started)}}}],
+        },
+    }
+
+
+def cluster(n_pods: int, *, recorded: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Raw pods, jobs and PodGroups; ``recorded``: the reconciler's annotations are already there."""
+    pods: list[dict[str, Any]] = []
+    jobs: list[dict[str, Any]] = []
+    groups: list[dict[str, Any]] = []
+    n_gang_pods = (n_pods * 6 // 10) // GANG * GANG
+    limit, started = "24h", NOW - 3600
+    state = {ANN_STARTED: format_time(started), ANN_DEADLINE: format_time(started + 86400)} if recorded else {}
+    for j in range(n_gang_pods // GANG):
+        ns = f"team-{j % 40}"
+        name = f"job-{j}"
+        labels = {LABEL_GROUP: name, LABEL_GROUP_SIZE: str(GANG), LABEL_COSCHEDULING: name}
+        job = {"apiVersion": "batch/v1", "kind": "Job",
+               "metadata": {"name": name, "namespace": ns, "uid": f"0000-job-{j:08d}", "resourceVersion": str(j),
+                            "annotations": {ANN_TIME_LIMIT: limit, **state}},
+               "spec": {"parallelism": GANG, "template": {"metadata": {"labels": labels,
+                                                                        "annotations": {ANN_TIME_LIMIT: limit}}}},
+               "status": {"active": GANG}}
+        jobs.append(job)
+        groups.append({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+                       "metadata": {"name": name, "namespace": ns, "uid": f"0000-pg-{j:08d}", "resourceVersion": "1",
+                                    "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_GROUP: name},
+                                    "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                                         "uid": f"0000-job-{j:08d}"}]},
+                       "spec": {"minMember": GANG}})
+        for k in range(GANG):
+            pods.append(_pod(len(pods), ns, owner=job, ann={ANN_TIME_LIMIT: limit}, labels=labels, started=started + k))
+    while len(pods) < n_pods:
+        ns = f"team-{len(pods) % 40}"
+        pods.append(_pod(len(pods), ns, owner=None, ann={ANN_TIME_LIMIT: limit, **state}, labels={}, started=started))
+    return pods, jobs, groups
+
+
+def views(pods: list[dict[str, Any]], jobs: list[dict[str, Any]], groups: list[dict[str, Any]]) -> Snapshot:
+    return Snapshot.of(
+        pods=[pod_view(p) for p in pods], jobs=[job_view(j) for j in jobs],
+        nodes=[NodeView(f"node-{i}", "True") for i in range(200)], pod_groups=[pod_group_view(g) for g in groups],
+    )
+
+
+def timed(fn: Any, passes: int) -> tuple[float, float, Any]:
+    """(median ms, 90th percentile ms, last result) over ``passes`` runs, in CPU time of this
+    process (``time.process_time``): wall time on a shared machine measures the neighbours."""
+    times = []
+    result = None
+    for _ in range(passes):
+        t = time.process_time()
+        result = fn()
+        times.append((time.process_time() - t) * 1000)
+    times.sort()
+    return statistics.median(times), times[int(len(times) * 0.9) - 1 if len(times) >= 10 else -1], result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pods", type=int, default=10_000)
+    ap.add_argument("--passes", type=int, default=50)
+    args = ap.parse_args()
+    settings = Settings(queues=QueuePolicy(max_time_limit={"batch": 7 * 86400}, default_queue="batch",
+                                           excluded_namespaces=("kube-system", "kube-public", "batchgate-system")))
+
+    raw = cluster(args.pods, recorded=True)
+    ingest_ms, _, snap = timed(lambda: views(*raw), 5)
+    steady_ms, steady_max, steady = timed(functools.partial(plan, snap, NOW, settings), args.passes)
+    if steady.actions:
+        print(f"FAIL: a steady cluster planned {len(steady.actions)} actions, e.g. {steady.actions[0].line()}")
+        return 1
+    cold_raw = cluster(args.pods, recorded=False)
+    cold_snap = views(*cold_raw)
+    cold_ms, cold_max, cold = timed(functools.partial(plan, cold_snap, NOW, settings), max(args.passes // 5, 3))
+
+    n_cold = len(cold.actions)
+    del snap, cold_snap, steady, cold
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    snap = views(*raw)
+    view_bytes = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    del snap
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    raw_again = cluster(args.pods, recorded=True)
+    raw_bytes = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    del raw_again
+
+    n_jobs = len(raw[1])
+    print(f"cluster: {args.pods} pods ({n_jobs} gang Jobs x {GANG} pods, {args.pods - n_jobs * GANG} bare pods), "
+          f"{n_jobs} PodGroups, 200 nodes; Python {sys.version.split()[0]}")
+    print(f"plan, steady (0 actions):      {steady_ms:6.1f} ms/pass median, {steady_max:6.1f} ms p90 over {args.passes} passes")
+    print(f"plan, cold ({n_cold} actions):  {cold_ms:6.1f} ms/pass median, {cold_max:6.1f} ms p90")
+    print(f"ingest (raw JSON -> views):    {ingest_ms:6.1f} ms for all objects (paid once per object change)")
+    print(f"memory, snapshot views:        {view_bytes / 2**20:6.1f} MiB ({view_bytes / args.pods:.0f} B per pod, all objects)")
+    print(f"memory, the same objects raw:  {raw_bytes / 2**20:6.1f} MiB (not kept)")
+    print("(CPU time of this process; wall time matches on an idle machine)")
+    budget = 50.0
+    if steady_ms > budget:
+        print(f"FAIL: over the {budget:.0f} ms budget")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
