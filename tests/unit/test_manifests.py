@@ -1,0 +1,612 @@
+"""manifests/: valid Kubernetes objects, generated parts in step with the bundle, least
+privilege, hardened pods, and webhook configurations that cannot brick a cluster."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+import yaml
+
+from tests.conftest import POLICIES, ROOT
+from webhook import __version__
+from webhook.bundle import load_bundle
+from webhook.cli import build_parser, main
+from webhook.generate import (
+    build_kustomization,
+    configmap_key,
+    generated_manifests,
+    strategic_merge,
+    webhook_configurations,
+)
+
+MANIFESTS = ROOT / "manifests"
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "batchgate-system")
+OPT_OUT = ("batchgate.io/admission", "disabled")
+#: the failure policy of every webhook, as docs/deploy.md explains it
+FAILURE_POLICIES = {
+    "mutate.batchgate.io": "Fail",
+    "create.validate.batchgate.io": "Fail",
+    "update.validate.batchgate.io": "Ignore",
+}
+#: (apiGroup, resource) -> verbs: everything the reconciler may do, cluster-wide
+RECONCILER_RIGHTS = {
+    ("", "pods"): {"get", "list", "watch", "patch", "delete"},
+    ("batch", "jobs"): {"get", "list", "watch", "patch", "delete"},
+    ("", "nodes"): {"get", "list", "watch"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+    ("batchgate.io", "scavengerjobs"): {"get", "list", "watch", "update", "patch"},
+    ("batchgate.io", "scavengerjobs/status"): {"get", "list", "watch", "update", "patch"},
+    ("scheduling.x-k8s.io", "podgroups"): {"get", "list", "watch", "create", "delete"},
+}
+VARIANTS = {"default": MANIFESTS, "k8s-1.20": MANIFESTS / "k8s-1.20"}
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict[str, Any]]]:
+    return {name: build_kustomization(path) for name, path in VARIANTS.items()}
+
+
+@pytest.fixture(scope="module")
+def objects(rendered: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return rendered["default"]
+
+
+def one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name}, found {len(found)}"
+    return found[0]
+
+
+def pod_spec(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return one(objects, "Deployment", name)["spec"]["template"]["spec"]  # type: ignore[no-any-return]
+
+
+# -- schemas -------------------------------------------------------------------------
+def _schema_versions() -> list[str]:
+    kv_utils = pytest.importorskip("kubernetes_validate.utils", reason="pip install '.[test]'")
+    return sorted(set(kv_utils.all_versions()), key=lambda v: tuple(map(int, v.split("."))))
+
+
+def _targets(variant: str) -> list[str]:
+    versions = _schema_versions()
+    if variant == "k8s-1.20":
+        wanted = [v for v in versions if v.startswith("1.20.")]
+        if not wanted:
+            pytest.skip("this kubernetes-validate has no 1.20 schemas (its 1.28.x releases do)")
+        return wanted
+    newer = [v for v in versions if tuple(map(int, v.split(".")[:2])) >= (1, 21)]
+    return sorted({newer[0], newer[-1]})  # the oldest and newest this variant supports
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_object_validates_against_the_kubernetes_openapi_schemas(variant, rendered):
+    import kubernetes_validate
+
+    failures = []
+    for version in _targets(variant):
+        for obj in rendered[variant]:
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except kubernetes_validate.ValidationError as e:
+                failures.append(f"{version} {obj['kind']} {obj['metadata']['name']}: {e.message}")
+    assert not failures, "\n".join(failures)
+
+
+def test_the_schema_check_catches_a_misspelt_field(objects):
+    """Strict mode is on: an unknown field (a typo) is an error, not silently dropped."""
+    import kubernetes_validate
+
+    bad = copy.deepcopy(one(objects, "Deployment", "batchgate-webhook"))
+    bad["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesytem"] = True
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, _targets("default")[-1], strict=True)
+
+
+def test_cert_manager_component_adds_certificates_and_ca_injection(tmp_path):
+    import kubernetes_validate
+
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [str(MANIFESTS)], "components": [str(MANIFESTS / "cert-manager")],
+    }))
+    objs = build_kustomization(overlay)
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        config = one(objs, kind, "batchgate")
+        assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
+            "batchgate-system/batchgate-webhook"
+    serving = one(objs, "Certificate", "batchgate-webhook")
+    assert serving["spec"]["secretName"] == _certs_secret(objs)
+    service = one(objs, "Service", "batchgate-webhook")
+    assert f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc" in serving["spec"]["dnsNames"]
+    issuer = one(objs, "Issuer", serving["spec"]["issuerRef"]["name"])
+    assert issuer["spec"]["ca"]["secretName"] == one(objs, "Certificate", "batchgate-ca")["spec"]["secretName"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):  # what it patched
+        kubernetes_validate.validate(one(objs, kind, "batchgate"), _targets("default")[-1], strict=True)
+
+
+# -- kustomize -----------------------------------------------------------------------
+def _kustomization_dirs() -> list[Path]:
+    return sorted(p.parent for p in MANIFESTS.rglob("kustomization.yaml"))
+
+
+@pytest.mark.parametrize("directory", _kustomization_dirs(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_kustomization_lists_every_file_and_only_existing_ones(directory):
+    spec = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    listed = {*spec.get("resources", []), *spec.get("components", []),
+              *(p["path"] for p in spec.get("patches", []) if "path" in p)}
+    for entry in listed:
+        assert (directory / entry).exists(), f"{directory}/kustomization.yaml lists missing {entry}"
+    nested = {p.parent for p in directory.rglob("kustomization.yaml")} - {directory}
+    files = {
+        str(p.relative_to(directory)) for p in directory.rglob("*.yaml")
+        if p.name != "kustomization.yaml" and not any(n in p.parents for n in nested)
+    }
+    listed_files = {e for e in listed if (directory / e).is_file()}
+    assert files == listed_files, (
+        f"not in {directory.name}/kustomization.yaml: {sorted(files - listed_files)}; "
+        f"listed but not a file here: {sorted(listed_files - files)}"
+    )
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_python_rendering_matches_kubectl_kustomize(variant, rendered):
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl not installed")
+    out = subprocess.run([kubectl, "kustomize", str(VARIANTS[variant])], capture_output=True,
+                         text=True, check=True).stdout
+
+    def key(o: dict[str, Any]) -> tuple[str, ...]:
+        return (o["apiVersion"], o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
+
+    theirs = {key(o): o for o in yaml.safe_load_all(out) if o}
+    mine = {key(o): o for o in rendered[variant]}
+    assert mine.keys() == theirs.keys()
+    for k in mine:
+        assert mine[k] == theirs[k], f"{k} differs from kubectl kustomize"
+
+
+def test_the_1_20_variant_differs_only_in_the_pdb_api_version(rendered):
+    def norm(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = []
+        for o in objs:
+            o = copy.deepcopy(o)
+            if o["kind"] == "PodDisruptionBudget":
+                o["apiVersion"] = "policy/*"
+            out.append(o)
+        return sorted(out, key=lambda o: json.dumps(o, sort_keys=True))
+
+    assert {o["apiVersion"] for o in rendered["k8s-1.20"] if o["kind"] == "PodDisruptionBudget"} == {"policy/v1beta1"}
+    assert norm(rendered["default"]) == norm(rendered["k8s-1.20"])
+
+
+@pytest.mark.parametrize(("base", "patch", "expected"), [
+    pytest.param({"a": {"b": 1, "c": 2}}, {"a": {"c": 3}}, {"a": {"b": 1, "c": 3}}, id="maps-merge"),
+    pytest.param({"a": 1, "b": 2}, {"b": None}, {"a": 1}, id="null-deletes"),
+    pytest.param({"v": [{"name": "x", "k": 1}, {"name": "y"}]}, {"v": [{"name": "x", "j": 2}, {"name": "z"}]},
+                 {"v": [{"name": "x", "k": 1, "j": 2}, {"name": "y"}, {"name": "z"}]}, id="named-lists-merge"),
+    pytest.param({"args": ["a", "b"]}, {"args": ["c"]}, {"args": ["c"]}, id="plain-lists-replace"),
+])
+def test_strategic_merge(base, patch, expected):
+    assert strategic_merge(base, patch) == expected
+
+
+def test_unsupported_kustomize_fields_are_an_error(tmp_path):
+    (tmp_path / "kustomization.yaml").write_text("namePrefix: x-\nresources: []\n")
+    with pytest.raises(ValueError, match="namePrefix"):
+        build_kustomization(tmp_path)
+
+
+# -- generated from the bundle -----------------------------------------------------------
+def test_generated_files_have_not_drifted_from_the_bundle():
+    for name, text in generated_manifests(load_bundle(POLICIES)).items():
+        path = MANIFESTS / name
+        assert path.is_file(), f"{path} missing; run `batchgate manifests`"
+        assert path.read_text() == text, f"{path} drifted from policies/; run `batchgate manifests`"
+
+
+def test_generated_files_are_deterministic_and_marked():
+    bundle = load_bundle(POLICIES)
+    first, second = generated_manifests(bundle), generated_manifests(load_bundle(POLICIES))
+    assert first == second
+    for text in first.values():
+        assert text.startswith("# generated by batchgate manifests; do not edit\n")
+
+
+def test_priority_classes_are_the_bundles(objects):
+    bundle = load_bundle(POLICIES)
+    classes = {o["metadata"]["name"]: o for o in objects if o["kind"] == "PriorityClass"}
+    assert list(classes) == list(bundle.priority_classes)
+    for name, pc in bundle.priority_classes.items():
+        got = classes[name]
+        assert (got["value"], got["preemptionPolicy"], got["globalDefault"], got["description"]) == (
+            pc.value, pc.preemption_policy, pc.global_default, pc.description)
+    assert sum(o["globalDefault"] for o in classes.values()) <= 1
+
+
+@pytest.mark.parametrize("deployment", ["batchgate-webhook", "batchgate-reconciler"])
+def test_the_mounted_configmap_is_the_bundle_again(deployment, objects, tmp_path):
+    """Do what the kubelet does with the volume's items, then load the result."""
+    data = one(objects, "ConfigMap", "batchgate-policies")["data"]
+    spec = pod_spec(objects, deployment)
+    volume = next(v for v in spec["volumes"] if v.get("configMap", {}).get("name") == "batchgate-policies")
+    mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == volume["name"])
+    assert mount["mountPath"] == "/etc/batchgate/policies"
+    assert {i["key"] for i in volume["configMap"]["items"]} == set(data), "every key is mounted"
+    for item in volume["configMap"]["items"]:
+        target = tmp_path / item["path"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(data[item["key"]])
+    mounted, source = load_bundle(tmp_path), load_bundle(POLICIES)
+    assert mounted.fingerprint == source.fingerprint
+    assert [p.name for p in mounted.policies] == [p.name for p in source.policies]
+
+
+@pytest.mark.parametrize(("path", "key"), [
+    ("bundle.yaml", "bundle.yaml"),
+    ("queue-priority/policy.yaml", "queue-priority__policy.yaml"),
+])
+def test_configmap_keys(path, key):
+    assert configmap_key(path) == key
+
+
+def test_a_policy_folder_that_cannot_be_a_configmap_key_is_an_error():
+    with pytest.raises(ValueError, match="ConfigMap key"):
+        configmap_key("my policy/policy.yaml")
+
+
+# -- least privilege -----------------------------------------------------------------------
+def test_no_rbac_rule_uses_a_wildcard(objects):
+    for obj in objects:
+        for rule in obj.get("rules", []) if obj["kind"] in ("Role", "ClusterRole") else []:
+            for field in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
+                assert "*" not in rule.get(field, []), f"{obj['kind']} {obj['metadata']['name']}: {field} has *"
+                assert not any("*" in v for v in rule.get(field, []) if v), obj["metadata"]["name"]
+
+
+def _rights(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+def test_the_reconciler_gets_exactly_what_it_uses(objects):
+    assert _rights(one(objects, "ClusterRole", "batchgate-reconciler")) == RECONCILER_RIGHTS
+    lease = one(objects, "Role", "batchgate-reconciler-leader-election")
+    assert lease["metadata"]["namespace"] == "batchgate-system"
+    named = [r for r in lease["rules"] if r.get("resourceNames")]
+    unnamed = [r for r in lease["rules"] if not r.get("resourceNames")]
+    assert [(r["resourceNames"], sorted(r["verbs"])) for r in named] == [(["batchgate-reconciler"], ["get", "update"])]
+    assert [sorted(r["verbs"]) for r in unnamed] == [["create"]], "only create cannot be limited by name"
+
+
+def test_the_webhook_has_no_api_access_and_no_token(objects):
+    account = one(objects, "ServiceAccount", "batchgate-webhook")
+    assert account["automountServiceAccountToken"] is False
+    spec = pod_spec(objects, "batchgate-webhook")
+    assert spec["serviceAccountName"] == "batchgate-webhook"
+    assert spec["automountServiceAccountToken"] is False
+    for obj in objects:
+        for subject in obj.get("subjects", []) if obj["kind"].endswith("Binding") else []:
+            assert subject["name"] != "batchgate-webhook", f"{obj['metadata']['name']} grants the webhook rights"
+
+
+def test_every_binding_refers_to_a_role_and_account_that_exist(objects):
+    names = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects}
+    for obj in objects:
+        if not obj["kind"].endswith("Binding"):
+            continue
+        ref = obj["roleRef"]
+        ns = obj["metadata"].get("namespace") if ref["kind"] == "Role" else None
+        assert (ref["kind"], ns, ref["name"]) in names
+        for s in obj["subjects"]:
+            assert ("ServiceAccount", s["namespace"], s["name"]) in names
+
+
+def test_users_who_may_edit_a_namespace_may_create_scavengerjobs_there(objects):
+    edit = one(objects, "ClusterRole", "batchgate-scavengerjobs-edit")
+    assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert "create" in _rights(edit)[("batchgate.io", "scavengerjobs")]
+    assert ("batchgate.io", "scavengerjobs/status") not in _rights(edit), "status belongs to the reconciler"
+
+
+# -- hardened pods --------------------------------------------------------------------------
+@pytest.mark.parametrize("deployment", ["batchgate-webhook", "batchgate-reconciler"])
+def test_pods_are_hardened(deployment, objects):
+    spec = pod_spec(objects, deployment)
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] != 0
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    for c in spec["containers"]:
+        sc = c["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert sc["runAsNonRoot"] is True
+        assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+        for part in ("requests", "limits"):
+            assert {"cpu", "memory"} <= set(c["resources"][part]), f"{c['name']}: {part}"
+        assert c["image"] == f"batchgate:{__version__}"
+
+
+@pytest.mark.parametrize("deployment", ["batchgate-webhook", "batchgate-reconciler"])
+def test_replicated_spread_and_protected_by_a_pdb(deployment, objects):
+    d = one(objects, "Deployment", deployment)
+    assert d["spec"]["replicas"] >= 2
+    labels = d["spec"]["template"]["metadata"]["labels"]
+    spread = d["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert any(s["topologyKey"] == "kubernetes.io/hostname" for s in spread)
+    pdbs = [o for o in objects if o["kind"] == "PodDisruptionBudget"
+            and o["metadata"]["namespace"] == d["metadata"]["namespace"]
+            and o["spec"]["selector"]["matchLabels"].items() <= labels.items()]
+    assert len(pdbs) == 1
+    pdb = pdbs[0]["spec"]
+    assert pdb.get("minAvailable", 0) >= 1 or pdb.get("maxUnavailable", 0) < d["spec"]["replicas"]
+
+
+def test_webhook_probes_and_service(objects):
+    spec = pod_spec(objects, "batchgate-webhook")
+    c = spec["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        get = c[probe]["httpGet"]
+        assert (get["scheme"], get["path"], ports[get["port"]]) == ("HTTPS", path, 8443)
+    service = one(objects, "Service", "batchgate-webhook")
+    assert service["spec"]["selector"].items() <= one(objects, "Deployment", "batchgate-webhook")["spec"]["template"]["metadata"]["labels"].items()
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(443, "https")]
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    certs = next(v for v in spec["volumes"] if v["name"] == mounts["/etc/batchgate/certs"])
+    assert certs["secret"]["secretName"] == _certs_secret(objects)
+
+
+def _certs_secret(objects: list[dict[str, Any]]) -> str:
+    spec = pod_spec(objects, "batchgate-webhook")
+    return next(v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("deployment", ["batchgate-webhook", "batchgate-reconciler"])
+def test_container_args_are_a_valid_batchgate_command_line(deployment, objects):
+    args = pod_spec(objects, deployment)["containers"][0]["args"]
+    parsed = build_parser().parse_args(args)
+    assert parsed.command == {"batchgate-webhook": "serve", "batchgate-reconciler": "reconcile"}[deployment]
+    assert parsed.policies == "/etc/batchgate/policies"
+
+
+def test_reconciler_knows_who_it_is_for_leader_election(objects):
+    env = {e["name"]: e for e in pod_spec(objects, "batchgate-reconciler")["containers"][0]["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["BATCHGATE_LEASE_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+# -- webhook configurations ------------------------------------------------------------------
+def _webhooks(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [(o["kind"], w) for o in objects
+            if o["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+            for w in o["webhooks"]]
+
+
+def test_every_webhook_has_a_deliberate_failure_policy(objects):
+    assert {w["name"]: w["failurePolicy"] for _, w in _webhooks(objects)} == FAILURE_POLICIES
+
+
+def test_webhook_settings(objects):
+    service = one(objects, "Service", "batchgate-webhook")
+    for kind, w in _webhooks(objects):
+        assert w["sideEffects"] == "None"
+        assert w["admissionReviewVersions"] == ["v1"]
+        assert 1 <= w["timeoutSeconds"] <= 5
+        assert w["matchPolicy"] == "Equivalent"
+        svc = w["clientConfig"]["service"]
+        assert (svc["namespace"], svc["name"], svc["port"]) == (
+            service["metadata"]["namespace"], service["metadata"]["name"], service["spec"]["ports"][0]["port"])
+        assert svc["path"] == ("/mutate" if kind.startswith("Mutating") else "/validate")
+        if kind.startswith("Mutating"):
+            assert w["reinvocationPolicy"] == "IfNeeded"
+            assert {op for r in w["rules"] for op in r["operations"]} == {"CREATE"}
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A label selector, as the API server evaluates namespaceSelector."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for e in selector.get("matchExpressions", []):
+        key, op, values = e["key"], e["operator"], e.get("values", [])
+        ok = {"In": key in labels and labels[key] in values,
+              "NotIn": key not in labels or labels[key] not in values,
+              "Exists": key in labels, "DoesNotExist": key not in labels}[op]
+        if not ok:
+            return False
+    return True
+
+
+@pytest.mark.parametrize(("labels", "called"), [
+    pytest.param({"kubernetes.io/metadata.name": "kube-system"}, False, id="kube-system"),
+    pytest.param({"kubernetes.io/metadata.name": "kube-public"}, False, id="kube-public"),
+    pytest.param({"kubernetes.io/metadata.name": "kube-node-lease"}, False, id="kube-node-lease"),
+    pytest.param({"kubernetes.io/metadata.name": "batchgate-system"}, False, id="batchgate-system"),
+    pytest.param({"kubernetes.io/metadata.name": "ingress", OPT_OUT[0]: OPT_OUT[1]}, False, id="opted-out"),
+    pytest.param({OPT_OUT[0]: OPT_OUT[1]}, False, id="kube-system-on-1.20-labelled"),
+    pytest.param({"kubernetes.io/metadata.name": "demo"}, True, id="user-namespace"),
+    pytest.param({}, True, id="user-namespace-on-1.20"),
+    pytest.param({"kubernetes.io/metadata.name": "demo", OPT_OUT[0]: "enabled"}, True, id="other-label-value"),
+])
+def test_namespace_selector(labels, called, objects):
+    for _, w in _webhooks(objects):
+        assert _selects(w["namespaceSelector"], labels) is called, w["name"]
+
+
+def test_batchgate_namespace_is_left_out_also_on_1_20(objects):
+    labels = one(objects, "Namespace", "batchgate-system")["metadata"]["labels"]
+    for _, w in _webhooks(objects):
+        assert not _selects(w["namespaceSelector"], labels)
+        assert not _selects(w["namespaceSelector"], {k: v for k, v in labels.items()
+                                                     if k != "kubernetes.io/metadata.name"})
+
+
+def test_webhooks_leave_out_every_namespace_the_bundle_excludes(objects):
+    literal = {n for n in load_bundle(POLICIES).excluded_namespaces if not set(n) & set("*?[")}
+    for _, w in _webhooks(objects):
+        for name in literal | set(SYSTEM_NAMESPACES):
+            assert not _selects(w["namespaceSelector"], {"kubernetes.io/metadata.name": name}), (w["name"], name)
+
+
+def _covered(objects: list[dict[str, Any]], kind: str) -> set[tuple[str, str, str]]:
+    """(group, resource, operation) the API server sends to webhooks of this kind."""
+    return {(g, res, op) for k, w in _webhooks(objects) if k == kind for r in w["rules"]
+            for g in r["apiGroups"] for res in r["resources"] for op in r["operations"]}
+
+
+def _needed(mutating: bool) -> set[tuple[str, str, str]]:
+    out = set()
+    for policy in load_bundle(POLICIES).policies:
+        if (policy.rule.mutate if mutating else policy.rule.validate) is None:
+            continue
+        for group, _version, kind in policy.match.kinds:
+            assert "*" not in (group, kind), f"{policy.name}: a wildcard kind cannot be listed in a webhook"
+            out |= {(group, kind.lower() + "s", op) for op in policy.match.operations}
+    return out
+
+
+@pytest.mark.parametrize(("kind", "mutating"), [
+    ("MutatingWebhookConfiguration", True), ("ValidatingWebhookConfiguration", False)])
+def test_webhook_rules_are_exactly_what_the_bundle_needs(kind, mutating, objects):
+    """Every kind and operation a policy matches reaches the webhook, and nothing else does."""
+    covered, needed = _covered(objects, kind), _needed(mutating)
+    assert not needed - covered, f"policies match requests the API server never sends: {sorted(needed - covered)}"
+    assert not covered - needed, f"requests sent to the webhook that no policy looks at: {sorted(covered - needed)}"
+
+
+def test_updates_fail_open_and_creates_fail_closed(objects):
+    for _, w in _webhooks(objects):
+        ops = {op for r in w["rules"] for op in r["operations"]}
+        assert w["failurePolicy"] == ("Ignore" if ops == {"UPDATE"} else "Fail"), w["name"]
+        assert "DELETE" not in ops and "CONNECT" not in ops
+
+
+@pytest.mark.parametrize(("url", "service", "expected"), [
+    pytest.param("https://127.0.0.1:9443/", None, {"url": "https://127.0.0.1:9443/mutate"}, id="url"),
+    pytest.param(None, "e2e/hook", {"service": {"namespace": "e2e", "name": "hook", "path": "/mutate", "port": 443}}, id="service"),
+    pytest.param(None, None, {"service": {"namespace": "batchgate-system", "name": "batchgate-webhook", "path": "/mutate", "port": 443}}, id="as-deployed"),
+])
+def test_webhook_configurations_helper(url, service, expected):
+    mutating, validating = webhook_configurations("Q0E=", url=url, service=service)
+    assert mutating["webhooks"][0]["clientConfig"] == {**expected, "caBundle": "Q0E="}
+    for w in validating["webhooks"]:
+        client = w["clientConfig"]
+        assert client["caBundle"] == "Q0E="
+        assert (client.get("url") or client["service"]["path"]).endswith("/validate")
+    assert [w["failurePolicy"] for w in validating["webhooks"]] == ["Fail", "Ignore"]
+
+
+def test_webhook_configurations_helper_refuses_url_and_service():
+    with pytest.raises(ValueError, match="not both"):
+        webhook_configurations("Q0E=", url="https://127.0.0.1:1", service="a/b")
+
+
+@pytest.mark.parametrize("which", ["mutating", "validating"])
+def test_certs_patch_sets_the_ca_bundle_in_every_webhook(which, tmp_path, capsys):
+    code = main(["certs", "--cert-dir", str(tmp_path), "--service", "batchgate-system/batchgate-webhook",
+                 "--patch", which])
+    assert code == 0
+    patch = json.loads(capsys.readouterr().out)
+    ca = base64.b64encode((tmp_path / "ca.crt").read_bytes()).decode()
+    configs = dict(zip(("mutating", "validating"), webhook_configurations("", service=None), strict=True))
+    patched = jsonpatch.apply_patch(configs[which], patch)
+    assert [w["clientConfig"]["caBundle"] for w in patched["webhooks"]] == [ca] * len(patched["webhooks"])
+
+
+# -- the CRD --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def crd(objects):
+    return one(objects, "CustomResourceDefinition", "scavengerjobs.batchgate.io")
+
+
+def test_crd_shape(crd):
+    spec = crd["spec"]
+    assert (spec["group"], spec["scope"], spec["names"]["kind"], spec["names"]["plural"]) == (
+        "batchgate.io", "Namespaced", "ScavengerJob", "scavengerjobs")
+    (version,) = spec["versions"]
+    assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
+    assert version["subresources"] == {"status": {}}
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["Phase"] == ".status.phase" and columns["Interrupted"] == ".status.interruptedCount"
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert status["phase"]["enum"] == ["Pending", "Running", "Interrupted", "Completed", "Failed"]
+    assert {"interruptedCount", "creationTimestamp", "runningTimestamps", "interruptedTimestamps",
+            "finishedTimestamp", "priorityStartOverTimestamp", "message"} <= set(status)
+
+
+def test_crd_spec_fields_are_the_webhooks(crd):
+    from webhook.rules.scavenger import SPEC_FIELDS, VOLUME_FIELDS
+
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert set(spec["properties"]) == set(SPEC_FIELDS)
+    assert set(spec["properties"]["volumes"]["items"]["properties"]) == set(VOLUME_FIELDS)
+    assert spec["x-kubernetes-preserve-unknown-fields"] is True, "typos reach the webhook's message"
+
+
+def _json_schema(node: Any) -> Any:
+    """The CRD's OpenAPI v3 schema as plain JSON Schema (nullable, int-or-string)."""
+    if isinstance(node, list):
+        return [_json_schema(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _json_schema(v) for k, v in node.items() if not k.startswith("x-kubernetes-") and k != "nullable"}
+    if node.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"]
+    if node.get("x-kubernetes-int-or-string"):
+        out["type"] = ["integer", "string"]
+    return out
+
+
+def test_every_scavengerjob_the_webhook_allows_fits_the_crd(crd):
+    import jsonschema
+
+    from webhook.rules.scavenger import scavengerjob_problems
+
+    schema = _json_schema(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    allowed = 0
+    for path in sorted((POLICIES / "scavengerjob" / "samples").glob("*.yaml")):
+        obj = yaml.safe_load(path.read_text())
+        if obj.get("kind") != "ScavengerJob" or scavengerjob_problems(obj):
+            continue
+        allowed += 1
+        jsonschema.validate(obj, schema)
+    assert allowed >= 2
+
+
+# -- the image --------------------------------------------------------------------------------
+def test_dockerfile():
+    text = (ROOT / "Dockerfile").read_text()
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    stages = [line for line in lines if line.startswith("FROM ")]
+    assert len(stages) >= 2, "multi-stage"
+    assert "ARG PYTHON_IMAGE=python:3.11-slim" in lines
+    users = [line.split()[1] for line in lines if line.startswith("USER ")]
+    assert users and users[-1].split(":")[0].isdigit() and users[-1].split(":")[0] != "0"
+    entrypoint = json.loads(next(line for line in lines if line.startswith("ENTRYPOINT "))[len("ENTRYPOINT "):])
+    cmd = json.loads(next(line for line in lines if line.startswith("CMD "))[len("CMD "):])
+    assert entrypoint == ["batchgate"]
+    assert build_parser().parse_args(cmd).command == "serve"
+    assert build_parser().parse_args(["reconcile"]).command == "reconcile"
+
+
+def test_dockerignore_keeps_keys_and_git_out():
+    lines = (ROOT / ".dockerignore").read_text().splitlines()
+    assert "*" in lines, "an allow-list"
+    assert not any(line.startswith("!certs") or line.startswith("!.git") for line in lines)
