@@ -193,8 +193,8 @@ def validate_extension(settings: None, obj: dict[str, Any], ctx: Ctx) -> list[Fi
         current = f"the current limit is {before}" if before is not None else "there was no limit"
         if new is None:
             findings.append(deny(
-                f"removing {ANNOTATION}{where} is not allowed ({current}); "
-                f"to shorten it, set a smaller value, {EXAMPLE}"
+                f"removing {ANNOTATION}{where} is not allowed ({current}); keep it (also in a "
+                f"manifest you apply again) or set another value, {EXAMPLE}"
             ))
         elif queue is not None and (problem := _problem(new, queue)) is not None:
             findings.append(deny(f"{problem}{where}; {current}"))
