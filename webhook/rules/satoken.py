@@ -115,7 +115,7 @@ def remove_injected(draft: Draft, spec_path: tuple[str | int, ...], account: str
     for key, i, container in pod_spec_parts(spec):
         mounts = container.get("volumeMounts") or []
         kept = [m for m in mounts if not (isinstance(m, dict) and m.get("name") in names and _token_mount(m))]
-        still_used.update(m.get("name") for m in kept if isinstance(m, dict))
+        still_used.update(str(m.get("name")) for m in kept if isinstance(m, dict))
         if len(kept) != len(mounts):
             if kept:
                 draft.set(*spec_path, key, i, "volumeMounts", kept)
