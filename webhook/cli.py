@@ -98,6 +98,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
     r.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     r.add_argument("--policies", default=None, help="policy bundle directory (default: bundled policies/)")
+    r.add_argument("--namespace", default=None, help="watch and act in this namespace only (default: all)")
+    r.add_argument("--warning-lead", default=None, metavar="DURATION",
+                   help="warn users this long before their deadline (default 10m)")
+    r.add_argument("--resync", default=None, metavar="DURATION",
+                   help="plan at least this often when nothing changes (default 5m)")
+    r.add_argument("--lease-namespace", default=None,
+                   help="namespace of the leader-election Lease (default $POD_NAMESPACE, else batchgate-system)")
+    r.add_argument("--lease-name", default=None, help="name of the Lease (default batchgate-reconciler)")
+    r.add_argument("--identity", default=None, help="this replica's name in the Lease (default $POD_NAME, else host_pid)")
+    r.add_argument("--no-leader-elect", action="store_true",
+                   help="act without holding the Lease (only when a single replica runs)")
+    r.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (default: off)")
 
     m = sub.add_parser("manifests", help="generate manifests/ parts that come from the bundle",
                        description="Write the PriorityClasses (and the bundle ConfigMap) derived from "

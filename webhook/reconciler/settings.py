@@ -77,6 +77,8 @@ class Settings:
     api_backoff: float = 0.2
     """First retry pause in seconds; doubles per try, with jitter."""
     request_timeout: float = 30.0
+    retry_failed: float = 10.0
+    """Seconds until a pass retries actions that failed for good (e.g. forbidden)."""
 
     # -- leader election (coordination.k8s.io/v1 Lease) -----------------------
     leader_elect: bool = True

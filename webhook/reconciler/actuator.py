@@ -1,0 +1,274 @@
+"""The actuator: carries out the planner's actions against the API.
+
+Per action, in this order:
+
+1. the Event, named after what the action is about (``Action.event_name``):
+   ``AlreadyExists`` means an earlier run (maybe one that crashed right
+   after) already told the user, so it is not told twice;
+2. the annotation merge patch, fenced by the resourceVersion the plan was made
+   on (or the one our own previous patch of the same object returned): a
+   ``409 Conflict`` means the object changed under us, so we re-read it and let
+   the next pass re-plan on the fresh state;
+3. deletions with the uid as precondition, so that a new object of the same
+   name is never hit; ``404`` means someone (perhaps we, before a crash) got
+   there first: done;
+4. PodGroup writes; a PodGroup is only deleted after a live re-check that its
+   workload is really gone (never on the word of a possibly stale cache).
+
+Transient failures (no response, 429, 5xx) are retried with exponential
+backoff and jitter; anything else fails the action, which the next pass
+plans again. Each write's response goes back into the cache at once, so the
+next pass does not plan on the old state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import socket
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from . import metrics
+from .actions import Action, Delete
+from .errors import AlreadyExists, Conflict, KubeError, NotFound, Transient
+from .model import (
+    EVENT,
+    JOB,
+    KINDS,
+    LABEL_GROUP,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    POD,
+    POD_GROUP,
+    Ref,
+    format_time,
+)
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+Result = Literal["done", "conflict", "gone", "failed", "skipped"]
+COMPONENT = "batchgate-reconciler"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    action: Action
+    result: Result
+    error: str = ""
+
+
+class StillInUse(KubeError):
+    """A PodGroup's workload turned out to exist after all (the cache was behind)."""
+
+
+class Actuator:
+    def __init__(
+        self,
+        api: Any,
+        settings: Settings,
+        *,
+        is_leader: Callable[[], bool] = lambda: True,
+        observe: Callable[[Mapping[str, Any] | None], None] = lambda obj: None,
+        forget: Callable[[str, Mapping[str, Any]], None] = lambda kind, obj: None,
+        sleep: Callable[[float], None] = time.sleep,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.api = api
+        self.settings = settings
+        self.is_leader = is_leader
+        self.observe = observe
+        self.forget = forget
+        self.sleep = sleep
+        self.wall = wall
+        self.writes = 0  # write requests sent, for tests and the steady-state check
+        self.write_log: list[tuple[str, str]] = []  # (verb, resource/name) of each
+        self._known_events: OrderedDict[str, None] = OrderedDict()
+        self._host = socket.gethostname()
+
+    # -- plumbing ------------------------------------------------------------------
+    def _write(self, verb: str, resource: str, what: str, fn: Callable[[], T]) -> T:
+        """Send one write, retrying transient failures; counts every request sent."""
+        attempts = max(self.settings.api_attempts, 1)
+        for attempt in range(attempts):
+            self.writes += 1
+            self.write_log.append((verb, f"{resource}/{what}"))
+            metrics.WRITES.labels(verb, resource).inc()
+            try:
+                return fn()
+            except Transient as e:
+                if attempt == attempts - 1:
+                    raise
+                pause = self.settings.api_backoff * (2**attempt) * (0.75 + 0.5 * random.random())
+                log.info("retrying %s %s/%s in %.2fs: %s", verb, resource, what, pause, e)
+                self.sleep(pause)
+            finally:
+                crash = self.settings.crash_after_writes
+                if crash is not None and self.writes >= crash:
+                    log.error("test hook: exiting abruptly after %d writes", self.writes)
+                    logging.shutdown()
+                    os._exit(137)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _stub(ref: Ref) -> dict[str, Any]:
+        return {"kind": ref.kind, "metadata": {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid}}
+
+    def _refresh(self, ref: Ref) -> None:
+        """Re-read an object after a conflict, so the next pass plans on what is there now."""
+        kind = KINDS.get(ref.kind)
+        if kind is None:
+            return
+        try:
+            self.observe(self.api.get(kind, ref.namespace, ref.name))
+        except NotFound:
+            self.forget(ref.kind, self._stub(ref))
+        except KubeError as e:
+            log.info("re-reading %s: %s", ref, e)
+
+    # -- the steps -------------------------------------------------------------------
+    def _event(self, a: Action) -> None:
+        name = a.event_name()
+        if name in self._known_events:
+            return
+        t = a.target
+        now = format_time(self.wall())
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": t.namespace or "default",
+                         "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+            "involvedObject": {"apiVersion": t.api_version, "kind": t.kind, "namespace": t.namespace,
+                               "name": t.name, "uid": t.uid},
+            "reason": a.reason,
+            "message": a.message[:1024],
+            "type": a.event_type,
+            "source": {"component": COMPONENT, "host": self._host},
+            "reportingComponent": f"batchgate.io/{COMPONENT}",
+            "reportingInstance": self.settings.identity or self._host,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        with contextlib.suppress(AlreadyExists):  # told before, perhaps by a run that crashed right after
+            self._write("create", "events", name, lambda: self.api.create(EVENT, t.namespace or "default", body))
+        self._known_events[name] = None
+        if len(self._known_events) > 50_000:
+            self._known_events.popitem(last=False)
+
+    def _annotate(self, a: Action, rv: str) -> str:
+        t = a.target
+        kind = KINDS[t.kind]
+        patch = {"metadata": {"resourceVersion": rv, "annotations": dict(a.annotations or {})}}
+        resp = self._write("patch", kind.plural, t.name, lambda: self.api.merge_patch(kind, t.namespace, t.name, patch))
+        self.observe(resp)
+        return str((resp.get("metadata") or {}).get("resourceVersion") or "") if isinstance(resp, dict) else ""
+
+    def _delete(self, d: Delete) -> None:
+        ref = d.ref
+        kind = KINDS[ref.kind]
+        try:
+            resp = self._write("delete", kind.plural, ref.name, lambda: self.api.delete(
+                kind, ref.namespace, ref.name, uid=ref.uid, propagation=d.propagation))
+        except NotFound:
+            self.forget(ref.kind, self._stub(ref))
+            return
+        except Conflict:
+            # The uid precondition failed: what we meant is gone, and a new object of
+            # the same name is not ours to delete.
+            self.forget(ref.kind, self._stub(ref))
+            return
+        if isinstance(resp, dict) and resp.get("kind") == ref.kind and (resp.get("metadata") or {}).get("deletionTimestamp"):
+            self.observe(resp)
+        else:
+            self.forget(ref.kind, self._stub(ref))
+
+    def _check_unused(self, a: Action) -> None:
+        """Before deleting a PodGroup: make sure, live, that nothing of its workload is left."""
+        w = a.pod_group
+        assert w is not None
+        if w.owner is not None:
+            with contextlib.suppress(NotFound):
+                job = self.api.get(JOB, w.namespace, w.owner.name)
+                if (job.get("metadata") or {}).get("uid") == w.owner.uid:
+                    raise StillInUse(f"Job {w.namespace}/{w.owner.name} still exists")
+        elif w.group:
+            pods = self.api.list(POD, w.namespace, label_selector=f"{LABEL_GROUP}={w.group}", limit=1)
+            if pods.get("items"):
+                raise StillInUse(f"pods of group {w.group} still exist in {w.namespace}")
+
+    def _pod_group(self, a: Action) -> None:
+        w = a.pod_group
+        assert w is not None
+        if w.op == "create":
+            md: dict[str, Any] = {"name": w.name, "namespace": w.namespace,
+                                  "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_GROUP: w.group}}
+            if w.owner is not None:
+                md["ownerReferences"] = [{"apiVersion": w.owner.api_version, "kind": w.owner.kind,
+                                          "name": w.owner.name, "uid": w.owner.uid}]
+            body = {"apiVersion": POD_GROUP.api_version, "kind": POD_GROUP.kind, "metadata": md,
+                    "spec": {"minMember": w.min_member}}
+            try:
+                self.observe(self._write("create", "podgroups", w.name,
+                                         lambda: self.api.create(POD_GROUP, w.namespace, body)))
+            except AlreadyExists:
+                self._refresh(Ref(POD_GROUP.api_version, "PodGroup", w.namespace, w.name, ""))
+        elif w.op == "update":
+            patch = {"metadata": {"resourceVersion": w.resource_version}, "spec": {"minMember": w.min_member}}
+            self.observe(self._write("patch", "podgroups", w.name,
+                                     lambda: self.api.merge_patch(POD_GROUP, w.namespace, w.name, patch)))
+        else:
+            self._delete(Delete(Ref(POD_GROUP.api_version, "PodGroup", w.namespace, w.name, w.uid)))
+
+    # -- the whole -------------------------------------------------------------------
+    def execute(self, actions: Iterable[Action]) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        new_rv: dict[str, str] = {}  # uid -> resourceVersion after our own patch in this batch
+        conflicted: set[str] = set()
+        for a in actions:
+            uid = a.target.uid
+            if not self.is_leader():
+                outcomes.append(self._done(a, "skipped", "not the leader"))
+                continue
+            if uid in conflicted:
+                outcomes.append(self._done(a, "conflict", "an earlier action on this object conflicted"))
+                continue
+            try:
+                if a.kind == "delete-podgroup":
+                    self._check_unused(a)
+                self._event(a)
+                if a.annotations:
+                    new_rv[uid] = self._annotate(a, new_rv.get(uid) or a.resource_version)
+                for d in a.deletes:
+                    self._delete(d)
+                if a.pod_group is not None:
+                    self._pod_group(a)
+                outcomes.append(self._done(a, "done"))
+            except (Conflict, StillInUse) as e:
+                conflicted.add(uid)
+                if isinstance(e, Conflict):
+                    self._refresh(a.target)
+                outcomes.append(self._done(a, "conflict", str(e)))
+            except NotFound as e:
+                self.forget(a.target.kind, self._stub(a.target))
+                outcomes.append(self._done(a, "gone", str(e)))
+            except KubeError as e:
+                outcomes.append(self._done(a, "failed", str(e)))
+        return outcomes
+
+    def _done(self, a: Action, result: Result, error: str = "") -> Outcome:
+        metrics.ACTIONS.labels(a.kind, result).inc()
+        fields = {"action": a.kind, "kind": a.target.kind, "namespace": a.target.namespace,
+                  "name": a.target.name, "reason": a.reason, "outcome": result}
+        if error:
+            fields["error"] = error
+        level = logging.INFO if result in ("done", "skipped") else logging.WARNING
+        log.log(level, "%s %s: %s", a.reason, a.target, a.message if result == "done" else error,
+                extra={"fields": fields})
+        return Outcome(a, result, error)
+
+
+

@@ -1,0 +1,308 @@
+"""Informer-style cache: list, then watch from the list's resourceVersion.
+
+One ``Reflector`` thread per resource keeps a ``Store`` of views (see
+``model``) current:
+
+- list (paginated) and replace the store; the store is then *synced*;
+- watch from the last resourceVersion seen (bookmarks included), re-watching
+  when the server ends the request, and relisting on ``410 Gone`` (the
+  version is too old) or when the stream reports an error;
+- on any other failure, back off (1 s doubling to 30 s) and try again.
+
+Optional resources are those that may not be there: the PodGroup CRD (404 until
+someone installs it; checked again every ``crd_recheck`` seconds) and nodes
+(403 without cluster-wide read). Their store is then *absent*, which the
+snapshot reports as ``None`` ("unknown"), so the planner never mistakes "not
+visible" for "none exist".
+
+The planner must never see a half-filled cache (it would delete the PodGroups
+of every Job not listed yet), so ``Cache.snapshot()`` is only used once
+``wait_synced()`` returned True.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
+
+from . import metrics
+from .errors import Forbidden, Gone, KubeError, NotFound
+from .kube import KubeApi, WatchStream
+from .model import JOB, NODE, POD, POD_GROUP, VIEW_OF, Kind, Snapshot
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+V = TypeVar("V")
+
+
+def _rv_int(rv: str) -> int | None:
+    return int(rv) if rv.isdigit() else None
+
+
+class Store(Generic[V]):
+    """Views by key, thread-safe; ``version`` grows with every change."""
+
+    def __init__(self, kind: Kind, convert: Callable[[Mapping[str, Any]], V]) -> None:
+        self.kind = kind
+        self._convert = convert
+        self._items: dict[Any, V] = {}
+        self._rvs: dict[Any, str] = {}
+        self._uids: dict[Any, str] = {}
+        self._lock = threading.Lock()
+        self.synced = False
+        self.absent = False
+        self.version = 0
+
+    def _key(self, obj: Mapping[str, Any]) -> Any:
+        md = obj.get("metadata") or {}
+        if not self.kind.namespaced:
+            return md.get("name") or ""
+        return (md.get("namespace") or "", md.get("name") or "")
+
+    def replace(self, objects: list[Mapping[str, Any]]) -> None:
+        items, rvs, uids = {}, {}, {}
+        for o in objects:
+            k = self._key(o)
+            md = o.get("metadata") or {}
+            items[k] = self._convert(o)
+            rvs[k] = md.get("resourceVersion") or ""
+            uids[k] = md.get("uid") or ""
+        with self._lock:
+            self._items, self._rvs, self._uids = items, rvs, uids
+            self.synced, self.absent = True, False
+            self.version += 1
+
+    def mark_absent(self) -> None:
+        with self._lock:
+            self._items, self._rvs, self._uids = {}, {}, {}
+            self.synced, self.absent = True, True
+            self.version += 1
+
+    def upsert(self, obj: Mapping[str, Any], *, only_newer: bool = False) -> bool:
+        """Store ``obj``; with ``only_newer``, not when the stored version is newer (for write responses)."""
+        md = obj.get("metadata") or {}
+        k = self._key(obj)
+        rv = md.get("resourceVersion") or ""
+        view = self._convert(obj)
+        with self._lock:
+            if only_newer and self._uids.get(k) == md.get("uid"):
+                old, new = _rv_int(self._rvs.get(k, "")), _rv_int(rv)
+                if old is not None and new is not None and new <= old:
+                    return False
+            self._items[k] = view
+            self._rvs[k] = rv
+            self._uids[k] = md.get("uid") or ""
+            self.version += 1
+        return True
+
+    def remove(self, obj: Mapping[str, Any]) -> bool:
+        md = obj.get("metadata") or {}
+        k = self._key(obj)
+        with self._lock:
+            if k not in self._items or (md.get("uid") and self._uids.get(k) != md.get("uid")):
+                return False
+            del self._items[k], self._rvs[k], self._uids[k]
+            self.version += 1
+        return True
+
+    def items(self) -> dict[Any, V]:
+        with self._lock:
+            return dict(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class Reflector(threading.Thread):
+    def __init__(
+        self,
+        api: KubeApi,
+        store: Store[Any],
+        *,
+        settings: Settings,
+        on_change: Callable[[], None],
+        stop: threading.Event,
+        optional: bool = False,
+    ) -> None:
+        super().__init__(name=f"reflector-{store.kind.plural}", daemon=True)
+        self.api = api
+        self.store = store
+        self.kind = store.kind
+        self.settings = settings
+        self.on_change = on_change
+        self.stop_event = stop
+        self.optional = optional
+        self.namespace = settings.namespace if self.kind.namespaced else None
+        self.resource_version: str | None = None
+        self._stream: WatchStream | None = None
+        self.relists = 0
+        self.rewatches = 0
+
+    def list_now(self) -> None:
+        """List every object (paginated) into the store; absent if optional and unavailable."""
+        try:
+            items: list[Mapping[str, Any]] = []
+            cont: str | None = None
+            while True:
+                page = self.api.list(self.kind, self.namespace, limit=500, continue_=cont)
+                items += page.get("items") or []
+                meta = page.get("metadata") or {}
+                cont = meta.get("continue") or None
+                if not cont:
+                    break
+        except (NotFound, Forbidden) as e:
+            if not self.optional:
+                raise
+            if not self.store.absent or not self.store.synced:
+                log.info("%s not available (%s); treating as unknown", self.kind.plural, e.status,
+                         extra={"fields": {"resource": self.kind.plural}})
+            self.store.mark_absent()
+            self.resource_version = None
+            self.on_change()
+            return
+        self.store.replace(items)
+        self.resource_version = meta.get("resourceVersion") or ""
+        self.relists += 1
+        metrics.RELISTS.labels(self.kind.plural).inc()
+        self.on_change()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self._stream is not None:
+            self._stream.close()
+
+    def run(self) -> None:
+        backoff = 1.0
+        while not self.stop_event.is_set():
+            try:
+                if self.resource_version is None:
+                    self.list_now()
+                    if self.store.absent:
+                        self.stop_event.wait(self.settings.crd_recheck)
+                        continue
+                assert self.resource_version is not None
+                self._watch(self.resource_version)
+                backoff = 1.0
+            except Gone:
+                log.info("%s: resourceVersion too old; relisting", self.kind.plural)
+                self.resource_version = None
+            except Exception as e:
+                if self.stop_event.is_set():
+                    break
+                log.warning("%s: %s; retrying in %.0fs", self.kind.plural, e, backoff,
+                            extra={"fields": {"resource": self.kind.plural}})
+                if isinstance(e, NotFound | Forbidden) and self.optional:
+                    self.resource_version = None  # e.g. the CRD went away: relist decides
+                self.stop_event.wait(backoff * (0.8 + 0.4 * random.random()))
+                backoff = min(backoff * 2, 30.0)
+
+    def _watch(self, rv: str) -> None:
+        stream = self.api.watch(self.kind.path(self.namespace), resource_version=rv,
+                                timeout_seconds=self.settings.watch_timeout)
+        self._stream = stream
+        self.rewatches += 1
+        try:
+            if self.stop_event.is_set():
+                return
+            for ev in stream:
+                kind = ev.get("type")
+                obj = ev.get("object") or {}
+                if kind == "ERROR":
+                    code = obj.get("code")
+                    if code == 410:
+                        raise Gone(obj.get("message") or "expired", status=410)
+                    raise KubeError(f"watch error: {obj.get('message')}", status=code or 0)
+                new_rv = (obj.get("metadata") or {}).get("resourceVersion")
+                if kind == "BOOKMARK":
+                    if new_rv:
+                        self.resource_version = new_rv
+                    continue
+                if kind in ("ADDED", "MODIFIED"):
+                    self.store.upsert(obj)
+                elif kind == "DELETED":
+                    self.store.remove(obj)
+                if new_rv:
+                    self.resource_version = new_rv
+                self.on_change()
+        finally:
+            self._stream = None
+            stream.close()
+
+
+class Cache:
+    """Pods, Jobs, Nodes (optional) and PodGroups (optional), each behind a reflector."""
+
+    def __init__(self, api: KubeApi, settings: Settings, *, on_change: Callable[[], None] | None = None) -> None:
+        self.api = api
+        self.settings = settings
+        self._on_change = on_change or (lambda: None)
+        self._stop = threading.Event()
+        self.pods: Store[Any] = Store(POD, VIEW_OF["Pod"])
+        self.jobs: Store[Any] = Store(JOB, VIEW_OF["Job"])
+        self.nodes: Store[Any] = Store(NODE, VIEW_OF["Node"])
+        self.pod_groups: Store[Any] = Store(POD_GROUP, VIEW_OF["PodGroup"])
+        self.stores = {"Pod": self.pods, "Job": self.jobs, "Node": self.nodes, "PodGroup": self.pod_groups}
+        self.reflectors = [
+            Reflector(api, self.pods, settings=settings, on_change=self._changed, stop=self._stop),
+            Reflector(api, self.jobs, settings=settings, on_change=self._changed, stop=self._stop),
+            Reflector(api, self.nodes, settings=settings, on_change=self._changed, stop=self._stop, optional=True),
+            Reflector(api, self.pod_groups, settings=settings, on_change=self._changed, stop=self._stop, optional=True),
+        ]
+        self._synced = threading.Condition()
+
+    def _changed(self) -> None:
+        with self._synced:
+            self._synced.notify_all()
+        self._on_change()
+
+    def list_once(self) -> None:
+        """List everything synchronously (``--once``); raises KubeError."""
+        for r in self.reflectors:
+            r.list_now()
+
+    def start(self) -> None:
+        for r in self.reflectors:
+            r.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for r in self.reflectors:
+            r.stop()
+
+    def synced(self) -> bool:
+        return all(s.synced for s in self.stores.values())
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        with self._synced:
+            return self._synced.wait_for(lambda: self.synced() or self._stop.is_set(), timeout) and self.synced()
+
+    def snapshot(self) -> Snapshot:
+        nodes = None if self.nodes.absent else self.nodes.items()
+        return Snapshot(
+            pods=self.pods.items(),
+            jobs=self.jobs.items(),
+            nodes=nodes,
+            pod_groups=None if self.pod_groups.absent else self.pod_groups.items(),
+        )
+
+    def observe(self, obj: Mapping[str, Any] | None) -> None:
+        """A write's response: the object as it is now, so the next pass does not plan on stale data."""
+        if not isinstance(obj, Mapping):
+            return
+        store = self.stores.get(obj.get("kind") or "")
+        if store is None or store.absent:
+            return
+        if store.upsert(obj, only_newer=True):
+            self._changed()
+
+    def forget(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """An object we deleted (or found gone)."""
+        store = self.stores.get(kind)
+        if store is not None and store.remove(obj):
+            self._changed()
+
+    def sizes(self) -> dict[str, int]:
+        return {k: len(s) for k, s in self.stores.items()}

@@ -1,0 +1,182 @@
+"""The loop: cache -> plan -> actuator, while this replica leads.
+
+A pass runs when the cache changed (debounced to one per
+``min_pass_interval``), when the plan's ``wake_at`` comes (the next warning or
+deadline), and every ``resync_period`` regardless. The cache keeps running on
+followers, so a new leader acts on a warm cache at once.
+
+Nothing the loop knows is needed after a restart: the deadlines, warnings and
+teardowns it has done are on the objects (annotations, deletionTimestamps) and
+in Event names. A restart lists everything and plans from there, so a deadline
+that passed while no reconciler ran is enforced on the first pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from . import metrics
+from .actions import Action, Plan
+from .actuator import Actuator, Outcome
+from .cache import Cache
+from .lease import LeaderElector
+from .planner import plan
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class Controller:
+    def __init__(
+        self,
+        api: Any,
+        settings: Settings,
+        *,
+        dry_run: bool = False,
+        out: TextIO = sys.stdout,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.api = api
+        self.settings = settings
+        self.dry_run = dry_run
+        self.out = out
+        self.clock = clock
+        self._dirty = threading.Event()
+        self.stop_event = threading.Event()
+        self.cache = Cache(api, settings, on_change=self._dirty.set)
+        self.elector: LeaderElector | None = None
+        if settings.leader_elect and not dry_run:
+            self.elector = LeaderElector(api, settings, on_change=self._leadership)
+        self.actuator = Actuator(api, settings, is_leader=self.may_act, observe=self.cache.observe,
+                                 forget=self.cache.forget)
+        self.passes = 0
+        self.last_plan: Plan | None = None
+        self._printed: set[tuple[str, str, str]] = set()
+
+    def may_act(self) -> bool:
+        return not self.dry_run and (self.elector is None or self.elector.is_leader())
+
+    def _leadership(self, leading: bool) -> None:
+        metrics.LEADER.set(1 if leading else 0)
+        if leading:
+            self._dirty.set()  # act at once on the warm cache
+
+    # -- one pass --------------------------------------------------------------------
+    def plan_now(self) -> Plan:
+        snapshot = self.cache.snapshot()
+        t = time.perf_counter()
+        result = plan(snapshot, self.clock(), self.settings)
+        metrics.PLAN_SECONDS.observe(time.perf_counter() - t)
+        for name, n in self.cache.sizes().items():
+            metrics.CACHED.labels(name).set(n)
+        self.last_plan = result
+        return result
+
+    def run_pass(self, trigger: str = "change") -> list[Outcome]:
+        self.passes += 1
+        metrics.PASSES.labels(trigger).inc()
+        result = self.plan_now()
+        if self.dry_run:
+            self._print(result.actions)
+            return []
+        if not result.actions:
+            return []
+        return self.actuator.execute(result.actions)
+
+    def _print(self, actions: list[Action], *, all_: bool = False) -> None:
+        for a in actions:
+            key = (a.kind, a.target.uid, a.key)
+            if all_ or key not in self._printed:
+                self._printed.add(key)
+                print(a.line(), file=self.out, flush=True)
+
+    # -- --once ------------------------------------------------------------------------
+    def run_once(self) -> int:
+        """List everything, plan once, act (or print, with dry_run). 0 when every action went through."""
+        self.cache.list_once()
+        if self.dry_run:
+            result = self.plan_now()
+            self._print(result.actions, all_=True)
+            if not result.actions:
+                print("nothing to do", file=self.out)
+            return 0
+        if self.elector is not None and not self.elector.try_once():
+            log.error("lease %s/%s is held by %s; not acting (use --no-leader-elect to act anyway)",
+                      self.settings.lease_namespace, self.settings.lease_name, self.elector.holder or "?")
+            return 1
+        try:
+            outcomes = self.run_pass("once")
+        finally:
+            if self.elector is not None:
+                self.elector.release()
+        bad = [o for o in outcomes if o.result in ("failed", "skipped")]
+        return 1 if bad else 0
+
+    # -- forever ------------------------------------------------------------------------
+    def stop(self) -> None:
+        self.stop_event.set()
+        self._dirty.set()
+
+    def run(self) -> int:
+        s = self.settings
+        self.cache.start()
+        elector_thread = None
+        if self.elector is not None:
+            elector_thread = threading.Thread(target=self.elector.run, args=(self.stop_event,),
+                                              name="leader-elector", daemon=True)
+            elector_thread.start()
+        try:
+            while not self.cache.wait_synced(timeout=1.0):
+                if self.stop_event.is_set():
+                    return 0
+            log.info("cache synced", extra={"fields": self.cache.sizes()})
+            last_pass = 0.0
+            next_resync = time.monotonic()
+            wake_at: float | None = None
+            while not self.stop_event.is_set():
+                now_m = time.monotonic()
+                timeout = max(next_resync - now_m, 0.0)
+                if wake_at is not None:
+                    timeout = min(timeout, max(wake_at - self.clock(), 0.0))
+                fired = self._dirty.wait(timeout)
+                if self.stop_event.is_set():
+                    break
+                gap = last_pass + s.min_pass_interval - time.monotonic()
+                if gap > 0:
+                    self.stop_event.wait(gap)  # let a burst of changes settle
+                    if self.stop_event.is_set():
+                        break
+                self._dirty.clear()
+                now_m = time.monotonic()
+                trigger = "change" if fired else ("resync" if now_m >= next_resync else "timer")
+                if now_m >= next_resync:
+                    next_resync = now_m + s.resync_period
+                if not self.may_act() and not self.dry_run:
+                    wake_at = None
+                    continue
+                last_pass = now_m
+                try:
+                    outcomes = self.run_pass(trigger)
+                except Exception:
+                    log.exception("pass failed")
+                    self._dirty.set()
+                    continue
+                wake_at = self.last_plan.wake_at if self.last_plan else None
+                if any(o.result == "conflict" for o in outcomes):
+                    self._dirty.set()  # re-plan on what was re-read (after min_pass_interval)
+                if any(o.result == "failed" for o in outcomes):
+                    retry = self.clock() + s.retry_failed
+                    wake_at = retry if wake_at is None else min(wake_at, retry)
+            return 0
+        finally:
+            self.stop_event.set()
+            self.cache.stop()
+            if self.elector is not None:
+                if elector_thread is not None:
+                    elector_thread.join(timeout=5)
+                self.elector.release()

@@ -1,0 +1,187 @@
+"""The reconciler's only door to the API server.
+
+Built on the official ``kubernetes`` client for what it is good at (kubeconfig
+and in-cluster credentials, TLS, token refresh, connection pooling), but speaking
+raw JSON over REST paths rather than through generated models: the cache
+converts objects into its own small views anyway, a watch stream must be read
+line by line as it arrives, and merge patches with a ``resourceVersion`` fence
+need an exact Content-Type. Every failure leaves this module as one of the
+project's own ``errors`` (``raise NotFound(...) from e``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from .errors import KubeError, Transient, error_for
+from .model import Kind
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class WatchStream:
+    """The events of one watch request, as dicts; ``close()`` from any thread ends it."""
+
+    def __init__(self, response: Any, method: str, path: str) -> None:
+        self._resp = response
+        self._closed = threading.Event()
+        self._where = (method, path)
+
+    def close(self) -> None:
+        self._closed.set()
+        shutdown = getattr(self._resp, "shutdown", None)  # urllib3 >= 2.3: unblocks a pending read
+        if shutdown is not None:
+            with contextlib.suppress(Exception):
+                shutdown()
+        with contextlib.suppress(Exception):
+            self._resp.close()
+            self._resp.release_conn()
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        buf = b""
+        try:
+            for chunk in self._resp.stream(amt=None, decode_content=True):
+                if self._closed.is_set():
+                    return
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+            if buf.strip() and not self._closed.is_set():
+                yield json.loads(buf)
+        except json.JSONDecodeError as e:
+            raise Transient(f"watch stream: bad JSON: {e}", method=self._where[0], path=self._where[1]) from e
+        except Exception as e:
+            if self._closed.is_set():
+                return
+            raise Transient(f"watch stream broke: {type(e).__name__}: {e}",
+                            method=self._where[0], path=self._where[1]) from e
+        finally:
+            with contextlib.suppress(Exception):
+                self._resp.release_conn()
+
+
+class KubeApi:
+    """JSON over REST with the credentials of a ``kubernetes.client.ApiClient``."""
+
+    def __init__(self, api_client: Any, *, timeout: float = 30.0) -> None:
+        self.client = api_client
+        self.timeout = timeout
+
+    @staticmethod
+    def connect(kubeconfig: str | None = None, *, timeout: float = 30.0) -> KubeApi:
+        """``kubeconfig`` if given; else in-cluster credentials; else ``$KUBECONFIG`` / ~/.kube/config."""
+        from kubernetes import client, config
+
+        try:
+            if kubeconfig:
+                return KubeApi(config.new_client_from_config(config_file=kubeconfig), timeout=timeout)  # type: ignore[no-untyped-call]
+            try:
+                cfg = client.Configuration()
+                config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+                return KubeApi(client.ApiClient(cfg), timeout=timeout)
+            except config.ConfigException:
+                return KubeApi(config.new_client_from_config(), timeout=timeout)  # type: ignore[no-untyped-call]
+        except (config.ConfigException, OSError) as e:
+            raise KubeError(f"no usable Kubernetes credentials: {e}") from e
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.close()
+
+    # -- raw -------------------------------------------------------------------
+    def _send(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
+              content_type: str | None = None, timeout: Any = None) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type or "application/json"
+        try:
+            request = self.client.param_serialize(
+                method, path, query_params=list((query or {}).items()) or None, header_params=headers,
+                body=body, auth_settings=["BearerToken"],
+            )
+            return self.client.call_api(*request, _request_timeout=timeout or self.timeout)
+        except ApiException as e:  # raised before any response, e.g. TLS trouble
+            raise Transient(f"{e.reason or e}", status=0, method=method, path=path) from e
+        except Exception as e:  # urllib3: connection refused, timeouts, ...
+            raise Transient(f"{type(e).__name__}: {e}", method=method, path=path) from e
+
+    def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
+                content_type: str | None = None, timeout: float | None = None) -> Any:
+        """One request; the decoded JSON body on 2xx, else a ``KubeError`` subclass."""
+        resp = self._send(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+        try:
+            data = resp.read()
+        except Exception as e:
+            raise Transient(f"reading the response: {type(e).__name__}: {e}", method=method, path=path) from e
+        status = resp.status
+        try:
+            decoded = json.loads(data) if data else None
+        except ValueError:
+            decoded = None
+        if 200 <= status < 300:
+            return decoded
+        reason, message = "", (data or b"").decode("utf-8", "replace")[:300]
+        if isinstance(decoded, dict) and decoded.get("kind") == "Status":
+            reason, message = decoded.get("reason") or "", decoded.get("message") or message
+        raise error_for(status, reason or resp.reason or "", message, method=method, path=path)
+
+    def watch(self, path: str, *, resource_version: str, timeout_seconds: int,
+              query: Mapping[str, Any] | None = None) -> WatchStream:
+        """Start a watch from ``resource_version``; HTTP errors raise before any event."""
+        q = {**(query or {}), "watch": "true", "resourceVersion": resource_version,
+             "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
+        resp = self._send("GET", path, query=q, timeout=(10.0, timeout_seconds + 30.0))
+        if not 200 <= resp.status < 300:
+            data = resp.read()
+            try:
+                st = json.loads(data)
+            except ValueError:
+                st = {}
+            raise error_for(resp.status, st.get("reason", "") if isinstance(st, dict) else "",
+                            st.get("message", "") if isinstance(st, dict) else "", method="GET", path=path)
+        return WatchStream(resp.response, "GET", path)
+
+    # -- by kind -----------------------------------------------------------------
+    def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any]:
+        return self.request("GET", kind.path(namespace, name))  # type: ignore[no-any-return]
+
+    def list(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
+             limit: int = 500, continue_: str | None = None) -> dict[str, Any]:
+        q: dict[str, Any] = {"limit": str(limit)}
+        if label_selector:
+            q["labelSelector"] = label_selector
+        if continue_:
+            q["continue"] = continue_
+        return self.request("GET", kind.path(namespace), query=q)  # type: ignore[no-any-return]
+
+    def create(self, kind: Kind, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self.request("POST", kind.path(namespace), body=dict(body))  # type: ignore[no-any-return]
+
+    def replace(self, kind: Kind, namespace: str | None, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self.request("PUT", kind.path(namespace, name), body=dict(body))  # type: ignore[no-any-return]
+
+    def merge_patch(self, kind: Kind, namespace: str | None, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """JSON merge patch; put ``metadata.resourceVersion`` in it to fence it (409 when stale)."""
+        return self.request("PATCH", kind.path(namespace, name), body=dict(patch),  # type: ignore[no-any-return]
+                            content_type=MERGE_PATCH)
+
+    def delete(self, kind: Kind, namespace: str | None, name: str, *, uid: str | None = None,
+               propagation: str | None = None) -> dict[str, Any] | None:
+        """Delete with the object's own grace period; ``uid`` as precondition (409 when it differs)."""
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        if propagation:
+            body["propagationPolicy"] = propagation
+        return self.request("DELETE", kind.path(namespace, name), body=body)  # type: ignore[no-any-return]

@@ -1,0 +1,94 @@
+"""``batchgate reconcile``: settings from flags and the bundle, then the controller."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+from .settings import QueuePolicy, Settings
+
+log = logging.getLogger(__name__)
+
+
+def settings_from_args(args: argparse.Namespace, bundle: Any) -> Settings:
+    from ..units import parse_duration
+
+    d = Settings()
+    crash = os.environ.get("BATCHGATE_RECONCILER_CRASH_AFTER_WRITES")
+
+    def dur(name: str, default: float) -> float:
+        v = getattr(args, name, None)
+        return float(parse_duration(v)) if v else default
+
+    return Settings(
+        warning_lead=int(dur("warning_lead", d.warning_lead)),
+        resync_period=dur("resync", d.resync_period),
+        queues=QueuePolicy.from_bundle(bundle),
+        namespace=getattr(args, "namespace", None) or None,
+        leader_elect=not getattr(args, "no_leader_elect", False),
+        lease_name=getattr(args, "lease_name", None) or d.lease_name,
+        lease_namespace=(getattr(args, "lease_namespace", None) or os.environ.get("POD_NAMESPACE")
+                         or d.lease_namespace),
+        identity=getattr(args, "identity", None) or os.environ.get("POD_NAME")
+        or f"{socket.gethostname()}_{os.getpid()}",
+        metrics_port=int(getattr(args, "metrics_port", 0) or 0),
+        crash_after_writes=int(crash) if crash else None,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..bundle import load_bundle
+    from ..cli import _default_policies
+    from ..yamlsrc import BundleError
+    from .controller import Controller
+    from .errors import KubeError
+    from .kube import KubeApi
+
+    try:
+        bundle = load_bundle(args.policies or _default_policies())
+    except BundleError as e:
+        print(f"batchgate: bundle error: {e}", file=sys.stderr)
+        return 2
+    try:
+        settings = settings_from_args(args, bundle)
+    except ValueError as e:
+        print(f"batchgate: {e}", file=sys.stderr)
+        return 2
+    try:
+        api = KubeApi.connect(args.kubeconfig, timeout=settings.request_timeout)
+    except KubeError as e:
+        print(f"batchgate: {e}", file=sys.stderr)
+        return 2
+    controller = Controller(api, settings, dry_run=args.dry_run)
+    try:
+        if args.once:
+            return controller.run_once()
+        if settings.metrics_port:
+            from prometheus_client import start_http_server
+
+            from .metrics import REGISTRY
+
+            start_http_server(settings.metrics_port, registry=REGISTRY)
+
+        def _stop(signum: int, frame: Any) -> None:
+            log.info("signal %d: stopping", signum)
+            controller.stop()
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        log.info("reconciler starting", extra={"fields": {
+            "identity": settings.identity, "namespace": settings.namespace or "(all)",
+            "lease": f"{settings.lease_namespace}/{settings.lease_name}" if settings.leader_elect else "(none)",
+            "dry_run": args.dry_run, "bundle": bundle.fingerprint,
+        }})
+        return controller.run()
+    except KubeError as e:
+        print(f"batchgate: {e}", file=sys.stderr)
+        return 1
+    finally:
+        api.close()
