@@ -367,3 +367,22 @@ def test_contradictory_bundle_is_refused_at_load(tmp_path):
     text = (tmp_path / "bundle" / "bundle.yaml").read_text().splitlines()
     assert "node.example.org/accelerator: a100" in text[err.line - 1]
     assert "queue 'batch'" in err.message and "could never be scheduled" in err.message
+
+
+def test_each_job_of_a_cronjob_gets_its_own_group(bundle):
+    """The CronJob controller copies the jobTemplate, group label and term included; the Job's own
+    admission regroups it by the Job's name, so overlapping runs do not share nodes either."""
+    cron = run(bundle, sample("cronjob-exclusive-template.yaml"),
+               user="system:kube-controller-manager", groups=("system:authenticated",)).obj
+    job_spec = cron["spec"]["jobTemplate"]["spec"]
+    cron_group = job_spec["template"]["metadata"]["labels"][EXCLUSIVE_GROUP_LABEL]
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "nightly-27301440", "namespace": "demo",
+                        "ownerReferences": [{"apiVersion": "batch/v1beta1", "kind": "CronJob", "name": "nightly",
+                                             "uid": "5b1f3a", "controller": True}]},
+           "spec": copy.deepcopy(job_spec)}
+    d = run(bundle, job, user="system:kube-controller-manager", groups=("system:authenticated",))
+    group = d.obj["spec"]["template"]["metadata"]["labels"][EXCLUSIVE_GROUP_LABEL]
+    assert group != cron_group and group.startswith("job-nightly-27301440-")
+    assert terms(d.obj, "Job")[-1]["labelSelector"]["matchExpressions"][-1]["values"] == [group]
+    assert sum(is_exclusive_term(t) for t in terms(d.obj, "Job")) == 1
