@@ -64,7 +64,7 @@ class _Pass:
     settings: Settings
     actions: list[Action]
     wake_at: float | None = None
-    stopped: set[str] | None = None  # uids deleted by a deadline this pass
+    stopped: set[str] | None = None  # uids of jobs this pass deletes (deadline, gang failure)
 
 
 def plan(snapshot: Snapshot, now: float, settings: Settings) -> Plan:
@@ -258,7 +258,8 @@ def _gang(
     jobs_by_uid: dict[str, JobView],
     snapshot: Snapshot,
 ) -> None:
-    stopped = p.stopped or set()
+    stopped = p.stopped
+    assert stopped is not None
     job: JobView | None = None
     if owner_uid:
         job = jobs_by_uid.get(owner_uid)
@@ -302,6 +303,7 @@ def _gang(
 
     others = sorted((m for m in live if m is not cause), key=lambda m: m.ref.name)
     if job is not None and kind == "gang-failed":
+        stopped.add(job.ref.uid)
         p.actions.append(Action(
             kind="gang-failed", target=job.ref, reason=reason, event_type="Warning",
             message=f"{text}; the whole group is torn down: deleting the Job",
@@ -345,7 +347,10 @@ def _pod_groups(
 ) -> None:
     existing = snapshot.pod_groups or {}
     want: dict[tuple[str, str], _Want] = {}
+    stopped = p.stopped or set()
     for job in jobs_by_uid.values():
+        if job.ref.uid in stopped:
+            continue  # deleted this pass: its PodGroup would only outlive it
         name, group, size = job.pod_group_name, job.group, job.group_size
         if name is None or group is None or size is None:
             # The template may lack the group (a Job with generateName): the pods have it.

@@ -1,0 +1,131 @@
+"""An in-memory stand-in for ``webhook.reconciler.kube.KubeApi``, for unit tests.
+
+It keeps the API server's rules that the reconciler relies on: resourceVersion
+fencing on patch/replace (409 Conflict), uid preconditions on delete (409),
+AlreadyExists on create, 404s; and it records every write. ``fail`` injects
+errors: a list of exceptions raised by the next calls of a verb.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.reconciler.errors import AlreadyExists, Conflict, KubeError, NotFound
+from webhook.reconciler.model import KINDS, Kind
+
+
+class FakeApi:
+    def __init__(self, *, pod_group_crd: bool = False) -> None:
+        self.pod_group_crd = pod_group_crd  # without it, podgroups 404 as on a cluster without the CRD
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, namespace, name)
+        self._rv = itertools.count(100)
+        self._uid = itertools.count(1)
+        self.calls: list[tuple[str, str, str, str]] = []  # (verb, plural, namespace, name)
+        self.fail: dict[str, list[KubeError]] = {}
+
+    # -- helpers for tests -------------------------------------------------------
+    def put(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Store an object as a client would have created it (uid and resourceVersion assigned)."""
+        o = copy.deepcopy(dict(obj))
+        md = o.setdefault("metadata", {})
+        md.setdefault("uid", f"uid-{next(self._uid)}")
+        md["resourceVersion"] = str(next(self._rv))
+        kind = KINDS[o["kind"]]
+        self.objects[(kind.plural, md.get("namespace", "") if kind.namespaced else "", md["name"])] = o
+        return copy.deepcopy(o)
+
+    def writes(self) -> list[tuple[str, str, str, str]]:
+        return [c for c in self.calls if c[0] != "get" and c[0] != "list"]
+
+    def events(self) -> list[dict[str, Any]]:
+        return [o for (plural, _, _), o in self.objects.items() if plural == "events"]
+
+    def _maybe_fail(self, verb: str) -> None:
+        errs = self.fail.get(verb)
+        if errs:
+            raise errs.pop(0)
+
+    def _key(self, kind: Kind, namespace: str | None, name: str) -> tuple[str, str, str]:
+        return (kind.plural, (namespace or "") if kind.namespaced else "", name)
+
+    # -- the KubeApi surface ----------------------------------------------------------
+    def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any]:
+        self.calls.append(("get", kind.plural, namespace or "", name))
+        self._maybe_fail("get")
+        try:
+            return copy.deepcopy(self.objects[self._key(kind, namespace, name)])
+        except KeyError:
+            raise NotFound(f"{kind.plural} {name!r} not found", status=404) from None
+
+    def list(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
+             limit: int = 500, continue_: str | None = None) -> dict[str, Any]:
+        self.calls.append(("list", kind.plural, namespace or "", ""))
+        self._maybe_fail("list")
+        if kind.plural == "podgroups" and not self.pod_group_crd:
+            raise NotFound("the server could not find the requested resource", status=404)
+        items = [copy.deepcopy(o) for (plural, ns, _), o in self.objects.items()
+                 if plural == kind.plural and (not namespace or ns == namespace)]
+        if label_selector:
+            k, _, v = label_selector.partition("=")
+            items = [o for o in items if (o["metadata"].get("labels") or {}).get(k) == v]
+        return {"metadata": {"resourceVersion": str(next(self._rv))}, "items": items}
+
+    def create(self, kind: Kind, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
+        name = body["metadata"]["name"]
+        self.calls.append(("create", kind.plural, namespace or "", name))
+        self._maybe_fail("create")
+        if self._key(kind, namespace, name) in self.objects:
+            raise AlreadyExists(f"{kind.plural} {name!r} already exists", status=409, reason="AlreadyExists")
+        return self.put({**body, "kind": kind.kind})
+
+    def replace(self, kind: Kind, namespace: str | None, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        self.calls.append(("replace", kind.plural, namespace or "", name))
+        self._maybe_fail("replace")
+        cur = self.objects.get(self._key(kind, namespace, name))
+        if cur is None:
+            raise NotFound("not found", status=404)
+        if body["metadata"].get("resourceVersion") != cur["metadata"]["resourceVersion"]:
+            raise Conflict("the object has been modified", status=409, reason="Conflict")
+        new = copy.deepcopy(dict(body))
+        new["metadata"]["uid"] = cur["metadata"]["uid"]
+        return self.put(new)
+
+    def merge_patch(self, kind: Kind, namespace: str | None, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        self.calls.append(("patch", kind.plural, namespace or "", name))
+        self._maybe_fail("patch")
+        cur = self.objects.get(self._key(kind, namespace, name))
+        if cur is None:
+            raise NotFound("not found", status=404)
+        rv = (patch.get("metadata") or {}).get("resourceVersion")
+        if rv is not None and rv != cur["metadata"]["resourceVersion"]:
+            raise Conflict("the object has been modified", status=409, reason="Conflict")
+        new = _merge(copy.deepcopy(cur), {k: v for k, v in patch.items()})
+        new["metadata"].pop("resourceVersion", None)
+        return self.put(new)
+
+    def delete(self, kind: Kind, namespace: str | None, name: str, *, uid: str | None = None,
+               propagation: str | None = None) -> dict[str, Any] | None:
+        self.calls.append(("delete", kind.plural, namespace or "", name))
+        self._maybe_fail("delete")
+        key = self._key(kind, namespace, name)
+        cur = self.objects.get(key)
+        if cur is None:
+            raise NotFound("not found", status=404)
+        if uid and cur["metadata"]["uid"] != uid:
+            raise Conflict("Precondition failed: UID in precondition", status=409, reason="Conflict")
+        del self.objects[key]
+        return {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+
+
+def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    for k, v in patch.items():
+        if v is None:
+            target.pop(k, None)
+        elif isinstance(v, Mapping) and isinstance(target.get(k), dict):
+            _merge(target[k], v)
+        else:
+            target[k] = copy.deepcopy(v)
+    return target

@@ -1,0 +1,190 @@
+"""The actuator against an in-memory API: fencing, idempotence, retries, leadership.
+
+The same behaviour is exercised against a real API server in tests/e2e.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fakeapi import FakeApi
+from reconbuild import HOUR, T0, deadline_ann, group_labels, job, pod, pod_group, terminated
+
+from webhook.reconciler.actuator import Actuator
+from webhook.reconciler.errors import Forbidden, Transient
+from webhook.reconciler.model import (
+    ANN_DEADLINE,
+    ANN_WARNED,
+    Snapshot,
+    job_view,
+    pod_group_view,
+    pod_view,
+)
+from webhook.reconciler.planner import plan
+from webhook.reconciler.settings import Settings
+
+SETTINGS = Settings(api_attempts=3, api_backoff=0.01)
+
+
+def snap(api: FakeApi, *, pod_groups: bool = False) -> Snapshot:
+    objs = list(api.objects.values())
+    return Snapshot.of(
+        pods=[pod_view(o) for o in objs if o["kind"] == "Pod"],
+        jobs=[job_view(o) for o in objs if o["kind"] == "Job"],
+        pod_groups=[pod_group_view(o) for o in objs if o["kind"] == "PodGroup"] if pod_groups else None,
+    )
+
+
+def actuator(api: FakeApi, **kw: Any) -> Actuator:
+    return Actuator(api, SETTINGS, sleep=lambda s: None, wall=lambda: T0, **kw)
+
+
+def test_record_then_warn_chain_resource_versions_and_leave_a_steady_state() -> None:
+    api = FakeApi()
+    api.put(pod("p", started=0, annotations=deadline_ann("1h")))
+    act = actuator(api)
+    first = plan(snap(api), T0 + HOUR - 60, SETTINGS)
+    assert [a.kind for a in first.actions] == ["record-deadline", "warn"]
+    outcomes = act.execute(first.actions)
+    assert [o.result for o in outcomes] == ["done", "done"]
+    ann = api.objects[("pods", "demo", "p")]["metadata"]["annotations"]
+    assert ann[ANN_DEADLINE] == ann[ANN_WARNED] == "2024-05-01T11:00:00Z"
+    assert sorted(e["reason"] for e in api.events()) == ["DeadlineSet", "TimeLimitApproaching"]
+    # The next pass on the new state: nothing to do, nothing written.
+    before = len(api.writes())
+    assert plan(snap(api), T0 + HOUR - 30, SETTINGS).actions == []
+    assert len(api.writes()) == before
+
+
+def test_stale_resource_version_is_a_conflict_and_the_object_is_re_read() -> None:
+    api = FakeApi()
+    api.put(pod("p", started=0, annotations=deadline_ann("1h")))
+    planned = plan(snap(api), T0 + 60, SETTINGS).actions
+    api.merge_patch(*_pod_addr("p"), {"metadata": {"labels": {"touched": "yes"}}})  # someone else writes
+    seen: list[dict[str, Any]] = []
+    outcomes = actuator(api, observe=lambda o: seen.append(o)).execute(planned)
+    assert [o.result for o in outcomes] == ["conflict"]
+    assert ANN_DEADLINE not in api.objects[("pods", "demo", "p")]["metadata"].get("annotations", {})
+    assert seen and seen[-1]["metadata"]["labels"] == {"touched": "yes"}  # re-read for the next pass
+
+
+def _pod_addr(name: str) -> tuple[Any, str, str]:
+    from webhook.reconciler.model import POD
+
+    return (POD, "demo", name)
+
+
+def test_a_crash_between_event_and_delete_neither_repeats_the_event_nor_misses_the_delete() -> None:
+    api = FakeApi()
+    api.put(pod("p", started=0, annotations=deadline_ann("1h", started=0, deadline=HOUR, warned=HOUR)))
+    (stop,) = plan(snap(api), T0 + HOUR, SETTINGS).actions
+    api.fail["delete"] = [Forbidden("simulated crash point", status=403)]
+    assert actuator(api).execute([stop])[0].result == "failed"
+    assert [e["reason"] for e in api.events()] == ["TimeLimitExceeded"]
+    # A fresh actuator (a restarted process, no memory) plans and runs the same action again.
+    (again,) = plan(snap(api), T0 + HOUR + 5, SETTINGS).actions
+    assert again.event_name() == stop.event_name()
+    assert actuator(api).execute([again])[0].result == "done"
+    assert [e["reason"] for e in api.events()] == ["TimeLimitExceeded"]
+    assert ("pods", "demo", "p") not in api.objects
+
+
+def test_delete_never_hits_a_new_object_of_the_same_name() -> None:
+    api = FakeApi()
+    api.put(pod("p", uid="old", started=0, annotations=deadline_ann("1h", started=0, deadline=HOUR, warned=HOUR)))
+    (stop,) = plan(snap(api), T0 + HOUR, SETTINGS).actions
+    del api.objects[("pods", "demo", "p")]
+    api.put(pod("p", uid="new", started=HOUR))  # re-created with the same name
+    outcome = actuator(api).execute([stop])[0]
+    assert outcome.result == "done"
+    assert api.objects[("pods", "demo", "p")]["metadata"]["uid"] == "new"
+
+
+def test_delete_of_something_already_gone_is_done() -> None:
+    api = FakeApi()
+    api.put(pod("p", started=0, annotations=deadline_ann("1h", started=0, deadline=HOUR, warned=HOUR)))
+    (stop,) = plan(snap(api), T0 + HOUR, SETTINGS).actions
+    del api.objects[("pods", "demo", "p")]
+    assert actuator(api).execute([stop])[0].result == "done"
+
+
+@pytest.mark.parametrize(("failures", "result", "delete_calls", "n_pauses"), [
+    pytest.param([], "done", 1, 0, id="no failure"),
+    pytest.param([Transient("503", status=503)], "done", 2, 1, id="one 503 is retried"),
+    pytest.param([Transient("timeout"), Transient("429", status=429)], "done", 3, 2, id="two transient failures"),
+    pytest.param([Transient("503", status=503)] * 3, "failed", 3, 2, id="gives up after api_attempts"),
+    pytest.param([Forbidden("no", status=403)], "failed", 1, 0, id="forbidden is not retried"),
+])
+def test_transient_failures_are_retried_with_backoff(failures: list[Any], result: str, delete_calls: int,
+                                                     n_pauses: int) -> None:
+    api = FakeApi()
+    api.put(pod("p", started=0, annotations=deadline_ann("1h", started=0, deadline=HOUR, warned=HOUR)))
+    (stop,) = plan(snap(api), T0 + HOUR, SETTINGS).actions
+    api.fail["delete"] = list(failures)
+    pauses: list[float] = []
+    act = Actuator(api, SETTINGS, sleep=pauses.append, wall=lambda: T0)
+    assert act.execute([stop])[0].result == result
+    assert sum(1 for c in api.calls if c[0] == "delete") == delete_calls
+    assert len(pauses) == n_pauses
+    if n_pauses == 2:
+        assert pauses[1] > pauses[0]  # the backoff grows
+
+
+def test_no_writes_when_not_leader() -> None:
+    api = FakeApi()
+    api.put(pod("p", started=0, annotations=deadline_ann("1h")))
+    outcomes = actuator(api, is_leader=lambda: False).execute(plan(snap(api), T0 + 60, SETTINGS).actions)
+    assert [o.result for o in outcomes] == ["skipped"]
+    assert api.writes() == []
+
+
+def test_gang_failure_deletes_the_job_with_background_propagation() -> None:
+    api = FakeApi()
+    j = api.put(job("mpi", template_labels=group_labels("mpi", 2)))
+    api.put(pod("mpi-a", owner=j, labels=group_labels("mpi", 2)))
+    api.put(pod("mpi-b", owner=j, labels=group_labels("mpi", 2), phase="Failed",
+                containers=[terminated(137, reason="OOMKilled")]))
+    (a,) = plan(snap(api), T0, SETTINGS).actions
+    assert actuator(api).execute([a])[0].result == "done"
+    assert ("jobs", "demo", "mpi") not in api.objects
+    (ev,) = api.events()
+    assert ev["involvedObject"]["kind"] == "Job" and "OOMKilled" in ev["message"] and "mpi-b" in ev["message"]
+    assert ev["type"] == "Warning" and ev["reason"] == "GangFailed"
+
+
+def test_pod_group_create_then_steady_then_deleted_after_the_job() -> None:
+    api = FakeApi()
+    j = api.put(job("mpi", template_labels=group_labels("mpi", 4)))
+    (create,) = plan(snap(api, pod_groups=True), T0, SETTINGS).actions
+    assert actuator(api).execute([create])[0].result == "done"
+    pg = api.objects[("podgroups", "demo", "mpi")]
+    assert pg["spec"] == {"minMember": 4}
+    assert pg["metadata"]["ownerReferences"][0]["uid"] == j["metadata"]["uid"]
+    assert plan(snap(api, pod_groups=True), T0, SETTINGS).actions == []
+    del api.objects[("jobs", "demo", "mpi")]
+    (delete,) = plan(snap(api, pod_groups=True), T0, SETTINGS).actions
+    assert actuator(api).execute([delete])[0].result == "done"
+    assert ("podgroups", "demo", "mpi") not in api.objects
+
+
+def test_pod_group_is_kept_when_the_live_check_finds_the_workload() -> None:
+    """The cache said the Job was gone; the API says otherwise: no deletion, no Event."""
+    api = FakeApi()
+    j = api.put(job("mpi", template_labels=group_labels("mpi", 4)))
+    api.put(pod_group("mpi", min_member=4, owner=j))
+    stale = Snapshot.of(pods=[], jobs=[], pod_groups=[pod_group_view(api.objects[("podgroups", "demo", "mpi")])])
+    (delete,) = plan(stale, T0, SETTINGS).actions
+    assert actuator(api).execute([delete])[0].result == "conflict"
+    assert ("podgroups", "demo", "mpi") in api.objects
+    assert api.events() == []
+
+
+def test_bare_group_pod_group_kept_while_a_pod_is_left() -> None:
+    api = FakeApi()
+    api.put(pod_group("mpi", min_member=2))
+    api.put(pod("r0", labels=group_labels("mpi", 2)))
+    stale = Snapshot.of(pods=[], jobs=[], pod_groups=[pod_group_view(api.objects[("podgroups", "demo", "mpi")])])
+    (delete,) = plan(stale, T0, SETTINGS).actions
+    assert actuator(api).execute([delete])[0].result == "conflict"
+    assert ("podgroups", "demo", "mpi") in api.objects

@@ -1,0 +1,96 @@
+"""The loop's passes over an in-memory API: idempotence (zero writes on a steady cluster), dry run."""
+
+from __future__ import annotations
+
+import io
+
+from fakeapi import FakeApi
+from reconbuild import HOUR, T0, deadline_ann, group_labels, job, pod, terminated
+
+from webhook.reconciler.controller import Controller
+from webhook.reconciler.settings import Settings
+
+SETTINGS = Settings(leader_elect=False, warning_lead=600)
+
+
+def cluster(api: FakeApi) -> None:
+    for i in range(20):
+        api.put(pod(f"bare-{i}", started=-i, annotations=deadline_ann("2h")))
+    for i in range(5):
+        j = api.put(job(f"mpi-{i}", annotations=deadline_ann("4h"), template_labels=group_labels(f"mpi-{i}", 2)))
+        for k in range(2):
+            api.put(pod(f"mpi-{i}-{k}", owner=j, started=10 * k, labels=group_labels(f"mpi-{i}", 2)))
+    j = api.put(job("broken", template_labels=group_labels("broken", 2)))
+    api.put(pod("broken-0", owner=j, labels=group_labels("broken", 2)))
+    api.put(pod("broken-1", owner=j, labels=group_labels("broken", 2), phase="Failed",
+                containers=[terminated(1)]))
+
+
+def test_first_pass_acts_then_every_resync_writes_nothing() -> None:
+    api = FakeApi()
+    cluster(api)
+    c = Controller(api, SETTINGS, clock=lambda: T0 + 60)
+    c.cache.list_once()
+    outcomes = c.run_pass("resync")
+    assert outcomes and all(o.result == "done" for o in outcomes)
+    kinds = sorted({o.action.kind for o in outcomes})
+    assert kinds == ["gang-failed", "record-deadline"]
+    # The writes' responses went into the cache: the very next pass has nothing to do ...
+    writes = len(api.writes())
+    assert c.run_pass("change") == []
+    # ... and neither do later resyncs, from a fresh list.
+    for _ in range(3):
+        c.cache.list_once()
+        assert c.run_pass("resync") == []
+    assert len(api.writes()) == writes
+    assert c.actuator.writes == writes
+
+
+def test_steady_cluster_zero_writes_even_across_a_warning() -> None:
+    api = FakeApi()
+    cluster(api)
+    c = Controller(api, SETTINGS, clock=lambda: T0 + 60)
+    c.cache.list_once()
+    c.run_pass()
+    clock = [T0 + 2 * HOUR - 300]  # bare pods' warnings fall due
+    c.clock = lambda: clock[0]
+    warned = c.run_pass()
+    assert {o.action.kind for o in warned} == {"warn"}
+    n = len(api.writes())
+    c.cache.list_once()
+    assert c.run_pass() == []
+    assert len(api.writes()) == n
+
+
+def test_pod_groups_only_with_the_crd() -> None:
+    api = FakeApi(pod_group_crd=True)
+    cluster(api)
+    c = Controller(api, SETTINGS, clock=lambda: T0 + 60)
+    c.cache.list_once()
+    created = [o for o in c.run_pass() if o.action.kind == "create-podgroup"]
+    assert len(created) == 5  # the broken Job is deleted in the same pass, so it gets none
+    c.cache.list_once()
+    assert c.run_pass() == []
+
+
+def test_dry_run_prints_one_line_per_action_and_writes_nothing() -> None:
+    api = FakeApi()
+    cluster(api)
+    out = io.StringIO()
+    c = Controller(api, Settings(leader_elect=True), dry_run=True, out=out, clock=lambda: T0 + 60)
+    assert c.elector is None  # a dry run never takes the lease
+    assert c.run_once() == 0
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 5 + 20 + 1  # 5 Jobs + 20 bare pods recorded, 1 gang torn down
+    assert any(line.startswith("gang-failed") and "Job demo/broken" in line for line in lines)
+    assert api.writes() == []
+
+
+def test_once_refuses_to_act_while_another_replica_leads() -> None:
+    api = FakeApi()
+    cluster(api)
+    leader = Controller(api, Settings(identity="leader", lease_namespace="ns"), clock=lambda: T0)
+    assert leader.elector is not None and leader.elector.try_once()
+    other = Controller(api, Settings(identity="other", lease_namespace="ns"), clock=lambda: T0 + 60)
+    assert other.run_once() == 1
+    assert [w for w in api.writes() if w[1] != "leases"] == []
