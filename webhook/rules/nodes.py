@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..contract import EXCLUSIVE_LABEL, GROUP, QUEUE_LABEL
+from ..contract import EXCLUSIVE_GROUP_LABEL, EXCLUSIVE_LABEL, QUEUE_LABEL
 from ..draft import Draft
 from ..yamlsrc import BundleError, Node, read_file
 from . import register
@@ -45,7 +45,6 @@ from .base import Ctx, Finding, RuleType, deny, warn
 if TYPE_CHECKING:
     from ..bundle import Bundle
 
-EXCLUSIVE_GROUP_LABEL = f"{GROUP}/exclusive-group"
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 LABEL_KEY = r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"

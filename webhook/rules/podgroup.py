@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..contract import GROUP
+from ..contract import POD_GROUP_LABEL, POD_GROUP_SIZE_LABEL
 from . import register
 from .base import Ctx, Finding, Path, RuleType, deny, dig, warn
 
@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from ..draft import Draft
     from ..yamlsrc import Node
 
-GROUP_LABEL = f"{GROUP}/pod-group"
-SIZE_LABEL = f"{GROUP}/pod-group-size"
+GROUP_LABEL = POD_GROUP_LABEL
+SIZE_LABEL = POD_GROUP_SIZE_LABEL
 COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
 KUEUE_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
