@@ -88,6 +88,7 @@ class Actuator:
         self.sleep = sleep
         self.wall = wall
         self.writes = 0  # write requests sent, for tests and the steady-state check
+        self.changes = 0  # writes that succeeded (2xx)
         self.write_log: list[tuple[str, str]] = []  # (verb, resource/name) of each
         self._known_events: OrderedDict[str, None] = OrderedDict()
         self._host = socket.gethostname()
@@ -101,19 +102,21 @@ class Actuator:
             self.write_log.append((verb, f"{resource}/{what}"))
             metrics.WRITES.labels(verb, resource).inc()
             try:
-                return fn()
+                result = fn()
             except Transient as e:
                 if attempt == attempts - 1:
                     raise
                 pause = self.settings.api_backoff * (2**attempt) * (0.75 + 0.5 * random.random())
                 log.info("retrying %s %s/%s in %.2fs: %s", verb, resource, what, pause, e)
                 self.sleep(pause)
-            finally:
-                crash = self.settings.crash_after_writes
-                if crash is not None and self.writes >= crash:
-                    log.error("test hook: exiting abruptly after %d writes", self.writes)
-                    logging.shutdown()
-                    os._exit(137)
+                continue
+            self.changes += 1
+            crash = self.settings.crash_after_writes
+            if crash is not None and self.changes >= crash:
+                log.error("test hook: exiting abruptly after %d successful writes", self.changes)
+                logging.shutdown()
+                os._exit(137)
+            return result
         raise AssertionError("unreachable")  # pragma: no cover
 
     @staticmethod

@@ -98,5 +98,6 @@ class Settings:
     metrics_port: int = 0
     """Serve Prometheus /metrics on this port; 0: do not serve."""
     crash_after_writes: int | None = None
-    """Test hook (env BATCHGATE_RECONCILER_CRASH_AFTER_WRITES): exit abruptly right after
-    the n-th API write, to prove that a restart neither misses nor repeats anything."""
+    """Test hook (env BATCHGATE_RECONCILER_CRASH_AFTER_WRITES): exit abruptly (status 137)
+    right after the n-th successful API write, to prove that a restart at any point
+    neither misses nor repeats anything."""

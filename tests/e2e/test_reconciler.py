@@ -1,0 +1,458 @@
+"""The reconciler against a real API server: deadlines, restarts, gangs, PodGroups, leadership.
+
+Each test runs ``batchgate reconcile`` as a separate process (the real thing:
+CLI, client, watch, lease), scoped with ``--namespace`` to the test's own
+namespace, and plays the kubelet through the status subresource. Every process
+started here is killed by pid at the end of its test.
+
+Waiting is done by polling the API for the state we expect (``kube.wait_for``);
+where a test must prove that something did *not* happen, it waits for a
+*barrier*: a probe pod whose deadline annotation shows that the reconciler has
+planned on everything that came before it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster import free_port, now_rfc3339, require_components, tail
+
+REPO = Path(__file__).resolve().parents[2]
+PAUSE = "registry.k8s.io/pause:3.2"
+TL = "batchgate.io/time-limit"
+DEADLINE = "batchgate.io/deadline"
+STARTED = "batchgate.io/started-at"
+WARNED = "batchgate.io/warned-for"
+GROUP = "batchgate.io/pod-group"
+SIZE = "batchgate.io/pod-group-size"
+COSCHED = "scheduling.x-k8s.io/pod-group"
+
+
+# -- processes ---------------------------------------------------------------
+class Reconciler:
+    def __init__(self, proc: subprocess.Popen[bytes], log: Path, identity: str) -> None:
+        self.proc, self.log, self.identity = proc, log, identity
+
+    def kill(self, sig: int = signal.SIGKILL) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=30)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def logs(self) -> str:
+        return tail(self.log, 60)
+
+
+@pytest.fixture
+def reconciler(kube: Any, namespace: str, tmp_path: Path) -> Iterator[Callable[..., Reconciler]]:
+    """Start ``batchgate reconcile`` processes for this test's namespace; all are killed after it."""
+    started: list[Reconciler] = []
+
+    def start(identity: str = "r1", *, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> Reconciler:
+        log = tmp_path / f"reconciler-{identity}-{len(started)}.log"
+        cmd = [sys.executable, "-m", "webhook", "--log-level", "DEBUG", "reconcile",
+               "--kubeconfig", kube.kubeconfig("admin"), "--namespace", namespace,
+               "--lease-namespace", namespace, "--identity", identity,
+               "--warning-lead", "4s", "--resync", "30s", *args]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                    env={**os.environ, **(env or {})})
+        r = Reconciler(proc, log, identity)
+        started.append(r)
+        return r
+
+    yield start
+    for r in started:
+        with contextlib.suppress(Exception):
+            r.kill()
+        print(f"--- {r.log.name} (exit {r.proc.returncode}) ---\n{r.logs()}")  # shown when the test fails
+
+
+# -- objects ------------------------------------------------------------------
+@pytest.fixture
+def node(kube: Any) -> Iterator[str]:
+    name = f"bg-node-{uuid.uuid4().hex[:6]}"
+    kube.create_node(name, cpu="64", memory="256Gi")
+    yield name
+    with contextlib.suppress(Exception):
+        kube.delete_node(name)
+
+
+def pod_body(name: str, *, node: str | None = None, annotations: dict[str, str] | None = None,
+             labels: dict[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": PAUSE}], "restartPolicy": "Never",
+                            "terminationGracePeriodSeconds": 5}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": annotations or {}, "labels": labels or {}}, "spec": spec}
+
+
+def make_running_pod(kube: Any, ns: str, name: str, *, node: str, limit: str | None = None,
+                     labels: dict[str, str] | None = None, started_offset: float = 0) -> dict[str, Any]:
+    created = kube.create(f"/api/v1/namespaces/{ns}/pods",
+                          pod_body(name, node=node, annotations={TL: limit} if limit else None, labels=labels))
+    kube.set_pod_phase(ns, name, "Running", {"main": {"running": {"startedAt": now_rfc3339(started_offset)}}})
+    return created  # type: ignore[no-any-return]
+
+
+def pod_path(ns: str, name: str) -> str:
+    return f"/api/v1/namespaces/{ns}/pods/{name}"
+
+
+def gone_or_deleting(kube: Any, path: str, uid: str) -> Callable[[], bool]:
+    def check() -> bool:
+        try:
+            obj = kube.get(path)
+        except Exception as e:
+            if getattr(e, "status", None) == 404:
+                return True
+            raise
+        return obj["metadata"]["uid"] != uid or bool(obj["metadata"].get("deletionTimestamp"))
+    return check
+
+
+def events(kube: Any, ns: str, *, uid: str | None = None, reason: str | None = None) -> list[dict[str, Any]]:
+    items = kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
+    return [e for e in items
+            if (uid is None or e["involvedObject"].get("uid") == uid) and (reason is None or e["reason"] == reason)]
+
+
+def reasons(kube: Any, ns: str, uid: str) -> list[str]:
+    return sorted(e["reason"] for e in events(kube, ns, uid=uid))
+
+
+def annotations(kube: Any, path: str) -> dict[str, str]:
+    return kube.get(path)["metadata"].get("annotations") or {}  # type: ignore[no-any-return]
+
+
+def barrier(kube: Any, ns: str, node: str, timeout: float = 30) -> None:
+    """A probe pod with a time limit; once its deadline is recorded, the reconciler has
+    planned on every change made before it."""
+    name = f"probe-{uuid.uuid4().hex[:6]}"
+    make_running_pod(kube, ns, name, node=node, limit="1h")
+    kube.wait_for(lambda: DEADLINE in annotations(kube, pod_path(ns, name)), timeout,
+                  message=f"the reconciler to record the probe {name}")
+
+
+def epoch(ts: str) -> float:
+    import calendar
+
+    return float(calendar.timegm(time.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")))
+
+
+def wait_until(t: float) -> None:
+    """Let wall-clock time pass until ``t`` (for "it did not happen before the deadline" checks)."""
+    while time.time() < t:
+        time.sleep(min(0.2, max(t - time.time(), 0)))
+
+
+# -- deadlines ----------------------------------------------------------------
+def test_deadline_warns_then_stops_the_pod_once(kube, namespace, node, reconciler):
+    r = reconciler()
+    created = make_running_pod(kube, namespace, "sim", node=node, limit="10s")
+    uid, path = created["metadata"]["uid"], pod_path(namespace, "sim")
+
+    ann = kube.wait_for(lambda: (a := annotations(kube, path)).get(DEADLINE) and a, 30,
+                        message=f"deadline annotation; reconciler log:\n{r.logs()}")
+    assert epoch(ann[DEADLINE]) - epoch(ann[STARTED]) == 10
+    deadline = epoch(ann[DEADLINE])
+
+    kube.wait_for(lambda: annotations(kube, path).get(WARNED) == ann[DEADLINE], 30, message="warning recorded")
+    kube.wait_for(gone_or_deleting(kube, path, uid), 40, message=f"pod stopped; log:\n{r.logs()}")
+    stop_seen = time.time()
+    assert stop_seen >= deadline
+
+    kube.wait_for(lambda: "TimeLimitExceeded" in reasons(kube, namespace, uid), 10, message="the stop Event")
+    assert reasons(kube, namespace, uid) == ["DeadlineSet", "TimeLimitApproaching", "TimeLimitExceeded"]
+    (warning,) = events(kube, namespace, uid=uid, reason="TimeLimitApproaching")
+    (exceeded,) = events(kube, namespace, uid=uid, reason="TimeLimitExceeded")
+    assert warning["type"] == exceeded["type"] == "Warning"
+    assert epoch(warning["firstTimestamp"]) <= deadline <= epoch(exceeded["firstTimestamp"]) + 1
+    assert "time limit 10s ran out" in exceeded["message"]
+    assert r.alive()
+
+
+def test_job_deadline_deletes_the_job_and_its_pods(kube, namespace, node, reconciler):
+    require_components(kube, "kube-controller-manager", "kube-scheduler")
+    reconciler()
+    job = kube.create(f"/apis/batch/v1/namespaces/{namespace}/jobs", {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "train", "annotations": {TL: "8s"}},
+        "spec": {"parallelism": 2, "completions": 2, "backoffLimit": 0,
+                 "template": {"metadata": {"annotations": {TL: "8s"}},
+                              "spec": {"containers": [{"name": "main", "image": PAUSE}],
+                                       "restartPolicy": "Never", "nodeSelector": {"kubernetes.io/hostname": node}}}},
+    })
+    uid = job["metadata"]["uid"]
+    pods = kube.wait_for_pods(namespace, label_selector=f"controller-uid={uid}", count=2,
+                              predicate=lambda p: p["spec"].get("nodeName") == node, timeout=60)
+    for p in pods:
+        kube.set_pod_phase(namespace, p["metadata"]["name"], "Running",
+                           {"main": {"running": {"startedAt": now_rfc3339()}}})
+    jpath = f"/apis/batch/v1/namespaces/{namespace}/jobs/train"
+    ann = kube.wait_for(lambda: (a := annotations(kube, jpath)).get(DEADLINE) and a, 30, message="Job deadline")
+    assert epoch(ann[DEADLINE]) - epoch(ann[STARTED]) == 8
+    kube.wait_for(gone_or_deleting(kube, jpath, uid), 40, message="Job deleted")
+    for p in pods:
+        kube.wait_for(gone_or_deleting(kube, pod_path(namespace, p["metadata"]["name"]), p["metadata"]["uid"]),
+                      60, message="pods deleted with the Job (background propagation)")
+    assert [e["reason"] for e in events(kube, namespace, uid=uid, reason="TimeLimitExceeded")] == ["TimeLimitExceeded"]
+
+
+def test_extension_moves_the_deadline_and_is_recorded(kube, namespace, node, reconciler):
+    reconciler()
+    created = make_running_pod(kube, namespace, "long", node=node, limit="12s")
+    uid, path = created["metadata"]["uid"], pod_path(namespace, "long")
+    first = kube.wait_for(lambda: annotations(kube, path).get(DEADLINE), 30, message="deadline")
+    kube.patch(path, {"metadata": {"annotations": {TL: "1h"}}})
+    new = kube.wait_for(lambda: (d := annotations(kube, path).get(DEADLINE)) != first and d, 30,
+                        message="new deadline")
+    assert epoch(new) - epoch(first) == 3600 - 12
+    (ev,) = events(kube, namespace, uid=uid, reason="TimeLimitExtended")
+    assert first in ev["message"] and new in ev["message"]
+    wait_until(epoch(first) + 3)  # past the old deadline ...
+    barrier(kube, namespace, node)  # ... and the reconciler has looked since
+    assert not kube.get(path)["metadata"].get("deletionTimestamp")
+    assert "TimeLimitExceeded" not in reasons(kube, namespace, uid)
+
+
+# -- restarts -------------------------------------------------------------------
+def test_deadline_that_passed_while_down_is_enforced_on_start(kube, namespace, node, reconciler):
+    r = reconciler("r1", args=("--warning-lead", "1m"))
+    created = make_running_pod(kube, namespace, "sim", node=node, limit="8s")
+    uid, path = created["metadata"]["uid"], pod_path(namespace, "sim")
+    ann = kube.wait_for(lambda: (a := annotations(kube, path)).get(WARNED) and a, 30, message="deadline and warning")
+    assert r.kill() == -signal.SIGKILL  # killed without a chance to release the lease
+    wait_until(epoch(ann[DEADLINE]) + 2)
+    assert not kube.get(path)["metadata"].get("deletionTimestamp")  # nobody was there to act
+    reconciler("r1")  # same identity: it may renew its own lease at once
+    kube.wait_for(gone_or_deleting(kube, path, uid), 30, message="stopped after the restart")
+    kube.wait_for(lambda: "TimeLimitExceeded" in reasons(kube, namespace, uid), 10, message="stop Event")
+    assert reasons(kube, namespace, uid) == ["DeadlineSet", "TimeLimitApproaching", "TimeLimitExceeded"]
+
+
+def test_killed_after_every_single_write_nothing_missed_nothing_repeated(kube, namespace, node, reconciler):
+    """Each process dies right after its first successful write; the next one carries on.
+    Six writes make the whole story (Event + annotation for the deadline, Event +
+    annotation for the warning, Event + deletion for the stop), so six crashes.
+    All use one identity, so each may renew the lease its dead predecessor held."""
+    created = make_running_pod(kube, namespace, "sim", node=node, limit="15s")
+    uid, path = created["metadata"]["uid"], pod_path(namespace, "sim")
+    stopped = gone_or_deleting(kube, path, uid)
+    crashes = 0
+    for _ in range(12):
+        r = reconciler("r1", env={"BATCHGATE_RECONCILER_CRASH_AFTER_WRITES": "1"}, args=("--warning-lead", "1m"))
+        kube.wait_for(lambda r=r: not r.alive() or stopped(), 60, message="a crash or the stop")
+        if r.alive():
+            break
+        assert r.proc.returncode == 137, r.logs()
+        crashes += 1
+    assert stopped()
+    assert crashes == 6
+    assert reasons(kube, namespace, uid) == ["DeadlineSet", "TimeLimitApproaching", "TimeLimitExceeded"]
+
+
+# -- gangs ----------------------------------------------------------------------
+def gang_job(kube: Any, ns: str, node: str, name: str, size: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    labels = {GROUP: name, SIZE: str(size), COSCHED: name}
+    job = kube.create(f"/apis/batch/v1/namespaces/{ns}/jobs", {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+        # backoffLimit > 0: with 0, the Job controller itself would fail the Job at the
+        # first failed pod and delete the rest, leaving nothing for the reconciler to do.
+        "spec": {"parallelism": size, "completions": size, "backoffLimit": 6,
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [{"name": "main", "image": PAUSE}], "restartPolicy": "Never",
+                                       "nodeSelector": {"kubernetes.io/hostname": node}}}},
+    })
+    uid = job["metadata"]["uid"]
+    pods = kube.wait_for_pods(ns, label_selector=f"controller-uid={uid}", count=size,
+                              predicate=lambda p: p["spec"].get("nodeName") == node, timeout=60)
+    for p in pods:
+        kube.set_pod_phase(ns, p["metadata"]["name"], "Running")
+    return job, sorted(pods, key=lambda p: p["metadata"]["name"])
+
+
+def test_oomkilled_member_tears_the_gang_down(kube, namespace, node, reconciler):
+    require_components(kube, "kube-controller-manager", "kube-scheduler")
+    reconciler()
+    job, pods = gang_job(kube, namespace, node, "mpi", 3)
+    barrier(kube, namespace, node)
+    jpath = f"/apis/batch/v1/namespaces/{namespace}/jobs/mpi"
+    assert not kube.get(jpath)["metadata"].get("deletionTimestamp")  # all running: nothing happens
+    victim = pods[1]["metadata"]["name"]
+    kube.set_pod_phase(namespace, victim, "Failed", {"main": "OOMKilled"})
+    kube.wait_for(gone_or_deleting(kube, jpath, job["metadata"]["uid"]), 30, message="the Job torn down")
+    for p in pods:
+        kube.wait_for(gone_or_deleting(kube, pod_path(namespace, p["metadata"]["name"]), p["metadata"]["uid"]),
+                      60, message="every member deleted")
+    (ev,) = events(kube, namespace, uid=job["metadata"]["uid"], reason="GangFailed")
+    assert victim in ev["message"] and "OOMKilled" in ev["message"] and ev["involvedObject"]["kind"] == "Job"
+
+
+def test_bare_pod_group_exit_code_and_success_told_apart(kube, namespace, node, reconciler):
+    reconciler()
+    labels = {GROUP: "ranks", SIZE: "3"}
+    pods = [make_running_pod(kube, namespace, f"rank-{i}", node=node, labels=labels) for i in range(3)]
+    kube.set_pod_phase(namespace, "rank-0", "Succeeded", {"main": 0})  # done early: no failure
+    barrier(kube, namespace, node)
+    assert all(not kube.get(pod_path(namespace, f"rank-{i}"))["metadata"].get("deletionTimestamp") for i in range(3))
+    kube.set_pod_phase(namespace, "rank-2", "Failed", {"main": 3})
+    for p in pods:
+        kube.wait_for(gone_or_deleting(kube, pod_path(namespace, p["metadata"]["name"]), p["metadata"]["uid"]),
+                      30, message="the whole bare group deleted")
+    msgs = [e["message"] for e in events(kube, namespace, reason="GangFailed")]
+    assert len(msgs) == 3 and all("rank-2" in m and "exited with code 3" in m for m in msgs)
+
+
+def test_evicted_member_restarts_the_gang_and_keeps_the_job(kube, namespace, node, reconciler):
+    require_components(kube, "kube-controller-manager", "kube-scheduler")
+    reconciler()
+    job, pods = gang_job(kube, namespace, node, "mpi", 2)
+    kube.set_pod_phase(namespace, pods[0]["metadata"]["name"], "Failed", reason="Evicted",
+                       message="The node was low on resource: memory.")
+    for p in pods:
+        kube.wait_for(gone_or_deleting(kube, pod_path(namespace, p["metadata"]["name"]), p["metadata"]["uid"]),
+                      30, message="group members deleted")
+    (ev,) = events(kube, namespace, uid=job["metadata"]["uid"], reason="GangInterrupted")
+    assert "Evicted" in ev["message"]
+    jpath = f"/apis/batch/v1/namespaces/{namespace}/jobs/mpi"
+    assert not kube.get(jpath)["metadata"].get("deletionTimestamp")
+    assert events(kube, namespace, uid=job["metadata"]["uid"], reason="GangFailed") == []
+
+
+# -- PodGroups --------------------------------------------------------------------
+PODGROUP_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "podgroups.scheduling.x-k8s.io"},
+    "spec": {
+        "group": "scheduling.x-k8s.io", "scope": "Namespaced",
+        "names": {"kind": "PodGroup", "plural": "podgroups", "singular": "podgroup", "shortNames": ["pg"]},
+        "versions": [{
+            "name": "v1alpha1", "served": True, "storage": True, "subresources": {"status": {}},
+            "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                "spec": {"type": "object", "properties": {
+                    "minMember": {"type": "integer", "format": "int32"},
+                    "scheduleTimeoutSeconds": {"type": "integer", "format": "int32"},
+                    "minResources": {"type": "object", "additionalProperties": {"x-kubernetes-int-or-string": True}},
+                }},
+                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            }}},
+        }],
+    },
+}
+
+
+@pytest.fixture(scope="session")
+def podgroup_crd(kube: Any) -> str:
+    """The coscheduling PodGroup CRD, installed once (left in place: other tests' reconcilers
+    are scoped to their own namespaces)."""
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/podgroups.scheduling.x-k8s.io"
+    if not kube.exists(path):
+        kube.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", PODGROUP_CRD)
+
+    def established() -> bool:
+        conds = kube.get(path).get("status", {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
+
+    kube.wait_for(established, 30, message="PodGroup CRD established")
+    kube.wait_for(lambda: kube.exists("/apis/scheduling.x-k8s.io/v1alpha1/podgroups"), 30, message="PodGroup API")
+    return "/apis/scheduling.x-k8s.io/v1alpha1"
+
+
+def test_pod_group_lives_as_long_as_its_workload(kube, namespace, node, reconciler, podgroup_crd):
+    require_components(kube, "kube-controller-manager", "kube-scheduler")
+    reconciler()
+    pgs = f"{podgroup_crd}/namespaces/{namespace}/podgroups"
+    # A Job's group: created with the right minMember, owned by the Job; a wrong minMember is put right.
+    job, _ = gang_job(kube, namespace, node, "mpi", 3)
+    pg = kube.wait_for(lambda: kube.get(f"{pgs}/mpi"), 30, message="PodGroup for the Job")
+    assert pg["spec"]["minMember"] == 3
+    assert [(o["kind"], o["uid"]) for o in pg["metadata"]["ownerReferences"]] == [("Job", job["metadata"]["uid"])]
+    kube.patch(f"{pgs}/mpi", {"spec": {"minMember": 1}})
+    kube.wait_for(lambda: kube.get(f"{pgs}/mpi")["spec"]["minMember"] == 3, 30, message="minMember restored")
+
+    # A bare group: kept while any member exists, removed after the last.
+    labels = {GROUP: "ranks", SIZE: "2", COSCHED: "ranks"}
+    for i in range(2):
+        make_running_pod(kube, namespace, f"rank-{i}", node=node, labels=labels)
+    kube.wait_for(lambda: kube.get(f"{pgs}/ranks")["spec"]["minMember"] == 2, 30, message="bare PodGroup")
+    now = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+    kube.delete(pod_path(namespace, "rank-0"), body=now)
+    barrier(kube, namespace, node)
+    assert kube.exists(f"{pgs}/ranks")
+    kube.delete(pod_path(namespace, "rank-1"), body=now)
+    kube.wait_for(lambda: not kube.exists(f"{pgs}/ranks"), 30, message="bare PodGroup removed after its pods")
+    assert events(kube, namespace, reason="PodGroupDeleted")
+
+    # The Job's group goes when the Job goes.
+    kube.delete(f"/apis/batch/v1/namespaces/{namespace}/jobs/mpi", body={"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"})
+    kube.wait_for(lambda: not kube.exists(f"{pgs}/mpi"), 60, message="Job PodGroup removed after the Job")
+
+
+# -- leadership and idempotence ---------------------------------------------------
+def lease_holder(kube: Any, ns: str) -> str:
+    try:
+        return kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/batchgate-reconciler")["spec"].get(
+            "holderIdentity") or ""
+    except Exception as e:
+        if getattr(e, "status", None) == 404:
+            return ""
+        raise
+
+
+def test_two_replicas_one_leader_takeover_and_release(kube, namespace, node, reconciler):
+    a = reconciler("replica-a")
+    kube.wait_for(lambda: lease_holder(kube, namespace) == "replica-a", 30, message="replica-a leads")
+    b = reconciler("replica-b")
+    created = make_running_pod(kube, namespace, "one", node=node, limit="1h")
+    path = pod_path(namespace, "one")
+    kube.wait_for(lambda: DEADLINE in annotations(kube, path), 30, message="recorded by the leader")
+    (ev,) = events(kube, namespace, uid=created["metadata"]["uid"], reason="DeadlineSet")
+    assert ev["reportingInstance"] == "replica-a"
+
+    a.kill(signal.SIGKILL)  # no release: b must wait for the lease to expire
+    killed = time.monotonic()
+    kube.wait_for(lambda: lease_holder(kube, namespace) == "replica-b", 40, message="replica-b takes over")
+    assert time.monotonic() - killed >= 10  # not before the lease could have expired
+    created2 = make_running_pod(kube, namespace, "two", node=node, limit="1h")
+    kube.wait_for(lambda: DEADLINE in annotations(kube, pod_path(namespace, "two")), 30, message="b acts")
+    (ev2,) = events(kube, namespace, uid=created2["metadata"]["uid"], reason="DeadlineSet")
+    assert ev2["reportingInstance"] == "replica-b"
+
+    assert b.kill(signal.SIGTERM) == 0  # a clean exit releases the lease
+    assert lease_holder(kube, namespace) == ""
+
+
+def metric(port: int, name: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name) and not line.startswith("#"))
+
+
+def test_steady_cluster_zero_writes_per_resync(kube, namespace, node, reconciler):
+    port = free_port()
+    reconciler(args=("--resync", "1s", "--metrics-port", str(port)))
+    for i in range(3):
+        make_running_pod(kube, namespace, f"p{i}", node=node, limit="1h", labels={GROUP: "g", SIZE: "3"})
+    for i in range(3):
+        kube.wait_for(lambda i=i: DEADLINE in annotations(kube, pod_path(namespace, f"p{i}")), 30, message="recorded")
+    kube.wait_for(lambda: metric(port, "batchgate_reconciler_actions_total") >= 3, 10, message="actions counted")
+    writes = metric(port, "batchgate_reconciler_api_writes_total")
+    resyncs = metric(port, 'batchgate_reconciler_passes_total{trigger="resync"}')
+    kube.wait_for(lambda: metric(port, 'batchgate_reconciler_passes_total{trigger="resync"}') >= resyncs + 3, 20,
+                  message="three more resyncs")
+    assert metric(port, "batchgate_reconciler_api_writes_total") == writes
