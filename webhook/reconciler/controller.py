@@ -13,6 +13,7 @@ that passed while no reconciler ran is enforced on the first pass.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 import threading
@@ -26,7 +27,7 @@ from .actuator import Actuator, Outcome
 from .cache import Cache
 from .lease import LeaderElector
 from .planner import plan
-from .settings import Settings
+from .settings import QueuePolicy, Settings
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,10 @@ class Controller:
         dry_run: bool = False,
         out: TextIO = sys.stdout,
         clock: Callable[[], float] = time.time,
+        reload_policy: Callable[[], QueuePolicy | None] | None = None,
     ) -> None:
         self.api = api
+        self.reload_policy = reload_policy
         self.settings = settings
         self.dry_run = dry_run
         self.out = out
@@ -65,6 +68,15 @@ class Controller:
         metrics.LEADER.set(1 if leading else 0)
         if leading:
             self._dirty.set()  # act at once on the warm cache
+
+    def _reload(self) -> None:
+        """Pick up a changed bundle (queue maxima, excluded namespaces) at each resync."""
+        if self.reload_policy is None:
+            return
+        qp = self.reload_policy()
+        if qp is not None and qp != self.settings.queues:
+            log.info("bundle changed: new queue policy")
+            self.settings = dataclasses.replace(self.settings, queues=qp)
 
     # -- one pass --------------------------------------------------------------------
     def plan_now(self) -> Plan:
@@ -156,6 +168,7 @@ class Controller:
                 trigger = "change" if fired else ("resync" if now_m >= next_resync else "timer")
                 if now_m >= next_resync:
                     next_resync = now_m + s.resync_period
+                    self._reload()
                 if not self.may_act() and not self.dry_run:
                     wake_at = None
                     continue

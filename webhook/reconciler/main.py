@@ -32,8 +32,8 @@ def settings_from_args(args: argparse.Namespace, bundle: Any) -> Settings:
         namespace=getattr(args, "namespace", None) or None,
         leader_elect=not getattr(args, "no_leader_elect", False),
         lease_name=getattr(args, "lease_name", None) or d.lease_name,
-        lease_namespace=(getattr(args, "lease_namespace", None) or os.environ.get("POD_NAMESPACE")
-                         or d.lease_namespace),
+        lease_namespace=(getattr(args, "lease_namespace", None) or os.environ.get("BATCHGATE_LEASE_NAMESPACE")
+                         or os.environ.get("POD_NAMESPACE") or d.lease_namespace),
         identity=getattr(args, "identity", None) or os.environ.get("POD_NAME")
         or f"{socket.gethostname()}_{os.getpid()}",
         metrics_port=int(getattr(args, "metrics_port", 0) or 0),
@@ -64,7 +64,17 @@ def run(args: argparse.Namespace) -> int:
     except KubeError as e:
         print(f"batchgate: {e}", file=sys.stderr)
         return 2
-    controller = Controller(api, settings, dry_run=args.dry_run)
+    policies = args.policies or _default_policies()
+
+    def reload_policy() -> QueuePolicy | None:
+        """The bundle as it is now (a mounted ConfigMap changes under us); None if it does not load."""
+        try:
+            return QueuePolicy.from_bundle(load_bundle(policies))
+        except BundleError as e:
+            log.warning("bundle does not load; keeping the last good one: %s", e)
+            return None
+
+    controller = Controller(api, settings, dry_run=args.dry_run, reload_policy=reload_policy)
     try:
         if args.once:
             return controller.run_once()
