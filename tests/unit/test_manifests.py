@@ -234,6 +234,23 @@ def test_priority_classes_are_the_bundles(objects):
     assert sum(o["globalDefault"] for o in classes.values()) <= 1
 
 
+def test_the_global_default_class_does_not_count_as_the_users_choice(objects):
+    """With a globalDefault PriorityClass installed, the Priority admission plugin (before any
+    webhook) writes its name and value into every Pod that names no class. Such a Pod must
+    still get its queue's class, not be denied for choosing one."""
+    from webhook.offline import Caller, check_object
+
+    default = next(o for o in objects if o["kind"] == "PriorityClass" and o["globalDefault"])
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "demo"},
+           "spec": {"containers": [{"name": "c", "image": "busybox"}],
+                    "priorityClassName": default["metadata"]["name"], "priority": default["value"],
+                    "preemptionPolicy": default["preemptionPolicy"]}}
+    decision = check_object(pod, load_bundle(POLICIES), Caller(username="alice", namespace="demo"))
+    assert decision.allowed, decision.denials
+    assert decision.obj is not None
+    assert (decision.obj["spec"]["priorityClassName"], decision.obj["spec"]["priority"]) == ("batchgate-batch", 1000)
+
+
 @pytest.mark.parametrize("deployment", ["batchgate-webhook", "batchgate-reconciler"])
 def test_the_mounted_configmap_is_the_bundle_again(deployment, objects, tmp_path):
     """Do what the kubelet does with the volume's items, then load the result."""
