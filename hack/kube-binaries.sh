@@ -171,8 +171,8 @@ REFLECT2_SRC=/usr/share/gocode/src/github.com/modern-go/reflect2
 BUILD_ROOT="$CACHE_PARENT/build-kube-v$KUBE_VERSION"
 rm -rf "$BUILD_ROOT"
 mkdir -p "$BUILD_ROOT"
-# On failure the build tree (and the Go build cache) are left in place for
-# inspection; a rerun starts over with a fresh tree but reuses the Go cache.
+# On failure the build tree is left in place for inspection; a rerun starts
+# over with a fresh tree.
 
 cd "$BUILD_ROOT"
 log "apt-get source kubernetes (in $BUILD_ROOT)"
@@ -189,42 +189,35 @@ rm -f "$V_REFLECT2"/*.go "$V_REFLECT2"/*.s
 cp "$REFLECT2_SRC"/*.go "$REFLECT2_SRC"/*.s "$V_REFLECT2"/
 rm -f "$V_REFLECT2"/*_test.go
 
-# Kubernetes 1.20 builds in GOPATH mode (its hack/lib/init.sh sets
-# GO111MODULE=off): the tree must sit at $GOPATH/src/k8s.io/kubernetes and
-# dependencies come from its vendor/ directory. We call `go build` directly
-# (what `make WHAT=...` does underneath), which avoids the build scripts'
-# git-based version detection.
+# Kubernetes 1.20 builds in GOPATH mode (hack/lib/init.sh sets
+# GO111MODULE=off) and `make` first generates sources that a plain `go build`
+# lacks (pkg/generated/openapi). Mirror debian/rules: GOPATH=$SRC/.go with
+# .go/src/k8s.io/kubernetes linking back to the tree. The version (v1.20.2)
+# comes from the git-archive data baked into hack/lib/version.sh.
 export CGO_ENABLED=0
-export GO111MODULE=off
 export GOFLAGS=
 export GOTOOLCHAIN=local
-export GOCACHE="$CACHE_PARENT/go-build-cache"
-export GOPATH="$BUILD_ROOT/gopath"
+export GOPATH="$SRC/.go"
+unset GOCACHE GO111MODULE
 mkdir -p "$GOPATH/src/k8s.io"
-ln -sfn "$SRC" "$GOPATH/src/k8s.io/kubernetes"
+[[ -L "$GOPATH/src/k8s.io/kubernetes" ]] || ln -s ../../.. "$GOPATH/src/k8s.io/kubernetes"
 go version >&2
 
-OUT="$BUILD_ROOT/out"
-mkdir -p "$OUT"
-LDFLAGS="-s -w"
-for pkg in k8s.io/kubernetes/vendor/k8s.io/component-base/version \
-           k8s.io/kubernetes/vendor/k8s.io/client-go/pkg/version; do
-  LDFLAGS="$LDFLAGS -X $pkg.gitVersion=v$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=20"
-  LDFLAGS="$LDFLAGS -X $pkg.gitTreeState=clean -X $pkg.buildDate=2021-01-13T13:20:00Z"
-done
-
 start=$(date +%s)
-# Must build from the GOPATH path, not the real path, for GOPATH mode.
-cd "$GOPATH/src/k8s.io/kubernetes"
-for b in "${BINS[@]}"; do
-  log "go build ./cmd/$b"
-  go build -trimpath -ldflags "$LDFLAGS" -o "$OUT/$b" "./cmd/$b" >&2 \
-    || die "go build ./cmd/$b failed"
-done
+cd "$SRC"
+WHAT="$(printf 'cmd/%s ' "${BINS[@]}")"
+log "make WHAT=\"${WHAT% }\" (output in $BUILD_ROOT/make.log)"
+if ! make WHAT="${WHAT% }" >"$BUILD_ROOT/make.log" 2>&1; then
+  tail -n 40 "$BUILD_ROOT/make.log" >&2
+  die "make failed; full log in $BUILD_ROOT/make.log"
+fi
 log "build took $(( $(date +%s) - start ))s"
+OUT="$SRC/_output/bin"
+have_all "$OUT" "${BINS[@]}" || die "make succeeded but $OUT lacks some of: ${BINS[*]}"
 
 # Install atomically: populate a tmp dir next to the cache, then rename.
 TMP_CACHE="$(mktemp -d "$CACHE_PARENT/.kube-v$KUBE_VERSION.tmp.XXXXXX")"
+chmod 0755 "$TMP_CACHE"
 for b in "${BINS[@]}"; do
   install -m 0755 "$OUT/$b" "$TMP_CACHE/$b"
 done
@@ -238,5 +231,5 @@ else
   mv "$TMP_CACHE" "$CACHE_DIR"
 fi
 log "installed binaries into $CACHE_DIR"
-rm -rf "$BUILD_ROOT" "$GOCACHE"
+rm -rf "$BUILD_ROOT"
 echo "$CACHE_DIR"
