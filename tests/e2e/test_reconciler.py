@@ -63,7 +63,7 @@ def reconciler(kube: Any, namespace: str, tmp_path: Path) -> Iterator[Callable[.
 
     def start(identity: str = "r1", *, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> Reconciler:
         log = tmp_path / f"reconciler-{identity}-{len(started)}.log"
-        cmd = [sys.executable, "-m", "webhook", "--log-level", "DEBUG", "reconcile",
+        cmd = [sys.executable, "-m", "webhook", "--log-level", "INFO", "reconcile",
                "--kubeconfig", kube.kubeconfig("admin"), "--namespace", namespace,
                "--lease-namespace", namespace, "--identity", identity,
                "--warning-lead", "4s", "--resync", "30s", *args]

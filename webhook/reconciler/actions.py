@@ -79,9 +79,3 @@ class Plan:
 
     actions: list[Action]
     wake_at: float | None = None
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(self.actions)
-
-    def __len__(self) -> int:
-        return len(self.actions)

@@ -179,7 +179,7 @@ class Controller:
                     log.exception("pass failed")
                     self._dirty.set()
                     continue
-                wake_at = self.last_plan.wake_at if self.last_plan else None
+                wake_at = self.last_plan.wake_at if self.last_plan is not None else None
                 if any(o.result == "conflict" for o in outcomes):
                     self._dirty.set()  # re-plan on what was re-read (after min_pass_interval)
                 if any(o.result == "failed" for o in outcomes):
