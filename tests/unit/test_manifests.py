@@ -41,11 +41,10 @@ RECONCILER_RIGHTS = {
     ("", "pods"): {"get", "list", "watch", "patch", "delete"},
     ("batch", "jobs"): {"get", "list", "watch", "patch", "delete"},
     ("", "nodes"): {"get", "list", "watch"},
-    ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
+    ("", "events"): {"create"},
     ("batchgate.io", "scavengerjobs"): {"get", "list", "watch", "update", "patch"},
     ("batchgate.io", "scavengerjobs/status"): {"get", "list", "watch", "update", "patch"},
-    ("scheduling.x-k8s.io", "podgroups"): {"get", "list", "watch", "create", "delete"},
+    ("scheduling.x-k8s.io", "podgroups"): {"get", "list", "watch", "create", "patch", "delete"},
 }
 VARIANTS = {"default": MANIFESTS, "k8s-1.20": MANIFESTS / "k8s-1.20"}
 
