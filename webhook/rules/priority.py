@@ -37,7 +37,7 @@ def mutate(settings: None, draft: Draft, ctx: Ctx) -> list[Finding]:
             ))
     if not shape.is_pod and draft.get(*shape.pod_meta, "labels", QUEUE_LABEL) != queue.name:
         draft.set(*shape.pod_meta, "labels", QUEUE_LABEL, queue.name)
-    chosen = draft.get(*shape.pod_spec, "priorityClassName")
+    chosen = _chosen(draft.get(*shape.pod_spec, "priorityClassName"), ctx)
     if chosen not in (None, "", pc.name):
         return findings  # the user's own class: validate() decides whether they may
     if chosen != pc.name:
@@ -66,7 +66,7 @@ def validate(settings: None, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
     if ctx.shape is None:
         return []
     spec = dig(obj, ctx.shape.pod_spec) or {}
-    chosen = spec.get("priorityClassName")
+    chosen = _chosen(spec.get("priorityClassName"), ctx)
     if not chosen or chosen == ctx.queue.priority_class or ctx.admin or ctx.from_controller:
         return []
     pc = bundle.priority_classes.get(chosen)
@@ -77,6 +77,18 @@ def validate(settings: None, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
         f"priorityClassName {chosen!r} {reason}; leave priorityClassName out and choose a queue "
         f"with the label {QUEUE_LABEL} ({_queue_menu(bundle)})"
     )]
+
+
+def _chosen(name: Any, ctx: Ctx) -> Any:
+    """The class the user chose. On a Pod, the globalDefault class is the Priority plugin's
+    choice, not the user's: the plugin runs before webhooks and writes that class's name
+    (and value) into every Pod that names none, so it counts as no choice and the queue's
+    class replaces it."""
+    if ctx.shape is not None and ctx.shape.is_pod and isinstance(name, str):
+        pc = ctx.bundle.priority_classes.get(name)
+        if pc is not None and pc.global_default:
+            return None
+    return name
 
 
 def _queue_menu(bundle: Bundle) -> str:
