@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from webhook.reconciler.errors import AlreadyExists, Conflict, KubeError, NotFound
@@ -73,6 +74,11 @@ class FakeApi:
             items = [o for o in items if (o["metadata"].get("labels") or {}).get(k) == v]
         return {"metadata": {"resourceVersion": str(next(self._rv))}, "items": items}
 
+    def watch(self, path: str, *, resource_version: str, timeout_seconds: int) -> _QuietWatch:
+        """A watch on which nothing ever happens (tests feed changes through the cache)."""
+        self.calls.append(("watch", path, "", resource_version))
+        return _QuietWatch()
+
     def create(self, kind: Kind, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
         name = body["metadata"]["name"]
         self.calls.append(("create", kind.plural, namespace or "", name))
@@ -118,6 +124,18 @@ class FakeApi:
             raise Conflict("Precondition failed: UID in precondition", status=409, reason="Conflict")
         del self.objects[key]
         return {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+
+
+class _QuietWatch:
+    def __init__(self) -> None:
+        self._closed = threading.Event()
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self._closed.wait(30)
+        return iter(())
+
+    def close(self) -> None:
+        self._closed.set()
 
 
 def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import io
+import threading
+import time
 
 from fakeapi import FakeApi
 from reconbuild import HOUR, T0, deadline_ann, group_labels, job, pod, terminated
 
 from webhook.reconciler.controller import Controller
+from webhook.reconciler.model import format_time
 from webhook.reconciler.settings import Settings
 
 SETTINGS = Settings(leader_elect=False, warning_lead=600)
@@ -94,3 +97,26 @@ def test_once_refuses_to_act_while_another_replica_leads() -> None:
     other = Controller(api, Settings(identity="other", lease_namespace="ns"), clock=lambda: T0 + 60)
     assert other.run_once() == 1
     assert [w for w in api.writes() if w[1] != "leases"] == []
+
+
+def test_loop_wakes_up_for_the_warning_and_the_deadline_without_any_change() -> None:
+    """Nothing changes in the cluster: only the plan's wake_at can make these passes happen."""
+    api = FakeApi()
+    t0 = time.time()
+    api.put(pod("p", started=0, annotations=deadline_ann("3s")))
+    raw = api.objects[("pods", "demo", "p")]
+    raw["status"]["containerStatuses"][0]["state"]["running"]["startedAt"] = format_time(t0)
+    c = Controller(api, Settings(leader_elect=False, warning_lead=1, resync_period=3600, min_pass_interval=0.05))
+    runner = threading.Thread(target=c.run)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 15
+        while ("pods", "demo", "p") in api.objects and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        c.stop()
+        runner.join(10)
+    assert ("pods", "demo", "p") not in api.objects
+    assert time.time() >= int(t0) + 3  # startedAt has whole seconds
+    assert sorted(e["reason"] for e in api.events()) == ["DeadlineSet", "TimeLimitApproaching", "TimeLimitExceeded"]
+    assert c.passes <= 8  # a handful of passes, not a busy loop
