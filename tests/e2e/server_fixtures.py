@@ -1,0 +1,580 @@
+"""The real batchgate webhook, wired into the e2e API server as a cluster would have it.
+
+Use from a test module with ``pytest_plugins = ["server_fixtures"]`` (a plugin is
+loaded once, so the session fixtures below exist once per session; a
+``from server_fixtures import *`` would make one server per importing module).
+
+* ``webhook_server`` (session): ``python -m webhook serve`` on a free loopback
+  port, with a temporary copy of ``policies/`` and a generated CA; the cluster
+  objects of ``manifests/`` a deployment brings (PriorityClasses, the
+  ScavengerJob CRD, the RBAC that lets ``edit`` users create ScavengerJobs, ...)
+  minus the Deployments; and the two webhook configurations rendered from
+  ``manifests/`` by :func:`webhook.generate.webhook_configurations`, pointed at
+  the local server. On Kubernetes < 1.21 the system namespaces get the
+  ``batchgate.io/admission=disabled`` label, as docs/deploy.md tells admins.
+  Before the fixture returns, a server-side dry-run Pod create has come back
+  mutated: the API server really calls the webhook.
+* ``module_namespace`` (module): one ordinary user namespace (no labels; alice
+  and bob have ``edit``) shared by a module's tests, which use unique names.
+
+Helpers for the tests: object builders, :func:`predict` (what
+``batchgate check`` decides for the same request) and
+:func:`assert_matches_prediction` (the stored object carries exactly the
+batchgate fields the offline dry run predicts), :func:`expect_denied`.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import http.client
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster import (
+    IDENTITIES,
+    REPO_ROOT,
+    KubeApiError,
+    _set_pdeathsig,
+    free_port,
+    tail,
+    wait_for,
+)
+
+from webhook.bundle import Bundle, load_bundle
+from webhook.engine import Decision
+from webhook.generate import build_kustomization, webhook_configurations
+from webhook.offline import Caller, check_object
+from webhook.units import parse_quantity
+
+PAUSE = "registry.k8s.io/pause:3.2"
+QUEUE_LABEL = "batchgate.io/queue"
+TIME_LIMIT = "batchgate.io/time-limit"
+DISABLED_LABEL = "batchgate.io/admission"
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+# Kinds of manifests/ the e2e cluster gets. Deployments are left out: no kubelet
+# would run their pods; the webhook configurations are registered with a URL
+# client config instead (the Service has no endpoints here).
+APPLIED_KINDS = {
+    # kind: (API path prefix, plural, namespaced)
+    "Namespace": ("/api/v1", "namespaces", False),
+    "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
+    "PriorityClass": ("/apis/scheduling.k8s.io/v1", "priorityclasses", False),
+    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
+    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
+    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
+    "ConfigMap": ("/api/v1", "configmaps", True),
+    "Service": ("/api/v1", "services", True),
+    "PodDisruptionBudget": (None, "poddisruptionbudgets", True),  # policy/v1 or v1beta1
+}
+NOT_APPLIED = {"Deployment", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+
+
+# --------------------------------------------------------------------------
+# the webhook server process
+
+
+class WebhookServer:
+    """``python -m webhook serve`` as a child process (its own process group)."""
+
+    def __init__(self, workdir: Path, *, policies: Path, port: int | None = None):
+        self.workdir = workdir
+        self.policies = policies
+        self.cert_dir = workdir / "certs"
+        self.port = port or free_port()
+        self.log = workdir / "webhook.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def ca_bundle(self) -> str:
+        return base64.b64encode((self.cert_dir / "ca.crt").read_bytes()).decode()
+
+    def start(self, timeout: float = 30) -> WebhookServer:
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError("webhook server already running")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        env.pop("KUBECONFIG", None)
+        args = [sys.executable, "-m", "webhook", "serve", "--host", "127.0.0.1",
+                "--port", str(self.port), "--policies", str(self.policies),
+                "--cert-dir", str(self.cert_dir)]
+        with open(self.log, "ab") as f:
+            f.write(f"# {' '.join(args)}\n".encode())
+            f.flush()
+            self.proc = subprocess.Popen(
+                args, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=f,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_set_pdeathsig,
+            )
+        self.wait_ready(timeout)
+        return self
+
+    def _get(self, path: str, timeout: float = 5) -> tuple[int, str]:
+        ctx = ssl.create_default_context(cafile=str(self.cert_dir / "ca.crt"))
+        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=ctx, timeout=timeout)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            return resp.status, resp.read().decode("utf-8", "replace")
+        finally:
+            conn.close()
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while True:
+            self.check_alive()
+            if (self.cert_dir / "ca.crt").is_file():
+                try:
+                    status, body = self._get("/readyz")
+                    if status == 200:
+                        return
+                    last = f"HTTP {status}: {body.strip()}"
+                except (OSError, http.client.HTTPException, ssl.SSLError) as exc:
+                    last = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"webhook not ready at {self.url}/readyz within {timeout:.0f}s "
+                                   f"(last: {last})\n{tail(self.log)}")
+            time.sleep(0.1)
+
+    def check_alive(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            code = None if self.proc is None else self.proc.returncode
+            raise RuntimeError(f"webhook server is not running (exit code {code})\n{tail(self.log)}")
+
+    def refuses_connections(self) -> bool:
+        try:
+            self._get("/healthz", timeout=2)
+        except ConnectionRefusedError:
+            return True
+        except (OSError, http.client.HTTPException):
+            return False
+        return False
+
+    def stop(self) -> None:
+        """SIGTERM the server's process group, wait for it, SIGKILL if it lingers."""
+        p, self.proc = self.proc, None
+        if p is None:
+            return
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGTERM)
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=5)
+
+    def metrics(self) -> dict[str, float]:
+        """Prometheus samples, ``'name{labels}' -> value`` (labels as exposed)."""
+        status, body = self._get("/metrics")
+        assert status == 200, body
+        out: dict[str, float] = {}
+        for line in body.splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.rpartition(" ")
+                out[key] = float(value)
+        return out
+
+    def mutate_outcomes(self) -> dict[str, float]:
+        """CREATE requests on /mutate by outcome (allowed, mutated, denied)."""
+        m = self.metrics()
+        return {o: m.get(f'batchgate_admission_requests_total{{endpoint="/mutate",'
+                         f'operation="CREATE",outcome="{o}"}}', 0.0)
+                for o in ("allowed", "mutated", "denied")}
+
+
+# --------------------------------------------------------------------------
+# the session fixture
+
+
+class Webhook:
+    """What the tests get from ``webhook_server``."""
+
+    def __init__(self, kube: Any, server: WebhookServer, bundle: Bundle,
+                 mutating: dict[str, Any], validating: dict[str, Any], probe_namespace: str):
+        self.kube = kube
+        self.server = server
+        self.bundle = bundle
+        self.mutating = mutating
+        self.validating = validating
+        self.probe_namespace = probe_namespace
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def register(self) -> None:
+        self.kube.register_webhooks(self.mutating, self.validating)
+
+    def probe(self) -> dict[str, Any]:
+        """A server-side dry-run Pod create as alice in the probe namespace."""
+        name = f"probe-{uuid.uuid4().hex[:6]}"
+        return self.kube.request(
+            "POST", f"/api/v1/namespaces/{self.probe_namespace}/pods", pod(name),
+            as_user="alice", query={"dryRun": "All"})
+
+    def wait_effective(self, timeout: float = 30) -> dict[str, Any]:
+        """Until a dry-run Pod create comes back mutated by batchgate."""
+        last: list[str] = []
+
+        def mutated() -> dict[str, Any] | None:
+            try:
+                got = self.probe()
+            except KubeApiError as exc:
+                last[:] = [str(exc)]
+                return None
+            labels = got["metadata"].get("labels") or {}
+            last[:] = [f"labels {labels}"]
+            return got if QUEUE_LABEL in labels else None
+
+        return wait_for(mutated, timeout, interval=0.2,
+                        message=lambda: f"the API server to call the webhook (last: {last})")
+
+
+def apply_object(kube: Any, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """Create ``obj``, or replace it when it exists (as ``kubectl apply`` would end up)."""
+    kind = obj["kind"]
+    prefix, plural, namespaced = APPLIED_KINDS[kind]
+    if prefix is None:
+        prefix = f"/apis/{obj['apiVersion']}"
+    meta = obj["metadata"]
+    base = prefix + (f"/namespaces/{meta['namespace']}" if namespaced else "") + f"/{plural}"
+    try:
+        return kube.create(base, dict(obj))  # type: ignore[no-any-return]
+    except KubeApiError as exc:
+        if exc.status != 409:
+            raise
+    cur = kube.get(f"{base}/{meta['name']}")
+    body = copy.deepcopy(dict(obj))
+    body["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
+    if kind == "Service":  # clusterIP is immutable and allocated
+        body.setdefault("spec", {})["clusterIP"] = cur["spec"].get("clusterIP")
+    return kube.request("PUT", f"{base}/{meta['name']}", body)  # type: ignore[no-any-return]
+
+
+def apply_manifests(kube: Any) -> list[dict[str, Any]]:
+    """The cluster-side objects of the manifests/ variant for this API server version."""
+    variant = "k8s-1.20" if kube.server_version() < (1, 21) else ""
+    objects = build_kustomization(REPO_ROOT / "manifests" / variant)
+    kinds = {o["kind"] for o in objects}
+    unknown = kinds - set(APPLIED_KINDS) - NOT_APPLIED
+    assert not unknown, f"manifests/ has kinds the e2e fixture does not know how to apply: {unknown}"
+    order = list(APPLIED_KINDS)
+    applied = []
+    for obj in sorted((o for o in objects if o["kind"] in APPLIED_KINDS),
+                      key=lambda o: order.index(o["kind"])):
+        applied.append(apply_object(kube, obj))
+    return applied
+
+
+def wait_crd_established(kube: Any, name: str, timeout: float = 30) -> None:
+    def established() -> bool:
+        crd = kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        return any(c["type"] == "Established" and c["status"] == "True"
+                   for c in crd.get("status", {}).get("conditions") or [])
+
+    wait_for(established, timeout, message=f"CRD {name} to be established")
+
+
+def label_system_namespaces(kube: Any) -> None:
+    """docs/deploy.md, Kubernetes 1.20: the system namespaces opt out by label."""
+    for ns in SYSTEM_NAMESPACES:
+        with contextlib.suppress(KubeApiError):  # kube-public may not exist yet
+            kube.patch(f"/api/v1/namespaces/{ns}",
+                       {"metadata": {"labels": {DISABLED_LABEL: "disabled"}}})
+
+
+@pytest.fixture(scope="session")
+def webhook_server(kube: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
+    workdir = tmp_path_factory.mktemp("webhook")
+    policies = workdir / "policies"
+    shutil.copytree(REPO_ROOT / "policies", policies)
+    bundle = load_bundle(policies)
+
+    if kube.server_version() < (1, 21):
+        label_system_namespaces(kube)
+    apply_manifests(kube)
+    wait_crd_established(kube, "scavengerjobs.batchgate.io")
+
+    probe_ns = kube.create_namespace(prefix="e2e-probe")
+    # The aggregated ClusterRole (rbac-users.yaml) lets `edit` users manage ScavengerJobs.
+    wait_for(lambda: kube.can_i("create", "scavengerjobs", as_user="alice",
+                                namespace=probe_ns, group="batchgate.io"),
+             30, message="alice to be allowed to create ScavengerJobs (role aggregation)")
+
+    server = WebhookServer(workdir, policies=policies).start()
+    mutating, validating = webhook_configurations(server.ca_bundle, url=server.url)
+    hook = Webhook(kube, server, bundle, mutating, validating, probe_ns)
+    try:
+        hook.register()
+        hook.wait_effective()
+        yield hook
+    finally:
+        with contextlib.suppress(Exception):
+            kube.delete_webhooks(mutating=mutating["metadata"]["name"],
+                                 validating=validating["metadata"]["name"])
+        server.stop()
+        with contextlib.suppress(Exception):
+            kube.delete_namespace(probe_ns)
+
+
+@pytest.fixture(scope="module")
+def module_namespace(kube: Any, webhook_server: Webhook, request: pytest.FixtureRequest) -> Iterator[str]:
+    """An ordinary user namespace for the whole module (tests use unique object names)."""
+    stem = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_").replace("_", "-")
+    name = kube.create_namespace(prefix=f"e2e-{stem}"[:40])
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(Exception):
+            kube.delete_namespace(name)
+
+
+# --------------------------------------------------------------------------
+# objects
+
+
+def unique(stem: str) -> str:
+    return f"{stem}-{uuid.uuid4().hex[:5]}"
+
+
+def container(name: str = "main", *, cpu: str | None = None, memory: str | None = None,
+              limits: bool = True, **extra: Any) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": name, "image": PAUSE, **extra}
+    res: dict[str, Any] = {}
+    if cpu or memory:
+        amounts = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v}
+        res["requests"] = dict(amounts)
+        if limits:
+            res["limits"] = dict(amounts)
+        c["resources"] = res
+    return c
+
+
+def pod(name: str, *, labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str] | None = None, containers: list[dict[str, Any]] | None = None,
+        **spec: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if labels:
+        meta["labels"] = dict(labels)
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return {
+        "apiVersion": "v1", "kind": "Pod", "metadata": meta,
+        "spec": {"containers": containers or [container()], "restartPolicy": "Never", **spec},
+    }
+
+
+def job(name: str | None, *, parallelism: int = 1, completions: int | None = None,
+        labels: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None,
+        template_labels: Mapping[str, str] | None = None, generate_name: str | None = None,
+        containers: list[dict[str, Any]] | None = None, **pod_spec: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name} if name else {"generateName": generate_name}
+    if labels:
+        meta["labels"] = dict(labels)
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    template: dict[str, Any] = {"spec": {"containers": containers or [container()],
+                                         "restartPolicy": "Never", **pod_spec}}
+    if template_labels:
+        template["metadata"] = {"labels": dict(template_labels)}
+    spec: dict[str, Any] = {"parallelism": parallelism, "backoffLimit": 0, "template": template}
+    if completions is not None:
+        spec["completions"] = completions
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+
+
+def pods_path(ns: str, name: str = "") -> str:
+    return f"/api/v1/namespaces/{ns}/pods" + (f"/{name}" if name else "")
+
+
+def jobs_path(ns: str, name: str = "") -> str:
+    return f"/apis/batch/v1/namespaces/{ns}/jobs" + (f"/{name}" if name else "")
+
+
+def path_of(obj: Mapping[str, Any], ns: str) -> str:
+    kind = obj["kind"]
+    plural = {"Pod": "pods", "Job": "jobs", "CronJob": "cronjobs", "ScavengerJob": "scavengerjobs",
+              "Deployment": "deployments", "ConfigMap": "configmaps"}[kind]
+    api = obj["apiVersion"]
+    base = "/api/v1" if api == "v1" else f"/apis/{api}"
+    return f"{base}/namespaces/{ns}/{plural}"
+
+
+def create(kube: Any, ns: str, obj: Mapping[str, Any], *, as_user: str = "alice",
+           dry_run: bool = False) -> dict[str, Any]:
+    query = {"dryRun": "All"} if dry_run else None
+    return kube.request("POST", path_of(obj, ns), dict(obj), as_user=as_user,  # type: ignore[no-any-return]
+                        query=query)
+
+
+def create_and_read(kube: Any, ns: str, obj: Mapping[str, Any], *, as_user: str = "alice") -> dict[str, Any]:
+    """Create as ``as_user`` and read back what the API server stored (as admin)."""
+    created = create(kube, ns, obj, as_user=as_user)
+    return kube.get(f"{path_of(obj, ns)}/{created['metadata']['name']}")  # type: ignore[no-any-return]
+
+
+def expect_denied(kube: Any, ns: str, obj: Mapping[str, Any], *, as_user: str = "alice",
+                  webhook: str = "", status: int | None = None) -> str:
+    """Create must fail; returns the API server's message. Checks nothing was stored.
+
+    ``webhook``: the webhook that must have denied (``create.validate.batchgate.io``
+    or ``mutate.batchgate.io``); the message then has the form users see:
+    ``admission webhook "<webhook>" denied the request: <policy>: <why>``.
+    """
+    with pytest.raises(KubeApiError) as info:
+        create(kube, ns, obj, as_user=as_user)
+    exc = info.value
+    body = exc.body if isinstance(exc.body, dict) else {}
+    message = str(body.get("message", exc))
+    if status is not None:
+        assert exc.status == status, f"HTTP {exc.status}, expected {status}: {message}"
+    if webhook:
+        assert f'admission webhook "{webhook}" denied the request: ' in message, message
+    name = (obj.get("metadata") or {}).get("name")
+    if name:
+        assert not kube.exists(f"{path_of(obj, ns)}/{name}"), f"{name} was stored despite: {message}"
+    return message
+
+
+# --------------------------------------------------------------------------
+# offline prediction vs. what the cluster stored
+
+
+def groups_of(user: str) -> tuple[str, ...]:
+    return tuple(IDENTITIES[user]) if user in IDENTITIES else ("system:authenticated",)
+
+
+def predict(hook: Webhook, obj: Mapping[str, Any], *, user: str = "alice",
+            namespace: str, operation: str = "CREATE") -> Decision:
+    """What ``batchgate check`` (the same engine, offline) decides for this request."""
+    return check_object(copy.deepcopy(dict(obj)), hook.bundle, Caller(
+        operation=operation, username=user, groups=groups_of(user), namespace=namespace))
+
+
+# Keys the API server (not batchgate) adds to a Job's pod template labels.
+SERVER_TEMPLATE_LABELS = {"controller-uid", "job-name"}
+
+
+def batchgate_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a Pod, Job or CronJob that batchgate policies write."""
+    kind = obj["kind"]
+    out: dict[str, Any] = {"metadata": _meta(obj.get("metadata") or {})}
+    spec = obj.get("spec") or {}
+    if kind == "Pod":
+        out["spec"] = _pod_spec(spec)
+        return out
+    if kind == "Job":
+        tmpl = spec.get("template") or {}
+        out["template"] = {"metadata": _meta(tmpl.get("metadata") or {}),
+                           "spec": _pod_spec(tmpl.get("spec") or {})}
+        return out
+    if kind == "CronJob":
+        jt = spec.get("jobTemplate") or {}
+        tmpl = (jt.get("spec") or {}).get("template") or {}
+        out["jobTemplate"] = {"metadata": _meta(jt.get("metadata") or {}),
+                              "template": {"metadata": _meta(tmpl.get("metadata") or {}),
+                                           "spec": _pod_spec(tmpl.get("spec") or {})}}
+        return out
+    raise ValueError(f"no batchgate fields known for {kind}")
+
+
+def _meta(meta: Mapping[str, Any]) -> dict[str, Any]:
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k not in SERVER_TEMPLATE_LABELS}
+    return {"labels": labels, "annotations": dict(meta.get("annotations") or {})}
+
+
+POD_SPEC_FIELDS = ("priorityClassName", "priority", "preemptionPolicy", "automountServiceAccountToken",
+                   "activeDeadlineSeconds", "nodeSelector", "affinity", "volumes", "runtimeClassName")
+
+
+def _pod_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {k: spec.get(k) for k in POD_SPEC_FIELDS}
+    for key in ("initContainers", "containers"):
+        out[key] = [{"name": c.get("name"), "volumeMounts": c.get("volumeMounts"),
+                     "resources": c.get("resources")} for c in spec.get(key) or []]
+    return out
+
+
+def assert_matches_prediction(stored: Mapping[str, Any], predicted: Mapping[str, Any], *,
+                              server_version: tuple[int, int] = (1, 20)) -> None:
+    """The stored object carries exactly the batchgate fields ``predicted`` has.
+
+    Tolerated, because the API server does it after batchgate and the offline
+    dry run states it does not simulate the server: defaulted fields inside
+    volumes / mounts / affinity terms (e.g. a secret volume's defaultMode), and
+    the Priority plugin's ``priority`` / ``preemptionPolicy`` on Pods when the
+    prediction has none. Known and documented drift: on Kubernetes < 1.22 the API
+    server drops ``namespaceSelector`` from pod (anti-)affinity terms
+    (policies/node-selection/README.md).
+    """
+    want = batchgate_fields(predicted)
+    got = batchgate_fields({"kind": predicted["kind"], **stored})  # list items have no kind
+    if server_version < (1, 22):
+        want = _drop_key(want, "namespaceSelector")
+    problems: list[str] = []
+    _compare(want, got, "", problems)
+    assert not problems, "stored object differs from `batchgate check`'s prediction:\n  " + \
+        "\n  ".join(problems)
+
+
+def _drop_key(value: Any, key: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_key(v, key) for k, v in value.items() if k != key}
+    if isinstance(value, list):
+        return [_drop_key(v, key) for v in value]
+    return value
+
+
+def _compare(want: Any, got: Any, path: str, problems: list[str]) -> None:
+    exact_maps = path.endswith((".labels", ".annotations", ".nodeSelector")) or path in (
+        "metadata.labels", "metadata.annotations")
+    if isinstance(want, dict) and isinstance(got, dict):
+        if exact_maps and set(want) != set(got):
+            problems.append(f"{path}: keys {sorted(set(got) - set(want))} stored but not predicted, "
+                            f"{sorted(set(want) - set(got))} predicted but not stored")
+        for k, v in want.items():
+            sub = f"{path}.{k}" if path else k
+            if v is None and k in ("priority", "preemptionPolicy") and path.endswith("spec"):
+                continue  # the Priority plugin fills these on every Pod
+            _compare(v, got.get(k), sub, problems)
+        return
+    if isinstance(want, list) and isinstance(got, list):
+        if len(want) != len(got):
+            problems.append(f"{path}: predicted {len(want)} items {_names(want)}, "
+                            f"stored {len(got)} {_names(got)}")
+            return
+        for i, (w, g) in enumerate(zip(want, got, strict=True)):
+            _compare(w, g, f"{path}[{i}]", problems)
+        return
+    if want is None and got in (None, {}, []):
+        return
+    if ".resources." in path and isinstance(want, str | int) and isinstance(got, str | int):
+        if parse_quantity(want) != parse_quantity(got):
+            problems.append(f"{path}: predicted {want!r}, stored {got!r}")
+        return
+    if want != got:
+        problems.append(f"{path}: predicted {json.dumps(want)}, stored {json.dumps(got)}")
+
+
+def _names(items: list[Any]) -> list[Any]:
+    return [i.get("name", i) if isinstance(i, dict) else i for i in items]
