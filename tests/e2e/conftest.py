@@ -28,6 +28,10 @@ E2E_DIR = Path(__file__).resolve().parent
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: needs a real kube-apiserver (tests/e2e)")
+    config.addinivalue_line(
+        "markers",
+        "namespace_labels(labels): labels for the namespace the `namespace` fixture makes",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -66,10 +70,13 @@ def kube():
 @pytest.fixture
 def namespace(kube, request):
     """A fresh namespace (name yielded) with RoleBinding ``batchgate-e2e-edit``
-    giving alice and bob ClusterRole ``edit``; deleted afterwards."""
+    giving alice and bob ClusterRole ``edit``; deleted afterwards. Labels come
+    from a ``@pytest.mark.namespace_labels({...})`` marker, if any."""
+    marker = request.node.get_closest_marker("namespace_labels")
+    labels = dict(marker.args[0]) if marker and marker.args else {}
     base = request.node.name.split("[")[0].lower().replace("_", "-")
     prefix = ("e2e-" + base.removeprefix("test-"))[:40].rstrip("-")
-    name = kube.create_namespace(prefix=prefix)
+    name = kube.create_namespace(prefix=prefix, labels=labels)
     try:
         yield name
     finally:

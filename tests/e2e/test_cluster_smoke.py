@@ -14,6 +14,11 @@ from cluster import KubeApiError, require_components
 
 PAUSE = "registry.k8s.io/pause:3.2"
 
+# These tests check the bare cluster: keep batchgate's own webhooks (which other
+# e2e modules register for the whole session) out of their namespaces, with the
+# opt-out label that batchgate's webhook configurations honour.
+pytestmark = pytest.mark.namespace_labels({"batchgate.io/admission": "disabled"})
+
 
 def _pod(name: str, **spec_extra) -> dict:
     return {
