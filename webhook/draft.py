@@ -32,13 +32,13 @@ class Draft:
     # -- reading ----------------------------------------------------------
     def get(self, *path: str | int, default: Any = None) -> Any:
         node: Any = self.root
-        for key in path:
-            if isinstance(key, int):
-                if not isinstance(node, list) or not -len(node) <= key < len(node):
-                    return default
-            elif not isinstance(node, dict) or key not in node:
-                return default
-            node = node[key]
+        try:
+            for key in path:
+                node = node[key]
+        except (KeyError, IndexError, TypeError):
+            return default
+        if isinstance(node, str) and path and isinstance(path[-1], int):
+            return default  # indexed into a string: not a JSON path
         return node
 
     # -- writing ----------------------------------------------------------
@@ -50,27 +50,30 @@ class Draft:
         last one).
         """
         self.edits += 1
-        if id(self.root) not in self._owned:
-            self.root = dict(self.root)
-            self._owned.add(id(self.root))
+        owned = self._owned
         node: Any = self.root
+        if id(node) not in owned:
+            node = self.root = node.copy()
+            owned.add(id(node))
+        last = len(path) - 1
         for i, key in enumerate(path):
-            last = i == len(path) - 1
-            child = node[key] if _has(node, key) else None
+            try:
+                child = node[key]
+            except (KeyError, IndexError):
+                child = None
+            except TypeError:
+                raise TypeError(f"cannot edit {'/'.join(map(str, path[: i + 1]))}: not a container") from None
             if child is None:
-                kind = create if last else (list if isinstance(path[i + 1], int) else dict)
-                child = kind()
-            elif id(child) in self._owned:
+                child = create() if i == last else ([] if type(path[i + 1]) is int else {})
+            elif id(child) in owned:
                 node = child
                 continue
-            elif isinstance(child, dict):
-                child = dict(child)
-            elif isinstance(child, list):
-                child = list(child)
+            elif type(child) is dict or type(child) is list:
+                child = child.copy()
             else:
                 raise TypeError(f"cannot edit {'/'.join(map(str, path[: i + 1]))}: not a container")
             node[key] = child
-            self._owned.add(id(child))
+            owned.add(id(child))
             node = child
         return node
 
@@ -101,14 +104,11 @@ class Draft:
 _MISSING = object()
 
 
-def _has(node: Any, key: str | int) -> bool:
-    if isinstance(key, int):
-        return isinstance(node, list) and -len(node) <= key < len(node)
-    return key in node
-
-
 def escape(token: str | int) -> str:
-    return str(token).replace("~", "~0").replace("/", "~1")
+    token = str(token)
+    if "~" in token or "/" in token:
+        return token.replace("~", "~0").replace("/", "~1")
+    return token
 
 
 def make_patch(old: JSON, new: JSON) -> list[dict[str, Any]]:
