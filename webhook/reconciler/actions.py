@@ -75,7 +75,10 @@ class Action(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """``actions`` to run now; ``wake_at``: when the next one falls due if nothing changes (epoch s)."""
+    """``actions`` to run now; ``wake_at``: when the next one falls due if nothing changes
+    (epoch s); ``deferred``: bookkeeping actions held back for the next pass (see
+    ``Settings.max_bookkeeping_per_pass``)."""
 
     actions: list[Action]
     wake_at: float | None = None
+    deferred: int = 0

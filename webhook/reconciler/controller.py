@@ -109,9 +109,12 @@ class Controller:
 
     # -- --once ------------------------------------------------------------------------
     def run_once(self) -> int:
-        """List everything, plan once, act (or print, with dry_run). 0 when every action went through."""
+        """List everything, plan, act (or print, with dry_run). One reconciliation: passes repeat
+        only while bookkeeping was held back (``max_bookkeeping_per_pass``). 0 when every
+        action went through."""
         self.cache.list_once()
         if self.dry_run:
+            self.settings = dataclasses.replace(self.settings, max_bookkeeping_per_pass=10**9)
             result = self.plan_now()
             self._print(result.actions, all_=True)
             if not result.actions:
@@ -121,8 +124,15 @@ class Controller:
             log.error("lease %s/%s is held by %s; not acting (use --no-leader-elect to act anyway)",
                       self.settings.lease_namespace, self.settings.lease_name, self.elector.holder or "?")
             return 1
+        outcomes: list[Outcome] = []
         try:
             outcomes = self.run_pass("once")
+            for _ in range(1000):
+                if self.last_plan is None or not self.last_plan.deferred:
+                    break
+                if self.elector is not None and not self.elector.try_once():
+                    break
+                outcomes += self.run_pass("once")
         finally:
             if self.elector is not None:
                 self.elector.release()
@@ -180,6 +190,8 @@ class Controller:
                     self._dirty.set()
                     continue
                 wake_at = self.last_plan.wake_at if self.last_plan is not None else None
+                if self.last_plan is not None and self.last_plan.deferred:
+                    self._dirty.set()  # the held-back bookkeeping, next
                 if any(o.result == "conflict" for o in outcomes):
                     self._dirty.set()  # re-plan on what was re-read (after min_pass_interval)
                 if any(o.result == "failed" for o in outcomes):

@@ -65,11 +65,21 @@ class _Pass:
     actions: list[Action]
     wake_at: float | None = None
     stopped: set[str] | None = None  # uids of jobs this pass deletes (deadline, gang failure)
+    budget: int = 0  # bookkeeping actions (records, PodGroup writes) this pass may still plan
+    deferred: int = 0  # bookkeeping actions left for the next pass
+
+    def spend(self) -> bool:
+        """Whether one more bookkeeping action fits in this pass (else it is counted as deferred)."""
+        if self.budget > 0:
+            self.budget -= 1
+            return True
+        self.deferred += 1
+        return False
 
 
 def plan(snapshot: Snapshot, now: float, settings: Settings) -> Plan:
     """Everything due at ``now`` (epoch seconds), and when to look again."""
-    p = _Pass(now=now, settings=settings, actions=[], stopped=set())
+    p = _Pass(now=now, settings=settings, actions=[], stopped=set(), budget=settings.max_bookkeeping_per_pass)
     queues = settings.queues
     excluded_cache: dict[str, bool] = {}
 
@@ -120,10 +130,10 @@ def plan(snapshot: Snapshot, now: float, settings: Settings) -> Plan:
     no_pods: tuple[PodView, ...] = ()
     for job in jobs_by_uid.values():
         if job.time_limit is not None and not job.deleting and not job.finished:
-            _deadline(p, job, pods_of_job.get(job.ref.uid, no_pods), is_job=True)
+            _deadline(p, job, pods_of_job.get(job.ref.uid, no_pods), True)
     for pod in bare_timed:
         if not pod.deleting and not pod.terminal:
-            _deadline(p, pod, (pod,), is_job=False)
+            _deadline(p, pod, (pod,), False)
 
     nodes = snapshot.nodes
     for (_ns, group, owner_uid), members in groups.items():
@@ -138,11 +148,13 @@ def plan(snapshot: Snapshot, now: float, settings: Settings) -> Plan:
 
     # Order matters and is kept: an object's actions in the order they were planned
     # (record before warn), a teardown's cause last.
-    return Plan(actions=p.actions, wake_at=p.wake_at)
+    if p.deferred:
+        p.wake_at = now  # the rest right after this batch
+    return Plan(actions=p.actions, wake_at=p.wake_at, deferred=p.deferred)
 
 
 # -- deadlines -------------------------------------------------------------
-def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], *, is_job: bool) -> None:
+def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job: bool) -> None:
     limit = obj.limit
     if limit is None:
         return  # the webhook denies malformed limits; one that slipped by is not ours to guess
@@ -195,7 +207,7 @@ def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], *, is_j
         return
 
     rv = obj.resource_version
-    if obj.started_at_t != started or obj.deadline_t != deadline:
+    if (obj.started_at_t != started or obj.deadline_t != deadline) and p.spend():
         deadline_s, started_s = format_time(deadline), format_time(started)
         old = obj.deadline_t
         if old is None:
@@ -373,6 +385,8 @@ def _pod_groups(
         pg = existing.get(key)
         ns = key[0]
         if pg is None:
+            if not p.spend():
+                continue
             p.actions.append(Action(
                 kind="create-podgroup", target=w.workload, reason="PodGroupCreated",
                 message=f"created PodGroup {w.name} (minMember {w.size}) so that the group's pods are scheduled together",
@@ -384,7 +398,7 @@ def _pod_groups(
         elif w.owner is not None and pg.owner is not None and pg.owner.uid != w.owner.uid:
             # Left over from an earlier Job of the same name: replace it (created next pass).
             p.actions.append(_delete_pod_group(pg, f"it belonged to an earlier {pg.owner.kind} {pg.owner.name}"))
-        elif pg.min_member != w.size:
+        elif pg.min_member != w.size and p.spend():
             p.actions.append(Action(
                 kind="update-podgroup", target=w.workload, reason="PodGroupResized",
                 message=f"PodGroup {w.name}: minMember {pg.min_member} -> {w.size}",

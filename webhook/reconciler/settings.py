@@ -55,6 +55,11 @@ class Settings:
     teardown_interrupted_groups: bool = True
     """When a pod of a group is interrupted (evicted, preempted, lost with its node), delete
     the rest of the group too, so that the Job starts all of them over together."""
+    max_bookkeeping_per_pass: int = 500
+    """At most this many record-deadline and PodGroup create/update actions per pass; the
+    rest follow in the next pass, right after. Stops, warnings and teardowns are never held
+    back. Keeps a first start on a big cluster (thousands of jobs to record) from planning
+    and then working through minutes of writes while new deadlines fall due."""
     queues: QueuePolicy = field(default_factory=QueuePolicy)
 
     # -- the loop ------------------------------------------------------------

@@ -120,3 +120,13 @@ def test_loop_wakes_up_for_the_warning_and_the_deadline_without_any_change() -> 
     assert time.time() >= int(t0) + 3  # startedAt has whole seconds
     assert sorted(e["reason"] for e in api.events()) == ["DeadlineSet", "TimeLimitApproaching", "TimeLimitExceeded"]
     assert c.passes <= 8  # a handful of passes, not a busy loop
+
+
+def test_once_works_through_held_back_bookkeeping() -> None:
+    api = FakeApi()
+    cluster(api)
+    c = Controller(api, Settings(leader_elect=False, max_bookkeeping_per_pass=4), clock=lambda: T0 + 60)
+    assert c.run_once() == 0
+    assert c.passes == 7  # 25 records, 4 per pass
+    c.cache.list_once()
+    assert c.plan_now().actions == []

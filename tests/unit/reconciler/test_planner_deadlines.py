@@ -165,3 +165,13 @@ def test_same_deadline_same_event_name_new_deadline_new_name() -> None:
     later = plan(snapshot(*extended), T0 + 2 * HOUR - 300, SETTINGS).actions[0]
     assert later.reason == first.reason and later.event_name() != first.event_name()
     assert first.event_name().startswith("p.bg-")
+
+
+def test_bookkeeping_is_spread_over_passes_but_stops_never_wait() -> None:
+    fresh = [pod(f"new-{i}", started=0, annotations=deadline_ann("1h")) for i in range(5)]
+    late = [pod(f"late-{i}", started=-2 * HOUR, annotations=deadline_ann("1h")) for i in range(3)]
+    result = plan(snapshot(*fresh, *late), T0 + 60, Settings(max_bookkeeping_per_pass=2))
+    kinds = [a.kind for a in result.actions]
+    assert kinds.count("stop") == 3 and kinds.count("record-deadline") == 2
+    assert result.deferred == 3 and result.wake_at == T0 + 60  # the rest right away
+    assert plan(snapshot(*fresh), T0 + 60, SETTINGS).deferred == 0
