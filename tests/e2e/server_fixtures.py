@@ -403,6 +403,28 @@ def job(name: str | None, *, parallelism: int = 1, completions: int | None = Non
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
 
 
+def cronjob(name: str, *, parallelism: int = 1, labels: Mapping[str, str] | None = None,
+            api_version: str = "batch/v1beta1", **pod_spec: Any) -> dict[str, Any]:
+    """A CronJob that will not fire during a test run (batch/v1beta1: Kubernetes 1.20)."""
+    inner = job("unused", parallelism=parallelism, **pod_spec)["spec"]
+    meta: dict[str, Any] = {"name": name}
+    if labels:
+        meta["labels"] = dict(labels)
+    return {"apiVersion": api_version, "kind": "CronJob", "metadata": meta,
+            "spec": {"schedule": "0 0 1 1 *", "jobTemplate": {"spec": inner}}}
+
+
+def deployment(name: str, *, replicas: int = 1, labels: Mapping[str, str] | None = None,
+               **pod_spec: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if labels:
+        meta["labels"] = dict(labels)
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": {
+        "replicas": replicas, "selector": {"matchLabels": {"app": name}},
+        "template": {"metadata": {"labels": {"app": name}},
+                     "spec": {"containers": [container()], **pod_spec}}}}
+
+
 def pods_path(ns: str, name: str = "") -> str:
     return f"/api/v1/namespaces/{ns}/pods" + (f"/{name}" if name else "")
 
@@ -414,7 +436,8 @@ def jobs_path(ns: str, name: str = "") -> str:
 def path_of(obj: Mapping[str, Any], ns: str) -> str:
     kind = obj["kind"]
     plural = {"Pod": "pods", "Job": "jobs", "CronJob": "cronjobs", "ScavengerJob": "scavengerjobs",
-              "Deployment": "deployments", "ConfigMap": "configmaps"}[kind]
+              "Deployment": "deployments", "ReplicaSet": "replicasets",
+              "ConfigMap": "configmaps"}[kind]
     api = obj["apiVersion"]
     base = "/api/v1" if api == "v1" else f"/apis/{api}"
     return f"{base}/namespaces/{ns}/{plural}"
@@ -471,8 +494,9 @@ def predict(hook: Webhook, obj: Mapping[str, Any], *, user: str = "alice",
         operation=operation, username=user, groups=groups_of(user), namespace=namespace))
 
 
-# Keys the API server (not batchgate) adds to a Job's pod template labels.
-SERVER_TEMPLATE_LABELS = {"controller-uid", "job-name"}
+# Label and annotation keys the API server and controllers (not batchgate) add: a Job's
+# template labels, a Deployment's revision, a ReplicaSet's pod-template-hash.
+SERVER_KEYS = {"controller-uid", "job-name", "deployment.kubernetes.io/revision", "pod-template-hash"}
 
 
 def batchgate_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -483,7 +507,7 @@ def batchgate_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "Pod":
         out["spec"] = _pod_spec(spec)
         return out
-    if kind == "Job":
+    if kind in ("Job", "Deployment", "StatefulSet", "ReplicaSet", "DaemonSet"):
         tmpl = spec.get("template") or {}
         out["template"] = {"metadata": _meta(tmpl.get("metadata") or {}),
                            "spec": _pod_spec(tmpl.get("spec") or {})}
@@ -499,8 +523,10 @@ def batchgate_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _meta(meta: Mapping[str, Any]) -> dict[str, Any]:
-    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k not in SERVER_TEMPLATE_LABELS}
-    return {"labels": labels, "annotations": dict(meta.get("annotations") or {})}
+    def ours(m: Any) -> dict[str, Any]:
+        return {k: v for k, v in (m or {}).items() if k not in SERVER_KEYS}
+
+    return {"labels": ours(meta.get("labels")), "annotations": ours(meta.get("annotations"))}
 
 
 POD_SPEC_FIELDS = ("priorityClassName", "priority", "preemptionPolicy", "automountServiceAccountToken",

@@ -29,6 +29,8 @@ from server_fixtures import (  # noqa: E402
     container,
     create,
     create_and_read,
+    cronjob,
+    deployment,
     expect_denied,
     job,
     jobs_path,
@@ -373,6 +375,160 @@ def test_label_update_of_existing_pod_keeps_working(kube, webhook_server, ns):
 
 
 # --------------------------------------------------------------------------
+# nodes for the scheduling tests (tainted: only the pods that tolerate it land there, so
+# other tests' pending pods cannot change what is on them)
+
+EXCLUSIVE = "batchgate.io/exclusive"
+GROUP = "batchgate.io/exclusive-group"
+TAINT_KEY = "batchgate.io/e2e-test-node"
+TOLERATION = {"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def anti_affinity_terms(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return (((spec.get("affinity") or {}).get("podAntiAffinity") or {})
+            .get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+
+
+@pytest.fixture
+def two_nodes(kube):
+    """Two tainted fake nodes only this test's pods tolerate (other tests' pending pods
+    must not land there and change what "other pods" are)."""
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    names = [unique("excl-node") for _ in range(2)]
+    for n in names:
+        kube.create_node(n, cpu="4", memory="8Gi",
+                         taints=[{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}])
+    yield names
+    for n in names:
+        kube.delete_node(n)
+
+
+def scheduled_node(kube, ns: str, name: str, timeout: float = 30) -> str:
+    return wait_for(lambda: kube.get(pods_path(ns, name))["spec"].get("nodeName"), timeout,
+                    message=f"pod {ns}/{name} to be scheduled")
+
+
+def force_delete(kube, ns: str, names: list[str]) -> None:
+    """No kubelet confirms deletions here: delete with grace 0 and wait until gone."""
+    for n in names:
+        kube.delete(pods_path(ns, n), body={"kind": "DeleteOptions", "apiVersion": "v1",
+                                            "gracePeriodSeconds": 0})
+    for n in names:
+        wait_for(lambda n=n: not kube.exists(pods_path(ns, n)), 30, message=f"pod {n} gone")
+
+
+# --------------------------------------------------------------------------
+# the other workload kinds: CronJob, Deployment (and the Pods its ReplicaSet makes)
+
+
+def test_cronjob_template_carries_everything_for_its_jobs(kube, webhook_server, ns):
+    stored = stored_and_predicted(kube, webhook_server, ns, cronjob(unique("cron"), parallelism=2))
+    jt = stored["spec"]["jobTemplate"]
+    tmpl = jt["spec"]["template"]
+    assert jt["metadata"]["annotations"][TIME_LIMIT] == "1d"
+    assert tmpl["metadata"]["annotations"][TIME_LIMIT] == "1d"
+    labels = tmpl["metadata"]["labels"]
+    assert labels[QUEUE_LABEL] == "batch"
+    # each run is its own Job: the group is named per Job, so the template has only the size
+    assert labels["batchgate.io/pod-group-size"] == "2" and "batchgate.io/pod-group" not in labels
+    spec = tmpl["spec"]
+    assert spec["priorityClassName"] == "batchgate-batch"
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["activeDeadlineSeconds"] == BACKSTOP_BATCH
+    assert "batchgate-shm" in {v["name"] for v in spec["volumes"]}
+
+
+def test_deployment_pods_are_services_without_time_limit(kube, webhook_server, ns):
+    require_components(kube, "kube-controller-manager")
+    name = unique("svc")
+    stored = stored_and_predicted(kube, webhook_server, ns,
+                                  deployment(name, labels={QUEUE_LABEL: "interactive"}))
+    tmpl = stored["spec"]["template"]
+    assert tmpl["metadata"]["labels"][QUEUE_LABEL] == "interactive"
+    assert tmpl["spec"]["priorityClassName"] == "batchgate-interactive"
+    (p,) = kube.wait_for_pods(ns, label_selector=f"app={name}", count=1, timeout=60)
+    assert [o["kind"] for o in p["metadata"]["ownerReferences"]] == ["ReplicaSet"]
+    spec = p["spec"]
+    assert (spec["priorityClassName"], spec["priority"]) == ("batchgate-interactive", 10000)
+    # time-limit's exemptOwnerKinds: a ReplicaSet's Pods are services, not jobs
+    assert TIME_LIMIT not in (p["metadata"].get("annotations") or {})
+    assert "activeDeadlineSeconds" not in spec
+    # shm and service-account-token act on the Pod itself (they do not mutate apps templates)
+    assert spec["automountServiceAccountToken"] is False
+    assert not [v for v in spec["volumes"] if "token" in v["name"]], spec["volumes"]
+    assert mounts(spec["containers"][0]).get("/dev/shm") == "batchgate-shm"
+
+
+# --------------------------------------------------------------------------
+# namespace rules of the default bundle: notebooks / jupyter-* default to interactive;
+# gpu-* allow batch and scavenger only, on nodes batchgate.io/pool=gpu
+
+
+@pytest.fixture(scope="module")
+def jupyter_ns(kube, webhook_server):
+    name = kube.create_namespace(name=unique("jupyter"))
+    yield name
+    kube.delete_namespace(name)
+
+
+@pytest.fixture(scope="module")
+def gpu_ns(kube, webhook_server):
+    name = kube.create_namespace(name=unique("gpu"))
+    yield name
+    kube.delete_namespace(name)
+
+
+def test_namespace_default_queue(kube, webhook_server, jupyter_ns):
+    stored = stored_and_predicted(kube, webhook_server, jupyter_ns, pod(unique("nb")))
+    assert stored["metadata"]["labels"][QUEUE_LABEL] == "interactive"
+    assert (stored["spec"]["priorityClassName"], stored["spec"]["priority"]) == (
+        "batchgate-interactive", 10000)
+    assert stored["metadata"]["annotations"][TIME_LIMIT] == "2h"
+
+
+def test_namespace_node_selector_stored(kube, webhook_server, gpu_ns):
+    stored = stored_and_predicted(kube, webhook_server, gpu_ns,
+                                  pod(unique("train"), nodeSelector={"disktype": "ssd"}))
+    assert stored["spec"]["nodeSelector"] == {"disktype": "ssd", "batchgate.io/pool": "gpu"}
+    stored = stored_and_predicted(kube, webhook_server, gpu_ns, job(unique("train")))
+    assert stored["spec"]["template"]["spec"]["nodeSelector"] == {"batchgate.io/pool": "gpu"}
+
+
+def test_namespace_node_selector_conflict_denied(kube, webhook_server, gpu_ns):
+    msg = expect_denied(kube, gpu_ns, pod(unique("train"), nodeSelector={"batchgate.io/pool": "cpu"}),
+                        webhook="mutate.batchgate.io", status=403)
+    assert (f"nodeSelector batchgate.io/pool=cpu conflicts with namespace {gpu_ns}, which runs only "
+            "on nodes with batchgate.io/pool=gpu; remove batchgate.io/pool from nodeSelector") in msg
+
+
+def test_namespace_closed_queue_denied_for_users_open_for_admins(kube, webhook_server, gpu_ns):
+    obj = pod(unique("nb"), labels={QUEUE_LABEL: "interactive"})
+    msg = expect_denied(kube, gpu_ns, obj, webhook=CREATE_HOOK)
+    assert (f"queue 'interactive' is not available in namespace {gpu_ns}; use batchgate.io/queue: "
+            "one of batch, scavenger") in msg
+    stored = stored_and_predicted(kube, webhook_server, gpu_ns, obj, user="bob")
+    assert stored["spec"]["priorityClassName"] == "batchgate-interactive"
+
+
+def test_namespace_node_selector_schedules_onto_the_pool(kube, webhook_server, gpu_ns):
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    taint = [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
+    plain, gpu = unique("cpu-node"), unique("gpu-node")
+    kube.create_node(plain, cpu="8", taints=taint)
+    kube.create_node(gpu, cpu="8", labels={"batchgate.io/pool": "gpu"}, taints=taint)
+    try:
+        names = [unique("train") for _ in range(3)]
+        for n in names:
+            create(kube, gpu_ns, pod(n, tolerations=[TOLERATION],
+                                     containers=[container(cpu="100m", memory="64Mi")]))
+        assert {scheduled_node(kube, gpu_ns, n) for n in names} == {gpu}
+        force_delete(kube, gpu_ns, names)
+    finally:
+        kube.delete_node(plain)
+        kube.delete_node(gpu)
+
+
+# --------------------------------------------------------------------------
 # scavenger-qos
 
 
@@ -483,16 +639,6 @@ def test_scavengerjob_spec_update_validated(kube, webhook_server, ns):
 # --------------------------------------------------------------------------
 # node-selection: exclusive whole nodes (needs kube-scheduler)
 
-EXCLUSIVE = "batchgate.io/exclusive"
-GROUP = "batchgate.io/exclusive-group"
-TAINT_KEY = "batchgate.io/e2e-exclusive"
-TOLERATION = {"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
-
-
-def anti_affinity_terms(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    return (((spec.get("affinity") or {}).get("podAntiAffinity") or {})
-            .get("requiredDuringSchedulingIgnoredDuringExecution") or [])
-
 
 def test_exclusive_pod_stored_with_group_and_term(kube, webhook_server, ns):
     name = unique("excl")
@@ -528,35 +674,8 @@ def test_forged_exclusive_group_removed(kube, webhook_server, ns):
     assert not anti_affinity_terms(stored["spec"])
 
 
-@pytest.fixture
-def two_nodes(kube):
-    """Two tainted fake nodes only this test's pods tolerate (other tests' pending pods
-    must not land there and change what "other pods" are)."""
-    require_components(kube, "kube-scheduler", "kube-controller-manager")
-    names = [unique("excl-node") for _ in range(2)]
-    for n in names:
-        kube.create_node(n, cpu="4", memory="8Gi",
-                         taints=[{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}])
-    yield names
-    for n in names:
-        kube.delete_node(n)
-
-
-def scheduled_node(kube, ns: str, name: str, timeout: float = 30) -> str:
-    return wait_for(lambda: kube.get(pods_path(ns, name))["spec"].get("nodeName"), timeout,
-                    message=f"pod {ns}/{name} to be scheduled")
-
-
-def force_delete(kube, ns: str, names: list[str]) -> None:
-    """No kubelet confirms deletions here: delete with grace 0 and wait until gone."""
-    for n in names:
-        kube.delete(pods_path(ns, n), body={"kind": "DeleteOptions", "apiVersion": "v1",
-                                            "gracePeriodSeconds": 0})
-    for n in names:
-        wait_for(lambda n=n: not kube.exists(pods_path(ns, n)), 30, message=f"pod {n} gone")
-
-
-def test_exclusive_job_does_not_share_nodes_either_way(kube, webhook_server, ns, two_nodes):
+def test_exclusive_job_does_not_share_nodes_either_way(kube, webhook_server, ns, two_nodes,
+                                                       namespace):
     n1, n2 = two_nodes
     ordinary = dict(tolerations=[TOLERATION], containers=[container(cpu="100m", memory="64Mi")])
 
@@ -599,6 +718,19 @@ def test_exclusive_job_does_not_share_nodes_either_way(kube, webhook_server, ns,
     cond = wait_for(unschedulable, 30, message=f"pod {c} to be reported unschedulable")
     assert "anti-affinity" in cond["message"], cond
     assert not kube.get(pods_path(ns, c))["spec"].get("nodeName")
+
+    # another namespace's pod: the term's namespaceSelector ({} = all namespaces) is dropped
+    # by API servers before 1.22, so there exclusivity holds within the namespace only (README)
+    d = unique("other-ns")
+    create(kube, namespace, pod(d, nodeSelector={"kubernetes.io/hostname": n2}, **ordinary))
+    if kube.server_version() < (1, 22):
+        assert scheduled_node(kube, namespace, d) == n2
+    else:
+        pod_d = lambda: kube.get(pods_path(namespace, d))  # noqa: E731
+        wait_for(lambda: any(x["type"] == "PodScheduled" and x.get("reason") == "Unschedulable"
+                             for x in pod_d()["status"].get("conditions") or []), 30,
+                 message=f"pod {d} to be unschedulable")
+    force_delete(kube, namespace, [d])
 
     # once the exclusive job is gone, it schedules onto n2
     kube.delete(jobs_path(ns, jname), body={"kind": "DeleteOptions", "apiVersion": "v1",
