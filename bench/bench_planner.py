@@ -16,6 +16,12 @@ nothing due. Three figures per pass:
 Memory is measured with tracemalloc: the views the cache keeps for the whole
 cluster (the raw JSON is dropped after conversion), and the raw dicts for
 comparison.
+
+``--live`` measures the real thing instead: a throw-away control plane
+(tests/e2e/cluster.py; needs the e2e binaries), ``--pods`` running bare pods with
+recorded deadlines in one namespace, and ``batchgate reconcile`` on it: the
+resident memory of the process (against one watching an empty namespace), and
+the API writes over several resyncs, which must be zero.
 """
 
 from __future__ import annotations
@@ -141,12 +147,100 @@ def timed(fn: Any, passes: int) -> tuple[tuple[float, float, float], Any]:
     return (times[0], statistics.median(times), p90), result
 
 
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _metric(port: int, name: str) -> float:
+    import urllib.request
+
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    except OSError:
+        return -1.0  # not serving yet
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(name))
+
+
+def live(n_pods: int) -> int:
+    """The reconciler process against a real API server holding ``n_pods`` steady pods."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "e2e"))
+    import cluster as kc  # the e2e harness
+
+    t_start = time.time() - 3600
+    s_start, s_deadline = format_time(t_start), format_time(t_start + 86400)
+    with kc.LocalCluster() as kube:
+        ns = kube.create_namespace(prefix="bench", edit_users=())
+        empty = kube.create_namespace(prefix="bench-empty", edit_users=())
+
+        def make(i: int) -> None:
+            name = f"p-{i}"
+            kube.create(f"/api/v1/namespaces/{ns}/pods", {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "labels": {"batchgate.io/queue": "batch"},
+                             "annotations": {ANN_TIME_LIMIT: "24h", ANN_STARTED: s_start, ANN_DEADLINE: s_deadline}},
+                # Never scheduled (no such scheduler) nor bound: no component but us looks at them.
+                "spec": {"schedulerName": "bench-nobody", "containers": [{"name": "main", "image": "pause"}]},
+            })
+            kube.patch(f"/api/v1/namespaces/{ns}/pods/{name}/status", {"status": {
+                "phase": "Running", "startTime": s_start,
+                "containerStatuses": [{"name": "main", "image": "pause", "imageID": "", "ready": True,
+                                       "restartCount": 0, "state": {"running": {"startedAt": s_start}}}]}})
+
+        t = time.perf_counter()
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(make, range(n_pods)))
+        print(f"created {n_pods} running pods in {time.perf_counter() - t:.0f}s")
+
+        procs = {}
+        for name, namespace in (("loaded", ns), ("empty", empty)):
+            port = kc.free_port()
+            procs[name] = (port, subprocess.Popen(
+                [sys.executable, "-m", "webhook", "--log-level", "WARNING", "reconcile",
+                 "--kubeconfig", kube.kubeconfig("admin"), "--namespace", namespace, "--lease-namespace", namespace,
+                 "--identity", name, "--resync", "2s", "--metrics-port", str(port)],
+                cwd=Path(__file__).resolve().parent.parent))
+        try:
+            port, proc = procs["loaded"]
+            t = time.perf_counter()
+            kc.wait_for(lambda: _metric(port, 'batchgate_reconciler_cached_objects{resource="Pod"}') >= n_pods,
+                        300, interval=0.5, message="the reconciler's cache to fill")
+            print(f"reconciler synced {n_pods} pods in {time.perf_counter() - t:.1f}s (list + start-up)")
+            kc.wait_for(lambda: _metric(port, 'batchgate_reconciler_passes_total{trigger="resync"}') >= 2, 60,
+                        interval=0.5, message="a first resync")
+            writes = _metric(port, "batchgate_reconciler_api_writes_total")
+            resyncs = _metric(port, 'batchgate_reconciler_passes_total{trigger="resync"}')
+            kc.wait_for(lambda: _metric(port, 'batchgate_reconciler_passes_total{trigger="resync"}') >= resyncs + 5,
+                        120, interval=0.5, message="five more resyncs")
+            writes_after = _metric(port, "batchgate_reconciler_api_writes_total")
+            plans = _metric(port, "batchgate_reconciler_plan_seconds_count")
+            plan_s = _metric(port, "batchgate_reconciler_plan_seconds_sum")
+            rss, rss_empty = _rss_mib(proc.pid), _rss_mib(procs["empty"][1].pid)
+            print(f"API writes over 5 resyncs: {writes_after - writes:.0f} (writes since start: {writes_after:.0f})")
+            print(f"planning: {plans:.0f} passes, {1000 * plan_s / max(plans, 1):.1f} ms each on average (wall)")
+            print(f"resident memory: {rss:.0f} MiB with {n_pods} pods, {rss_empty:.0f} MiB watching an empty "
+                  f"namespace: {(rss - rss_empty) * 1024 / n_pods:.1f} KiB per pod")
+            return 0 if writes_after == writes else 1
+        finally:
+            for _, p in procs.values():
+                p.kill()
+                p.wait()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pods", type=int, default=10_000)
     ap.add_argument("--passes", type=int, default=50)
     ap.add_argument("--unbounded", action="store_true", help="cold pass without the bookkeeping cap")
+    ap.add_argument("--live", action="store_true", help="against a real API server (see above)")
     args = ap.parse_args()
+    if args.live:
+        return live(args.pods)
     settings = Settings(queues=QueuePolicy(max_time_limit={"batch": 7 * 86400}, default_queue="batch",
                                            excluded_namespaces=("kube-system", "kube-public", "batchgate-system")))
 
