@@ -32,10 +32,24 @@ fi
 # Python packages for the tests.
 if [[ "${BATCHGATE_SKIP_PIP:-}" != "1" && -n "$PYTHON" ]]; then
   if ! "$PYTHON" -c 'import pytest, kubernetes, cryptography, yaml' >/dev/null 2>&1; then
+    if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
+      [[ "$(id -u)" == 0 ]] || die "$PYTHON has no pip; install python3-pip"
+      log "installing python3-pip"
+      apt-get update -qq >&2
+      apt-get install -y -qq --no-install-recommends python3-pip >&2
+    fi
     log "pip install pytest kubernetes cryptography pyyaml"
-    "$PYTHON" -m pip install -q --disable-pip-version-check \
-      pytest kubernetes cryptography pyyaml >&2 \
-      || die "pip install failed"
+    pip_args=(-m pip install -q --disable-pip-version-check pytest kubernetes cryptography pyyaml)
+    if ! out="$("$PYTHON" "${pip_args[@]}" 2>&1)"; then
+      if grep -q externally-managed <<<"$out"; then
+        # Debian's own python3 (PEP 668): a throw-away CI machine may do this
+        log "$PYTHON is externally managed; retrying with --break-system-packages"
+        "$PYTHON" "${pip_args[@]}" --break-system-packages >&2 || die "pip install failed"
+      else
+        echo "$out" >&2
+        die "pip install failed"
+      fi
+    fi
   fi
 fi
 

@@ -161,7 +161,7 @@ if have_all "$CACHE_DIR" "${BINS[@]}" && ensure_etcd_link; then
 fi
 
 log "no cached binaries in $CACHE_DIR: building Kubernetes v$KUBE_VERSION from Debian's source package (takes a few minutes)"
-apt_install golang-go rsync dpkg-dev golang-github-modern-go-reflect2-dev ca-certificates
+apt_install golang-go rsync dpkg-dev make golang-github-modern-go-reflect2-dev ca-certificates
 ensure_deb_src
 apt_update
 
