@@ -6,8 +6,10 @@
 #   * kube-apiserver / kube-controller-manager / kube-scheduler v1.20.2, built
 #     once into ${BATCHGATE_KUBE_CACHE:-$HOME/.cache/batchgate/kube-v1.20.2}
 #     by hack/kube-binaries.sh (about 4-8 minutes on 2 cores; seconds afterwards)
-#   * the Python packages the tests import (pytest, kubernetes, cryptography,
-#     pyyaml), unless already importable; set BATCHGATE_SKIP_PIP=1 to skip.
+#   * python3 with venv support (Debian's python3-venv) for the Makefile's venv;
+#     and the Python packages the tests import (pytest, kubernetes,
+#     cryptography, pyyaml) into $PYTHON when missing and $PYTHON is not
+#     Debian's externally managed python3 (BATCHGATE_SKIP_PIP=1: never).
 # Idempotent and quiet when everything is already in place. Prints the binary
 # directory on its last stdout line (as hack/kube-binaries.sh does).
 set -euo pipefail
@@ -29,27 +31,33 @@ if [[ "${USE_EXISTING_CLUSTER:-}" != "true" && -z "${KUBEBUILDER_ASSETS:-}" ]]; 
   fi
 fi
 
-# Python packages for the tests.
-if [[ "${BATCHGATE_SKIP_PIP:-}" != "1" && -n "$PYTHON" ]]; then
-  if ! "$PYTHON" -c 'import pytest, kubernetes, cryptography, yaml' >/dev/null 2>&1; then
-    if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
-      [[ "$(id -u)" == 0 ]] || die "$PYTHON has no pip; install python3-pip"
-      log "installing python3-pip"
-      apt-get update -qq >&2
-      apt-get install -y -qq --no-install-recommends python3-pip >&2
-    fi
-    log "pip install pytest kubernetes cryptography pyyaml"
-    pip_args=(-m pip install -q --disable-pip-version-check pytest kubernetes cryptography pyyaml)
-    if ! out="$("$PYTHON" "${pip_args[@]}" 2>&1)"; then
-      if grep -q externally-managed <<<"$out"; then
-        # Debian's own python3 (PEP 668): a throw-away CI machine may do this
-        log "$PYTHON is externally managed; retrying with --break-system-packages"
-        "$PYTHON" "${pip_args[@]}" --break-system-packages >&2 || die "pip install failed"
-      else
-        echo "$out" >&2
-        die "pip install failed"
-      fi
-    fi
+# Python: the Makefile makes a venv (`python3 -m venv`, needs ensurepip, which
+# Debian ships separately in python3-venv) and pip-installs '.[test]' there.
+apt_get_install() {
+  [[ "$(id -u)" == 0 ]] || die "need root to apt-get install $*"
+  log "apt-get install $*"
+  apt-get update -qq >&2
+  apt-get install -y -qq --no-install-recommends "$@" >&2
+}
+if [[ -z "$PYTHON" ]]; then
+  apt_get_install python3 python3-venv python3-pip
+  PYTHON="$(command -v python3)"
+elif ! "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1 && [[ "$PYTHON" == /usr/bin/* ]]; then
+  apt_get_install python3-venv
+fi
+
+# The packages the tests import, for runs outside the Makefile's venv. Debian's
+# own python3 is "externally managed" (PEP 668): leave it alone there.
+if [[ "${BATCHGATE_SKIP_PIP:-}" != "1" ]] \
+   && ! "$PYTHON" -c 'import pytest, kubernetes, cryptography, yaml' >/dev/null 2>&1; then
+  if "$PYTHON" -c 'import sys, sysconfig, pathlib; sys.exit(sys.prefix == sys.base_prefix and (pathlib.Path(sysconfig.get_path("stdlib")) / "EXTERNALLY-MANAGED").exists())' 2>/dev/null \
+     && "$PYTHON" -m pip --version >/dev/null 2>&1; then
+    log "pip install pytest kubernetes cryptography pyyaml (into $PYTHON)"
+    "$PYTHON" -m pip install -q --disable-pip-version-check \
+      pytest kubernetes cryptography pyyaml >&2 || die "pip install failed"
+  else
+    log "note: $PYTHON lacks pytest/kubernetes/cryptography/pyyaml and is externally" \
+        "managed or has no pip; use a venv (make setup installs '.[test]')"
   fi
 fi
 
