@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 from . import metrics
@@ -63,13 +63,19 @@ class Store(Generic[V]):
         return (md.get("namespace") or "", md.get("name") or "")
 
     def replace(self, objects: list[Mapping[str, Any]]) -> None:
+        self.replace_pages([objects])
+
+    def replace_pages(self, pages: Iterable[list[Mapping[str, Any]]]) -> None:
+        """Replace everything with the objects of ``pages``, converting each page as it comes
+        (so that a 10,000-pod list never holds all the raw JSON at once)."""
         items, rvs, uids = {}, {}, {}
-        for o in objects:
-            k = self._key(o)
-            md = o.get("metadata") or {}
-            items[k] = self._convert(o)
-            rvs[k] = md.get("resourceVersion") or ""
-            uids[k] = md.get("uid") or ""
+        for page in pages:
+            for o in page:
+                k = self._key(o)
+                md = o.get("metadata") or {}
+                items[k] = self._convert(o)
+                rvs[k] = md.get("resourceVersion") or ""
+                uids[k] = md.get("uid") or ""
         with self._lock:
             self._items, self._rvs, self._uids = items, rvs, uids
             self.synced, self.absent = True, False
@@ -143,16 +149,21 @@ class Reflector(threading.Thread):
 
     def list_now(self) -> None:
         """List every object (paginated) into the store; absent if optional and unavailable."""
-        try:
-            items: list[Mapping[str, Any]] = []
+        meta: dict[str, Any] = {}
+
+        def pages() -> Iterator[list[Mapping[str, Any]]]:
             cont: str | None = None
             while True:
                 page = self.api.list(self.kind, self.namespace, limit=500, continue_=cont)
-                items += page.get("items") or []
-                meta = page.get("metadata") or {}
+                meta.clear()
+                meta.update(page.get("metadata") or {})
+                yield page.get("items") or []
                 cont = meta.get("continue") or None
                 if not cont:
-                    break
+                    return
+
+        try:
+            self.store.replace_pages(pages())
         except (NotFound, Forbidden) as e:
             if not self.optional:
                 raise
@@ -163,7 +174,6 @@ class Reflector(threading.Thread):
             self.resource_version = None
             self.on_change()
             return
-        self.store.replace(items)
         self.resource_version = meta.get("resourceVersion") or ""
         self.relists += 1
         metrics.RELISTS.labels(self.kind.plural).inc()
