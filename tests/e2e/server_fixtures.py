@@ -3,6 +3,9 @@
 Use from a test module with ``pytest_plugins = ["server_fixtures"]`` (a plugin is
 loaded once, so the session fixtures below exist once per session; a
 ``from server_fixtures import *`` would make one server per importing module).
+A module that also imports the helpers calls
+``pytest.register_assert_rewrite("server_fixtures")`` before that import (the
+module is then imported before pytest loads it as a plugin).
 
 * ``webhook_server`` (session): ``python -m webhook serve`` on a free loopback
   port, with a temporary copy of ``policies/`` and a generated CA; the cluster
