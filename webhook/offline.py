@@ -123,7 +123,13 @@ def suite_files(bundle: Bundle) -> list[tuple[Path, list[Policy] | None]]:
 
 
 def missing_suites(bundle: Bundle) -> list[str]:
-    return [p.name for p in bundle.policies if not (Path(p.path) / "suite.yaml").is_file()]
+    """Policies lacking what every policy folder must have: a suite and a README."""
+    return [
+        f"{p.name}: policy has no {f} (every policy needs one)"
+        for p in bundle.policies
+        for f in ("suite.yaml", "README.md")
+        if not (Path(p.path) / f).is_file()
+    ]
 
 
 def run_suite(path: Path, bundle: Bundle, policies: list[Policy] | None) -> list[CaseResult]:

@@ -112,6 +112,13 @@ def test_bundle_suites_pass(capsys):
     assert " 0 failed" in out
 
 
+def test_test_fails_for_policy_without_readme(capsys, tmp_path):
+    shutil.copytree(POLICIES, tmp_path / "p")
+    (tmp_path / "p" / "kata-cpu" / "README.md").unlink()
+    code, out, _ = run(capsys, "test", str(tmp_path / "p"))
+    assert code == 1 and "kata-cpu: policy has no README.md" in out
+
+
 def test_test_fails_for_policy_without_suite(capsys, tmp_path):
     shutil.copytree(POLICIES, tmp_path / "p")
     (tmp_path / "p" / "shm" / "suite.yaml").unlink(missing_ok=True)

@@ -262,7 +262,7 @@ def place_exclusive(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]
     terms = draft.get(*path)
     terms = terms if isinstance(terms, list) else []
     want = [t for t in terms if not is_exclusive_term(t)] + [exclusive_term(settings.exclusive, group)]
-    if terms != want:
+    if [_comparable(t) for t in terms] != [_comparable(t) for t in want]:
         draft.set(*path, want)
         changed = True
     if changed and not ctx.from_controller:
@@ -303,6 +303,14 @@ def exclusive_term(settings: Exclusive, group: str) -> dict[str, Any]:
     term: dict[str, Any] = {"labelSelector": selector, "topologyKey": settings.topology_key}
     if settings.across_namespaces:
         term["namespaceSelector"] = {}
+    return term
+
+
+def _comparable(term: Any) -> Any:
+    """API servers before 1.22 drop ``namespaceSelector`` from stored terms; an
+    empty one and none compare equal, or every Job's pods would be re-patched."""
+    if isinstance(term, dict) and term.get("namespaceSelector") == {}:
+        return {k: v for k, v in term.items() if k != "namespaceSelector"}
     return term
 
 
