@@ -456,3 +456,26 @@ def test_steady_cluster_zero_writes_per_resync(kube, namespace, node, reconciler
     kube.wait_for(lambda: metric(port, 'batchgate_reconciler_passes_total{trigger="resync"}') >= resyncs + 3, 20,
                   message="three more resyncs")
     assert metric(port, "batchgate_reconciler_api_writes_total") == writes
+
+
+def test_once_and_dry_run(kube, namespace, node):
+    created = make_running_pod(kube, namespace, "p", node=node, limit="2h")
+    path = pod_path(namespace, "p")
+    base = [sys.executable, "-m", "webhook", "reconcile", "--kubeconfig", kube.kubeconfig("admin"),
+            "--namespace", namespace, "--lease-namespace", namespace, "--once"]
+    dry = subprocess.run([*base, "--dry-run"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert dry.returncode == 0, dry.stderr
+    (line,) = dry.stdout.splitlines()
+    assert line.startswith("record-deadline") and f"Pod {namespace}/p" in line and "DeadlineSet" in line
+    assert DEADLINE not in annotations(kube, path)
+    assert events(kube, namespace, uid=created["metadata"]["uid"]) == []
+    assert lease_holder(kube, namespace) == ""  # a dry run never takes the lease
+
+    once = subprocess.run(base, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert once.returncode == 0, once.stderr
+    assert DEADLINE in annotations(kube, path)
+    assert reasons(kube, namespace, created["metadata"]["uid"]) == ["DeadlineSet"]
+    assert lease_holder(kube, namespace) == ""  # taken for the pass, released after
+
+    again = subprocess.run([*base, "--dry-run"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert again.stdout.strip() == "nothing to do"
