@@ -166,6 +166,20 @@ class Bundle:
     fingerprint: str = ""
     mutating: tuple[Policy, ...] = field(default=(), compare=False)
     validating: tuple[Policy, ...] = field(default=(), compare=False)
+    _by_request: dict[tuple[bool, str, str, str, str], tuple[Policy, ...]] = field(
+        default_factory=dict, init=False, compare=False, repr=False)
+
+    def candidates(self, *, mutating: bool, operation: str, group: str, version: str, kind: str) -> tuple[Policy, ...]:
+        """The policies whose match takes this operation on this kind, in order (memoized:
+        the answer depends only on the bundle, and there are few distinct keys)."""
+        key = (mutating, operation, group, version, kind)
+        found = self._by_request.get(key)
+        if found is None:
+            found = self._by_request[key] = tuple(
+                p for p in (self.mutating if mutating else self.validating)
+                if operation in p.match.operations and p.match.matches_kind(group, version, kind)
+            )
+        return found
 
     def excluded(self, namespace: str) -> bool:
         return matches(self.excluded_namespaces, namespace)

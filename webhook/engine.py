@@ -96,7 +96,8 @@ def decide(body: Any, bundle: Bundle, *, phase: Phase) -> Decision:
     draft = Draft(obj)
     if phase in ("mutate", "check"):
         done: list[Policy] = []
-        for policy in bundle.mutating:
+        for policy in bundle.candidates(mutating=True, operation=ctx.operation, group=ctx.group,
+                                        version=ctx.version, kind=ctx.kind):
             if not _applies(policy, ctx, labels):
                 continue
             if _run(policy, decision, ctx, draft, mutate=True):
@@ -105,7 +106,8 @@ def decide(body: Any, bundle: Bundle, *, phase: Phase) -> Decision:
                 _replay(done, ctx, draft)
         decision.patch = draft.patch()
     if phase in ("validate", "check") and decision.allowed:
-        for policy in bundle.validating:
+        for policy in bundle.candidates(mutating=False, operation=ctx.operation, group=ctx.group,
+                                        version=ctx.version, kind=ctx.kind):
             if _applies(policy, ctx, labels):
                 _run(policy, decision, ctx, draft, mutate=False)
     decision.obj = draft.root
@@ -197,9 +199,8 @@ def make_ctx(req: dict[str, Any], obj: dict[str, Any], bundle: Bundle, namespace
 
 
 def _applies(policy: Policy, ctx: Ctx, labels: dict[str, str]) -> bool:
+    """The rest of the match (kind and operation: Bundle.candidates)."""
     m = policy.match
-    if ctx.operation not in m.operations or not m.matches_kind(ctx.group, ctx.version, ctx.kind):
-        return False
     if not m.matches_subject(ctx.namespace, labels, ctx.username, ctx.groups):
         return False
     ex = policy.exclude
