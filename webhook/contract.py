@@ -8,3 +8,8 @@ EXCLUSIVE_LABEL = f"{GROUP}/exclusive"
 EXCLUSIVE_GROUP_LABEL = f"{GROUP}/exclusive-group"
 POD_GROUP_LABEL = f"{GROUP}/pod-group"
 POD_GROUP_SIZE_LABEL = f"{GROUP}/pod-group-size"
+# Written by the reconciler only; users read them (kubectl get -o yaml shows the deadline).
+STARTED_AT_ANNOTATION = f"{GROUP}/started-at"
+DEADLINE_ANNOTATION = f"{GROUP}/deadline"
+WARNED_FOR_ANNOTATION = f"{GROUP}/warned-for"
+RECONCILER_ANNOTATIONS = (STARTED_AT_ANNOTATION, DEADLINE_ANNOTATION, WARNED_FOR_ANNOTATION)

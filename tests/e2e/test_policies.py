@@ -363,6 +363,22 @@ def test_time_limit_extension_by_annotating_the_job(kube, ns, running_job, value
     assert kube.get(path)["metadata"]["annotations"][TIME_LIMIT] == "1d"
 
 
+def test_reconciler_annotations_are_not_forgeable(kube, ns, running_job):
+    """reconciler-annotations: alice may not move started-at; an admin (the reconciler in this
+    cluster runs as one) may."""
+    path = jobs_path(ns, running_job)
+    forged = {"metadata": {"annotations": {"batchgate.io/started-at": "2030-01-01T00:00:00Z"}}}
+    with pytest.raises(KubeApiError) as info:
+        kube.patch(path, forged, as_user="alice")
+    msg = info.value.body["message"]
+    assert info.value.status == 403, msg
+    assert f'admission webhook "{UPDATE_HOOK}" denied the request: reconciler-annotations: ' in msg
+    assert "batchgate.io/started-at is written by the batchgate reconciler only" in msg
+    assert "batchgate.io/started-at" not in kube.get(path)["metadata"]["annotations"]
+    kube.patch(path, forged, as_user="admin")
+    assert kube.get(path)["metadata"]["annotations"]["batchgate.io/started-at"] == "2030-01-01T00:00:00Z"
+
+
 def test_label_update_of_existing_pod_keeps_working(kube, webhook_server, ns):
     name = unique("relabel")
     create(kube, ns, pod(name))

@@ -20,14 +20,21 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from ..contract import GROUP, QUEUE_LABEL, TIME_LIMIT_ANNOTATION
+from ..contract import (
+    DEADLINE_ANNOTATION,
+    GROUP,
+    QUEUE_LABEL,
+    STARTED_AT_ANNOTATION,
+    TIME_LIMIT_ANNOTATION,
+    WARNED_FOR_ANNOTATION,
+)
 from ..units import parse_duration
 
 # -- the names on objects --------------------------------------------------
 ANN_TIME_LIMIT = TIME_LIMIT_ANNOTATION  # set by users / defaulted by the webhook
-ANN_STARTED = f"{GROUP}/started-at"  # reconciler: when the job's first pod started running
-ANN_DEADLINE = f"{GROUP}/deadline"  # reconciler: started-at + time limit (RFC 3339)
-ANN_WARNED = f"{GROUP}/warned-for"  # reconciler: the deadline the user was last warned about
+ANN_STARTED = STARTED_AT_ANNOTATION  # reconciler: when the job's first pod started running
+ANN_DEADLINE = DEADLINE_ANNOTATION  # reconciler: started-at + time limit (RFC 3339)
+ANN_WARNED = WARNED_FOR_ANNOTATION  # reconciler: the deadline the user was last warned about
 LABEL_QUEUE = QUEUE_LABEL
 LABEL_GROUP = f"{GROUP}/pod-group"
 LABEL_GROUP_SIZE = f"{GROUP}/pod-group-size"
