@@ -3,6 +3,8 @@ are not worth re-writing by hand)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -50,3 +52,15 @@ CERT_EXPIRY = Gauge(
     "Expiry of the serving certificate in use (Unix time).",
     registry=REGISTRY,
 )
+
+_children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+
+def child(metric: Any, *labels: str) -> Any:
+    """``metric.labels(*labels)``, memoized: ``labels()`` validates and locks on every call,
+    which shows up on the admission hot path."""
+    key = (id(metric), labels)
+    found = _children.get(key)
+    if found is None:
+        found = _children[key] = metric.labels(*labels)
+    return found

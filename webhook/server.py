@@ -131,9 +131,9 @@ def _account(endpoint: str, body: dict[str, Any], decision: Decision) -> None:
     req = body["request"]
     operation = req["operation"]
     outcome = "denied" if not decision.allowed else "mutated" if decision.patch else "allowed"
-    metrics.REQUESTS.labels(endpoint, operation, outcome).inc()
+    metrics.child(metrics.REQUESTS, endpoint, operation, outcome).inc()
     for policy, result in decision.outcomes:
-        metrics.POLICY_DECISIONS.labels(policy, result).inc()
+        metrics.child(metrics.POLICY_DECISIONS, policy, result).inc()
     if decision.errors or not decision.allowed:
         kind = req["kind"]["kind"]
         fields = {

@@ -26,12 +26,12 @@ settings.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..draft import Draft
+from ..globs import matches
 from ..yamlsrc import Node
 from . import register
 from .base import Ctx, Finding, RuleType, pod_spec_parts, warn
@@ -43,6 +43,8 @@ MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 FIELD = "automountServiceAccountToken"
 _SUFFIX = r"[a-z0-9]{5}"
 _PROJECTED_NAME = re.compile(rf"kube-api-access-{_SUFFIX}")
+_SUFFIX_RX = re.compile(_SUFFIX)
+_VOLUME_SUFFIX_RX = re.compile(rf"(-{_SUFFIX})?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +71,7 @@ def service_account(spec: dict[str, Any]) -> str:
 
 
 def exempt(settings: Settings, namespace: str, account: str) -> bool:
-    return any(fnmatch.fnmatchcase(namespace, g) for g in settings.namespaces) or any(
-        fnmatch.fnmatchcase(f"{namespace}/{account}", g) for g in settings.service_accounts
-    )
+    return matches(settings.namespaces, namespace) or matches(settings.service_accounts, f"{namespace}/{account}")
 
 
 def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
@@ -146,8 +146,10 @@ def _token_volume(v: dict[str, Any], account: str) -> bool:
         if not isinstance(secret, dict) or not set(secret) <= {"secretName", "defaultMode"}:
             return False
         secret_name = str(secret.get("secretName") or "")
-        legacy = re.fullmatch(rf"{re.escape(account)}-token-{_SUFFIX}", secret_name)
-        return bool(legacy) and re.fullmatch(rf"{re.escape(secret_name)}(-{_SUFFIX})?", name) is not None
+        prefix = f"{account}-token-"
+        legacy = secret_name.startswith(prefix) and _SUFFIX_RX.fullmatch(secret_name, len(prefix))
+        return bool(legacy) and name.startswith(secret_name) and (
+            _VOLUME_SUFFIX_RX.fullmatch(name, len(secret_name)) is not None)
     if set(v) == {"name", "projected"} and _PROJECTED_NAME.fullmatch(name):
         projected = v["projected"]
         if not isinstance(projected, dict) or not set(projected) <= {"sources", "defaultMode"}:
