@@ -5,7 +5,7 @@
 #     be built, golang-go, rsync, dpkg-dev, golang-github-modern-go-reflect2-dev)
 #   * kube-apiserver / kube-controller-manager / kube-scheduler v1.20.2, built
 #     once into ${BATCHGATE_KUBE_CACHE:-$HOME/.cache/batchgate/kube-v1.20.2}
-#     by hack/kube-binaries.sh (about 4-8 minutes on 2 cores; seconds afterwards)
+#     by hack/kube-binaries.sh (8 minutes on an idle 2-core machine, up to 15 when busy; then seconds)
 #   * python3 with venv support (Debian's python3-venv) for the Makefile's venv;
 #     and the Python packages the tests import (pytest, kubernetes,
 #     cryptography, pyyaml) into $PYTHON when missing and $PYTHON is not

@@ -14,7 +14,8 @@
 #      holding kube-apiserver, kube-controller-manager, kube-scheduler, and
 #      etcd (a symlink to /usr/bin/etcd from Debian's etcd-server package).
 #   3. Otherwise build v1.20.2 from Debian bookworm's `kubernetes` source
-#      package into that cache (needs root + apt; ~4 minutes on 2 cores).
+#      package into that cache (needs root + apt; ~8 minutes on 2 cores, of
+#      which `make` spends some generating sources and building its tools).
 #      Set BATCHGATE_NO_BUILD=1 to forbid this step (then exit 1 instead).
 #
 # USE_EXISTING_CLUSTER=true with KUBECONFIG set means no binaries are needed;
@@ -160,7 +161,7 @@ if have_all "$CACHE_DIR" "${BINS[@]}" && ensure_etcd_link; then
   exit 0
 fi
 
-log "no cached binaries in $CACHE_DIR: building Kubernetes v$KUBE_VERSION from Debian's source package (takes a few minutes)"
+log "no cached binaries in $CACHE_DIR: building Kubernetes v$KUBE_VERSION from Debian's source package (about 8 minutes on 2 cores)"
 apt_install golang-go rsync dpkg-dev make golang-github-modern-go-reflect2-dev ca-certificates
 ensure_deb_src
 apt_update

@@ -126,7 +126,7 @@ def find_binaries(allow_build: bool | None = None, timeout: float = 3600) -> Pat
         raise BinariesUnavailable(
             f"no Kubernetes control-plane binaries ({KUBE_BINARIES_SH} exited "
             f"{proc.returncode}): {err}\n"
-            "Run `hack/e2e-deps.sh` (as root, builds v1.20.2 once, 4-8 min), or set "
+            "Run `hack/e2e-deps.sh` (as root, builds v1.20.2 once, ~8-15 min), or set "
             "KUBEBUILDER_ASSETS, or USE_EXISTING_CLUSTER=true with KUBECONFIG, "
             "or BATCHGATE_E2E_BUILD=1 to build from the test run."
         )
