@@ -6,9 +6,10 @@ directly. Durations are seconds.
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from ..globs import matches
 
 if TYPE_CHECKING:
     from ..bundle import Bundle
@@ -20,7 +21,9 @@ class QueuePolicy:
 
     max_time_limit: dict[str, int | None] = field(default_factory=dict)
     default_queue: str = ""
-    namespace_defaults: tuple[tuple[tuple[str, ...], str], ...] = ()  # (name globs, queue), first match wins
+    # (name globs, queue or None), first match wins, as in the bundle (a matching rule
+    # without a default queue means the bundle's default, not the next rule's)
+    namespace_defaults: tuple[tuple[tuple[str, ...], str | None], ...] = ()
     excluded_namespaces: tuple[str, ...] = ()
 
     @staticmethod
@@ -28,7 +31,7 @@ class QueuePolicy:
         return QueuePolicy(
             max_time_limit={q.name: q.max_time_limit for q in bundle.queues.values()},
             default_queue=bundle.default_queue,
-            namespace_defaults=tuple((r.names, r.default_queue) for r in bundle.namespaces if r.default_queue),
+            namespace_defaults=tuple((r.names, r.default_queue) for r in bundle.namespaces),
             excluded_namespaces=tuple(bundle.excluded_namespaces),
         )
 
@@ -36,12 +39,12 @@ class QueuePolicy:
         if label:
             return label
         for globs, queue in self.namespace_defaults:
-            if any(fnmatch.fnmatchcase(namespace, g) for g in globs):
-                return queue
+            if matches(globs, namespace):
+                return queue or self.default_queue
         return self.default_queue
 
     def excluded(self, namespace: str) -> bool:
-        return any(fnmatch.fnmatchcase(namespace, g) for g in self.excluded_namespaces)
+        return matches(self.excluded_namespaces, namespace)
 
 
 @dataclass(frozen=True, slots=True)

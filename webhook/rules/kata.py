@@ -40,7 +40,6 @@ created) and only CREATE (container resources are immutable afterwards).
 
 from __future__ import annotations
 
-import fnmatch
 import json
 from dataclasses import dataclass
 from fractions import Fraction
@@ -48,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..contract import GROUP
 from ..draft import Draft
+from ..globs import matches
 from ..units import format_cpu, parse_quantity
 from ..yamlsrc import Node
 from . import register
@@ -219,7 +219,7 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     if not isinstance(spec, dict):
         return []
     runtime = spec.get("runtimeClassName")
-    if not isinstance(runtime, str) or not any(fnmatch.fnmatchcase(runtime, g) for g in settings.runtime_classes):
+    if not isinstance(runtime, str) or not matches(settings.runtime_classes, runtime):
         return []
     if draft.get("metadata", "annotations", ANNOTATION) is not None:
         return []  # adjusted already (or the user opted out by setting it)
