@@ -28,6 +28,9 @@ Phase = Literal["mutate", "validate", "check"]
 OPERATIONS: tuple[Operation, ...] = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 
 
+COMPACT = json.JSONEncoder(separators=(",", ":"))  # one encoder, not one per json.dumps call
+
+
 class BadReview(ValueError):
     """The body is not an AdmissionReview v1 request we can answer (HTTP 400)."""
 
@@ -60,7 +63,7 @@ def to_review(decision: Decision) -> AdmissionReview:
     if decision.allowed and decision.patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(
-            json.dumps(decision.patch, separators=(",", ":")).encode()
+            COMPACT.encode(decision.patch).encode()
         ).decode()
     if decision.warnings:
         response["warnings"] = decision.warnings

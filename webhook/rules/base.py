@@ -68,7 +68,7 @@ ALL_POD_TEMPLATE_KINDS: tuple[tuple[str, str, str], ...] = WORKLOAD_KINDS + tupl
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built on every request, and frozen __init__ is slow
 class Ctx:
     """Everything about one request that a rule may look at."""
 
