@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from functools import lru_cache
 
 _SUFFIX = {
     "": Fraction(1),
@@ -33,6 +34,7 @@ _SUFFIX = {
 _QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)")
 
 
+@lru_cache(maxsize=4096, typed=True)  # pure, and the same few values recur on every request
 def parse_quantity(text: str | int | float) -> Fraction:
     """``"250m"`` -> ``Fraction(1, 4)``; raises ValueError naming the problem."""
     if isinstance(text, bool):
@@ -49,6 +51,7 @@ def parse_quantity(text: str | int | float) -> Fraction:
     return value * _SUFFIX[suffix or ""]
 
 
+@lru_cache(maxsize=4096, typed=True)  # pure, and the same few values recur on every request
 def format_cpu(value: Fraction) -> str:
     """CPU in the canonical form the API server would print: ``2``, ``1500m``."""
     millis = value * 1000
@@ -58,6 +61,7 @@ def format_cpu(value: Fraction) -> str:
     return str(m // 1000) if m % 1000 == 0 else f"{m}m"
 
 
+@lru_cache(maxsize=4096, typed=True)  # pure, and the same few values recur on every request
 def format_memory(value: Fraction) -> str:
     """Bytes as a binary-suffixed quantity when exact (``256Mi``), else plain bytes."""
     n = int(value) if value.denominator == 1 else int(value) + 1
@@ -72,6 +76,7 @@ _DURATION_PART = re.compile(r"(\d+)([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
+@lru_cache(maxsize=4096, typed=True)  # pure, and the same few values recur on every request
 def parse_duration(text: str) -> int:
     """``"90m"`` -> 5400 seconds; ``"1h30m"`` works too; raises ValueError."""
     s = text.strip() if isinstance(text, str) else ""
@@ -83,6 +88,7 @@ def parse_duration(text: str) -> int:
     return total
 
 
+@lru_cache(maxsize=4096, typed=True)  # pure, and the same few values recur on every request
 def format_duration(seconds: int) -> str:
     """The shortest exact spelling: 5400 -> ``"90m"``, 7200 -> ``"2h"``, 90000 -> ``"25h"``."""
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
