@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 from pathlib import Path
 from typing import Any
 
-import jsonpatch
 import pytest
 import yaml
 
 from tests.conftest import POLICIES, fixture
+from tests.unit.rules.helpers import checked_decide, load_sample, settings_error
 from webhook.bundle import Bundle, load_bundle
 from webhook.engine import Decision, decide
 from webhook.offline import Caller, synthetic_review
 from webhook.rules.kata import ANNOTATION, Infeasible, Settings, millis, plan, shrink
 from webhook.yamlsrc import BundleError
-
-SAMPLES = POLICIES / "kata-cpu" / "samples"
 
 
 def make_bundle(tmp_path: Path, settings: dict[str, Any] | None = None) -> Bundle:
@@ -43,18 +40,11 @@ def kata(bundle: Bundle) -> Bundle:
 
 
 def run(bundle: Bundle, obj: dict[str, Any], *, operation: str = "CREATE") -> Decision:
-    d = decide(synthetic_review(obj, Caller(operation=operation, username="alice", namespace="demo")),
-               bundle, phase="check")
-    assert d.errors == []
-    if d.patch:
-        assert jsonpatch.apply_patch(copy.deepcopy(obj), d.patch) == d.obj
-        again = decide(synthetic_review(d.obj, Caller(username="alice", namespace="demo")), bundle, phase="mutate")
-        assert again.patch == [], "a second pass must be a no-op"
-    return d
+    return checked_decide(bundle, obj, Caller(operation=operation, username="alice", namespace="demo"))
 
 
 def sample(name: str) -> dict[str, Any]:
-    return yaml.safe_load((SAMPLES / name).read_text())  # type: ignore[no-any-return]
+    return load_sample("kata-cpu", name)
 
 
 def kata_pod(containers: list[tuple[str | None, str | None]], init: list[tuple[str | None, str | None]] = (),
@@ -272,16 +262,7 @@ def test_runtime_class_globs_and_min_cpu(tmp_path):
 
 
 def _bad(tmp_path: Path, settings_yaml: str) -> BundleError:
-    root = tmp_path / "bundle"
-    (root / "kata-cpu").mkdir(parents=True)
-    (root / "bundle.yaml").write_text((POLICIES / "bundle.yaml").read_text())
-    (root / "kata-cpu" / "policy.yaml").write_text(
-        "apiVersion: batchgate.io/v1alpha1\nkind: Policy\nmetadata:\n  name: kata-cpu\n"
-        "spec:\n  type: kata-cpu\n  settings:\n" + settings_yaml
-    )
-    with pytest.raises(BundleError) as e:
-        load_bundle(root)
-    return e.value
+    return settings_error(tmp_path, "kata-cpu", settings_yaml)
 
 
 @pytest.mark.parametrize(("settings", "line", "field", "text"), [

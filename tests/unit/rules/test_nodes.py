@@ -8,18 +8,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import jsonpatch
 import pytest
 import yaml
 
 from tests.conftest import POLICIES, fixture
+from tests.unit.rules.helpers import checked_decide, load_sample, settings_error
 from webhook.bundle import Bundle, LabelSelector, load_bundle
 from webhook.engine import Decision, decide
 from webhook.offline import Caller, synthetic_review
 from webhook.rules.nodes import EXCLUSIVE_GROUP_LABEL, REQUIRED, is_exclusive_term
 from webhook.yamlsrc import BundleError
 
-SAMPLES = POLICIES / "node-selection" / "samples"
 CONTROLLER = {"user": "system:kube-controller-manager", "groups": ("system:authenticated",)}
 
 
@@ -58,17 +57,11 @@ def run(bundle: Bundle, obj: dict[str, Any], *, user: str = "alice",
     if namespace is not None:
         obj["metadata"]["namespace"] = namespace
     caller = Caller(operation=operation, username=user, groups=groups, namespace=namespace or "demo")
-    d = decide(synthetic_review(obj, caller), bundle, phase="check")
-    assert d.errors == []
-    if d.patch:
-        assert jsonpatch.apply_patch(copy.deepcopy(obj), d.patch) == d.obj
-        again = decide(synthetic_review(d.obj, caller), bundle, phase="mutate")
-        assert again.patch == [], "a second pass must be a no-op"
-    return d
+    return checked_decide(bundle, obj, caller)
 
 
 def sample(name: str) -> dict[str, Any]:
-    return yaml.safe_load((SAMPLES / name).read_text())  # type: ignore[no-any-return]
+    return load_sample("node-selection", name)
 
 
 def with_labels(obj: dict[str, Any], labels: dict[str, str], *, template: bool = False) -> dict[str, Any]:
@@ -318,16 +311,7 @@ def test_label_on_the_workload_or_its_template(bundle, kind):
 
 # -- settings errors --------------------------------------------------------------------------
 def _bad(tmp_path: Path, settings_yaml: str) -> BundleError:
-    root = tmp_path / "bad"
-    (root / "node-selection").mkdir(parents=True)
-    (root / "bundle.yaml").write_text((POLICIES / "bundle.yaml").read_text())
-    (root / "node-selection" / "policy.yaml").write_text(
-        "apiVersion: batchgate.io/v1alpha1\nkind: Policy\nmetadata:\n  name: node-selection\n"
-        "spec:\n  type: node-selection\n  settings:\n" + settings_yaml
-    )
-    with pytest.raises(BundleError) as e:
-        load_bundle(root)
-    return e.value
+    return settings_error(tmp_path, "node-selection", settings_yaml)
 
 
 @pytest.mark.parametrize(("settings", "line", "field", "text"), [

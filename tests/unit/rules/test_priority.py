@@ -8,17 +8,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import jsonpatch
 import pytest
 import yaml
 
 from tests.conftest import POLICIES, fixture
+from tests.unit.rules.helpers import checked_decide, load_sample, settings_error
 from webhook.bundle import Bundle, load_bundle
 from webhook.engine import Decision, decide
-from webhook.offline import Caller, synthetic_review
-from webhook.yamlsrc import BundleError
+from webhook.offline import Caller
 
-SAMPLES = POLICIES / "queue-priority" / "samples"
 ALICE = {"user": "alice", "groups": ("devs", "system:authenticated")}
 
 
@@ -49,17 +47,11 @@ def run(bundle: Bundle, obj: dict[str, Any], *, user: str = "alice",
         groups: tuple[str, ...] = ("devs", "system:authenticated"), namespace: str = "demo") -> Decision:
     obj = copy.deepcopy(obj)
     obj["metadata"]["namespace"] = namespace
-    caller = Caller(username=user, groups=groups, namespace=namespace)
-    d = decide(synthetic_review(obj, caller), bundle, phase="check")
-    assert d.errors == []
-    if d.patch:
-        assert jsonpatch.apply_patch(copy.deepcopy(obj), d.patch) == d.obj
-        assert decide(synthetic_review(d.obj, caller), bundle, phase="mutate").patch == []
-    return d
+    return checked_decide(bundle, obj, Caller(username=user, groups=groups, namespace=namespace))
 
 
 def sample(name: str) -> dict[str, Any]:
-    return yaml.safe_load((SAMPLES / name).read_text())  # type: ignore[no-any-return]
+    return load_sample("queue-priority", name)
 
 
 def queued(obj: dict[str, Any], queue: str) -> dict[str, Any]:
@@ -160,15 +152,7 @@ def test_controller_pods_are_not_rechecked(qp):
 
 
 def test_bad_settings_name_file_line_field(tmp_path):
-    root = tmp_path / "bad"
-    (root / "qp").mkdir(parents=True)
-    (root / "bundle.yaml").write_text((POLICIES / "bundle.yaml").read_text())
-    (root / "qp" / "policy.yaml").write_text(
-        "apiVersion: batchgate.io/v1alpha1\nkind: Policy\nmetadata:\n  name: queue-priority\n"
-        "spec:\n  type: queue-priority\n  settings:\n    defaultQueue: batch\n"
-    )
-    with pytest.raises(BundleError) as e:
-        load_bundle(root)
-    assert e.value.file.endswith("qp/policy.yaml")
-    assert (e.value.line, e.value.field) == (8, "spec.settings.defaultQueue")
-    assert "unknown field" in e.value.message
+    err = settings_error(tmp_path, "queue-priority", "    defaultQueue: batch\n")
+    assert err.file.endswith("queue-priority/policy.yaml")
+    assert (err.line, err.field) == (8, "spec.settings.defaultQueue")
+    assert "unknown field" in err.message

@@ -7,18 +7,16 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import jsonpatch
 import pytest
 import yaml
 
 from tests.conftest import FIXTURES, POLICIES, fixture
+from tests.unit.rules.helpers import checked_decide, load_sample, settings_error
 from webhook.bundle import Bundle, load_bundle
 from webhook.engine import Decision, decide
 from webhook.offline import Caller, synthetic_review
 from webhook.rules.satoken import MOUNT_PATH
-from webhook.yamlsrc import BundleError
 
-SAMPLES = POLICIES / "service-account-token" / "samples"
 POD_FIXTURES = sorted(p.name for p in FIXTURES.glob("pod-create-*.mutate.json"))
 
 
@@ -42,16 +40,11 @@ def run(bundle: Bundle, obj: dict[str, Any], *, namespace: str = "demo") -> Deci
     obj = copy.deepcopy(obj)
     obj["metadata"]["namespace"] = namespace
     caller = Caller(username="alice", groups=("devs", "system:authenticated"), namespace=namespace)
-    d = decide(synthetic_review(obj, caller), bundle, phase="check")
-    assert d.errors == []
-    if d.patch:
-        assert jsonpatch.apply_patch(copy.deepcopy(obj), d.patch) == d.obj
-        assert decide(synthetic_review(d.obj, caller), bundle, phase="mutate").patch == []
-    return d
+    return checked_decide(bundle, obj, caller)
 
 
 def sample(name: str) -> dict[str, Any]:
-    return yaml.safe_load((SAMPLES / name).read_text())  # type: ignore[no-any-return]
+    return load_sample("service-account-token", name)
 
 
 def mounts_at_token_path(spec: dict[str, Any]) -> list[str]:
@@ -195,15 +188,7 @@ def test_update_is_not_touched(sat):
     pytest.param("    exempt: [ci]\n", 8, "spec.settings.exempt", "unknown field", id="unknown-field"),
 ])
 def test_bad_settings_name_file_line_field(tmp_path, settings, line, field, text):
-    root = tmp_path / "bad"
-    (root / "sat").mkdir(parents=True)
-    (root / "bundle.yaml").write_text((POLICIES / "bundle.yaml").read_text())
-    (root / "sat" / "policy.yaml").write_text(
-        "apiVersion: batchgate.io/v1alpha1\nkind: Policy\nmetadata:\n  name: service-account-token\n"
-        "spec:\n  type: service-account-token\n  settings:\n" + settings
-    )
-    with pytest.raises(BundleError) as e:
-        load_bundle(root)
-    assert e.value.file.endswith("sat/policy.yaml")
-    assert (e.value.line, e.value.field) == (line, field)
-    assert text in e.value.message
+    err = settings_error(tmp_path, "service-account-token", settings)
+    assert err.file.endswith("service-account-token/policy.yaml")
+    assert (err.line, err.field) == (line, field)
+    assert text in err.message

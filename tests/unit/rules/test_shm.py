@@ -7,15 +7,14 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import jsonpatch
 import pytest
 import yaml
 
 from tests.conftest import FIXTURES, POLICIES, fixture
+from tests.unit.rules.helpers import checked_decide, settings_error
 from webhook.bundle import Bundle, load_bundle
 from webhook.engine import Decision, decide
-from webhook.offline import Caller, synthetic_review
-from webhook.yamlsrc import BundleError
+from webhook.offline import Caller
 
 SAMPLES = POLICIES / "shm" / "samples"
 
@@ -37,13 +36,7 @@ def make_bundle(tmp_path: Path, settings: dict[str, Any]) -> Bundle:
 
 
 def run(bundle: Bundle, obj: dict[str, Any]) -> Decision:
-    caller = Caller(username="alice", namespace="demo")
-    d = decide(synthetic_review(obj, caller), bundle, phase="check")
-    assert d.errors == []
-    if d.patch:
-        assert jsonpatch.apply_patch(copy.deepcopy(obj), d.patch) == d.obj
-        assert decide(synthetic_review(d.obj, caller), bundle, phase="mutate").patch == []
-    return d
+    return checked_decide(bundle, obj, Caller(username="alice", namespace="demo"))
 
 
 def pod(memory_limits: list[str | None], *, init: list[str | None] = ()) -> dict[str, Any]:
@@ -148,15 +141,7 @@ def test_every_real_create_gets_dev_shm_everywhere(shm, name):
     pytest.param("    medium: Memory\n", 8, "spec.settings.medium", "unknown field", id="unknown"),
 ])
 def test_bad_settings_name_file_line_field(tmp_path, settings, line, field, text):
-    root = tmp_path / "bad"
-    (root / "shm").mkdir(parents=True)
-    (root / "bundle.yaml").write_text((POLICIES / "bundle.yaml").read_text())
-    (root / "shm" / "policy.yaml").write_text(
-        "apiVersion: batchgate.io/v1alpha1\nkind: Policy\nmetadata:\n  name: shm\n"
-        "spec:\n  type: shm\n  settings:\n" + settings
-    )
-    with pytest.raises(BundleError) as e:
-        load_bundle(root)
-    assert e.value.file.endswith("shm/policy.yaml")
-    assert (e.value.line, e.value.field) == (line, field)
-    assert text in e.value.message
+    err = settings_error(tmp_path, "shm", settings)
+    assert err.file.endswith("shm/policy.yaml")
+    assert (err.line, err.field) == (line, field)
+    assert text in err.message
