@@ -281,9 +281,7 @@ def prepare(options: ServeOptions) -> State:
     return state
 
 
-def _serve_process(options: ServeOptions, state: State | None, reuse_port: bool) -> None:
-    if state is None:
-        state = prepare(options)
+def _serve_process(options: ServeOptions, state: State, reuse_port: bool) -> None:
     app = make_app(state)
 
     async def start_watch(app: web.Application) -> Any:
@@ -313,9 +311,10 @@ def run(options: ServeOptions) -> int:
         _serve_process(options, state, reuse_port=False)
         return 0
     # N processes, each with its own listening socket on the same port (SO_REUSEPORT):
-    # the kernel spreads connections over them, so every core serves.
+    # the kernel spreads connections over them, so every core serves. Forked workers
+    # inherit the state prepared above: the bundle is loaded and checked once.
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_serve_process, args=(options, None, True), daemon=False)
+    procs = [ctx.Process(target=_serve_process, args=(options, state, True), daemon=False)
              for _ in range(options.workers)]
     for p in procs:
         p.start()
