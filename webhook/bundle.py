@@ -137,13 +137,33 @@ class Principals:
     users: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
     service_accounts: tuple[str, ...] = ()
+    _seen: dict[tuple[str, tuple[str, ...]], bool] = field(
+        default_factory=dict, init=False, compare=False, repr=False)
 
     def contains(self, user: str, groups: list[str] | tuple[str, ...]) -> bool:
-        return (
-            matches(self.users, user)
-            or matches_any(self.groups, groups)
-            or matches(self.service_accounts, _service_account(user))
-        )
+        """Memoized per (user, groups): a cluster has few distinct callers, and every
+        request asks twice (admins, controllers)."""
+        key = (user, tuple(groups))
+        found = self._seen.get(key)
+        if found is None:
+            found = _remember(self._seen, key, (
+                matches(self.users, user)
+                or matches_any(self.groups, groups)
+                or matches(self.service_accounts, _service_account(user))
+            ))
+        return found
+
+
+MEMO_LIMIT = 4096  # distinct keys kept per memo; past it the memo starts over
+
+
+def _remember(memo: dict[Any, Any], key: Any, value: Any) -> Any:
+    """Store ``value`` in a bounded memo: a flood of distinct keys (users, namespaces)
+    costs a re-computation, never unbounded memory."""
+    if len(memo) >= MEMO_LIMIT:
+        memo.clear()
+    memo[key] = value
+    return value
 
 
 def _service_account(user: str) -> str:
@@ -168,6 +188,8 @@ class Bundle:
     validating: tuple[Policy, ...] = field(default=(), compare=False)
     _by_request: dict[tuple[bool, str, str, str, str], tuple[Policy, ...]] = field(
         default_factory=dict, init=False, compare=False, repr=False)
+    _by_namespace: dict[str, NamespaceRule | None] = field(
+        default_factory=dict, init=False, compare=False, repr=False)
 
     def candidates(self, *, mutating: bool, operation: str, group: str, version: str, kind: str) -> tuple[Policy, ...]:
         """The policies whose match takes this operation on this kind, in order (memoized:
@@ -185,7 +207,12 @@ class Bundle:
         return matches(self.excluded_namespaces, namespace)
 
     def namespace_rule(self, namespace: str) -> NamespaceRule | None:
-        return next((r for r in self.namespaces if r.matches(namespace)), None)
+        """The first rule whose globs match ``namespace`` (memoized per namespace)."""
+        try:
+            return self._by_namespace[namespace]
+        except KeyError:
+            return _remember(self._by_namespace, namespace,  # type: ignore[no-any-return]
+                             next((r for r in self.namespaces if r.matches(namespace)), None))
 
     def default_queue_for(self, namespace: str) -> str:
         rule = self.namespace_rule(namespace)

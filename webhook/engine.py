@@ -171,8 +171,9 @@ def make_ctx(req: dict[str, Any], obj: dict[str, Any], bundle: Bundle, namespace
     explicit = queue_name is not None
     if group == "batchgate.io" and kind_name == "ScavengerJob":
         queue_name, explicit = next((q.name for q in bundle.queues.values() if q.scavenger), "scavenger"), True
+    rule = bundle.namespace_rule(namespace)
     if not isinstance(queue_name, str):
-        queue_name = bundle.default_queue_for(namespace)
+        queue_name = rule.default_queue if rule and rule.default_queue else bundle.default_queue
 
     from_controller = False
     if shape is not None and shape.is_pod:
@@ -195,6 +196,7 @@ def make_ctx(req: dict[str, Any], obj: dict[str, Any], bundle: Bundle, namespace
         queue_name=queue_name,
         queue=bundle.queues.get(queue_name),
         queue_explicit=explicit,
+        namespace_rule=rule,
         admin=bundle.admins.contains(username, groups),
         from_controller=from_controller,
         old_object=req.get("oldObject"),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from ..bundle import Bundle, Queue
+    from ..bundle import Bundle, NamespaceRule, Queue
     from ..draft import Draft
     from ..yamlsrc import Node
 
@@ -86,6 +86,7 @@ class Ctx:
     queue_name: str  # the queue asked for (label) or defaulted
     queue: Queue | None  # None when queue_name is not declared in the bundle
     queue_explicit: bool  # the user set the queue label
+    namespace_rule: NamespaceRule | None  # the bundle's rule for this namespace, if any
     admin: bool  # in the bundle's admins
     from_controller: bool  # a Pod made by a controller from an already-admitted template
     old_object: dict[str, Any] | None

@@ -186,7 +186,7 @@ def required_selector(ctx: Ctx) -> dict[str, tuple[str, str]]:
     if ctx.queue is not None:
         for k, v in ctx.queue.node_selector.items():
             out[k] = (v, f"queue {ctx.queue.name!r}")
-    rule = ctx.bundle.namespace_rule(ctx.namespace)
+    rule = ctx.namespace_rule
     if rule is not None:  # the namespace wins; the bundle check keeps them apart for allowed queues
         for k, v in rule.node_selector.items():
             out[k] = (v, f"namespace {ctx.namespace}")

@@ -57,7 +57,7 @@ def validate(settings: None, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
             f"queue {ctx.queue_name!r} does not exist; set the label {QUEUE_LABEL} to one of: "
             f"{', '.join(bundle.queues)}"
         )]
-    rule = bundle.namespace_rule(ctx.namespace)
+    rule = ctx.namespace_rule
     if rule and rule.allowed_queues is not None and ctx.queue.name not in rule.allowed_queues and not ctx.admin:
         return [deny(
             f"queue {ctx.queue.name!r} is not available in namespace {ctx.namespace}; "
