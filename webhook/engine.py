@@ -72,6 +72,28 @@ def to_review(decision: Decision) -> AdmissionReview:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
+_HEAD = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":'
+
+
+def encode_review(decision: Decision) -> bytes:
+    """``to_review(decision)`` as the JSON bytes the HTTP edge sends, built directly.
+
+    Same document, less work on the hot path: the base64 patch is ASCII with no
+    character JSON must escape, so it goes in as is instead of being scanned by
+    the encoder a second time (that scan alone cost as much as encoding the patch).
+    """
+    if not decision.allowed:
+        return COMPACT.encode(to_review(decision)).encode()
+    parts = [_HEAD, COMPACT.encode(decision.uid).encode(), b',"allowed":true']
+    if decision.patch:
+        parts += (b',"patchType":"JSONPatch","patch":"',
+                  base64.b64encode(COMPACT.encode(decision.patch).encode()), b'"')
+    if decision.warnings:
+        parts += (b',"warnings":', COMPACT.encode(decision.warnings).encode())
+    parts.append(b"}}")
+    return b"".join(parts)
+
+
 def decide(body: Any, bundle: Bundle, *, phase: Phase) -> Decision:
     req = parse_request(body)
     decision = Decision(uid=req["uid"])

@@ -26,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from . import metrics
 from .bundle import Bundle, load_bundle
 from .certs import certificate_status, ensure_certs
-from .engine import COMPACT, BadReview, Decision, decide, to_review
+from .engine import BadReview, Decision, decide, encode_review
 from .yamlsrc import BundleError
 
 log = logging.getLogger(__name__)
@@ -117,10 +117,7 @@ def _admission(phase: str) -> Any:
             log.info("bad admission request", extra={"fields": {"endpoint": endpoint, "error": str(e)}})
             return _error(400, str(e))
         _account(endpoint, body, decision)
-        response = web.Response(
-            body=COMPACT.encode(to_review(decision)).encode(),
-            content_type="application/json",
-        )
+        response = web.Response(body=encode_review(decision), content_type="application/json")
         latency.observe(time.perf_counter() - started)
         return response
 

@@ -11,7 +11,7 @@ import jsonpatch
 import pytest
 
 from tests.conftest import FIXTURES, fixture
-from webhook.engine import BadReview, decide, review
+from webhook.engine import BadReview, Decision, decide, encode_review, review, to_review
 from webhook.rules.base import RuleType
 
 ALL = sorted(p.name for p in FIXTURES.glob("*.json"))
@@ -36,6 +36,25 @@ def test_every_fixture_gets_a_well_formed_answer(name, bundle):
         assert jsonpatch.apply_patch(obj, patch) == decision.obj
     else:
         assert "patchType" not in resp
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("phase", ["mutate", "validate"])
+def test_the_wire_encoding_is_the_review_document(name, phase, bundle):
+    decision = decide(fixture(name), bundle, phase=phase)
+    assert json.loads(encode_review(decision)) == to_review(decision)
+
+
+@pytest.mark.parametrize("decision", [
+    Decision(uid='q"uo\\te\u00e9', patch=[{"op": "add", "path": "/a~1b", "value": "ü\n"}], warnings=["naïve \"x\""]),
+    Decision(uid="u", allowed=False, denials=["no: \u2603"], warnings=["w"]),
+    Decision(uid="u", allowed=False),
+    Decision(uid="u"),
+], ids=["escapes", "denied", "denied-bare", "allowed-bare"])
+def test_the_wire_encoding_escapes_what_json_must(decision):
+    raw = encode_review(decision)
+    raw.decode("ascii")  # ensure_ascii, as before
+    assert json.loads(raw) == to_review(decision)
 
 
 @pytest.mark.parametrize("name", [n for n in ALL if n.endswith(".mutate.json") and "delete" not in n and "update" not in n])
