@@ -3,18 +3,69 @@ are not worth re-writing by hand)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections import Counter as Bag
+from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
-REQUESTS = Counter(
-    "batchgate_admission_requests_total",
+
+class Tally(Collector):
+    """A labelled counter for the admission hot path: plain integers in a dict,
+    turned into Prometheus samples only when /metrics is scraped.
+
+    ``Counter.labels(...).inc()`` takes a lock and validates labels on every call
+    (one per policy per request); the server is a single asyncio thread per
+    process, so a dict increment does. ``inc_each`` counts a whole request's
+    (policy, outcome) pairs with one increment, expanded at scrape time.
+    """
+
+    BAGS_LIMIT = 1024  # distinct outcome combinations kept apart before folding
+
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...], registry: CollectorRegistry) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, labelnames
+        self._one: Bag[tuple[str, ...]] = Bag()
+        self._bags: Bag[tuple[tuple[str, ...], ...]] = Bag()
+        registry.register(self)
+
+    def inc(self, *labels: str) -> None:
+        self._one[labels] += 1
+
+    def inc_each(self, bag: tuple[tuple[str, ...], ...]) -> None:
+        """Add one to each label set in ``bag``."""
+        if len(self._bags) >= self.BAGS_LIMIT and bag not in self._bags:
+            self._fold()
+        self._bags[bag] += 1
+
+    def value(self, *labels: str) -> int:
+        return self._totals().get(labels, 0)
+
+    def _fold(self) -> None:
+        self._one, self._bags = self._totals(), Bag()
+
+    def _totals(self) -> Bag[tuple[str, ...]]:
+        totals = Bag(self._one)
+        for bag, n in self._bags.items():
+            for labels in bag:
+                totals[labels] += n
+        return totals
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for labels, n in sorted(self._totals().items()):
+            family.add_metric(labels, n)
+        yield family
+
+
+REQUESTS = Tally(
+    "batchgate_admission_requests",
     "AdmissionReview requests by endpoint, operation and outcome "
     "(allowed, mutated, denied, bad_request, unavailable).",
-    ["endpoint", "operation", "outcome"],
-    registry=REGISTRY,
+    ("endpoint", "operation", "outcome"),
+    REGISTRY,
 )
 LATENCY = Histogram(
     "batchgate_admission_duration_seconds",
@@ -23,11 +74,11 @@ LATENCY = Histogram(
     buckets=(0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
     registry=REGISTRY,
 )
-POLICY_DECISIONS = Counter(
-    "batchgate_policy_decisions_total",
+POLICY_DECISIONS = Tally(
+    "batchgate_policy_decisions",
     "What each policy did: mutated, denied, warned, passed, error.",
-    ["policy", "outcome"],
-    registry=REGISTRY,
+    ("policy", "outcome"),
+    REGISTRY,
 )
 BUNDLE_RELOADS = Counter(
     "batchgate_bundle_reloads_total",
@@ -52,15 +103,3 @@ CERT_EXPIRY = Gauge(
     "Expiry of the serving certificate in use (Unix time).",
     registry=REGISTRY,
 )
-
-_children: dict[tuple[int, tuple[str, ...]], Any] = {}
-
-
-def child(metric: Any, *labels: str) -> Any:
-    """``metric.labels(*labels)``, memoized: ``labels()`` validates and locks on every call,
-    which shows up on the admission hot path."""
-    key = (id(metric), labels)
-    found = _children.get(key)
-    if found is None:
-        found = _children[key] = metric.labels(*labels)
-    return found

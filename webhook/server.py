@@ -91,29 +91,29 @@ def _admission(phase: str) -> Any:
         started = time.perf_counter()
         state = request.app[STATE]
         if request.content_type not in JSON_TYPES:
-            metrics.REQUESTS.labels(endpoint, "", "bad_request").inc()
+            metrics.REQUESTS.inc(endpoint, "", "bad_request")
             return _error(415, f"content type must be application/json, got {request.content_type!r}")
         if request.content_length is not None and request.content_length > MAX_BODY:
-            metrics.REQUESTS.labels(endpoint, "", "bad_request").inc()
+            metrics.REQUESTS.inc(endpoint, "", "bad_request")
             return _error(413, f"body of {request.content_length} bytes exceeds the {MAX_BODY} byte cap")
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            metrics.REQUESTS.labels(endpoint, "", "bad_request").inc()
+            metrics.REQUESTS.inc(endpoint, "", "bad_request")
             return _error(413, f"body exceeds the {MAX_BODY} byte cap")
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
-            metrics.REQUESTS.labels(endpoint, "", "bad_request").inc()
+            metrics.REQUESTS.inc(endpoint, "", "bad_request")
             return _error(400, f"body is not valid JSON: {e}")
         bundle = state.bundle
         if bundle is None:  # only before the first successful load
-            metrics.REQUESTS.labels(endpoint, "", "unavailable").inc()
+            metrics.REQUESTS.inc(endpoint, "", "unavailable")
             return _error(503, "no policy bundle loaded yet")
         try:
             decision = decide(body, bundle, phase=phase)  # type: ignore[arg-type]
         except BadReview as e:
-            metrics.REQUESTS.labels(endpoint, "", "bad_request").inc()
+            metrics.REQUESTS.inc(endpoint, "", "bad_request")
             log.info("bad admission request", extra={"fields": {"endpoint": endpoint, "error": str(e)}})
             return _error(400, str(e))
         _account(endpoint, body, decision)
@@ -128,9 +128,8 @@ def _account(endpoint: str, body: dict[str, Any], decision: Decision) -> None:
     req = body["request"]
     operation = req["operation"]
     outcome = "denied" if not decision.allowed else "mutated" if decision.patch else "allowed"
-    metrics.child(metrics.REQUESTS, endpoint, operation, outcome).inc()
-    for policy, result in decision.outcomes:
-        metrics.child(metrics.POLICY_DECISIONS, policy, result).inc()
+    metrics.REQUESTS.inc(endpoint, operation, outcome)
+    metrics.POLICY_DECISIONS.inc_each(tuple(decision.outcomes))
     if decision.errors or not decision.allowed:
         kind = req["kind"]["kind"]
         fields = {
