@@ -100,6 +100,11 @@ class Match:
     users: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
     service_accounts: tuple[str, ...] = ()  # "namespace/name" globs
+    subject_free: bool = field(init=False, compare=False, repr=False)  # no namespace/label/user filter
+
+    def __post_init__(self) -> None:
+        free = not (self.namespaces or self.selector or self.users or self.groups or self.service_accounts)
+        object.__setattr__(self, "subject_free", free)
 
     def matches_kind(self, group: str, version: str, kind: str) -> bool:
         return not self.kinds or any(
