@@ -38,8 +38,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check webhook tests bench
 	$(BIN)/mypy
 
-bench: $(STAMP)  ## webhook throughput vs a no-op handler, and the reconciler planner
+bench: $(STAMP)  ## webhook throughput vs a no-op handler, the engine stage by stage, and the reconciler planner
 	$(BIN)/python bench/bench_webhook.py
+	$(BIN)/python bench/bench_engine.py
 	$(BIN)/python bench/bench_planner.py
 
 manifests: $(STAMP)  ## regenerate manifests/ parts derived from the bundle
