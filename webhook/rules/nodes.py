@@ -172,9 +172,12 @@ def _bundle_node(bundle: Bundle, path: tuple[str | int, ...]) -> Node | None:
 # -- mutation ---------------------------------------------------------------------
 def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     shape = ctx.shape
-    if shape is None or not isinstance(draft.get(*shape.pod_spec), dict):
+    if shape is None:
         return []
-    findings = merge_node_selector(settings, draft, ctx)
+    spec = draft.get(*shape.pod_spec)
+    if not isinstance(spec, dict):
+        return []
+    findings = merge_node_selector(settings, draft, ctx, spec)
     if any(f.severity == "deny" for f in findings):
         return findings
     return findings + place_exclusive(settings, draft, ctx)
@@ -193,15 +196,19 @@ def required_selector(ctx: Ctx) -> dict[str, tuple[str, str]]:
     return out
 
 
-def merge_node_selector(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
+def merge_node_selector(settings: Settings, draft: Draft, ctx: Ctx, spec: dict[str, Any]) -> list[Finding]:
+    """``spec``: the pod spec, read only."""
     assert ctx.shape is not None
+    required = required_selector(ctx)
+    if not required:
+        return []
     path = (*ctx.shape.pod_spec, "nodeSelector")
-    current = draft.get(*path)
+    current = spec.get("nodeSelector")
     if not isinstance(current, dict):
         current = {}
     added: dict[str, str] = {}
     conflicts: list[tuple[str, str, str, str]] = []
-    for key, (value, why) in required_selector(ctx).items():
+    for key, (value, why) in required.items():
         have = current.get(key)
         if have == value:
             continue
@@ -225,16 +232,19 @@ def merge_node_selector(settings: Settings, draft: Draft, ctx: Ctx) -> list[Find
     if added and not ctx.from_controller:
         findings.append(warn("runs only on nodes with " + ", ".join(
             f"{k}={v}" for k, v in added.items()
-        ) + " (" + ", ".join(sorted({required_selector(ctx)[k][1] for k in added})) + ")"))
+        ) + " (" + ", ".join(sorted({required[k][1] for k in added})) + ")"))
     return findings
 
 
 def place_exclusive(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     shape = ctx.shape
     assert shape is not None
-    asked = [draft.get("metadata", "labels", EXCLUSIVE_LABEL)]
+    labels = draft.get(*shape.pod_meta, "labels")  # the pod's, or the template's; read only
+    if not isinstance(labels, dict):
+        labels = {}
+    asked = [labels.get(EXCLUSIVE_LABEL)]  # the workload's own label first, then its template's
     if not shape.is_pod:
-        asked.append(draft.get(*shape.pod_meta, "labels", EXCLUSIVE_LABEL))
+        asked = [draft.get("metadata", "labels", EXCLUSIVE_LABEL), *asked]
     for value in asked:
         if value is not None and value not in ("true", "false"):
             return [deny(f'label {EXCLUSIVE_LABEL} must be "true" or "false", got {value!r}')]
@@ -243,7 +253,7 @@ def place_exclusive(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]
     if not exclusive or not settings.exclusive.enabled:
         if exclusive and not ctx.from_controller:
             findings.append(warn(f"{EXCLUSIVE_LABEL} is ignored: exclusive placement is switched off"))
-        if draft.get(*shape.pod_meta, "labels", EXCLUSIVE_GROUP_LABEL) is not None:
+        if labels.get(EXCLUSIVE_GROUP_LABEL) is not None:
             draft.delete(*shape.pod_meta, "labels", EXCLUSIVE_GROUP_LABEL)
             if not ctx.from_controller:
                 findings.append(warn(f"label {EXCLUSIVE_GROUP_LABEL} removed: it is set by batchgate "
@@ -252,10 +262,10 @@ def place_exclusive(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]
 
     group = exclusive_group(ctx, draft)
     changed = False
-    if draft.get(*shape.pod_meta, "labels", EXCLUSIVE_LABEL) != "true":
+    if labels.get(EXCLUSIVE_LABEL) != "true":
         draft.set(*shape.pod_meta, "labels", EXCLUSIVE_LABEL, "true")
         changed = True
-    if draft.get(*shape.pod_meta, "labels", EXCLUSIVE_GROUP_LABEL) != group:
+    if labels.get(EXCLUSIVE_GROUP_LABEL) != group:
         draft.set(*shape.pod_meta, "labels", EXCLUSIVE_GROUP_LABEL, group)
         changed = True
     path = (*shape.pod_spec, "affinity", "podAntiAffinity", REQUIRED)

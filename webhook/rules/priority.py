@@ -37,16 +37,22 @@ def mutate(settings: None, draft: Draft, ctx: Ctx) -> list[Finding]:
             ))
     if not shape.is_pod and draft.get(*shape.pod_meta, "labels", QUEUE_LABEL) != queue.name:
         draft.set(*shape.pod_meta, "labels", QUEUE_LABEL, queue.name)
-    chosen = _chosen(draft.get(*shape.pod_spec, "priorityClassName"), ctx)
+    spec = draft.get(*shape.pod_spec)
+    if not isinstance(spec, dict):
+        spec = {}  # nothing to read; the edit below makes the spec (or fails as set would)
+    chosen = _chosen(spec.get("priorityClassName"), ctx)
     if chosen not in (None, "", pc.name):
         return findings  # the user's own class: validate() decides whether they may
+    changes: dict[str, Any] = {}
     if chosen != pc.name:
-        draft.set(*shape.pod_spec, "priorityClassName", pc.name)
+        changes["priorityClassName"] = pc.name
     if shape.is_pod:
-        if draft.get("spec", "priority") != pc.value:
-            draft.set("spec", "priority", pc.value)
-        if draft.get("spec", "preemptionPolicy") != pc.preemption_policy:
-            draft.set("spec", "preemptionPolicy", pc.preemption_policy)
+        if spec.get("priority") != pc.value:
+            changes["priority"] = pc.value
+        if spec.get("preemptionPolicy") != pc.preemption_policy:
+            changes["preemptionPolicy"] = pc.preemption_policy
+    if changes:
+        draft.edit(*shape.pod_spec).update(changes)
     return findings
 
 

@@ -45,6 +45,13 @@ _SUFFIX = r"[a-z0-9]{5}"
 _PROJECTED_NAME = re.compile(rf"kube-api-access-{_SUFFIX}")
 _SUFFIX_RX = re.compile(_SUFFIX)
 _VOLUME_SUFFIX_RX = re.compile(rf"(-{_SUFFIX})?")
+# The exact keys of what the plugin writes (dict key views compare with these without copying).
+_MOUNT_KEYS = frozenset({"name", "mountPath", "readOnly"})
+_SECRET_VOLUME_KEYS = frozenset({"name", "secret"})
+_SECRET_KEYS = frozenset({"secretName", "defaultMode"})
+_PROJECTED_VOLUME_KEYS = frozenset({"name", "projected"})
+_PROJECTED_KEYS = frozenset({"sources", "defaultMode"})
+_PROJECTED_SOURCES = frozenset({"serviceAccountToken", "configMap", "downwardAPI"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,15 +92,17 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     if exempt(settings, ctx.namespace, account):
         return []
     findings: list[Finding] = []
-    if spec.get(FIELD) is not False:
-        if spec.get(FIELD) is True and not ctx.from_controller:
+    current = spec.get(FIELD)
+    if current is not False:
+        if current is True and not ctx.from_controller:
             findings.append(warn(
                 f"{FIELD}: true overridden: workloads get no Kubernetes API token here; ask an admin "
                 f"to exempt service account {ctx.namespace}/{account} if this one needs the API"
             ))
-        draft.set(*shape.pod_spec, FIELD, False)
+        spec = draft.edit(*shape.pod_spec)
+        spec[FIELD] = False
     if shape.is_pod:
-        remove_injected(draft, shape.pod_spec, account)
+        remove_injected(draft, shape.pod_spec, spec, account)
     return findings
 
 
@@ -103,56 +112,62 @@ def token_volumes(spec: dict[str, Any], account: str) -> set[str]:
             if isinstance(v, dict) and isinstance(v.get("name"), str) and _token_volume(v, account)}
 
 
-def remove_injected(draft: Draft, spec_path: tuple[str | int, ...], account: str) -> None:
+def remove_injected(draft: Draft, spec_path: tuple[str | int, ...], spec: dict[str, Any], account: str) -> None:
     """Drop the plugin's read-only mounts of a token volume at the service-account path, then
     the token volume itself unless something else still mounts it (then the user declared
-    it, and the plugin only reused it)."""
-    spec = draft.get(*spec_path)
+    it, and the plugin only reused it). ``spec`` is the pod spec at ``spec_path``, read only."""
     names = token_volumes(spec, account)
     if not names:
         return
     still_used: set[str] = set()
     for key, i, container in pod_spec_parts(spec):
         mounts = container.get("volumeMounts") or []
-        kept = [m for m in mounts if not (isinstance(m, dict) and m.get("name") in names and _token_mount(m))]
-        still_used.update(str(m.get("name")) for m in kept if isinstance(m, dict))
+        kept = []
+        for m in mounts:
+            if isinstance(m, dict):
+                if m.get("name") in names and _token_mount(m):
+                    continue  # the plugin's: removed
+                still_used.add(str(m.get("name")))
+            kept.append(m)
         if len(kept) != len(mounts):
+            owned = draft.edit(*spec_path, key, i)
             if kept:
-                draft.set(*spec_path, key, i, "volumeMounts", kept)
+                owned["volumeMounts"] = kept
             else:
-                draft.delete(*spec_path, key, i, "volumeMounts")
+                del owned["volumeMounts"]
     gone = names - still_used
     if not gone:
         return
     volumes = [v for v in spec.get("volumes") or [] if not (isinstance(v, dict) and v.get("name") in gone)]
+    owned_spec = draft.edit(*spec_path)
     if volumes:
-        draft.set(*spec_path, "volumes", volumes)
+        owned_spec["volumes"] = volumes
     else:
-        draft.delete(*spec_path, "volumes")
+        del owned_spec["volumes"]
 
 
 def _token_mount(m: dict[str, Any]) -> bool:
     return (
         str(m.get("mountPath", "")).rstrip("/") == MOUNT_PATH
         and m.get("readOnly") is True
-        and set(m) <= {"name", "mountPath", "readOnly"}
+        and m.keys() <= _MOUNT_KEYS
     )
 
 
 def _token_volume(v: dict[str, Any], account: str) -> bool:
     name = v["name"]
-    if set(v) == {"name", "secret"}:  # legacy: the service account's token secret
+    if v.keys() == _SECRET_VOLUME_KEYS:  # legacy: the service account's token secret
         secret = v["secret"]
-        if not isinstance(secret, dict) or not set(secret) <= {"secretName", "defaultMode"}:
+        if not isinstance(secret, dict) or not secret.keys() <= _SECRET_KEYS:
             return False
         secret_name = str(secret.get("secretName") or "")
         prefix = f"{account}-token-"
         legacy = secret_name.startswith(prefix) and _SUFFIX_RX.fullmatch(secret_name, len(prefix))
-        return bool(legacy) and name.startswith(secret_name) and (
-            _VOLUME_SUFFIX_RX.fullmatch(name, len(secret_name)) is not None)
-    if set(v) == {"name", "projected"} and _PROJECTED_NAME.fullmatch(name):
+        return bool(legacy) and (name == secret_name or (  # or the secret's name plus a suffix
+            name.startswith(secret_name) and _VOLUME_SUFFIX_RX.fullmatch(name, len(secret_name)) is not None))
+    if v.keys() == _PROJECTED_VOLUME_KEYS and _PROJECTED_NAME.fullmatch(name):
         projected = v["projected"]
-        if not isinstance(projected, dict) or not set(projected) <= {"sources", "defaultMode"}:
+        if not isinstance(projected, dict) or not projected.keys() <= _PROJECTED_KEYS:
             return False
         kinds: set[str] = set()
         for source in projected.get("sources") or []:
@@ -164,7 +179,7 @@ def _token_volume(v: dict[str, Any], account: str) -> bool:
                 return False
             if kind == "configMap" and (not isinstance(body, dict) or body.get("name") != "kube-root-ca.crt"):
                 return False
-        return kinds == {"serviceAccountToken", "configMap", "downwardAPI"}
+        return kinds == _PROJECTED_SOURCES
     return False
 
 

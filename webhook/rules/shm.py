@@ -8,7 +8,7 @@ no user volume has.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
@@ -33,6 +33,10 @@ class Settings:
     fraction: Fraction | None = None
     min_size: Fraction | None = None
     max_size: Fraction | None = None
+    size_text: str | None = field(init=False, repr=False, compare=False)  # ``size``, formatted once
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size_text", None if self.size is None else format_memory(self.size))
 
 
 def parse(node: Node, bundle: Bundle) -> Settings:
@@ -57,23 +61,22 @@ def parse(node: Node, bundle: Bundle) -> Settings:
     )
 
 
-def size_limit(settings: Settings, spec: dict) -> Fraction | None:  # type: ignore[type-arg]
+def size_limit(settings: Settings, spec: dict) -> str | None:  # type: ignore[type-arg]
+    """The emptyDir's sizeLimit, if it gets one."""
     if settings.fraction is not None:
         total = Fraction(0)
-        for part, _, c in pod_spec_parts(spec):
-            if part == "initContainers":
-                continue
+        for c in spec.get("containers") or []:  # app containers: init containers run before them
             limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
             if limit is None:
-                return settings.size  # no total memory limit: fall back to the fixed size
+                return settings.size_text  # no total memory limit: fall back to the fixed size
             total += parse_quantity(limit)
         size = total * settings.fraction
         if settings.min_size is not None:
             size = max(size, settings.min_size)
         if settings.max_size is not None:
             size = min(size, settings.max_size)
-        return size
-    return settings.size
+        return format_memory(size)
+    return settings.size_text
 
 
 def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
@@ -83,10 +86,7 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     spec = draft.get(*path)
     if not isinstance(spec, dict):
         return []
-    needy = [
-        (key, i) for key, i, c in pod_spec_parts(spec)
-        if not any(m.get("mountPath", "").rstrip("/") == MOUNT_PATH for m in c.get("volumeMounts") or [])
-    ]
+    needy = [(key, i) for key, i, c in pod_spec_parts(spec) if not _mounts_shm(c)]
     if not needy:
         return []
     taken = {v.get("name") for v in spec.get("volumes") or []}
@@ -97,11 +97,18 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     empty_dir: dict[str, str] = {"medium": "Memory"}
     size = size_limit(settings, spec)
     if size is not None:
-        empty_dir["sizeLimit"] = format_memory(size)
+        empty_dir["sizeLimit"] = size
     draft.edit(*path, "volumes", create=list).append({"name": name, "emptyDir": empty_dir})
     for key, i in needy:
         draft.edit(*path, key, i, "volumeMounts", create=list).append({"name": name, "mountPath": MOUNT_PATH})
     return []
+
+
+def _mounts_shm(container: dict) -> bool:  # type: ignore[type-arg]
+    for m in container.get("volumeMounts") or []:
+        if m.get("mountPath", "").rstrip("/") == MOUNT_PATH:
+            return True
+    return False
 
 
 register(RuleType(

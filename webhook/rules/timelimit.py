@@ -119,7 +119,7 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
             if writable and value != chosen:
                 if value is not None:
                     findings.append(warn(f"{_where(path)} {value!r} replaced by {chosen!r} set on the {ctx.kind}"))
-                draft.set(*path, "annotations", ANNOTATION, chosen)
+                draft.edit(*path, "annotations")[ANNOTATION] = chosen
     if settings.backstop and queue.max_time_limit is not None:
         findings += _backstop(settings, draft, ctx, queue)
     return findings
@@ -129,14 +129,15 @@ def _backstop(settings: Settings, draft: Draft, ctx: Ctx, queue: Queue) -> list[
     assert ctx.shape is not None and queue.max_time_limit is not None
     cap = queue.max_time_limit + settings.backstop_margin
     path = ctx.shape.pod_spec
-    if not isinstance(draft.get(*path), dict):
+    spec = draft.get(*path)
+    if not isinstance(spec, dict):
         return []
-    current = draft.get(*path, "activeDeadlineSeconds")
+    current = spec.get("activeDeadlineSeconds")
     if current is None:
-        draft.set(*path, "activeDeadlineSeconds", cap)
+        draft.edit(*path)["activeDeadlineSeconds"] = cap
         return []
     if isinstance(current, int) and not isinstance(current, bool) and current > cap:
-        draft.set(*path, "activeDeadlineSeconds", cap)
+        draft.edit(*path)["activeDeadlineSeconds"] = cap
         return [warn(
             f"{'.'.join(map(str, path))}.activeDeadlineSeconds {current} lowered to {cap}: queue "
             f"{queue.name!r} allows at most {format_duration(queue.max_time_limit)} "
