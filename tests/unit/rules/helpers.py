@@ -1,10 +1,12 @@
 """What every policy type's unit tests do the same way: decide an object as `batchgate check`
 would, with jsonpatch as an independent oracle and a reinvocation that must not patch again;
-load a sample; and load a policy whose settings are bad."""
+load a sample; narrow the shipped bundle to some policies or give one other settings; and load
+a policy whose settings are bad."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,30 @@ def checked_decide(bundle: Bundle, obj: dict[str, Any], caller: Caller) -> Decis
 
 def load_sample(policy: str, name: str) -> dict[str, Any]:
     return yaml.safe_load((POLICIES / policy / "samples" / name).read_text())  # type: ignore[no-any-return]
+
+
+def only(bundle: Bundle, *names: str) -> Bundle:
+    """``bundle`` with only the named policies in force (each in the phases its type has)."""
+    keep = tuple(p for p in bundle.policies if p.name in names)
+    assert keep, f"test setup: no policy {', '.join(names)}"
+    return dataclasses.replace(
+        bundle, policies=keep,
+        mutating=tuple(p for p in keep if p.rule.mutate is not None),
+        validating=tuple(p for p in keep if p.rule.validate is not None),
+    )
+
+
+def with_settings(tmp_path: Path, policy: str, settings: dict[str, Any] | None) -> Bundle:
+    """The shipped bundle.yaml plus the shipped policy ``policy`` alone, with ``settings`` in
+    place of its own (None: its own)."""
+    root = tmp_path / "bundle"
+    (root / policy).mkdir(parents=True)
+    (root / "bundle.yaml").write_text((POLICIES / "bundle.yaml").read_text())
+    doc = yaml.safe_load((POLICIES / policy / "policy.yaml").read_text())
+    if settings is not None:
+        doc["spec"]["settings"] = settings
+    (root / policy / "policy.yaml").write_text(yaml.safe_dump(doc))
+    return load_bundle(root)
 
 
 def settings_error(tmp_path: Path, policy_type: str, settings_yaml: str) -> BundleError:

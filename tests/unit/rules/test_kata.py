@@ -8,11 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.conftest import POLICIES, fixture
-from tests.unit.rules.helpers import checked_decide, load_sample, settings_error
-from webhook.bundle import Bundle, load_bundle
+from tests.conftest import fixture
+from tests.unit.rules.helpers import (
+    checked_decide,
+    load_sample,
+    only,
+    settings_error,
+    with_settings,
+)
+from webhook.bundle import Bundle
 from webhook.engine import Decision, decide
 from webhook.offline import Caller, synthetic_review
 from webhook.rules.kata import ANNOTATION, Infeasible, Settings, millis, plan, shrink
@@ -20,23 +25,13 @@ from webhook.yamlsrc import BundleError
 
 
 def make_bundle(tmp_path: Path, settings: dict[str, Any] | None = None) -> Bundle:
-    root = tmp_path / "bundle"
-    (root / "kata-cpu").mkdir(parents=True)
-    (root / "bundle.yaml").write_text((POLICIES / "bundle.yaml").read_text())
-    policy = yaml.safe_load((POLICIES / "kata-cpu" / "policy.yaml").read_text())
-    if settings is not None:
-        policy["spec"]["settings"] = settings
-    (root / "kata-cpu" / "policy.yaml").write_text(yaml.safe_dump(policy))
-    return load_bundle(root)
+    return with_settings(tmp_path, "kata-cpu", settings)
 
 
 @pytest.fixture
 def kata(bundle: Bundle) -> Bundle:
     """The shipped bundle with only this policy in it."""
-    import dataclasses
-
-    keep = tuple(p for p in bundle.policies if p.name == "kata-cpu")
-    return dataclasses.replace(bundle, policies=keep, mutating=keep, validating=())
+    return only(bundle, "kata-cpu")
 
 
 def run(bundle: Bundle, obj: dict[str, Any], *, operation: str = "CREATE") -> Decision:

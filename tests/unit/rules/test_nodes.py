@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.conftest import POLICIES, fixture
-from tests.unit.rules.helpers import checked_decide, load_sample, settings_error
+from tests.unit.rules.helpers import checked_decide, load_sample, only, settings_error
 from webhook.bundle import Bundle, LabelSelector, load_bundle
 from webhook.engine import Decision, decide
 from webhook.offline import Caller, synthetic_review
@@ -201,11 +201,7 @@ def selector_of(term: dict[str, Any]) -> LabelSelector:
 ])
 def test_the_term_repels_exactly_other_queued_pods(bundle, labels, repelled):
     """Evaluated with label-selector semantics (NotIn matches pods without the key)."""
-    import dataclasses
-
-    keep = tuple(p for p in bundle.policies if p.name == "node-selection")
-    only = dataclasses.replace(bundle, policies=keep, mutating=keep, validating=())
-    d = run(only, sample("pod-exclusive.yaml"))
+    d = run(only(bundle, "node-selection"), sample("pod-exclusive.yaml"))
     group = d.obj["metadata"]["labels"][EXCLUSIVE_GROUP_LABEL]
     (term,) = terms(d.obj)
     assert term["topologyKey"] == "kubernetes.io/hostname"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ import pytest
 import yaml
 
 from tests.conftest import POLICIES, fixture
-from tests.unit.rules.helpers import checked_decide, load_sample, settings_error
+from tests.unit.rules.helpers import checked_decide, load_sample, only, settings_error
 from webhook.bundle import Bundle, load_bundle
 from webhook.engine import Decision, decide
 from webhook.offline import Caller
@@ -22,8 +21,7 @@ ALICE = {"user": "alice", "groups": ("devs", "system:authenticated")}
 
 @pytest.fixture
 def qp(bundle: Bundle) -> Bundle:
-    keep = tuple(p for p in bundle.policies if p.name == "queue-priority")
-    return dataclasses.replace(bundle, policies=keep, mutating=keep, validating=keep)
+    return only(bundle, "queue-priority")
 
 
 def make_bundle(tmp_path: Path, spec: Callable[[dict[str, Any]], None]) -> Bundle:

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.conftest import FIXTURES, POLICIES, fixture
-from tests.unit.rules.helpers import checked_decide, load_sample, settings_error
-from webhook.bundle import Bundle, load_bundle
+from tests.conftest import FIXTURES, fixture
+from tests.unit.rules.helpers import (
+    checked_decide,
+    load_sample,
+    only,
+    settings_error,
+    with_settings,
+)
+from webhook.bundle import Bundle
 from webhook.engine import Decision, decide
 from webhook.offline import Caller, synthetic_review
 from webhook.rules.satoken import MOUNT_PATH
@@ -22,18 +26,11 @@ POD_FIXTURES = sorted(p.name for p in FIXTURES.glob("pod-create-*.mutate.json"))
 
 @pytest.fixture
 def sat(bundle: Bundle) -> Bundle:
-    keep = tuple(p for p in bundle.policies if p.name == "service-account-token")
-    return dataclasses.replace(bundle, policies=keep, mutating=keep, validating=())
+    return only(bundle, "service-account-token")
 
 
 def make_bundle(tmp_path: Path, settings: dict[str, Any]) -> Bundle:
-    root = tmp_path / "bundle"
-    (root / "service-account-token").mkdir(parents=True)
-    (root / "bundle.yaml").write_text((POLICIES / "bundle.yaml").read_text())
-    policy = yaml.safe_load((POLICIES / "service-account-token" / "policy.yaml").read_text())
-    policy["spec"]["settings"] = settings
-    (root / "service-account-token" / "policy.yaml").write_text(yaml.safe_dump(policy))
-    return load_bundle(root)
+    return with_settings(tmp_path, "service-account-token", settings)
 
 
 def run(bundle: Bundle, obj: dict[str, Any], *, namespace: str = "demo") -> Decision:

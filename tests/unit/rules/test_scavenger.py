@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
@@ -11,17 +10,12 @@ from typing import Any
 import pytest
 
 from tests.conftest import POLICIES, fixture
+from tests.unit.rules.helpers import only
 from webhook.bundle import Bundle, load_bundle
 from webhook.engine import Decision, decide
 from webhook.offline import Caller, synthetic_review
 from webhook.rules.scavenger import container_problems, scavengerjob_problems
 from webhook.yamlsrc import BundleError
-
-
-def only(bundle: Bundle, name: str) -> Bundle:
-    keep = tuple(p for p in bundle.policies if p.name == name)
-    assert keep, f"test setup: no policy {name}"
-    return dataclasses.replace(bundle, policies=keep, mutating=(), validating=keep)
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +10,8 @@ import pytest
 import yaml
 
 from tests.conftest import FIXTURES, POLICIES, fixture
-from tests.unit.rules.helpers import checked_decide, settings_error
-from webhook.bundle import Bundle, load_bundle
+from tests.unit.rules.helpers import checked_decide, only, settings_error, with_settings
+from webhook.bundle import Bundle
 from webhook.engine import Decision, decide
 from webhook.offline import Caller
 
@@ -21,18 +20,11 @@ SAMPLES = POLICIES / "shm" / "samples"
 
 @pytest.fixture
 def shm(bundle: Bundle) -> Bundle:
-    keep = tuple(p for p in bundle.policies if p.name == "shm")
-    return dataclasses.replace(bundle, policies=keep, mutating=keep, validating=())
+    return only(bundle, "shm")
 
 
 def make_bundle(tmp_path: Path, settings: dict[str, Any]) -> Bundle:
-    root = tmp_path / "bundle"
-    (root / "shm").mkdir(parents=True)
-    (root / "bundle.yaml").write_text((POLICIES / "bundle.yaml").read_text())
-    policy = yaml.safe_load((POLICIES / "shm" / "policy.yaml").read_text())
-    policy["spec"]["settings"] = settings
-    (root / "shm" / "policy.yaml").write_text(yaml.safe_dump(policy))
-    return load_bundle(root)
+    return with_settings(tmp_path, "shm", settings)
 
 
 def run(bundle: Bundle, obj: dict[str, Any]) -> Decision:
