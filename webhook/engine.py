@@ -195,7 +195,7 @@ def make_ctx(req: dict[str, Any], obj: dict[str, Any], bundle: Bundle, namespace
         queue_name, explicit = next((q.name for q in bundle.queues.values() if q.scavenger), "scavenger"), True
     rule = bundle.namespace_rule(namespace)
     if not isinstance(queue_name, str):
-        queue_name = rule.default_queue if rule and rule.default_queue else bundle.default_queue
+        queue_name = bundle.default_queue_for(namespace)
 
     from_controller = False
     if shape is not None and shape.is_pod:
