@@ -204,6 +204,21 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def terminate_group(p: subprocess.Popen, grace: float) -> None:  # type: ignore[type-arg]
+    """SIGTERM the process group a child leads, wait up to ``grace`` seconds, then SIGKILL
+    it and wait 5 more (raises TimeoutExpired if even that does not end it)."""
+    if p.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(p.pid, signal.SIGTERM)
+    try:
+        p.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait(timeout=5)
+
+
 def _mark_owner(d: Path) -> None:
     (d / "owner.pid").write_text(str(os.getpid()))
 
@@ -1111,17 +1126,8 @@ class LocalCluster(_ClusterBase):
         # One at a time, clients before servers: a kube-apiserver whose etcd is
         # already gone takes its time to shut down.
         for name in reversed(list(self.procs)):
-            p = self.procs[name]
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(p.pid, signal.SIGTERM)
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(p.pid, signal.SIGKILL)
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        p.wait(timeout=5)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                terminate_group(self.procs[name], grace=10)
         # anything else left in those groups
         for p in self.procs.values():
             with contextlib.suppress(ProcessLookupError, PermissionError):

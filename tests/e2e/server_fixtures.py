@@ -35,7 +35,6 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import ssl
 import subprocess
 import sys
@@ -53,6 +52,7 @@ from cluster import (
     _set_pdeathsig,
     free_port,
     tail,
+    terminate_group,
     wait_for,
 )
 
@@ -174,17 +174,8 @@ class WebhookServer:
     def stop(self) -> None:
         """SIGTERM the server's process group, wait for it, SIGKILL if it lingers."""
         p, self.proc = self.proc, None
-        if p is None:
-            return
-        if p.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.pid, signal.SIGTERM)
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait(timeout=5)
+        if p is not None:
+            terminate_group(p, grace=15)
 
     def metrics(self) -> dict[str, float]:
         """Prometheus samples, ``'name{labels}' -> value`` (labels as exposed)."""
