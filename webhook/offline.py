@@ -22,7 +22,9 @@ from .bundle import Bundle, Policy
 from .engine import BadReview, Decision, decide
 from .yamlsrc import BundleError, Node, load_documents, read_file
 
-PLURALS = {"Pod": "pods", "Job": "jobs", "CronJob": "cronjobs", "ScavengerJob": "scavengerjobs"}
+PLURALS = {"Pod": "pods", "Job": "jobs", "CronJob": "cronjobs", "ScavengerJob": "scavengerjobs",
+           "MaintenanceWindow": "maintenancewindows"}
+CLUSTER_SCOPED = ("Namespace", "PriorityClass", "Node", "MaintenanceWindow")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +44,8 @@ def synthetic_review(obj: dict[str, Any], caller: Caller, *, old_object: dict[st
     group, _, version = api_version.rpartition("/")
     kind = str(obj.get("kind") or "")
     meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
-    namespace = meta.get("namespace") or caller.namespace
-    if meta.get("namespace") != namespace and kind not in ("Namespace", "PriorityClass", "Node"):
+    namespace = "" if kind == "MaintenanceWindow" else meta.get("namespace") or caller.namespace
+    if meta.get("namespace") != namespace and kind not in CLUSTER_SCOPED:
         obj = {**obj, "metadata": {**meta, "namespace": namespace}}
     gvk = {"group": group, "version": version, "kind": kind}
     resource = {"group": group, "version": version, "resource": PLURALS.get(kind, kind.lower() + "s")}

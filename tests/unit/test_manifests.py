@@ -329,7 +329,16 @@ def test_every_binding_refers_to_a_role_and_account_that_exist(objects):
         ns = obj["metadata"].get("namespace") if ref["kind"] == "Role" else None
         assert (ref["kind"], ns, ref["name"]) in names
         for s in obj["subjects"]:
+            if s["kind"] == "Group":  # only the read-only view of maintenance windows goes to a group
+                assert (s["name"], ref["name"]) == ("system:authenticated", "batchgate-maintenancewindows-view")
+                continue
             assert ("ServiceAccount", s["namespace"], s["name"]) in names
+
+
+def test_everyone_may_read_maintenance_windows_and_nobody_but_admins_write_them(objects):
+    view = one(objects, "ClusterRole", "batchgate-maintenancewindows-view")
+    assert _rights(view) == {("batchgate.io", "maintenancewindows"): {"get", "list", "watch"},
+                             ("batchgate.io", "maintenancewindows/status"): {"get", "list", "watch"}}
 
 
 def test_users_who_may_edit_a_namespace_may_create_scavengerjobs_there(objects):
@@ -574,6 +583,30 @@ def test_crd_spec_fields_are_the_webhooks(crd):
     assert set(spec["properties"]) == set(SPEC_FIELDS)
     assert set(spec["properties"]["volumes"]["items"]["properties"]) == set(VOLUME_FIELDS)
     assert spec["x-kubernetes-preserve-unknown-fields"] is True, "typos reach the webhook's message"
+
+
+def test_maintenance_window_crd_is_cluster_scoped_with_the_contracts_fields(objects):
+    from webhook.windows import SPEC_FIELDS
+
+    spec = one(objects, "CustomResourceDefinition", "maintenancewindows.batchgate.io")["spec"]
+    assert (spec["group"], spec["scope"], spec["names"]["kind"], spec["names"]["plural"], spec["names"]["shortNames"]) == (
+        "batchgate.io", "Cluster", "MaintenanceWindow", "maintenancewindows", ["mw"])
+    (version,) = spec["versions"]
+    assert (version["name"], version["subresources"]) == ("v1alpha1", {"status": {}})
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns == {"Start": ".spec.start", "End": ".spec.end", "Nodes": ".status.nodeCount",
+                       "State": ".status.state", "Reason": ".spec.reason", "Message": ".status.message"}
+    schema = version["schema"]["openAPIV3Schema"]["properties"]
+    assert set(schema["spec"]["properties"]) == set(SPEC_FIELDS)
+    assert schema["spec"]["x-kubernetes-preserve-unknown-fields"] is True, "typos reach the webhook's message"
+    assert schema["status"]["properties"]["state"]["enum"] == ["Scheduled", "Active", "Finished"]
+
+
+def test_maintenance_windows_are_validated_on_create_and_update(objects):
+    hooks = {h["name"]: h for h in one(objects, "ValidatingWebhookConfiguration", "batchgate")["webhooks"]}
+    for name, op in (("create.validate.batchgate.io", "CREATE"), ("update.validate.batchgate.io", "UPDATE")):
+        assert {"apiGroups": ["batchgate.io"], "apiVersions": ["v1alpha1"], "resources": ["maintenancewindows"],
+                "operations": [op], "scope": "Cluster"} in hooks[name]["rules"]
 
 
 def _json_schema(node: Any) -> Any:
