@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup serve test unit suites e2e e2e-deps lint typecheck bench manifests clean
+.PHONY: setup serve test unit suites e2e e2e-deps lint typecheck bench manifests readme clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +23,10 @@ test: lint unit suites e2e  ## everything CI runs
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q
 
-suites: $(STAMP)  ## the policy bundle's own suites, and drift of generated manifests
+suites: $(STAMP)  ## the policy bundle's own suites, and drift of generated manifests and README parts
 	$(BIN)/batchgate test policies
 	$(BIN)/batchgate manifests --check
+	$(BIN)/python hack/readme.py --check
 
 e2e: $(STAMP)  ## end-to-end against a real kube-apiserver (skips without binaries unless CI=true)
 	@if [ "$${CI:-}" = "true" ]; then bash hack/e2e-deps.sh; fi
@@ -35,7 +36,7 @@ e2e-deps:  ## install etcd and build kube-apiserver & co. into the cache (minute
 	bash hack/e2e-deps.sh
 
 lint: $(STAMP)
-	$(BIN)/ruff check webhook tests bench
+	$(BIN)/ruff check webhook tests bench hack
 	$(BIN)/mypy
 
 bench: $(STAMP)  ## webhook throughput vs a no-op handler, the engine stage by stage, and the reconciler planner
@@ -45,6 +46,9 @@ bench: $(STAMP)  ## webhook throughput vs a no-op handler, the engine stage by s
 
 manifests: $(STAMP)  ## regenerate manifests/ parts derived from the bundle
 	$(BIN)/batchgate manifests
+
+readme: $(STAMP)  ## regenerate the README's policy catalogue from the policy types' docs
+	$(BIN)/python hack/readme.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -577,7 +577,7 @@ def test_crd_shape(crd):
 
 
 def test_crd_spec_fields_are_the_webhooks(crd):
-    from webhook.rules.scavenger import SPEC_FIELDS, VOLUME_FIELDS
+    from webhook.rules.scavengerjob import SPEC_FIELDS, VOLUME_FIELDS
 
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert set(spec["properties"]) == set(SPEC_FIELDS)
@@ -626,7 +626,7 @@ def _json_schema(node: Any) -> Any:
 def test_every_scavengerjob_the_webhook_allows_fits_the_crd(crd):
     import jsonschema
 
-    from webhook.rules.scavenger import scavengerjob_problems
+    from webhook.rules.scavengerjob import scavengerjob_problems
 
     schema = _json_schema(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
     allowed = 0

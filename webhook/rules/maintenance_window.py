@@ -54,8 +54,11 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
 
 register(RuleType(
     name="maintenance-window",
-    doc="Validate MaintenanceWindow (batchgate.io/v1alpha1) objects: RFC 3339 start and end, end after "
-        "start, a label selector that parses and/or node names; every bad field named.",
+    doc=(
+        "Validates `MaintenanceWindow` (batchgate.io/v1alpha1, cluster-scoped): RFC 3339 start "
+        "and end, end after start, a node selector that parses and/or node names, at most "
+        "`maxDuration` (30d) long; every bad field named."
+    ),
     parse=parse,
     validate=validate,
     default_kinds=((GROUP, "v1alpha1", KIND),),

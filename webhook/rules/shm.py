@@ -113,7 +113,10 @@ def _mounts_shm(container: dict) -> bool:  # type: ignore[type-arg]
 
 register(RuleType(
     name="shm",
-    doc="Mount a memory-backed emptyDir at /dev/shm in every container that has none.",
+    doc=(
+        "A memory-backed emptyDir at `/dev/shm` in every container, init containers too; a user's "
+        "own `/dev/shm` is left alone."
+    ),
     parse=parse,
     mutate=mutate,
     order=30,

@@ -15,7 +15,7 @@ from tests.conftest import POLICIES, fixture
 from webhook.bundle import Bundle, load_bundle
 from webhook.engine import Decision, decide
 from webhook.offline import Caller, synthetic_review
-from webhook.rules.podgroup import Settings, gang_size, group_name
+from webhook.rules.pod_group import Settings, gang_size, group_name
 from webhook.yamlsrc import BundleError
 
 GROUP, SIZE = "batchgate.io/pod-group", "batchgate.io/pod-group-size"

@@ -19,7 +19,7 @@ from tests.unit.rules.helpers import (
 from webhook.bundle import Bundle
 from webhook.engine import Decision, decide
 from webhook.offline import Caller, synthetic_review
-from webhook.rules.satoken import MOUNT_PATH
+from webhook.rules.service_account_token import MOUNT_PATH
 
 POD_FIXTURES = sorted(p.name for p in FIXTURES.glob("pod-create-*.mutate.json"))
 

@@ -56,7 +56,10 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
 
 register(RuleType(
     name="reconciler-annotations",
-    doc="Deny users setting, changing or removing the annotations the reconciler keeps its state in.",
+    doc=(
+        "Only the reconciler (and admins) may write `batchgate.io/started-at`, `deadline`, "
+        "`warned-for`, the state it keeps on objects."
+    ),
     parse=parse,
     validate=validate,
     default_operations=("CREATE", "UPDATE"),

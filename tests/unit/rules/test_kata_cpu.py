@@ -20,7 +20,7 @@ from tests.unit.rules.helpers import (
 from webhook.bundle import Bundle
 from webhook.engine import Decision, decide
 from webhook.offline import Caller, synthetic_review
-from webhook.rules.kata import ANNOTATION, Infeasible, Settings, millis, plan, shrink
+from webhook.rules.kata_cpu import ANNOTATION, Infeasible, Settings, millis, plan, shrink
 from webhook.yamlsrc import BundleError
 
 

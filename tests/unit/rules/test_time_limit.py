@@ -1,4 +1,4 @@
-"""time-limit (CREATE: default, copy, backstop, deny) and time-limit-extension (UPDATE)."""
+"""time-limit (CREATE: default, copy, backstop, deny)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import POLICIES, fixture
+from tests.unit.rules.helpers import only
 from webhook.bundle import Bundle, load_bundle
 from webhook.engine import Decision, decide
 from webhook.offline import Caller, synthetic_review
@@ -23,24 +24,9 @@ BATCH_BACKSTOP = 7 * DAY + 10 * MINUTE  # batch max 7d + the default 10m margin
 CONTROLLER = "system:kube-controller-manager"
 
 
-def only(bundle: Bundle, *names: str) -> Bundle:
-    keep = tuple(p for p in bundle.policies if p.name in names)
-    assert len(keep) == len(names), f"test setup: policies {names} not all in the bundle"
-    return dataclasses.replace(
-        bundle, policies=keep,
-        mutating=tuple(p for p in keep if p.rule.mutate is not None),
-        validating=tuple(p for p in keep if p.rule.validate is not None),
-    )
-
-
 @pytest.fixture(scope="module")
 def tl(bundle: Bundle) -> Bundle:
     return only(bundle, "time-limit")
-
-
-@pytest.fixture(scope="module")
-def ext(bundle: Bundle) -> Bundle:
-    return only(bundle, "time-limit-extension")
 
 
 def run(b: Bundle, obj: dict[str, Any], *, op: str = "CREATE", user: str = "alice",
@@ -234,70 +220,6 @@ def test_time_limit_type_may_not_be_configured_for_update(tmp_path):
     f.write_text(f.read_text().replace("  type: time-limit\n", "  type: time-limit\n  match:\n    operations: [CREATE, UPDATE]\n"))
     with pytest.raises(BundleError, match=r"spec\.match\.operations\[1\]: policy type 'time-limit' mutates"):
         load_bundle(root)
-
-
-# -- UPDATE: extensions --------------------------------------------------------------------
-RUNNING = job({ANN: "1d"}, {ANN: "1d"}, queue="batch")
-
-
-def _changed(**kw: Any) -> dict[str, Any]:
-    new = copy.deepcopy(RUNNING)
-    meta = new["metadata"]
-    if "limit" in kw:
-        if kw["limit"] is None:
-            meta["annotations"].pop(ANN)
-        else:
-            meta["annotations"][ANN] = kw["limit"]
-    if "queue" in kw:
-        meta["labels"]["batchgate.io/queue"] = kw["queue"]
-    if "label" in kw:
-        meta["labels"]["team"] = kw["label"]
-    return new
-
-
-EXTENSIONS = [
-    ("extend within the maximum", _changed(limit="6d"), None),
-    ("extend to exactly the maximum", _changed(limit="7d"), None),
-    ("shorten", _changed(limit="2h"), None),
-    ("unrelated label", _changed(label="hpc"), None),
-    ("over the maximum", _changed(limit="8d"),
-     "8d exceeds the maximum of queue 'batch', which is 7d; the current limit is 1d"),
-    ("malformed", _changed(limit="6 days"), "'6 days' is not a duration"),
-    ("removed", _changed(limit=None), "removing batchgate.io/time-limit is not allowed (the current limit is 1d)"),
-    ("relabelled to a roomier queue", _changed(limit="20d", queue="scavenger"), "queue 'batch', which is 7d"),
-]
-
-
-@pytest.mark.parametrize(("new", "message"), [c[1:] for c in EXTENSIONS], ids=[c[0] for c in EXTENSIONS])
-def test_update_extensions(ext, new, message):
-    d = run(ext, new, op="UPDATE", old=RUNNING)
-    assert d.patch == []
-    if message is None:
-        assert d.allowed, d.message
-    else:
-        assert not d.allowed
-        assert message in d.message, d.message
-
-
-def test_extension_of_a_pod_stored_before_batchgate(ext):
-    r = fixture("pod-update-label.mutate.json")["request"]
-    old, new = r["oldObject"], copy.deepcopy(r["object"])
-    assert run(ext, new, op="UPDATE", old=old).allowed  # the captured `kubectl label`
-    new["metadata"].setdefault("annotations", {})[ANN] = "8d"
-    d = run(ext, new, op="UPDATE", old=old)
-    assert not d.allowed and "there was no limit" in d.message
-
-
-def test_extension_checks_cronjob_job_template(ext):
-    old = cronjob({ANN: "3h"})
-    new = cronjob({ANN: "9d"})
-    d = run(ext, new, op="UPDATE", old=old)
-    assert not d.allowed
-    assert "in spec.jobTemplate.metadata; the current limit is 3h" in d.message
-
-
-def test_extension_policy_ignores_create(ext):
-    assert run(ext, pod({ANN: "99d"})).allowed
 
 
 # -- settings ------------------------------------------------------------------------------

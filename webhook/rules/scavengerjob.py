@@ -1,99 +1,23 @@
-"""Scavengers: Guaranteed QoS for scavenger workloads, and a valid ScavengerJob spec.
-
-Scavengers run on capacity that others have reserved and must give it back at
-once; their accounting (the reconciler's share of allocatable resources, the
-preemption order) assumes that what a scavenger requests is exactly what it may
-use. So every container of a workload in a scavenger queue must be Guaranteed:
-cpu and memory requests equal to limits.
-
-Kubernetes defaults a Pod container's missing requests to its limits *before*
-admission, but not a pod template's (a Job's template is defaulted only when the
-Job controller makes the Pod). A container with limits only is therefore
-Guaranteed either way, and is treated so here for every kind.
+"""``scavengerjob``: a ScavengerJob's spec is valid, every bad field named.
 
 ``ScavengerJob`` (batchgate.io/v1alpha1) is checked field by field against the
 contract in ``policies/scavengerjob/README.md``; each problem names its field
-path so a user can fix them all in one go.
+path so a user can fix them all in one go. Metadata-only updates of a stored
+object (finalizers, labels) pass unchecked.
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
-from fractions import Fraction
 from typing import Any
 
 from ..contract import GROUP
-from ..units import parse_duration, parse_quantity
+from ..units import parse_duration
 from . import register
-from .base import (
-    ALL_POD_TEMPLATE_KINDS,
-    Ctx,
-    Finding,
-    RuleType,
-    deny,
-    dig,
-    no_settings,
-    pod_spec_parts,
-)
+from .base import Ctx, Finding, RuleType, deny, no_settings
+from .scavenger_qos import QOS_RESOURCES, quantity_or_none
 
-QOS_RESOURCES = ("cpu", "memory")
-
-
-# -- scavenger-qos --------------------------------------------------------------
-def _quantity(value: Any) -> Fraction | None:
-    try:
-        return parse_quantity(value) if isinstance(value, str | int | float) else None
-    except ValueError:
-        return None
-
-
-def container_problems(container: dict[str, Any]) -> list[str]:
-    """Why one container is not Guaranteed QoS (empty when it is)."""
-    res = container.get("resources") or {}
-    limits, requests = res.get("limits") or {}, res.get("requests") or {}
-    problems = []
-    for r in QOS_RESOURCES:
-        limit = limits.get(r)
-        request = requests.get(r, limit)  # what the API server defaults a missing request to
-        if limit is None:
-            hint = f" (set it to the request, {request})" if request is not None else ""
-            problems.append(f"no {r} limit{hint}")
-        elif _quantity(request) is None or _quantity(request) != _quantity(limit):
-            problems.append(f"{r} request {request} != limit {limit}")
-    return problems
-
-
-def validate_qos(settings: None, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
-    if ctx.queue is None or not ctx.queue.scavenger or ctx.shape is None:
-        return []
-    path = ".".join(map(str, ctx.shape.pod_spec))
-    spec = dig(obj, ctx.shape.pod_spec) or {}
-    offenders = []
-    for key, i, container in pod_spec_parts(spec):
-        problems = container_problems(container)
-        if problems:
-            offenders.append(f"{key[:-1]} {container.get('name')!r} ({path}.{key}[{i}]): {', '.join(problems)}")
-    if not offenders:
-        return []
-    return [deny(
-        f"queue {ctx.queue.name!r} runs scavengers, which must be Guaranteed QoS: every container "
-        f"(init containers too) needs cpu and memory limits, with requests equal to them or left out. "
-        f"Fix: {'; '.join(offenders)}"
-    )]
-
-
-register(RuleType(
-    name="scavenger-qos",
-    doc="Deny workloads in scavenger queues that are not Guaranteed QoS (cpu/memory requests == limits).",
-    parse=no_settings,
-    validate=validate_qos,
-    default_kinds=ALL_POD_TEMPLATE_KINDS,
-    default_failure_policy="Fail",
-))
-
-
-# -- scavengerjob ---------------------------------------------------------------
 SPEC_FIELDS = ("image", "command", "args", "env", "resources", "volumes", "pods", "runAsUser", "duration")
 VOLUME_SOURCES = {"persistentVolumeClaim": "claimName", "configMap": "name", "secret": "secretName"}
 VOLUME_FIELDS = ("name", "mountPath", "readOnly", *VOLUME_SOURCES)
@@ -135,7 +59,7 @@ def _check_resources(errors: list[str], res: Any) -> None:
     requests = requests if isinstance(requests, dict) else {}
     for name, part in (("limits", limits), ("requests", requests)):
         for r, q in part.items():
-            value = _quantity(q)
+            value = quantity_or_none(q)
             if value is None:
                 errors.append(f"spec.resources.{name}.{r}: {q!r} is not a quantity (e.g. 500m, 4, 8Gi)")
             elif value <= 0:
@@ -145,8 +69,8 @@ def _check_resources(errors: list[str], res: Any) -> None:
             hint = f" (equal to spec.resources.requests.{r}, {requests[r]})" if r in requests else ""
             errors.append(f"spec.resources.limits.{r}: required{hint}")
     for r, q in requests.items():
-        if r in limits and _quantity(q) is not None and _quantity(limits[r]) is not None \
-                and _quantity(q) != _quantity(limits[r]):
+        if r in limits and quantity_or_none(q) is not None and quantity_or_none(limits[r]) is not None \
+                and quantity_or_none(q) != quantity_or_none(limits[r]):
             errors.append(
                 f"spec.resources.requests.{r}: {q} must equal spec.resources.limits.{r} ({limits[r]}), "
                 f"scavengers are Guaranteed QoS"
@@ -265,7 +189,9 @@ def validate_scavengerjob(settings: None, obj: dict[str, Any], ctx: Ctx) -> list
 
 register(RuleType(
     name="scavengerjob",
-    doc="Validate the spec of ScavengerJob (batchgate.io/v1alpha1) custom resources, naming each bad field.",
+    doc=(
+        "Validates `ScavengerJob` (batchgate.io/v1alpha1) field by field."
+    ),
     parse=no_settings,
     validate=validate_scavengerjob,
     default_kinds=((GROUP, "v1alpha1", "ScavengerJob"),),

@@ -185,7 +185,10 @@ def _token_volume(v: dict[str, Any], account: str) -> bool:
 
 register(RuleType(
     name="service-account-token",
-    doc="automountServiceAccountToken: false on user workloads, and the token the API server already injected removed.",
+    doc=(
+        "`automountServiceAccountToken: false`, and the token volume and mounts the API server "
+        "injected before the webhook are removed."
+    ),
     parse=parse,
     mutate=mutate,
     default_failure_policy="Fail",

@@ -1,16 +1,11 @@
-"""Time limits: every job carries ``batchgate.io/time-limit``, within its queue's maximum.
+"""``time-limit``: every job carries ``batchgate.io/time-limit``, within its queue's maximum.
 
-The reconciler stops a job when its limit runs out; this module makes sure the
-limit is there and sane when the job is admitted, and that later extensions stay
-within policy. Two policy types, because a policy has one set of operations and
-the mutating half must never run on UPDATE:
-
-- ``time-limit`` (CREATE): defaults the annotation from the queue, copies it into
-  pod templates (a Job's pods inherit nothing from the Job's own annotations),
-  sets a kubelet-enforced backstop, and denies malformed or over-long limits.
-- ``time-limit-extension`` (UPDATE, validate only): a user extends a running job
-  with ``kubectl annotate --overwrite``; the new value must stay within the
-  maximum, and the annotation may not be removed.
+The reconciler stops a job when its limit runs out; this policy type makes sure
+the limit is there and sane when the job is admitted (CREATE only: it mutates).
+It defaults the annotation from the queue, copies it into pod templates (a Job's
+pods inherit nothing from the Job's own annotations), sets a kubelet-enforced
+backstop, and denies malformed or over-long limits. Later changes of the limit
+are :mod:`webhook.rules.time_limit_extension`'s business.
 
 The backstop is the pod's ``activeDeadlineSeconds`` at the queue's *maximum*
 plus a margin, not at the job's own limit: the kubelet enforces it even while
@@ -23,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..contract import QUEUE_LABEL, TIME_LIMIT_ANNOTATION
+from ..contract import TIME_LIMIT_ANNOTATION
 from ..units import format_duration, parse_duration
 from . import register
-from .base import Ctx, Finding, Path, RuleType, deny, dig, no_settings, warn
+from .base import Ctx, Finding, Path, RuleType, deny, dig, warn
 
 if TYPE_CHECKING:
     from ..bundle import Bundle, Queue
@@ -39,7 +34,7 @@ EXAMPLE = "e.g. 90m, 4h, 2d or 1h30m"
 # Where each kind keeps the limit, outermost first. The outermost value the user
 # set wins at CREATE and is copied to the writable places, so that the object a
 # controller makes next (a CronJob's Job, a Job's Pod) carries it.
-_LOCATIONS: dict[str, tuple[tuple[Path, bool], ...]] = {
+LOCATIONS: dict[str, tuple[tuple[Path, bool], ...]] = {
     "Pod": ((("metadata",), True),),
     "Job": ((("metadata",), True), (("spec", "template", "metadata"), True)),
     # A CronJob's own metadata is read but not written: the CronJob controller
@@ -95,17 +90,16 @@ def _exempt(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> bool:
     return bool(ctx.shape and ctx.shape.is_pod and controller_kind(obj) in settings.exempt_owner_kinds)
 
 
-def _read(obj: dict[str, Any], kind: str) -> list[tuple[Path, bool, Any]]:
-    return [(path, writable, dig(obj, (*path, "annotations", ANNOTATION))) for path, writable in _LOCATIONS.get(kind, ())]
+def read_limits(obj: dict[str, Any], kind: str) -> list[tuple[Path, bool, Any]]:
+    return [(path, writable, dig(obj, (*path, "annotations", ANNOTATION))) for path, writable in LOCATIONS.get(kind, ())]
 
 
-# -- time-limit: CREATE -------------------------------------------------------
 def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     queue, shape = ctx.queue, ctx.shape
-    if queue is None or shape is None or shape.kind not in _LOCATIONS or _exempt(settings, draft.root, ctx):
+    if queue is None or shape is None or shape.kind not in LOCATIONS or _exempt(settings, draft.root, ctx):
         return []
     findings: list[Finding] = []
-    places = _read(draft.root, shape.kind)
+    places = read_limits(draft.root, shape.kind)
     chosen = next((v for _, _, v in places if v is not None), None)
     if chosen is None and queue.default_time_limit is not None:
         chosen = format_duration(queue.default_time_limit)
@@ -114,7 +108,7 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
                 f"no {ANNOTATION} annotation: queue {queue.name!r} default {chosen} applies"
                 + (f" (the maximum is {format_duration(queue.max_time_limit)})" if queue.max_time_limit else "")
             ))
-    if isinstance(chosen, str) and _duration(chosen) is not None:
+    if isinstance(chosen, str) and seconds_or_none(chosen) is not None:
         for path, writable, value in places:
             if writable and value != chosen:
                 if value is not None:
@@ -152,24 +146,24 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
         return []  # a controller's Pod comes from a template that was checked as the workload
     findings: list[Finding] = []
     seen: set[str] = set()
-    for _, _, value in _read(obj, shape.kind):
+    for _, _, value in read_limits(obj, shape.kind):
         if value is None or value in seen:
             continue
         seen.add(value)
-        if (problem := _problem(value, queue)) is not None:
+        if (problem := limit_problem(value, queue)) is not None:
             findings.append(deny(problem))
     return findings
 
 
-def _duration(value: Any) -> int | None:
+def seconds_or_none(value: Any) -> int | None:
     try:
         return parse_duration(value) if isinstance(value, str) else None
     except ValueError:
         return None
 
 
-def _problem(value: Any, queue: Queue) -> str | None:
-    seconds = _duration(value)
+def limit_problem(value: Any, queue: Queue) -> str | None:
+    seconds = seconds_or_none(value)
     if seconds is None:
         return f"{ANNOTATION} {value!r} is not a duration; write a number and a unit, {EXAMPLE}"
     if queue.max_time_limit is not None and seconds > queue.max_time_limit:
@@ -180,54 +174,15 @@ def _problem(value: Any, queue: Queue) -> str | None:
     return None
 
 
-# -- time-limit-extension: UPDATE -----------------------------------------------
-def validate_extension(settings: None, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
-    old = ctx.old_object
-    if old is None or ctx.kind not in _LOCATIONS:
-        return []
-    queue = _admitted_queue(old, ctx)
-    findings: list[Finding] = []
-    for (path, _, new), (_, _, before) in zip(_read(obj, ctx.kind), _read(old, ctx.kind), strict=True):
-        if new == before:
-            continue  # unrelated updates (labels, finalizers, ...) are none of our business
-        where = "" if path == ("metadata",) else f" in {'.'.join(map(str, path))}"
-        current = f"the current limit is {before}" if before is not None else "there was no limit"
-        if new is None:
-            findings.append(deny(
-                f"removing {ANNOTATION}{where} is not allowed ({current}); keep it (also in a "
-                f"manifest you apply again) or set another value, {EXAMPLE}"
-            ))
-        elif queue is not None and (problem := _problem(new, queue)) is not None:
-            findings.append(deny(f"{problem}{where}; {current}"))
-        elif queue is None and _duration(new) is None:
-            findings.append(deny(f"{ANNOTATION} {new!r} is not a duration; write a number and a unit, {EXAMPLE}"))
-    return findings
-
-
-def _admitted_queue(old: dict[str, Any], ctx: Ctx) -> Queue | None:
-    """The queue the object was admitted to (a later relabel does not raise its maximum)."""
-    name = (dig(old, ("metadata", "labels")) or {}).get(QUEUE_LABEL)
-    if name is None and ctx.shape is not None and not ctx.shape.is_pod:
-        name = (dig(old, (*ctx.shape.pod_meta, "labels")) or {}).get(QUEUE_LABEL)
-    queue = ctx.bundle.queues.get(name) if isinstance(name, str) else None
-    return queue or ctx.queue
-
-
 register(RuleType(
     name="time-limit",
-    doc="Default batchgate.io/time-limit from the queue, copy it into pod templates, set a "
-        "kubelet backstop; deny malformed limits and limits over the queue maximum.",
+    doc=(
+        "`batchgate.io/time-limit` defaulted per queue, denied above the queue maximum or when "
+        "malformed; kubelet backstop via `activeDeadlineSeconds`."
+    ),
     parse=parse,
     mutate=mutate,
     validate=validate,
     default_failure_policy="Fail",
     order=20,
-))
-
-register(RuleType(
-    name="time-limit-extension",
-    doc="On UPDATE, allow changing batchgate.io/time-limit only within the queue maximum; deny removing it.",
-    parse=no_settings,
-    validate=validate_extension,
-    default_operations=("UPDATE",),
 ))

@@ -108,7 +108,12 @@ def _parse(node: Node, bundle: Bundle) -> None:
 
 register(RuleType(
     name="queue-priority",
-    doc="Put every workload in a queue and give it the queue's PriorityClass; deny classes users may not choose.",
+    doc=(
+        "Every workload runs in a queue (`batchgate.io/queue`: interactive, batch, scavenger; "
+        "else the namespace's or bundle's default) and gets the queue's PriorityClass; Pods also "
+        "get the class's integer `priority` and `preemptionPolicy` (the Priority admission plugin "
+        "wrote 0 before the webhook ran). Users may not pick other classes (admins may)."
+    ),
     parse=_parse,
     mutate=mutate,
     validate=validate,

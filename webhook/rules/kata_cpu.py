@@ -256,7 +256,10 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
 
 register(RuleType(
     name="kata-cpu",
-    doc="Lower container CPU of Kata pods by the RuntimeClass overhead, so the pod costs what was asked for.",
+    doc=(
+        "Pods on a Kata runtime class get container CPU reduced by the VM overhead "
+        "(`spec.overhead`), so pod total = what the user asked; or limits rounded to whole vCPUs."
+    ),
     parse=parse,
     mutate=mutate,
     default_kinds=(("", "v1", "Pod"),),

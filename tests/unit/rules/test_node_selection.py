@@ -16,7 +16,7 @@ from tests.unit.rules.helpers import checked_decide, load_sample, only, settings
 from webhook.bundle import Bundle, LabelSelector, load_bundle
 from webhook.engine import Decision, decide
 from webhook.offline import Caller, synthetic_review
-from webhook.rules.nodes import EXCLUSIVE_GROUP_LABEL, REQUIRED, is_exclusive_term
+from webhook.rules.node_selection import EXCLUSIVE_GROUP_LABEL, REQUIRED, is_exclusive_term
 from webhook.yamlsrc import BundleError
 
 CONTROLLER = {"user": "system:kube-controller-manager", "groups": ("system:authenticated",)}

@@ -245,7 +245,10 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
 
 register(RuleType(
     name="pod-group",
-    doc="Give the pods of multi-pod workloads the gang-scheduling labels of the configured schedulers.",
+    doc=(
+        "Gang labels for coscheduling (default), Kueue and Volcano on multi-pod workloads, group "
+        "named after the owning workload and sized from parallelism."
+    ),
     parse=parse,
     mutate=mutate,
     validate=validate,

@@ -334,7 +334,11 @@ def is_exclusive_term(term: Any) -> bool:
 
 register(RuleType(
     name="node-selection",
-    doc="Merge queue and namespace nodeSelectors into pod specs; place batchgate.io/exclusive workloads on whole nodes.",
+    doc=(
+        "Queue and namespace node selectors merged with the user's (a conflict is denied, or "
+        'overridden if configured); `batchgate.io/exclusive: "true"` gives a job whole nodes, in '
+        "both directions."
+    ),
     parse=parse,
     mutate=mutate,
     default_failure_policy="Fail",

@@ -1,0 +1,82 @@
+"""time-limit-extension: on UPDATE a limit may change within the admitted queue's maximum."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from tests.conftest import fixture
+from tests.unit.rules.helpers import only
+from tests.unit.rules.test_time_limit import ANN, cronjob, job, pod, run
+from webhook.bundle import Bundle
+
+
+@pytest.fixture(scope="module")
+def ext(bundle: Bundle) -> Bundle:
+    return only(bundle, "time-limit-extension")
+
+
+# -- UPDATE: extensions --------------------------------------------------------------------
+RUNNING = job({ANN: "1d"}, {ANN: "1d"}, queue="batch")
+
+
+def _changed(**kw: Any) -> dict[str, Any]:
+    new = copy.deepcopy(RUNNING)
+    meta = new["metadata"]
+    if "limit" in kw:
+        if kw["limit"] is None:
+            meta["annotations"].pop(ANN)
+        else:
+            meta["annotations"][ANN] = kw["limit"]
+    if "queue" in kw:
+        meta["labels"]["batchgate.io/queue"] = kw["queue"]
+    if "label" in kw:
+        meta["labels"]["team"] = kw["label"]
+    return new
+
+
+EXTENSIONS = [
+    ("extend within the maximum", _changed(limit="6d"), None),
+    ("extend to exactly the maximum", _changed(limit="7d"), None),
+    ("shorten", _changed(limit="2h"), None),
+    ("unrelated label", _changed(label="hpc"), None),
+    ("over the maximum", _changed(limit="8d"),
+     "8d exceeds the maximum of queue 'batch', which is 7d; the current limit is 1d"),
+    ("malformed", _changed(limit="6 days"), "'6 days' is not a duration"),
+    ("removed", _changed(limit=None), "removing batchgate.io/time-limit is not allowed (the current limit is 1d)"),
+    ("relabelled to a roomier queue", _changed(limit="20d", queue="scavenger"), "queue 'batch', which is 7d"),
+]
+
+
+@pytest.mark.parametrize(("new", "message"), [c[1:] for c in EXTENSIONS], ids=[c[0] for c in EXTENSIONS])
+def test_update_extensions(ext, new, message):
+    d = run(ext, new, op="UPDATE", old=RUNNING)
+    assert d.patch == []
+    if message is None:
+        assert d.allowed, d.message
+    else:
+        assert not d.allowed
+        assert message in d.message, d.message
+
+
+def test_extension_of_a_pod_stored_before_batchgate(ext):
+    r = fixture("pod-update-label.mutate.json")["request"]
+    old, new = r["oldObject"], copy.deepcopy(r["object"])
+    assert run(ext, new, op="UPDATE", old=old).allowed  # the captured `kubectl label`
+    new["metadata"].setdefault("annotations", {})[ANN] = "8d"
+    d = run(ext, new, op="UPDATE", old=old)
+    assert not d.allowed and "there was no limit" in d.message
+
+
+def test_extension_checks_cronjob_job_template(ext):
+    old = cronjob({ANN: "3h"})
+    new = cronjob({ANN: "9d"})
+    d = run(ext, new, op="UPDATE", old=old)
+    assert not d.allowed
+    assert "in spec.jobTemplate.metadata; the current limit is 3h" in d.message
+
+
+def test_extension_policy_ignores_create(ext):
+    assert run(ext, pod({ANN: "99d"})).allowed
