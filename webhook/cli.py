@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-leader-elect", action="store_true",
                    help="act without holding the Lease (only when a single replica runs)")
     r.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (default: off)")
+    r.add_argument("--drain-timeout", default=None, metavar="DURATION",
+                   help="after a maintenance window starts, evictions honour PodDisruptionBudgets this long; "
+                   "then pods still on its nodes are deleted (default 15m)")
 
     m = sub.add_parser("manifests", help="generate manifests/ parts that come from the bundle",
                        description="Write the PriorityClasses (and the bundle ConfigMap) derived from "

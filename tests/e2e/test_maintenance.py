@@ -8,6 +8,12 @@ test_reconciler.py; kube-scheduler is the stock one, and nodes are fake (no kube
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +21,8 @@ import pytest
 
 pytest.register_assert_rewrite("server_fixtures")  # imported here before it loads as a plugin
 import yaml  # noqa: E402
-from cluster import KubeApiError  # noqa: E402
-from server_fixtures import unique  # noqa: E402
+from cluster import KubeApiError, now_rfc3339, require_components, tail, wait_for  # noqa: E402
+from server_fixtures import container, create, pod, pods_path, unique  # noqa: E402
 
 pytest_plugins = ["server_fixtures"]
 
@@ -24,6 +30,10 @@ REPO = Path(__file__).resolve().parents[2]
 MW = "/apis/batchgate.io/v1alpha1/maintenancewindows"
 CREATE_HOOK = "create.validate.batchgate.io"
 UPDATE_HOOK = "update.validate.batchgate.io"
+COUNTDOWN = "batchgate.io/maintenance-in-minutes"
+MAINT_ANN = "batchgate.io/maintenance"
+TAINT = "batchgate.io/e2e-maintenance"
+TOLERATE = [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}]
 
 
 def sample(name: str) -> dict[str, Any]:
@@ -89,3 +99,207 @@ def test_an_edit_that_breaks_a_stored_window_is_denied(kube, webhook_server, win
     assert "spec.end: 2026-11-24T05:00:00Z must be after spec.start" in info.value.body["message"]
     kube.patch(f"{MW}/{name}", {"spec": {"reason": "two DIMMs"}})  # a valid edit is fine
     assert kube.get(f"{MW}/{name}")["spec"]["reason"] == "two DIMMs"
+
+
+# -- the reconciler and nodes -----------------------------------------------------------
+class Reconciler:
+    def __init__(self, proc: subprocess.Popen[bytes], log: Path) -> None:
+        self.proc, self.log = proc, log
+
+    def kill(self, sig: int = signal.SIGKILL) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def reconciler(kube: Any, module_namespace: str, tmp_path: Path) -> Iterator[Callable[..., Reconciler]]:
+    started: list[Reconciler] = []
+
+    def start(*args: str) -> Reconciler:
+        log = tmp_path / f"reconciler-{len(started)}.log"
+        cmd = [sys.executable, "-m", "webhook", "--log-level", "INFO", "reconcile",
+               "--kubeconfig", kube.kubeconfig("admin"), "--namespace", module_namespace,
+               "--lease-namespace", module_namespace, "--identity", f"r{len(started)}", "--resync", "20s", *args]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
+        started.append(Reconciler(proc, log))
+        return started[-1]
+
+    yield start
+    for r in started:
+        with contextlib.suppress(Exception):
+            r.kill()
+        print(f"--- {r.log.name} ---\n{tail(r.log, 80)}")
+
+
+@pytest.fixture
+def nodes(kube: Any) -> Iterator[Callable[..., str]]:
+    """Fake nodes tainted so that only this module's pods (which tolerate it) land there."""
+    made: list[str] = []
+
+    def make(stem: str, *, cpu: str = "2", unschedulable: bool = False) -> str:
+        name = unique(stem)
+        kube.create_node(name, cpu=cpu, memory="8Gi",
+                         taints=[{"key": TAINT, "value": "true", "effect": "NoSchedule"}])
+        if unschedulable:
+            kube.patch(f"/api/v1/nodes/{name}", {"spec": {"unschedulable": True}})
+        made.append(name)
+        return name
+
+    yield make
+    for n in made:
+        with contextlib.suppress(Exception):
+            kube.delete_node(n)
+
+
+def node_labels(kube: Any, name: str) -> dict[str, str]:
+    return kube.get(f"/api/v1/nodes/{name}")["metadata"].get("labels") or {}
+
+
+def window_obj(name: str, *, start: float, end: float, nodes: list[str], reason: str = "e2e") -> dict[str, Any]:
+    return {"apiVersion": "batchgate.io/v1alpha1", "kind": "MaintenanceWindow", "metadata": {"name": name},
+            "spec": {"start": now_rfc3339(start), "end": now_rfc3339(end), "nodes": nodes, "reason": reason}}
+
+
+def timed_pod(name: str, limit: str, cpu: str) -> dict[str, Any]:
+    return pod(name, annotations={"batchgate.io/time-limit": limit}, containers=[container(cpu=cpu, memory="1Gi")],
+               tolerations=TOLERATE)
+
+
+def scheduled_on(kube: Any, ns: str, name: str, timeout: float = 30) -> str:
+    return wait_for(lambda: kube.get(pods_path(ns, name))["spec"].get("nodeName"), timeout,  # type: ignore[no-any-return]
+                    message=f"pod {ns}/{name} to be scheduled")
+
+
+def events_for(kube: Any, ns: str, name: str, reason: str) -> list[dict[str, Any]]:
+    items = kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
+    return [e for e in items if e["involvedObject"].get("name") == name and e["reason"] == reason]
+
+
+# -- 2. before a window: kube-scheduler keeps long jobs off its nodes ----------------------
+def test_kube_scheduler_keeps_a_long_job_off_a_windows_nodes_and_lets_a_short_one_on(
+        kube, webhook_server, module_namespace, windows, nodes, reconciler):
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns = module_namespace
+    soon, free = nodes("mw-soon"), nodes("mw-free")
+    windows(window_obj(unique("mw"), start=2 * 3600, end=3 * 3600, nodes=[soon]))
+    reconciler()
+    value = wait_for(lambda: node_labels(kube, soon).get(COUNTDOWN), 30, message="the countdown on the window's node")
+    assert 110 <= int(value) <= 118, value  # 2 h, rounded down, some slack held back
+    assert COUNTDOWN not in node_labels(kube, free)
+
+    # 4 h cannot finish before the window: only the free node will do (1.5 of its 2 CPUs)
+    long = create(kube, ns, timed_pod(unique("long"), "4h", "1500m"))["metadata"]["name"]
+    assert scheduled_on(kube, ns, long) == free
+    # 30 m fits before the window; the free node is full: it goes on the window's node
+    short = create(kube, ns, timed_pod(unique("short"), "30m", "1"))["metadata"]["name"]
+    assert scheduled_on(kube, ns, short) == soon
+    # Another 4 h job waits: the window's node has room (1 CPU) but not time; the free one has 0.5
+    waiting = create(kube, ns, timed_pod(unique("waiting"), "4h", "800m"))["metadata"]["name"]
+
+    def unschedulable() -> bool:
+        conds = kube.get(pods_path(ns, waiting)).get("status", {}).get("conditions") or []
+        return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conds)
+
+    wait_for(unschedulable, 30, message="the scheduler to find no node for the waiting 4h pod")
+    message = next(c for c in kube.get(pods_path(ns, waiting))["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert "node affinity" in message["message"], message  # kube-scheduler's own words
+    assert not kube.get(pods_path(ns, waiting))["spec"].get("nodeName")
+    # The decision is made at bind time: once the window is gone (its label with it), the same
+    # pod, admitted long before, is bound to that node.
+    for name in [w["metadata"]["name"] for w in kube.get(MW)["items"] if soon in w["spec"].get("nodes", [])]:
+        kube.delete(f"{MW}/{name}")
+    wait_for(lambda: COUNTDOWN not in node_labels(kube, soon), 30, message="the countdown to go")
+    assert scheduled_on(kube, ns, waiting, timeout=60) == soon
+
+
+# -- 3. at the start: cordon and drain; at the end: the nodes back as they were ------------
+def finish_terminating(kube: Any, ns: str) -> None:
+    """Play kubelet: pods being deleted (evicted) are gone once their containers stopped."""
+    for p in kube.get(pods_path(ns))["items"]:
+        if p["metadata"].get("deletionTimestamp"):
+            kube.delete(pods_path(ns, p["metadata"]["name"]),
+                        body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0})
+
+
+def test_a_window_cordons_drains_and_gives_the_nodes_back_as_they_were(
+        kube, webhook_server, module_namespace, windows, nodes, reconciler):
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns = module_namespace
+    a, b = nodes("mw-a", cpu="8"), nodes("mw-b", unschedulable=True)  # b: cordoned by an admin before
+    on_a = {"nodeSelector": {"kubernetes.io/hostname": a}, "tolerations": TOLERATE}
+    solo_body, guarded_body = timed_pod(unique("solo"), "1h", "100m"), timed_pod(unique("guarded"), "1h", "100m")
+    guarded_body["metadata"]["labels"] = {"app": "guarded"}
+    for body in (solo_body, guarded_body):
+        body["spec"]["nodeSelector"] = on_a["nodeSelector"]
+    solo = create(kube, ns, solo_body)["metadata"]["name"]
+    guarded = create(kube, ns, guarded_body)["metadata"]["name"]
+    job_name = unique("train")
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": job_name,
+           "annotations": {"batchgate.io/time-limit": "1h"}},
+           "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", **on_a,
+                                                             "containers": [container(cpu="100m", memory="1Gi")]}}}}
+    create(kube, ns, job)
+    job_pod = wait_for(lambda: next((p["metadata"]["name"] for p in kube.get(pods_path(ns))["items"]
+                                     if p["metadata"].get("labels", {}).get("job-name") == job_name), None), 30,
+                       message="the Job's pod")
+    for name in (solo, guarded, job_pod):
+        node = scheduled_on(kube, ns, name)
+        assert node in (a,), f"{name} on {node}"  # b is cordoned; the taint keeps everyone else off a
+        kube.set_pod_phase(ns, name, "Running")
+    kube.create(f"/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets", {
+        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "guarded"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}})
+    wait_for(lambda: kube.get(f"/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets/guarded")
+             .get("status", {}).get("expectedPods") == 1, 30, message="the disruption controller to see the pod")
+
+    mw = unique("mw")
+    windows(window_obj(mw, start=8, end=45, nodes=[a, b], reason="firmware"))
+    first = reconciler("--drain-timeout", "15s", "--no-leader-elect")
+    wait_for(lambda: MAINT_ANN in (kube.get(f"/api/v1/nodes/{a}")["metadata"].get("annotations") or {}), 30,
+             message="node a cordoned by the window")
+    # A restart in the middle of the drain: the new process finishes it, repeating nothing.
+    first.kill()
+    reconciler("--drain-timeout", "15s", "--no-leader-elect")
+    node_a, node_b = kube.get(f"/api/v1/nodes/{a}"), kube.get(f"/api/v1/nodes/{b}")
+    assert node_a["spec"]["unschedulable"] is True and node_b["spec"]["unschedulable"] is True
+    assert json.loads(node_b["metadata"]["annotations"][MAINT_ANN]) == {"unschedulable": True, "window": mw}
+
+    def evicted(name: str) -> bool:
+        p = kube.get(pods_path(ns, name))
+        return bool(p["metadata"].get("deletionTimestamp"))
+
+    wait_for(lambda: evicted(solo) and evicted(job_pod), 30, message="solo and the Job's pod evicted")
+    assert not evicted(guarded), "the budget holds until the drain deadline"
+    wait_for(lambda: evicted(guarded), 40, message="the guarded pod deleted at the drain deadline")
+    assert len(events_for(kube, ns, solo, "MaintenanceEviction")) == 1
+    assert len(events_for(kube, ns, job_name, "MaintenanceEviction")) == 1  # on the workload
+    (forced,) = events_for(kube, ns, guarded, "MaintenanceDrainDeadline")
+    assert forced["type"] == "Warning" and "drain deadline" in forced["message"]
+    finish_terminating(kube, ns)
+    # The Job's replacement pod cannot go anywhere while the window lasts.
+    assert state_of(kube, MW + "/" + mw) == "Active"
+
+    # At the end: a is schedulable again, b stays cordoned as the admin left it.
+    wait_for(lambda: not kube.get(f"/api/v1/nodes/{a}")["spec"].get("unschedulable"), 60,
+             message="node a given back at the window's end")
+    node_a, node_b = kube.get(f"/api/v1/nodes/{a}"), kube.get(f"/api/v1/nodes/{b}")
+    assert node_b["spec"]["unschedulable"] is True
+    for n in (node_a, node_b):
+        assert MAINT_ANN not in (n["metadata"].get("annotations") or {})
+    wait_for(lambda: COUNTDOWN not in node_labels(kube, a) and COUNTDOWN not in node_labels(kube, b), 30,
+             message="countdown labels removed")
+    wait_for(lambda: state_of(kube, MW + "/" + mw) == "Finished", 30, message="the window Finished")
+    node_events = [e for e in kube.get("/api/v1/namespaces/default/events")["items"]
+                   if e["involvedObject"].get("name") in (a, b) and e["reason"].startswith("Maintenance")]
+    reasons = sorted((e["involvedObject"]["name"] == a, e["reason"]) for e in node_events)
+    assert reasons == sorted([(True, "MaintenanceScheduled"), (True, "MaintenanceStarted"), (True, "MaintenanceEnded"),
+                              (False, "MaintenanceScheduled"), (False, "MaintenanceStarted"),
+                              (False, "MaintenanceEnded")]), reasons
+    ended_b = next(e for e in node_events if e["involvedObject"]["name"] == b and e["reason"] == "MaintenanceEnded")
+    assert "stays cordoned" in ended_b["message"]
+
+
+def state_of(kube: Any, path: str) -> str | None:
+    return (kube.get(path).get("status") or {}).get("state")  # type: ignore[no-any-return]

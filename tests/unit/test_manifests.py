@@ -40,7 +40,10 @@ FAILURE_POLICIES = {
 RECONCILER_RIGHTS = {
     ("", "pods"): {"get", "list", "watch", "patch", "delete"},
     ("batch", "jobs"): {"get", "list", "watch", "patch", "delete"},
-    ("", "nodes"): {"get", "list", "watch"},
+    ("", "nodes"): {"get", "list", "watch", "patch"},
+    ("", "pods/eviction"): {"create"},
+    ("batchgate.io", "maintenancewindows"): {"get", "list", "watch"},
+    ("batchgate.io", "maintenancewindows/status"): {"patch"},
     ("", "events"): {"create"},
     ("batchgate.io", "scavengerjobs"): {"get", "list", "watch", "update", "patch"},
     ("batchgate.io", "scavengerjobs/status"): {"get", "list", "watch", "update", "patch"},

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from .model import Ref
 
@@ -27,6 +27,14 @@ ActionKind = Literal[
     "create-podgroup",
     "update-podgroup",
     "delete-podgroup",
+    # maintenance windows (maintenance.py)
+    "countdown",  # (re)label a node with the minutes left before its next window; no Event unless new
+    "cordon",  # window started: mark the node unschedulable, remembering how it was
+    "evict",  # window started: evict a pod from a cordoned node (PodDisruptionBudgets honoured)
+    "force-drain",  # the drain deadline passed and a budget still blocks: delete the pod
+    "uncordon",  # window over: the node back as it was before
+    "window-status",  # MaintenanceWindow status: state and node count
+    "window-invalid",  # a stored MaintenanceWindow whose spec does not parse: Warning Event, ignored
 ]
 KIND_ORDER: dict[str, int] = {k: i for i, k in enumerate(ActionKind.__args__)}  # type: ignore[attr-defined]
 EventType = Literal["Normal", "Warning"]
@@ -63,6 +71,10 @@ class Action(NamedTuple):
     resource_version: str = ""  # target's, fences the annotation patch
     deletes: tuple[Delete, ...] = ()
     pod_group: PodGroupWrite | None = None
+    patch: Mapping[str, Any] | None = None  # merge patch of target (fenced when it holds a resourceVersion)
+    subresource: str = ""  # of the patch, e.g. "status"
+    evict: Ref | None = None  # a pod to evict through the Eviction API (429: a budget forbids it, for now)
+    quiet: bool = False  # no Event (e.g. a countdown label moving by a few minutes)
 
     def event_name(self) -> str:
         digest = hashlib.sha256(f"{self.target.uid}|{self.reason}|{self.key}".encode()).hexdigest()[:16]

@@ -36,7 +36,7 @@ from typing import Any, Literal, TypeVar
 
 from . import metrics
 from .actions import Action, Delete
-from .errors import AlreadyExists, Conflict, KubeError, NotFound, Transient
+from .errors import AlreadyExists, Blocked, Conflict, KubeError, NotFound, Transient
 from .model import (
     EVENT,
     JOB,
@@ -189,6 +189,31 @@ class Actuator:
         else:
             self.forget(ref.kind, self._stub(ref))
 
+    def _patch(self, a: Action, chained_rv: str | None) -> str:
+        """The action's merge patch; a fence on the planned resourceVersion moves to the one our own
+        previous write of this object in the batch returned (as for annotations)."""
+        t = a.target
+        kind = KINDS[t.kind]
+        patch: dict[str, Any] = dict(a.patch or {})
+        md = patch.get("metadata")
+        if chained_rv and isinstance(md, dict) and md.get("resourceVersion"):
+            patch["metadata"] = {**md, "resourceVersion": chained_rv}
+        resp = self._write("patch", kind.plural + (f"/{a.subresource}" if a.subresource else ""), t.name,
+                           lambda: self.api.merge_patch(kind, t.namespace or None, t.name, patch,
+                                                        subresource=a.subresource))
+        self.observe(resp)
+        return str((resp.get("metadata") or {}).get("resourceVersion") or "") if isinstance(resp, dict) else ""
+
+    def _evict(self, pod: Ref) -> None:
+        """Evict; a pod already gone is done. ``Blocked`` (a budget says no, for now) goes up."""
+        try:
+            self._write("create", "pods/eviction", pod.name,
+                        lambda: self.api.evict(pod.namespace, pod.name, uid=pod.uid))
+        except (NotFound, Conflict):
+            self.forget("Pod", self._stub(pod))
+            return
+        self._refresh(pod)  # the pod now has its deletionTimestamp (or is gone)
+
     def _check_unused(self, a: Action) -> None:
         """Before deleting a PodGroup: make sure, live, that nothing of its workload is left."""
         w = a.pod_group
@@ -242,9 +267,14 @@ class Actuator:
             try:
                 if a.kind == "delete-podgroup":
                     self._check_unused(a)
-                self._event(a)
+                if a.evict is not None:
+                    self._evict(a.evict)  # before the Event: a budget may say no
+                if not a.quiet:
+                    self._event(a)
                 if a.annotations:
                     new_rv[uid] = self._annotate(a, new_rv.get(uid) or a.resource_version)
+                if a.patch is not None:
+                    new_rv[uid] = self._patch(a, new_rv.get(uid))
                 for d in a.deletes:
                     self._delete(d)
                 if a.pod_group is not None:
@@ -255,6 +285,8 @@ class Actuator:
                 if isinstance(e, Conflict):
                     self._refresh(a.target)
                 outcomes.append(self._done(a, "conflict", str(e)))
+            except Blocked as e:
+                outcomes.append(self._done(a, "failed", f"a PodDisruptionBudget does not allow it now: {e}"))
             except NotFound as e:
                 self.forget(a.target.kind, self._stub(a.target))
                 outcomes.append(self._done(a, "gone", str(e)))

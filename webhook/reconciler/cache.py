@@ -31,7 +31,7 @@ from typing import Any, Generic, TypeVar
 from . import metrics
 from .errors import Forbidden, Gone, KubeError, NotFound
 from .kube import KubeApi, WatchStream
-from .model import JOB, NODE, POD, POD_GROUP, VIEW_OF, Kind, Snapshot
+from .model import JOB, MAINTENANCE_WINDOW, NODE, POD, POD_GROUP, VIEW_OF, Kind, Snapshot
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -243,7 +243,7 @@ class Reflector(threading.Thread):
 
 
 class Cache:
-    """Pods, Jobs, Nodes (optional) and PodGroups (optional), each behind a reflector."""
+    """Pods, Jobs, Nodes, PodGroups and MaintenanceWindows (the last three optional), each behind a reflector."""
 
     def __init__(self, api: KubeApi, settings: Settings, *, on_change: Callable[[], None] | None = None) -> None:
         self.api = api
@@ -254,12 +254,15 @@ class Cache:
         self.jobs: Store[Any] = Store(JOB, VIEW_OF["Job"])
         self.nodes: Store[Any] = Store(NODE, VIEW_OF["Node"])
         self.pod_groups: Store[Any] = Store(POD_GROUP, VIEW_OF["PodGroup"])
-        self.stores = {"Pod": self.pods, "Job": self.jobs, "Node": self.nodes, "PodGroup": self.pod_groups}
+        self.windows: Store[Any] = Store(MAINTENANCE_WINDOW, VIEW_OF["MaintenanceWindow"])
+        self.stores = {"Pod": self.pods, "Job": self.jobs, "Node": self.nodes, "PodGroup": self.pod_groups,
+                       "MaintenanceWindow": self.windows}
         self.reflectors = [
             Reflector(api, self.pods, settings=settings, on_change=self._changed, stop=self._stop),
             Reflector(api, self.jobs, settings=settings, on_change=self._changed, stop=self._stop),
             Reflector(api, self.nodes, settings=settings, on_change=self._changed, stop=self._stop, optional=True),
             Reflector(api, self.pod_groups, settings=settings, on_change=self._changed, stop=self._stop, optional=True),
+            Reflector(api, self.windows, settings=settings, on_change=self._changed, stop=self._stop, optional=True),
         ]
         self._synced = threading.Condition()
 
@@ -296,6 +299,7 @@ class Cache:
             jobs=self.jobs.items(),
             nodes=nodes,
             pod_groups=None if self.pod_groups.absent else self.pod_groups.items(),
+            windows=None if self.windows.absent else self.windows.items(),
         )
 
     def observe(self, obj: Mapping[str, Any] | None) -> None:

@@ -54,6 +54,10 @@ class Transient(KubeError):
     """No response, 429, or 5xx: worth retrying after a pause."""
 
 
+class Blocked(KubeError):
+    """429 on an eviction: a PodDisruptionBudget forbids it for now (try again in a while, not at once)."""
+
+
 def error_for(status: int, reason: str, message: str, *, method: str = "", path: str = "") -> KubeError:
     """The exception class a status code and Status ``reason`` call for."""
     cls: type[KubeError]

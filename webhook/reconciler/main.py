@@ -28,6 +28,7 @@ def settings_from_args(args: argparse.Namespace, bundle: Any) -> Settings:
     return Settings(
         warning_lead=int(dur("warning_lead", d.warning_lead)),
         resync_period=dur("resync", d.resync_period),
+        drain_timeout=dur("drain_timeout", d.drain_timeout),
         queues=QueuePolicy.from_bundle(bundle),
         namespace=getattr(args, "namespace", None) or None,
         leader_elect=not getattr(args, "no_leader_elect", False),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import calendar
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -29,12 +29,14 @@ from ..contract import (
     WARNED_FOR_ANNOTATION,
 )
 from ..units import parse_duration
+from ..windows import Window, parse_window
 
 # -- the names on objects --------------------------------------------------
 ANN_TIME_LIMIT = TIME_LIMIT_ANNOTATION  # set by users / defaulted by the webhook
 ANN_STARTED = STARTED_AT_ANNOTATION  # reconciler: when the job's first pod started running
 ANN_DEADLINE = DEADLINE_ANNOTATION  # reconciler: started-at + time limit (RFC 3339)
 ANN_WARNED = WARNED_FOR_ANNOTATION  # reconciler: the deadline the user was last warned about
+ANN_MAINTENANCE = f"{GROUP}/maintenance"  # reconciler, on Nodes: the window that cordoned it, and the state before
 LABEL_QUEUE = QUEUE_LABEL
 LABEL_GROUP = f"{GROUP}/pod-group"
 LABEL_GROUP_SIZE = f"{GROUP}/pod-group-size"
@@ -76,7 +78,8 @@ NODE = Kind("v1", "Node", "nodes", namespaced=False)
 POD_GROUP = Kind("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups")
 EVENT = Kind("v1", "Event", "events")
 LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
-KINDS = {k.kind: k for k in (POD, JOB, NODE, POD_GROUP, EVENT, LEASE)}
+MAINTENANCE_WINDOW = Kind("batchgate.io/v1alpha1", "MaintenanceWindow", "maintenancewindows", namespaced=False)
+KINDS = {k.kind: k for k in (POD, JOB, NODE, POD_GROUP, EVENT, LEASE, MAINTENANCE_WINDOW)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +176,28 @@ class JobView:
 class NodeView:
     name: str
     ready: str | None  # the Ready condition's status: "True", "False", "Unknown"
+    # -- for maintenance windows (webhook/reconciler/maintenance.py)
+    uid: str = ""
+    resource_version: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    unschedulable: bool = False
+    maintenance: str | None = None  # batchgate.io/maintenance annotation: what the reconciler did to it, as written
+
+    @property
+    def ref(self) -> Ref:
+        return Ref("v1", "Node", "", self.name, self.uid)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowView:
+    """A MaintenanceWindow: ``window`` when its spec is valid, else ``problems``."""
+
+    ref: Ref
+    resource_version: str
+    window: Window | None
+    problems: tuple[str, ...]
+    state: str | None  # status.state as written
+    node_count: int | None  # status.nodeCount as written
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +220,7 @@ class Snapshot:
     jobs: Mapping[Key, JobView]
     nodes: Mapping[str, NodeView] | None = None
     pod_groups: Mapping[Key, PodGroupView] | None = None
+    windows: Mapping[str, WindowView] | None = None  # None: the MaintenanceWindow CRD is not installed
 
     @staticmethod
     def of(
@@ -202,12 +228,14 @@ class Snapshot:
         jobs: Iterable[JobView] = (),
         nodes: Iterable[NodeView] | None = None,
         pod_groups: Iterable[PodGroupView] | None = None,
+        windows: Iterable[WindowView] | None = None,
     ) -> Snapshot:
         return Snapshot(
             pods={(p.ref.namespace, p.ref.name): p for p in pods},
             jobs={(j.ref.namespace, j.ref.name): j for j in jobs},
             nodes=None if nodes is None else {n.name: n for n in nodes},
             pod_groups=None if pod_groups is None else {(g.ref.namespace, g.ref.name): g for g in pod_groups},
+            windows=None if windows is None else {w.ref.name: w for w in windows},
         )
 
 
@@ -376,7 +404,27 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
         (c.get("status") for c in (obj.get("status") or {}).get("conditions") or () if c.get("type") == "Ready"),
         None,
     )
-    return NodeView(name=(obj.get("metadata") or {}).get("name") or "", ready=ready)
+    md = obj.get("metadata") or {}
+    return NodeView(
+        name=md.get("name") or "", ready=ready,
+        uid=md.get("uid") or "", resource_version=md.get("resourceVersion") or "",
+        labels=dict(md.get("labels") or {}),
+        unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
+        maintenance=(md.get("annotations") or {}).get(ANN_MAINTENANCE),
+    )
+
+
+def window_view(obj: Mapping[str, Any]) -> WindowView:
+    md = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    window, problems = parse_window(obj)
+    count = status.get("nodeCount")
+    return WindowView(
+        ref=_ref(MAINTENANCE_WINDOW, md), resource_version=md.get("resourceVersion") or "",
+        window=window, problems=tuple(problems),
+        state=status.get("state") if isinstance(status.get("state"), str) else None,
+        node_count=count if isinstance(count, int) and not isinstance(count, bool) else None,
+    )
 
 
 def pod_group_view(obj: Mapping[str, Any]) -> PodGroupView:
@@ -399,4 +447,5 @@ def pod_group_view(obj: Mapping[str, Any]) -> PodGroupView:
     )
 
 
-VIEW_OF = {"Pod": pod_view, "Job": job_view, "Node": node_view, "PodGroup": pod_group_view}
+VIEW_OF = {"Pod": pod_view, "Job": job_view, "Node": node_view, "PodGroup": pod_group_view,
+           "MaintenanceWindow": window_view}

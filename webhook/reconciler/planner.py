@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 from ..units import format_duration
 from .actions import Action, Delete, Plan, PodGroupWrite
+from .maintenance import plan_maintenance
 from .model import (
     ANN_DEADLINE,
     ANN_STARTED,
@@ -145,6 +146,12 @@ def plan(snapshot: Snapshot, now: float, settings: Settings) -> Plan:
 
     if snapshot.pod_groups is not None:
         _pod_groups(p, snapshot, jobs_by_uid, pods_of_job, groups, excluded)
+
+    if snapshot.windows is not None:
+        m_actions, m_wake = plan_maintenance(snapshot, now, settings)
+        p.actions += m_actions
+        if m_wake is not None and (p.wake_at is None or m_wake < p.wake_at):
+            p.wake_at = m_wake
 
     # Order matters and is kept: an object's actions in the order they were planned
     # (record before warn), a teardown's cause last.

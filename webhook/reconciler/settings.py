@@ -64,6 +64,14 @@ class Settings:
     back. Keeps a first start on a big cluster (thousands of jobs to record) from planning
     and then working through minutes of writes while new deadlines fall due."""
     queues: QueuePolicy = field(default_factory=QueuePolicy)
+    countdown_slack: float = 120.0
+    """Seconds held back when a node's maintenance countdown label is written (at least; 2 % of
+    the time left when that is more), so the label understates the minutes left."""
+    countdown_guard: float = 30.0
+    """The countdown is rewritten this many seconds before it would overstate the time left."""
+    drain_timeout: float = 900.0
+    """Seconds after a maintenance window's start during which evictions honour
+    PodDisruptionBudgets; after that a pod still on the node is deleted (``--drain-timeout``)."""
 
     # -- the loop ------------------------------------------------------------
     resync_period: float = 300.0

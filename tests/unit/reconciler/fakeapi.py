@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from webhook.reconciler.errors import AlreadyExists, Conflict, KubeError, NotFound
+from webhook.reconciler.errors import AlreadyExists, Blocked, Conflict, KubeError, NotFound
 from webhook.reconciler.model import KINDS, Kind
 
 
@@ -26,6 +26,7 @@ class FakeApi:
         self._uid = itertools.count(1)
         self.calls: list[tuple[str, str, str, str]] = []  # (verb, plural, namespace, name)
         self.fail: dict[str, list[KubeError]] = {}
+        self.blocked: set[str] = set()  # pods whose eviction a PodDisruptionBudget refuses
 
     # -- helpers for tests -------------------------------------------------------
     def put(self, obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -99,8 +100,9 @@ class FakeApi:
         new["metadata"]["uid"] = cur["metadata"]["uid"]
         return self.put(new)
 
-    def merge_patch(self, kind: Kind, namespace: str | None, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
-        self.calls.append(("patch", kind.plural, namespace or "", name))
+    def merge_patch(self, kind: Kind, namespace: str | None, name: str, patch: Mapping[str, Any], *,
+                    subresource: str = "") -> dict[str, Any]:
+        self.calls.append(("patch", kind.plural + (f"/{subresource}" if subresource else ""), namespace or "", name))
         self._maybe_fail("patch")
         cur = self.objects.get(self._key(kind, namespace, name))
         if cur is None:
@@ -111,6 +113,20 @@ class FakeApi:
         new = _merge(copy.deepcopy(cur), {k: v for k, v in patch.items()})
         new["metadata"].pop("resourceVersion", None)
         return self.put(new)
+
+    def evict(self, namespace: str, name: str, *, uid: str) -> None:
+        """Eviction: ``blocked`` (pod names) answer 429 as a PodDisruptionBudget would; else the pod goes."""
+        self.calls.append(("create", "pods/eviction", namespace, name))
+        self._maybe_fail("evict")
+        key = ("pods", namespace, name)
+        cur = self.objects.get(key)
+        if cur is None:
+            raise NotFound("not found", status=404)
+        if cur["metadata"]["uid"] != uid:
+            raise Conflict("Precondition failed: UID in precondition", status=409, reason="Conflict")
+        if name in self.blocked:
+            raise Blocked("Cannot evict pod as it would violate the pod's disruption budget.", status=429)
+        del self.objects[key]
 
     def delete(self, kind: Kind, namespace: str | None, name: str, *, uid: str | None = None,
                propagation: str | None = None) -> dict[str, Any] | None:

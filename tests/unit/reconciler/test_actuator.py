@@ -188,3 +188,66 @@ def test_bare_group_pod_group_kept_while_a_pod_is_left() -> None:
     (delete,) = plan(stale, T0, SETTINGS).actions
     assert actuator(api).execute([delete])[0].result == "conflict"
     assert ("podgroups", "demo", "mpi") in api.objects
+
+
+# -- maintenance windows ---------------------------------------------------------------
+def _window(start: float, end: float) -> dict[str, Any]:
+    from reconbuild import ts
+
+    return {"apiVersion": "batchgate.io/v1alpha1", "kind": "MaintenanceWindow",
+            "metadata": {"name": "fw"}, "spec": {"start": ts(start), "end": ts(end), "nodes": ["n1"]}}
+
+
+def _node(name: str, *, unschedulable: bool = False) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "spec": {"unschedulable": True} if unschedulable else {}}
+
+
+def _msnap(api: FakeApi) -> Snapshot:
+    from webhook.reconciler.model import node_view, window_view
+
+    objs = list(api.objects.values())
+    return Snapshot.of(
+        pods=[pod_view(o) for o in objs if o["kind"] == "Pod"],
+        jobs=[job_view(o) for o in objs if o["kind"] == "Job"],
+        nodes=[node_view(o) for o in objs if o["kind"] == "Node"],
+        windows=[window_view(o) for o in objs if o["kind"] == "MaintenanceWindow"],
+    )
+
+
+@pytest.mark.parametrize("cordoned_before", [False, True])
+def test_a_window_from_countdown_to_drain_to_the_end(cordoned_before: bool) -> None:
+    from webhook.windows import COUNTDOWN_LABEL
+
+    api = FakeApi()
+    api.put(_window(HOUR, 2 * HOUR))
+    api.put(_node("n1", unschedulable=cordoned_before))
+    api.put(pod("solo", node="n1"))
+    api.put(pod("guarded", node="n1"))
+    api.blocked.add("guarded")
+    act = actuator(api)
+
+    def step(t: float) -> list[str]:
+        outcomes = act.execute(plan(_msnap(api), t, SETTINGS).actions)
+        return [f"{o.action.kind}:{o.result}" for o in outcomes]
+
+    assert step(T0) == ["countdown:done", "window-status:done"]
+    assert api.objects[("nodes", "", "n1")]["metadata"]["labels"][COUNTDOWN_LABEL] == "58"
+    assert step(T0 + 60) == []  # steady: nothing written
+    assert step(T0 + HOUR) == ["countdown:done", "cordon:done", "window-status:done"]
+    n1 = api.objects[("nodes", "", "n1")]
+    assert n1["spec"]["unschedulable"] is True
+    assert step(T0 + HOUR + 1) == ["evict:failed", "evict:done"]  # guarded: the budget says no, for now
+    assert ("pods", "demo", "solo") not in api.objects
+    assert step(T0 + HOUR + 2) == ["evict:failed"]
+    assert step(T0 + HOUR + SETTINGS.drain_timeout) == ["force-drain:done"]
+    assert ("pods", "demo", "guarded") not in api.objects
+    reasons = [e["reason"] for e in api.events()]
+    assert reasons.count("MaintenanceEviction") == 1 and reasons.count("MaintenanceDrainDeadline") == 1
+    assert step(T0 + 2 * HOUR) == ["countdown:done", "uncordon:done", "window-status:done"]
+    n1 = api.objects[("nodes", "", "n1")]
+    assert n1["spec"].get("unschedulable", False) is cordoned_before
+    assert COUNTDOWN_LABEL not in n1["metadata"]["labels"] and "batchgate.io/maintenance" not in (
+        n1["metadata"].get("annotations") or {})
+    assert step(T0 + 2 * HOUR + 60) == []
+    assert [e["reason"] for e in api.events()].count("MaintenanceEnded") == 1

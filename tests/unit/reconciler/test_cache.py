@@ -193,6 +193,8 @@ def test_cache_waits_for_every_store_before_a_snapshot() -> None:
     c.nodes.mark_absent()
     assert not c.wait_synced(timeout=0.01)
     c.pod_groups.replace([])
+    assert not c.wait_synced(timeout=0.01)
+    c.windows.mark_absent()  # no MaintenanceWindow CRD
     assert c.wait_synced(timeout=0.01)
     snap = c.snapshot()
-    assert snap.nodes is None and snap.pod_groups == {}
+    assert snap.nodes is None and snap.pod_groups == {} and snap.windows is None

@@ -1,0 +1,245 @@
+"""Maintenance windows, planned: countdown labels, cordon and drain, and giving nodes back.
+
+A pure function of the snapshot, ``now`` and the settings, like the rest of the
+planner (webhook/reconciler/planner.py calls :func:`plan_maintenance`). What a
+window *is* lives in :mod:`webhook.windows`.
+
+**Before a window.** Every node with a window ahead (or on now) carries
+``batchgate.io/maintenance-in-minutes``: whole minutes left before its earliest
+window, rounded down with slack held back (``countdown_slack``, or 2 % of the
+time left when that is more), so the value understates the time left until it
+is rewritten, ``countdown_guard`` seconds before it would stop doing so. The
+``maintenance-affinity`` policy gives time-limited pods a node affinity on it,
+and kube-scheduler does the rest at bind time. The label goes when no window is
+ahead any more. Only the first labelling of a node sends an Event; the
+countdown moving does not.
+
+**At its start.** Each node of the window is cordoned in one merge patch that
+also records, in the node's ``batchgate.io/maintenance`` annotation, which
+window did it and whether the node was unschedulable before; the patch is
+fenced by the node's resourceVersion, so what is recorded is what was there.
+Then every pod on it (but DaemonSet pods and static pods) is evicted through
+the Eviction API, so PodDisruptionBudgets are honoured, until ``drain_timeout``
+after the start; past it, a pod that a budget still protects is deleted, with
+a Warning Event. Every eviction is an Event on the pod's workload (its Job, or
+the pod).
+
+**At its end** (or when the window is deleted), a node that no active window
+covers any more is given back as the annotation says it was: uncordoned, or
+left cordoned if an admin had cordoned it before; the annotation goes in the
+same patch. Everything needed to finish a drain or an end after a restart is on
+the node, so a restart in the middle repeats nothing and misses nothing.
+
+The windows' status (``state``, ``nodeCount``) is kept for ``kubectl get mw``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ..windows import COUNTDOWN_LABEL, Window, countdown, next_window, slack_for
+from .actions import Action, Delete
+from .model import ANN_MAINTENANCE, NodeView, PodView, Ref, Snapshot, format_time
+from .settings import Settings
+
+NOT_DRAINED = frozenset({"DaemonSet", "Node"})  # DaemonSet pods, static (mirror) pods: kubectl drain leaves them too
+
+
+@dataclass(frozen=True, slots=True)
+class Cordoned:
+    """What ``batchgate.io/maintenance`` on a node says: which window cordoned it, and how it was."""
+
+    window: str
+    was_unschedulable: bool
+
+    def text(self) -> str:
+        return json.dumps({"window": self.window, "unschedulable": self.was_unschedulable},
+                          separators=(",", ":"), sort_keys=True)
+
+
+def read_cordoned(text: str | None) -> Cordoned | None:
+    """The annotation, or None when absent. Unreadable (edited by hand): treated as ours, and the node
+    as schedulable before, so the window's end still gives it back."""
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        return Cordoned(window="?", was_unschedulable=False)
+    return Cordoned(window=str(data.get("window") or "?"), was_unschedulable=data.get("unschedulable") is True)
+
+
+def _min(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
+
+
+def plan_maintenance(snapshot: Snapshot, now: float, settings: Settings) -> tuple[list[Action], float | None]:
+    """The actions due at ``now`` for every window, and when to look again."""
+    if snapshot.windows is None or snapshot.nodes is None:
+        return [], None  # the CRD is not installed, or nodes may not be read: nothing to go by
+    actions: list[Action] = []
+    wake: float | None = None
+    windows: list[Window] = []
+    for wv in snapshot.windows.values():
+        if wv.window is not None:
+            windows.append(wv.window)
+        else:
+            problems = "; ".join(wv.problems)
+            actions.append(Action(
+                kind="window-invalid", target=wv.ref, reason="InvalidMaintenanceWindow", event_type="Warning",
+                message=f"ignored: the spec is invalid (was the webhook down when it was stored?): {problems}",
+                key=wv.resource_version,
+            ))
+    if not windows and not any(n.maintenance is not None or COUNTDOWN_LABEL in n.labels
+                               for n in snapshot.nodes.values()):
+        return actions, None  # the common case: nothing to do, nothing to clean up
+
+    pods_on: dict[str, list[PodView]] = {}
+    counts: dict[str, int] = {w.name: 0 for w in windows}
+    for node in snapshot.nodes.values():
+        covering = [w for w in windows if w.covers(node.name, node.labels)]
+        for w in covering:
+            counts[w.name] += 1
+        ahead = next_window(covering, node.name, node.labels, now)
+        active = [w for w in covering if w.start <= now < w.end]
+        wake = _min(wake, _countdown(actions, node, ahead, now, settings))
+        state = read_cordoned(node.maintenance)
+        if active:
+            if state is None:
+                _cordon(actions, node, min(active, key=lambda w: w.start))
+            else:
+                if not pods_on and snapshot.pods:
+                    for pod in snapshot.pods.values():
+                        if pod.node:
+                            pods_on.setdefault(pod.node, []).append(pod)
+                first = min(active, key=lambda w: w.start)
+                wake = _min(wake, _drain(actions, snapshot, node, first, pods_on.get(node.name, ()), now, settings))
+            wake = _min(wake, max(w.end for w in active))
+        elif state is not None:
+            _uncordon(actions, node, state)
+        for w in covering:
+            if w.start > now:
+                wake = _min(wake, w.start)
+
+    for wv in snapshot.windows.values():
+        if wv.window is None:
+            continue
+        state_now, count = wv.window.state(now), counts[wv.window.name]
+        if (wv.state, wv.node_count) != (state_now, count):
+            actions.append(Action(
+                kind="window-status", target=wv.ref, reason="MaintenanceWindowStatus",
+                message=f"{state_now}, {count} node(s)", quiet=True,
+                patch={"status": {"state": state_now, "nodeCount": count}}, subresource="status",
+            ))
+        if state_now == "Scheduled":
+            wake = _min(wake, wv.window.start)
+        elif state_now == "Active":
+            wake = _min(wake, wv.window.end)
+    return actions, wake
+
+
+# -- the countdown ---------------------------------------------------------------------
+def _countdown(actions: list[Action], node: NodeView, ahead: Window | None, now: float,
+               settings: Settings) -> float | None:
+    """Keep the node's countdown label right; returns when it must be rewritten."""
+    current = node.labels.get(COUNTDOWN_LABEL)
+    if ahead is None:
+        if current is not None:
+            actions.append(Action(
+                kind="countdown", target=node.ref, reason="MaintenanceCountdown", quiet=True,
+                message=f"no maintenance window ahead: label {COUNTDOWN_LABEL} removed",
+                patch={"metadata": {"labels": {COUNTDOWN_LABEL: None}}},
+            ))
+        return None
+    start = ahead.start
+    slack = slack_for(start, now, minimum=settings.countdown_slack)
+    fresh = countdown(start, now, slack=slack)
+    value = int(current) if current is not None and current.isdigit() else None
+    guard = settings.countdown_guard
+    keep = value is not None and (
+        (value == 0 and fresh == 0)
+        or (value > 0 and value * 60 <= start - now - guard and value >= countdown(start, now, slack=2 * slack))
+    )
+    if not keep:
+        value = fresh
+        first = current is None
+        actions.append(Action(
+            kind="countdown", target=node.ref, reason="MaintenanceScheduled", quiet=not first,
+            message=(f"{ahead.describe()} covers this node: from now on, jobs whose time limit would run "
+                     f"into it do not start here (label {COUNTDOWN_LABEL}={fresh}, minutes left)"),
+            key=ahead.uid or ahead.name,
+            patch={"metadata": {"labels": {COUNTDOWN_LABEL: str(fresh)}}},
+        ))
+    assert value is not None
+    return start - value * 60 - guard if value > 0 else None
+
+
+# -- cordon, drain, give back ----------------------------------------------------------
+def _cordon(actions: list[Action], node: NodeView, window: Window) -> None:
+    state = Cordoned(window=window.name, was_unschedulable=node.unschedulable)
+    before = " (it was already cordoned, and stays so after the window)" if node.unschedulable else ""
+    actions.append(Action(
+        kind="cordon", target=node.ref, reason="MaintenanceStarted",
+        message=f"{window.describe()} started: node cordoned{before}; its pods are evicted",
+        key=window.uid or window.name,
+        patch={"metadata": {"resourceVersion": node.resource_version,
+                            "annotations": {ANN_MAINTENANCE: state.text()}},
+               "spec": {"unschedulable": True}},
+    ))
+
+
+def _workload(snapshot: Snapshot, pod: PodView) -> Ref:
+    """Where an Event about the pod goes: its Job if it has one we know, else the pod."""
+    owner = pod.owner
+    if owner is not None and owner.kind == "Job":
+        job = snapshot.jobs.get((pod.ref.namespace, owner.name))
+        if job is not None and job.ref.uid == owner.uid:
+            return job.ref
+    return pod.ref
+
+
+def _drain(actions: list[Action], snapshot: Snapshot, node: NodeView, window: Window, pods: list[PodView] | tuple[()],
+           now: float, settings: Settings) -> float | None:
+    deadline = window.start + settings.drain_timeout
+    wake: float | None = None
+    for pod in sorted(pods, key=lambda p: (p.ref.namespace, p.ref.name)):
+        if pod.deleting or pod.terminal or (pod.owner is not None and pod.owner.kind in NOT_DRAINED):
+            continue
+        what = f"pod {pod.ref.name}" if _workload(snapshot, pod) != pod.ref else "the pod"
+        if now < deadline:
+            actions.append(Action(
+                kind="evict", target=_workload(snapshot, pod), reason="MaintenanceEviction", event_type="Warning",
+                message=(f"{what} is evicted from node {node.name}: {window.describe()} has started"),
+                key=pod.ref.uid, evict=pod.ref,
+            ))
+            wake = _min(wake, deadline)
+        else:
+            actions.append(Action(
+                kind="force-drain", target=_workload(snapshot, pod), reason="MaintenanceDrainDeadline",
+                event_type="Warning",
+                message=(f"{what} still ran on node {node.name} at {format_time(deadline)}, when the drain "
+                         f"deadline of {window.describe()} passed (a PodDisruptionBudget kept refusing the "
+                         f"eviction): deleting it"),
+                key=pod.ref.uid, deletes=(Delete(pod.ref),),
+            ))
+    return wake
+
+
+def _uncordon(actions: list[Action], node: NodeView, state: Cordoned) -> None:
+    if state.was_unschedulable:
+        message = f"maintenance window {state.window} is over: the node stays cordoned, as it was before"
+    else:
+        message = f"maintenance window {state.window} is over: the node is schedulable again"
+    actions.append(Action(
+        kind="uncordon", target=node.ref, reason="MaintenanceEnded", message=message,
+        key=f"{state.window}/{node.resource_version}",
+        patch={"metadata": {"resourceVersion": node.resource_version, "annotations": {ANN_MAINTENANCE: None}},
+               "spec": {"unschedulable": True if state.was_unschedulable else None}},
+    ))
