@@ -14,7 +14,7 @@ PURE = sorted(
     [PKG / n for n in ("engine.py", "draft.py", "bundle.py", "yamlsrc.py", "units.py", "offline.py",
                        "globs.py", "contract.py", "wire.py")]
     + list((PKG / "rules").glob("*.py"))
-    + [PKG / "reconciler" / n for n in ("planner.py", "model.py", "actions.py", "settings.py")]
+    + [PKG / "reconciler" / n for n in ("planner.py", "model.py", "actions.py", "settings.py", "scavenger.py")]
 )
 FORBIDDEN_IMPORTS = ("aiohttp", "kubernetes", "prometheus_client", "requests", "urllib3", "socket", "ssl")
 CLOCK_CALLS = {("time", "time"), ("time", "monotonic"), ("datetime", "now"), ("datetime", "utcnow"), ("date", "today")}

@@ -1,0 +1,132 @@
+"""The pure ScavengerJob functions the controller and the simulator share: start order,
+fit, cap, segments, and failure vs interruption on recorded pods (1.20 and newer)."""
+
+from __future__ import annotations
+
+from reconbuild import pod, terminated
+
+from webhook.reconciler.model import pod_view
+from webhook.reconciler.scavenger import (
+    Need,
+    Room,
+    Waiting,
+    cap_room,
+    choose_starts,
+    classify,
+    place,
+    segment_end,
+    standing,
+    start_order,
+    take,
+    victim_key,
+)
+
+GI = 1 << 30
+
+
+def w(name: str, count: int = 0, created: float = 0, pods: int = 1, cpu: int = 1000, mem: int = GI) -> Waiting:
+    return Waiting(("demo", name), count, created, Need(pods, cpu, mem))
+
+
+def rooms(*specs: tuple[str, int, int]) -> dict[str, Room]:
+    return {n: Room(n, c, m) for n, c, m in specs}
+
+
+def test_start_order_interrupted_first_then_oldest_then_name():
+    order = start_order([w("new", 0, 10), w("old", 0, 5), w("twice", 2, 50), w("once", 1, 1), w("b", 0, 5)])
+    assert [x.key[1] for x in order] == ["twice", "once", "b", "old", "new"]
+
+
+def test_place_all_or_none_and_tightest_node_first():
+    free = rooms(("big", 8000, 16 * GI), ("small", 2000, 4 * GI))
+    assert place(Need(2, 1000, GI), free) == {"small": 2}
+    assert place(Need(3, 1000, GI), free) == {"small": 2, "big": 1}
+    assert place(Need(11, 1000, GI), free) is None  # 10 fit, never half a gang
+    assert place(Need(1, 1000, 5 * GI), free) == {"big": 1}  # memory decides too
+    assert place(Need(2, 1000, GI), {"n": Room("n", 8000, 8 * GI, pods=1)}) is None  # pod slots
+    after = take(free, {"small": 2, "big": 1}, Need(3, 1000, GI))
+    assert after["small"] == Room("small", 0, 2 * GI, 108) and after["big"].cpu_m == 7000
+    assert free["small"].cpu_m == 2000  # not changed in place
+
+
+def test_cap_room():
+    assert cap_room((10_000, 10 * GI), (3000, 2 * GI), 0.7) == (4000, 5 * GI)
+
+
+def test_choose_starts_order_cap_backfill_and_never_fits():
+    alloc = rooms(("a", 4000, 8 * GI), ("b", 4000, 8 * GI))  # cap 70 %: 5600m cpu
+    free = dict(alloc)
+    decisions = choose_starts(
+        [w("head", 1, 100, pods=2, cpu=2000), w("second", 0, 1, pods=2, cpu=2000), w("small", 0, 2, cpu=1000),
+         w("huge", 0, 0, pods=3, cpu=3000), w("wide", 0, 3, pods=1, cpu=4500)],
+        free, alloc, (0, 0), 0.7)
+    got = {d.waiting.key[1]: d for d in decisions}
+    assert [d.waiting.key[1] for d in decisions] == ["head", "huge", "second", "small", "wide"]
+    assert got["head"].kind == "start"
+    assert got["huge"].kind == "never-fits" and "over the scavengers' share 70%" in got["huge"].why
+    assert got["second"].kind == "over-cap"  # 4000 + 4000 > 5600
+    assert got["small"].kind == "start"  # backfill: it fits under the cap
+    assert got["wide"].kind == "never-fits" and "not all of them fit even on the empty nodes" in got["wide"].why
+
+
+def test_choose_starts_counts_what_scavengers_use_and_what_is_free():
+    alloc = rooms(("a", 4000, 8 * GI))
+    assert choose_starts([w("x", cpu=1000)], alloc, alloc, (2000, 0), 0.7)[0].kind == "over-cap"
+    busy = rooms(("a", 500, 8 * GI))
+    assert choose_starts([w("x", cpu=1000)], busy, alloc, (0, 0), 0.7)[0].kind == "no-room"
+
+
+def test_segments_and_standing():
+    assert segment_end(100.0, 1800) == 1900.0
+    assert standing(100.0, 100.0, 1800) == 0.0
+    assert standing(1000.0, 100.0, 1800) == 0.5
+    assert standing(5000.0, 100.0, 1800) == 1.0
+    # the scheduler preempts the latest start first: the one that just started over
+    assert max([("older", victim_key(0.0)), ("fresh", victim_key(1700.0))], key=lambda t: t[1])[0] == "fresh"
+
+
+def _v(**kw):
+    return pod_view(pod(**kw))
+
+
+def test_classify_success_running_starting():
+    ok = [_v(name=f"p{i}", phase="Succeeded", containers=[terminated(0)]) for i in range(2)]
+    assert classify(ok, 2).kind == "succeeded"
+    assert classify([_v(name="p0"), _v(name="p1")], 2).kind == "running"
+    assert classify([_v(name="p0"), _v(name="p1", phase="Pending", started=None)], 2).kind == "starting"
+    assert classify([_v(name="p0")], 2).kind == "starting"
+
+
+def test_classify_failure_by_exit_code_and_oomkilled():
+    v = classify([_v(name="p0"), _v(name="p1", phase="Failed", containers=[terminated(3)])], 2)
+    assert v.kind == "failed" and v.pod is not None and v.pod.ref.name == "p1"
+    assert v.why == "container main exited with code 3"
+    v = classify([_v(name="p0", phase="Failed", containers=[terminated(137, reason="OOMKilled")])], 1)
+    assert v.kind == "failed" and "OOMKilled" in v.why
+
+
+def test_a_failure_wins_over_siblings_the_job_controller_deletes():
+    v = classify([_v(name="a", deleting=True), _v(name="b", phase="Failed", containers=[terminated(1)])], 2)
+    assert v.kind == "failed" and v.pod is not None and v.pod.ref.name == "b"
+
+
+def test_interruptions_on_1_20_and_newer():
+    # 1.20: kube-scheduler / kubectl / eviction delete the running pod with its grace period
+    v = classify([_v(name="a", deleting=True), _v(name="b")], 2)
+    assert v.kind == "interrupted" and "deleted while running" in v.why
+    # deleted, SIGTERM made it exit 143: still an interruption, not a failure
+    v = classify([_v(name="a", deleting=True, phase="Failed", containers=[terminated(143)])], 1)
+    assert v.kind == "interrupted"
+    # newer: DisruptionTarget condition (preemption)
+    cond = [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+             "message": "default-scheduler: preempting to accommodate a higher priority pod"}]
+    v = classify([_v(name="a", conditions=cond, phase="Failed", containers=[terminated(143)])], 1)
+    assert v.kind == "interrupted" and v.why.startswith("PreemptionByScheduler")
+    cond = [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}]
+    assert classify([_v(name="a", conditions=cond)], 1).why == "EvictionByEvictionAPI"
+    # kubelet reasons, and a node that is gone
+    assert classify([_v(name="a", phase="Failed", reason="Evicted", message="low on memory")], 1).kind == "interrupted"
+    v = classify([_v(name="a", node="n1")], 1, node_gone=lambda n: n == "n1")
+    assert v.kind == "interrupted" and v.why == "node n1 of pod a is gone"
+    # a finished pod being cleaned up is nobody's interruption
+    assert classify([_v(name="a", phase="Succeeded", deleting=True, containers=[terminated(0)])], 1).kind == "succeeded"
