@@ -12,4 +12,8 @@ POD_GROUP_SIZE_LABEL = f"{GROUP}/pod-group-size"
 STARTED_AT_ANNOTATION = f"{GROUP}/started-at"
 DEADLINE_ANNOTATION = f"{GROUP}/deadline"
 WARNED_FOR_ANNOTATION = f"{GROUP}/warned-for"
-RECONCILER_ANNOTATIONS = (STARTED_AT_ANNOTATION, DEADLINE_ANNOTATION, WARNED_FOR_ANNOTATION)
+# The next maintenance window on the nodes a running job uses (JSON: window, start, node), so that
+# the webhook, which has no API access, can refuse an extension that would run into it.
+NEXT_MAINTENANCE_ANNOTATION = f"{GROUP}/next-maintenance"
+RECONCILER_ANNOTATIONS = (STARTED_AT_ANNOTATION, DEADLINE_ANNOTATION, WARNED_FOR_ANNOTATION,
+                          NEXT_MAINTENANCE_ANNOTATION)

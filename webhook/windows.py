@@ -23,8 +23,10 @@ No clock, no I/O: ``now`` is always an argument.
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -281,3 +283,31 @@ def minutes_needed(limit_seconds: int, margin_seconds: int) -> int:
     """The ``Gt`` operand for a pod with this limit: a node qualifies when its countdown
     (whole minutes, rounded down) is greater, i.e. at least limit + margin, rounded up."""
     return max(math.ceil((limit_seconds + margin_seconds) / 60) - 1, 0)
+
+
+# -- what the reconciler records on running jobs ---------------------------------------------
+def next_maintenance_text(window: Window, node: str) -> str:
+    """The ``batchgate.io/next-maintenance`` value for a running job: compact JSON."""
+    return json.dumps({"window": window.name, "start": utc(window.start), "node": node},
+                      separators=(",", ":"), sort_keys=True)
+
+
+def read_next_maintenance(text: Any) -> tuple[str, float, str, str] | None:
+    """(window, start epoch, start as written, node) from the annotation; None if absent or unreadable."""
+    if not isinstance(text, str):
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    start = parse_time(data.get("start"))
+    if start is None:
+        return None
+    return str(data.get("window") or "?"), start, str(data["start"]), str(data.get("node") or "?")
+
+
+def utc(t: float) -> str:
+    """Epoch seconds -> ``2026-11-24T06:00:00Z`` (whole seconds)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(t)))

@@ -303,3 +303,48 @@ def test_a_window_cordons_drains_and_gives_the_nodes_back_as_they_were(
 
 def state_of(kube: Any, path: str) -> str | None:
     return (kube.get(path).get("status") or {}).get("state")  # type: ignore[no-any-return]
+
+
+# -- 4. extensions that would run into a window are refused ----------------------------------
+def test_an_extension_into_a_window_on_the_jobs_node_is_refused_with_its_name_and_start(
+        kube, webhook_server, module_namespace, windows, nodes, reconciler):
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns = module_namespace
+    n = nodes("mw-ext")
+    name = unique("sim")
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name,
+           "annotations": {"batchgate.io/time-limit": "1h"}},
+           "spec": {"backoffLimit": 0, "template": {"spec": {
+               "restartPolicy": "Never", "nodeSelector": {"kubernetes.io/hostname": n}, "tolerations": TOLERATE,
+               "containers": [container(cpu="100m", memory="1Gi")]}}}}
+    create(kube, ns, job)
+    job_pod = wait_for(lambda: next((p["metadata"]["name"] for p in kube.get(pods_path(ns))["items"]
+                                     if p["metadata"].get("labels", {}).get("job-name") == name), None), 30,
+                       message="the Job's pod")
+    assert scheduled_on(kube, ns, job_pod) == n
+    kube.set_pod_phase(ns, job_pod, "Running")
+    mw = unique("mw")
+    windows(window_obj(mw, start=3 * 3600, end=4 * 3600, nodes=[n], reason="PSU swap"))
+    reconciler()
+    path = f"/apis/batch/v1/namespaces/{ns}/jobs/{name}"
+
+    def recorded() -> Any:
+        ann = kube.get(path)["metadata"].get("annotations") or {}
+        return ann.get("batchgate.io/next-maintenance") and ann.get("batchgate.io/started-at") and ann
+
+    ann = wait_for(recorded, 30, message="the next window recorded on the running Job")
+    assert json.loads(ann["batchgate.io/next-maintenance"])["window"] == mw
+    start = kube.get(f"{MW}/{mw}")["spec"]["start"]
+    with pytest.raises(KubeApiError) as info:
+        kube.patch(path, {"metadata": {"annotations": {"batchgate.io/time-limit": "5h"}}}, as_user="alice")
+    assert info.value.status == 403
+    msg = info.value.body["message"]
+    assert f'admission webhook "{UPDATE_HOOK}" denied the request: time-limit-extension: ' in msg
+    assert f"into maintenance window {mw}, which starts at {start} on node {n}" in msg, msg
+    # the record cannot be edited away by the user
+    with pytest.raises(KubeApiError) as info:
+        kube.patch(path, {"metadata": {"annotations": {"batchgate.io/next-maintenance": None}}}, as_user="alice")
+    assert "written by the batchgate reconciler only" in info.value.body["message"]
+    # an extension that ends before the window is fine
+    kube.patch(path, {"metadata": {"annotations": {"batchgate.io/time-limit": "2h"}}}, as_user="alice")
+    assert kube.get(path)["metadata"]["annotations"]["batchgate.io/time-limit"] == "2h"

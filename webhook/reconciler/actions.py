@@ -35,6 +35,7 @@ ActionKind = Literal[
     "uncordon",  # window over: the node back as it was before
     "window-status",  # MaintenanceWindow status: state and node count
     "window-invalid",  # a stored MaintenanceWindow whose spec does not parse: Warning Event, ignored
+    "record-maintenance",  # batchgate.io/next-maintenance on a running job (extensions are checked against it)
 ]
 KIND_ORDER: dict[str, int] = {k: i for i, k in enumerate(ActionKind.__args__)}  # type: ignore[attr-defined]
 EventType = Literal["Normal", "Warning"]

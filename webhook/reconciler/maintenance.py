@@ -38,9 +38,25 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..windows import COUNTDOWN_LABEL, Window, countdown, next_window, slack_for
+from ..windows import (
+    COUNTDOWN_LABEL,
+    Window,
+    countdown,
+    next_maintenance_text,
+    next_window,
+    slack_for,
+)
 from .actions import Action, Delete
-from .model import ANN_MAINTENANCE, NodeView, PodView, Ref, Snapshot, format_time
+from .model import (
+    ANN_MAINTENANCE,
+    ANN_NEXT_MAINTENANCE,
+    JobView,
+    NodeView,
+    PodView,
+    Ref,
+    Snapshot,
+    format_time,
+)
 from .settings import Settings
 
 NOT_DRAINED = frozenset({"DaemonSet", "Node"})  # DaemonSet pods, static (mirror) pods: kubectl drain leaves them too
@@ -98,15 +114,20 @@ def plan_maintenance(snapshot: Snapshot, now: float, settings: Settings) -> tupl
                 key=wv.resource_version,
             ))
     if not windows and not any(n.maintenance is not None or COUNTDOWN_LABEL in n.labels
-                               for n in snapshot.nodes.values()):
+                               for n in snapshot.nodes.values()) \
+            and not any(j.next_maintenance is not None for j in snapshot.jobs.values()) \
+            and not any(p.next_maintenance is not None for p in snapshot.pods.values()):
         return actions, None  # the common case: nothing to do, nothing to clean up
 
     pods_on: dict[str, list[PodView]] = {}
     counts: dict[str, int] = {w.name: 0 for w in windows}
+    upcoming: dict[str, Window] = {}  # node -> the earliest window that has not started yet
     for node in snapshot.nodes.values():
         covering = [w for w in windows if w.covers(node.name, node.labels)]
         for w in covering:
             counts[w.name] += 1
+            if w.start > now and (node.name not in upcoming or w.start < upcoming[node.name].start):
+                upcoming[node.name] = w
         ahead = next_window(covering, node.name, node.labels, now)
         active = [w for w in covering if w.start <= now < w.end]
         wake = _min(wake, _countdown(actions, node, ahead, now, settings))
@@ -127,6 +148,8 @@ def plan_maintenance(snapshot: Snapshot, now: float, settings: Settings) -> tupl
         for w in covering:
             if w.start > now:
                 wake = _min(wake, w.start)
+
+    _record_on_jobs(actions, snapshot, upcoming)
 
     for wv in snapshot.windows.values():
         if wv.window is None:
@@ -243,3 +266,49 @@ def _uncordon(actions: list[Action], node: NodeView, state: Cordoned) -> None:
         patch={"metadata": {"resourceVersion": node.resource_version, "annotations": {ANN_MAINTENANCE: None}},
                "spec": {"unschedulable": True if state.was_unschedulable else None}},
     ))
+
+
+# -- the next window, on the running jobs it concerns -------------------------------------------
+def _record_on_jobs(actions: list[Action], snapshot: Snapshot, upcoming: dict[str, Window]) -> None:
+    """Keep ``batchgate.io/next-maintenance`` on each running time-limited job (a Job, or a bare
+    pod): the earliest window not yet started on any node its pods run on. The webhook refuses an
+    extension past it from that (it has no API access of its own). A job whose deadline already
+    passes the window's start (the window was declared after it started) is told it will be
+    evicted then."""
+    pods_of: dict[str, list[PodView]] = {}
+    for pod in snapshot.pods.values():
+        if pod.owner is not None and pod.owner.kind == "Job":
+            pods_of.setdefault(pod.owner.uid, []).append(pod)
+    workloads: list[tuple[JobView | PodView, list[PodView]]] = [
+        (j, pods_of.get(j.ref.uid, [])) for j in snapshot.jobs.values() if not j.deleting and not j.finished]
+    workloads += [(p, [p]) for p in snapshot.pods.values() if p.owner is None and not p.deleting and not p.terminal]
+    for obj, pods in workloads:
+        if obj.time_limit is None and obj.next_maintenance is None:
+            continue
+        best: tuple[Window, str] | None = None
+        for p in pods:
+            if p.node and not p.terminal and not p.deleting:
+                w = upcoming.get(p.node)
+                if w is not None and (best is None or w.start < best[0].start):
+                    best = (w, p.node)
+        want = next_maintenance_text(*best) if best is not None and obj.time_limit is not None else None
+        if want == obj.next_maintenance:
+            continue
+        if best is None:
+            actions.append(Action(
+                kind="record-maintenance", target=obj.ref, reason="MaintenanceAhead", quiet=True,
+                message="no maintenance window ahead on its nodes any more", key="none",
+                annotations={ANN_NEXT_MAINTENANCE: None}, resource_version=obj.resource_version,
+            ))
+            continue
+        w, node = best
+        late = obj.deadline_t is not None and obj.deadline_t > w.start
+        what = "Job" if isinstance(obj, JobView) else "Pod"
+        message = (f"{w.describe()} covers node {node}, where this {what} runs"
+                   + (f": its deadline {obj.deadline} is later, so it will be evicted when the window starts"
+                      if late else f"; time limit extensions that would run past {format_time(w.start)} are refused"))
+        actions.append(Action(
+            kind="record-maintenance", target=obj.ref, reason="MaintenanceAhead",
+            event_type="Warning" if late else "Normal", quiet=not late, message=message,
+            key=w.uid or w.name, annotations={ANN_NEXT_MAINTENANCE: want}, resource_version=obj.resource_version,
+        ))

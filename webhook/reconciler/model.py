@@ -23,6 +23,7 @@ from typing import Any
 from ..contract import (
     DEADLINE_ANNOTATION,
     GROUP,
+    NEXT_MAINTENANCE_ANNOTATION,
     QUEUE_LABEL,
     STARTED_AT_ANNOTATION,
     TIME_LIMIT_ANNOTATION,
@@ -36,6 +37,7 @@ ANN_TIME_LIMIT = TIME_LIMIT_ANNOTATION  # set by users / defaulted by the webhoo
 ANN_STARTED = STARTED_AT_ANNOTATION  # reconciler: when the job's first pod started running
 ANN_DEADLINE = DEADLINE_ANNOTATION  # reconciler: started-at + time limit (RFC 3339)
 ANN_WARNED = WARNED_FOR_ANNOTATION  # reconciler: the deadline the user was last warned about
+ANN_NEXT_MAINTENANCE = NEXT_MAINTENANCE_ANNOTATION  # reconciler, on running jobs: the next window on their nodes
 ANN_MAINTENANCE = f"{GROUP}/maintenance"  # reconciler, on Nodes: the window that cordoned it, and the state before
 LABEL_QUEUE = QUEUE_LABEL
 LABEL_GROUP = f"{GROUP}/pod-group"
@@ -146,6 +148,7 @@ class PodView:
     started_at_t: float | None  # ... and parsed (None when absent or malformed)
     deadline_t: float | None
     warned_t: float | None
+    next_maintenance: str | None = None  # batchgate.io/next-maintenance as written
 
     @property
     def terminal(self) -> bool:
@@ -170,6 +173,7 @@ class JobView:
     group: str | None  # from the pod template's labels
     group_size: int | None
     pod_group_name: str | None
+    next_maintenance: str | None = None  # batchgate.io/next-maintenance as written
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +372,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         time_limit=ann.get(ANN_TIME_LIMIT),
         limit=limit_seconds(ann.get(ANN_TIME_LIMIT)),
         **_state(ann),
+        next_maintenance=ann.get(ANN_NEXT_MAINTENANCE),
     )
 
 
@@ -396,6 +401,7 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         group=group,
         group_size=_size(t_labels.get(LABEL_GROUP_SIZE)),
         pod_group_name=(t_labels.get(LABEL_COSCHEDULING) or group) if group else None,
+        next_maintenance=ann.get(ANN_NEXT_MAINTENANCE),
     )
 
 

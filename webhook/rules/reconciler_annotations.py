@@ -1,4 +1,4 @@
-"""Annotations only the reconciler writes: ``started-at``, ``deadline``, ``warned-for``.
+"""Annotations only the reconciler writes: ``started-at``, ``deadline``, ``warned-for``, ``next-maintenance``.
 
 The reconciler keeps its memory on the objects so a restart misses nothing; that
 memory must not be forgeable. A user who moves ``started-at`` later, or deletes
@@ -58,7 +58,7 @@ register(RuleType(
     name="reconciler-annotations",
     doc=(
         "Only the reconciler (and admins) may write `batchgate.io/started-at`, `deadline`, "
-        "`warned-for`, the state it keeps on objects."
+        "`warned-for`, `next-maintenance`, the state it keeps on objects."
     ),
     parse=parse,
     validate=validate,

@@ -2,7 +2,9 @@
 
 A user extends a running job with ``kubectl annotate --overwrite``; on UPDATE the
 new value must be a duration within the maximum of the queue the job was
-admitted to, and the annotation may not be removed. A separate policy type from
+admitted to, and the annotation may not be removed; a longer limit that would run into
+the next maintenance window on the job's nodes is refused with the window's name and
+start (from what the reconciler recorded on the job). A separate policy type from
 ``time-limit`` because a policy has one set of operations, and the mutating
 ``time-limit`` must never run on UPDATE. Validate only.
 """
@@ -11,7 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..contract import QUEUE_LABEL
+from ..contract import NEXT_MAINTENANCE_ANNOTATION, QUEUE_LABEL, STARTED_AT_ANNOTATION
+from ..windows import parse_time, read_next_maintenance, utc
 from . import register
 from .base import Ctx, Finding, RuleType, deny, dig, no_settings
 from .time_limit import ANNOTATION, EXAMPLE, LOCATIONS, limit_problem, read_limits, seconds_or_none
@@ -40,7 +43,34 @@ def validate_extension(settings: None, obj: dict[str, Any], ctx: Ctx) -> list[Fi
             findings.append(deny(f"{problem}{where}; {current}"))
         elif queue is None and seconds_or_none(new) is None:
             findings.append(deny(f"{ANNOTATION} {new!r} is not a duration; write a number and a unit, {EXAMPLE}"))
+        elif path == ("metadata",) and (problem := _into_window(old, new, before)) is not None:
+            findings.append(deny(problem))
     return findings
+
+
+def _into_window(old: dict[str, Any], new: Any, before: Any) -> str | None:
+    """Why a longer limit would run into the next maintenance window on the job's nodes.
+
+    The webhook has no API access: the reconciler records on the running job when it started
+    (``batchgate.io/started-at``) and the next window on its nodes
+    (``batchgate.io/next-maintenance``); both are read from the stored object, which only the
+    reconciler and admins may change. No clock is needed: the new deadline is started-at + limit.
+    """
+    ann = dig(old, ("metadata", "annotations")) or {}
+    window = read_next_maintenance(ann.get(NEXT_MAINTENANCE_ANNOTATION))
+    started = parse_time(ann.get(STARTED_AT_ANNOTATION))
+    seconds, previous = seconds_or_none(new), seconds_or_none(before)
+    if window is None or started is None or seconds is None:
+        return None
+    name, start, start_text, node = window
+    if started + seconds <= start or (previous is not None and seconds <= previous):
+        return None  # it fits, or it is no longer than before (the drain at the start stops it anyway)
+    room = int(start - started) // 60 * 60
+    hours, minutes = divmod(room // 60, 60)
+    most = (f"at most {hours}h{minutes:02d}m" if minutes else f"at most {hours}h") if room > 0 else "no longer than now"
+    return (f"{ANNOTATION} {new} would run this job until {utc(started + seconds)}, into maintenance window "
+            f"{name}, which starts at {start_text} on node {node} where it runs; its limit can be {most} "
+            f"(it started at {ann.get(STARTED_AT_ANNOTATION)})")
 
 
 def _admitted_queue(old: dict[str, Any], ctx: Ctx) -> Queue | None:

@@ -231,3 +231,47 @@ def test_the_planner_includes_maintenance_and_wakes_for_it(offset: float) -> Non
     result = plan(snap(nodes=[node("n1")], windows=[w]), T0, S)
     assert {a.kind for a in result.actions} >= {"countdown"}
     assert result.wake_at is not None and result.wake_at <= T0 + HOUR
+
+
+# -- the next window, recorded on running jobs ------------------------------------------------
+def test_running_jobs_get_the_next_window_on_their_nodes() -> None:
+    from webhook.reconciler.model import ANN_NEXT_MAINTENANCE
+    from webhook.windows import read_next_maintenance
+
+    w = mw("fw", 3 * HOUR, 5 * HOUR, nodes=["n1"])
+    later = mw("later", 9 * HOUR, 10 * HOUR, nodes=["n2"])
+    j = job("train", annotations={"batchgate.io/time-limit": "8h"})
+    pods = [pod("train-a", owner=j, node="n1"), pod("train-b", owner=j, node="n2"),
+            pod("solo", node="n2", annotations={"batchgate.io/time-limit": "1h"}),
+            pod("free", node="n3", annotations={"batchgate.io/time-limit": "1h"}),
+            pod("untimed", node="n1")]
+    s = snap(j, *pods, nodes=[node("n1", labels={COUNTDOWN_LABEL: "176"}), node("n2"), node("n3")],
+             windows=[w, later])
+    actions = [a for a in plan_maintenance(s, T0, S)[0] if a.kind == "record-maintenance"]
+    got = {a.target.name: read_next_maintenance((a.annotations or {})[ANN_NEXT_MAINTENANCE]) for a in actions}
+    assert got == {"train": ("fw", T0 + 3 * HOUR, ts(3 * HOUR), "n1"), "solo": ("later", T0 + 9 * HOUR, ts(9 * HOUR), "n2")}
+    assert all(a.quiet for a in actions)  # nothing the user must act on: their deadlines are unknown here
+
+
+def test_a_job_whose_deadline_passes_a_new_window_is_told_and_stale_records_go() -> None:
+    from webhook.reconciler.model import ANN_NEXT_MAINTENANCE
+
+    w = mw("fw", HOUR, 2 * HOUR, nodes=["n1"])
+    late = pod("late", node="n1", annotations={"batchgate.io/time-limit": "4h", "batchgate.io/started-at": ts(-60),
+                                               "batchgate.io/deadline": ts(4 * HOUR - 60)})
+    stale = pod("stale", node="n2", annotations={"batchgate.io/time-limit": "4h",
+                                                 ANN_NEXT_MAINTENANCE: '{"node":"n2","start":"x","window":"old"}'})
+    s = snap(late, stale, nodes=[node("n1", labels={COUNTDOWN_LABEL: "58"}), node("n2")], windows=[w])
+    actions = {a.target.name: a for a in plan_maintenance(s, T0, S)[0] if a.kind == "record-maintenance"}
+    assert not actions["late"].quiet and actions["late"].event_type == "Warning"
+    assert "it will be evicted when the window starts" in actions["late"].message
+    assert actions["stale"].annotations == {ANN_NEXT_MAINTENANCE: None} and actions["stale"].quiet
+    # recorded: steady
+    from webhook.windows import next_maintenance_text, parse_window
+
+    window, _ = parse_window(w)
+    assert window is not None
+    recorded = pod("late", node="n1", annotations={**late["metadata"]["annotations"],
+                                                   ANN_NEXT_MAINTENANCE: next_maintenance_text(window, "n1")})
+    s = snap(recorded, nodes=[node("n1", labels={COUNTDOWN_LABEL: "58"})], windows=[w])
+    assert [a for a in plan_maintenance(s, T0, S)[0] if a.kind == "record-maintenance"] == []

@@ -80,3 +80,34 @@ def test_extension_checks_cronjob_job_template(ext):
 
 def test_extension_policy_ignores_create(ext):
     assert run(ext, pod({ANN: "99d"})).allowed
+
+
+# -- extensions and maintenance windows ------------------------------------------------------
+NEXT = '{"node":"n1","start":"2026-11-23T06:00:00Z","window":"fw"}'
+
+
+def _recorded(limit: str, *, started: str | None = "2026-11-23T00:00:00Z", nxt: str | None = NEXT) -> dict[str, Any]:
+    obj = _changed(limit=limit)
+    ann = obj["metadata"]["annotations"]
+    if started:
+        ann["batchgate.io/started-at"] = started
+    if nxt:
+        ann["batchgate.io/next-maintenance"] = nxt
+    return obj
+
+
+@pytest.mark.parametrize(("old", "new", "denied"), [
+    pytest.param(_recorded("1h"), _recorded("7h"), True, id="into-the-window"),
+    pytest.param(_recorded("1h"), _recorded("6h"), False, id="ends-as-it-starts"),
+    pytest.param(_recorded("8h"), _recorded("7h"), False, id="shorter-is-fine-even-past-it"),
+    pytest.param(_recorded("1h", started=None), _recorded("7h", started=None), False, id="not-started-yet"),
+    pytest.param(_recorded("1h", nxt=None), _recorded("7h", nxt=None), False, id="no-window"),
+    pytest.param(_recorded("1h"), _recorded("7h", nxt=None), True, id="the-stored-record-counts-not-the-request"),
+    pytest.param(_recorded("1h", nxt="garbage"), _recorded("7h", nxt="garbage"), False, id="unreadable-record"),
+])
+def test_extensions_that_run_into_a_window(ext: Bundle, old: dict[str, Any], new: dict[str, Any], denied: bool) -> None:
+    d = run(ext, new, op="UPDATE", old=old)
+    assert d.allowed is not denied, d.message
+    if denied:
+        assert "into maintenance window fw, which starts at 2026-11-23T06:00:00Z on node n1" in d.message
+        assert "its limit can be at most 6h" in d.message
