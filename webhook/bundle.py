@@ -12,9 +12,11 @@ touches the network, the clock or aiohttp.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -241,7 +243,8 @@ def load_bundle(directory: str | os.PathLike[str]) -> Bundle:
         raise BundleError(str(main), None, "", "missing: a bundle needs bundle.yaml at its top")
     digest = hashlib.sha256()
     spec = _document(main, "Bundle", digest)
-    bundle = _parse_bundle(spec, str(root))
+    with _unexpected(spec):
+        bundle = _parse_bundle(spec, str(root))
     policies: list[Policy] = []
     names: dict[str, str] = {}
     for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
@@ -249,7 +252,8 @@ def load_bundle(directory: str | os.PathLike[str]) -> Bundle:
         if not file.is_file():
             continue
         node = _document(file, "Policy", digest, with_metadata=True)
-        policy = _parse_policy(node, bundle, str(folder))
+        with _unexpected(node):
+            policy = _parse_policy(node, bundle, str(folder))
         if policy.name in names:
             node.req("metadata").req("name").fail(f"duplicate policy name; also in {names[policy.name]}")
         names[policy.name] = str(file)
@@ -263,6 +267,18 @@ def load_bundle(directory: str | os.PathLike[str]) -> Bundle:
         mutating=tuple(p for p in policies if p.rule.mutate is not None),
         validating=tuple(p for p in policies if p.rule.validate is not None),
     )
+
+
+@contextlib.contextmanager
+def _unexpected(doc: Node) -> Iterator[None]:
+    """A mistake no check anticipated still names the file (and the document's line):
+    a bundle that does not load must never crash-loop the server or the reconciler."""
+    try:
+        yield
+    except BundleError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, ArithmeticError, RecursionError) as e:
+        raise BundleError(doc.file, doc.line, doc.path, f"cannot load: {type(e).__name__}: {e}") from e
 
 
 def _document(path: Path, kind: str, digest: Any, *, with_metadata: bool = False) -> Node:
@@ -375,6 +391,12 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
     if (ex := spec.get("exclude")) is not None:
         ex.mapping(allowed=("namespaces",))
         excluded = ex.req("namespaces").str_list()
+        for n in ex.req("namespaces").seq():
+            if matches((n.value,), PROBE_NAME):
+                n.fail("excludes every namespace (it matches any name a user may create); "
+                       "name the namespaces to leave alone")
+    for role in ("admins", "controllers"):
+        _refuse_everyone(spec.get(role), role)
 
     return Bundle(
         root=root,
@@ -389,6 +411,44 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
         ),
         policies=(),
     )
+
+
+# Who "everyone" is, for refusing a bundle that grants admin or controller trust to all:
+# the groups every caller of a kind is in, and names no admin would list on purpose.
+EVERYONE_GROUPS = {
+    "system:authenticated": "every authenticated user",
+    "system:unauthenticated": "every anonymous caller",
+    "system:serviceaccounts": "every service account",
+    "system:serviceaccounts:batchgate-probe-7f3a": "the service accounts of any namespace",
+}
+PROBE_NAME = "batchgate-probe-7f3a"  # an arbitrary name: a pattern matching it matches anything
+EVERYONE_USERS = {
+    "system:anonymous": "anonymous callers",
+    f"system:serviceaccount:{PROBE_NAME}:default": "service accounts of any namespace",
+    PROBE_NAME: "any user",
+}
+
+
+def _refuse_everyone(node: Node | None, role: str) -> None:
+    """Refuse admins/controllers that would take in everyone (``system:authenticated``,
+    ``system:serviceaccounts``, ``*``, ``*/default``, ...): user-only checks would then
+    stop no one. Checked per entry, so the error points at the line to fix."""
+    if node is None:
+        return
+    node.mapping()
+    what = "admin rights" if role == "admins" else "controller trust (pods skip user-only checks)"
+    for key, table in (("groups", EVERYONE_GROUPS), ("users", EVERYONE_USERS)):
+        for entry in node.get(key).seq() if node.get(key) else []:  # type: ignore[union-attr]
+            for probe, who in table.items():
+                if isinstance(entry.value, str) and matches((entry.value,), probe):
+                    entry.fail(f"grants {what} to {who} ({probe}); list only principals you trust")
+    for entry in node.get("serviceAccounts").seq() if node.get("serviceAccounts") else []:  # type: ignore[union-attr]
+        ns, _, name = str(entry.value).partition("/")
+        if not name:
+            entry.fail("expected namespace/name (a glob in the name only, e.g. kube-system/*)")
+        if any(c in ns for c in "*?["):
+            entry.fail(f"grants {what} to service accounts of any matching namespace, which users may "
+                       "create; name the namespace exactly")
 
 
 def _queue_node(spec: Node, name: str) -> Node:

@@ -157,6 +157,7 @@ def _load(path: str | None) -> Any:
 def cmd_check(args: argparse.Namespace) -> int:
     from .engine import BadReview
     from .offline import Caller, check_object, parse_manifests
+    from .yamlsrc import BundleError
 
     bundle = _load(args.policies)
     if bundle is None:
@@ -171,12 +172,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     for name in args.files:
         try:
             text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
-            objects += [(name, o) for o in parse_manifests(text)]
+            objects += [(name, o) for o in parse_manifests(text, name)]
         except (OSError, UnicodeDecodeError) as e:
             print(f"batchgate: {name}: cannot read: {e}", file=sys.stderr)
             return 2
         except yaml.YAMLError as e:
             print(f"batchgate: {name}: not valid YAML or JSON: {e}", file=sys.stderr)
+            return 2
+        except BundleError as e:  # too deep, an alias bomb, a value YAML cannot construct
+            print(f"batchgate: {e}", file=sys.stderr)
             return 2
     denied = False
     out: list[dict[str, Any]] = []

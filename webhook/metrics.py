@@ -92,6 +92,11 @@ BUNDLE_INFO = Gauge(
     ["fingerprint"],
     registry=REGISTRY,
 )
+BUNDLE_STALE = Gauge(
+    "batchgate_bundle_stale",
+    "1 while the policy files on disk do not load and the last good bundle stays in force.",
+    registry=REGISTRY,
+)
 CERT_RELOADS = Counter(
     "batchgate_certificate_reloads_total",
     "Serving certificate reloads by result.",

@@ -89,7 +89,7 @@ def expand_lists(docs: list[Any]) -> list[Any]:
     return out
 
 
-def parse_manifests(text: str) -> list[Any]:
+def parse_manifests(text: str, name: str = "<input>") -> list[Any]:
     """JSON or multi-document YAML (JSON is YAML, but a JSON stream of objects is not)."""
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
@@ -98,7 +98,7 @@ def parse_manifests(text: str) -> list[Any]:
             return expand_lists(value if isinstance(value, list) else [value])
         except json.JSONDecodeError:
             pass
-    return expand_lists(load_documents(text))
+    return expand_lists(load_documents(text, name))
 
 
 # -- suites -------------------------------------------------------------------
@@ -169,7 +169,7 @@ def _load_object(node: Node, base: Path) -> dict[str, Any]:
         file = base / node.value
         if not file.is_file():
             node.fail(f"no such sample file: {file}")
-        docs = load_documents(file.read_text())
+        docs = load_documents(file.read_text(), str(file))
         if len(docs) != 1 or not isinstance(docs[0], dict):
             node.fail(f"{file} must hold exactly one object")
         obj: dict[str, Any] = docs[0]

@@ -161,6 +161,9 @@ async def _readyz(request: web.Request) -> web.Response:
     if problems:
         return web.Response(status=503, text="\n".join(problems) + "\n")
     assert state.bundle is not None
+    if state.bundle_error:  # still serving, on the last good bundle: ready, but say so
+        return web.Response(text=f"ok bundle={state.bundle.fingerprint} stale: the policy files on disk "
+                                 f"do not load: {state.bundle_error}\n")
     return web.Response(text=f"ok bundle={state.bundle.fingerprint}\n")
 
 
@@ -197,10 +200,13 @@ def reload_bundle(state: State) -> bool:
     except BundleError as e:
         state.bundle_error = str(e)
         metrics.BUNDLE_RELOADS.labels("failure").inc()
+        metrics.BUNDLE_STALE.set(1 if state.bundle is not None else 0)
         kept = f"; keeping bundle {state.bundle.fingerprint}" if state.bundle else ""
         log.error("policy bundle rejected: %s%s", e, kept, extra={"fields": {"error": str(e)}})
         return False
+    metrics.BUNDLE_STALE.set(0)
     if state.bundle is not None and state.bundle.fingerprint == bundle.fingerprint:
+        state.bundle_error = ""  # the files are back to the bundle in force
         return False
     if state.bundle is not None:
         metrics.BUNDLE_INFO.remove(state.bundle.fingerprint)

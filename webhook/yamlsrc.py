@@ -35,9 +35,77 @@ class BundleError(Exception):
         super().__init__(f"{where}: {field}: {message}" if field else f"{where}: {message}")
 
 
-def load_documents(text: str) -> list[Any]:
-    """Plain multi-document load (manifests, samples): no positions needed."""
-    return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
+# Bounds on what one YAML text may make us build. A bundle or a manifest nests a dozen
+# levels at most; PyYAML's composer recurses once per level (libyaml's in C, so a deep
+# enough text crashes the process instead of raising), and an alias names a whole
+# subtree, so a few lines of anchors expand to billions of nodes ("billion laughs").
+MAX_DEPTH = 64
+MAX_NODES = 200_000  # nodes after alias expansion, per text
+MAX_BYTES = 4 * 1024 * 1024  # a ConfigMap holds 1 MiB; a bundle file is far smaller
+
+
+def check_shape(text: str, name: str) -> None:
+    """Refuse, before anything is composed, a text nested deeper than MAX_DEPTH or
+    expanding (aliases included) to more than MAX_NODES nodes; also any syntax error.
+
+    Walks the parser's event stream, which keeps no recursion and stops at the first
+    level too deep, so the check costs one streaming pass whatever the input."""
+    sizes: dict[str, int] = {}  # anchor -> expanded size of the node it names
+    stack: list[tuple[str | None, int]] = []  # open collections: (anchor, size so far)
+    total = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                if len(stack) >= MAX_DEPTH:
+                    raise BundleError(name, _line(event), "",
+                                      f"nested more than {MAX_DEPTH} levels deep")
+                stack.append((event.anchor, 1))
+                total += 1
+                continue
+            if isinstance(event, yaml.CollectionEndEvent):
+                anchor, size = stack.pop()
+            elif isinstance(event, yaml.ScalarEvent):
+                anchor, size = event.anchor, 1
+            elif isinstance(event, yaml.AliasEvent):
+                anchor, size = None, sizes.get(event.anchor or "", 1)
+            else:
+                continue
+            if anchor:
+                sizes[anchor] = size
+            if stack:
+                stack[-1] = (stack[-1][0], stack[-1][1] + size)
+            total += size if not isinstance(event, yaml.CollectionEndEvent) else 0
+            if total > MAX_NODES:
+                raise BundleError(name, _line(event), "",
+                                  f"expands to more than {MAX_NODES} nodes (aliases included)")
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        raise BundleError(name, mark.line + 1 if mark else None, "",
+                          f"invalid YAML: {e.problem or e.context}") from e
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow: it knows the offset only
+        raise BundleError(name, text.count("\n", 0, e.position) + 1, "",
+                          f"invalid YAML: {e.reason} (character {e.character!r})") from e
+    except yaml.YAMLError as e:
+        raise BundleError(name, None, "", f"invalid YAML: {e}") from e
+
+
+def _line(event: yaml.Event) -> int | None:
+    return event.start_mark.line + 1 if event.start_mark is not None else None
+
+
+def load_documents(text: str, name: str = "<input>") -> list[Any]:
+    """Plain multi-document load (manifests, samples): no positions needed. Bounded like
+    the bundle (:func:`check_shape`); a value YAML cannot construct (an unknown tag, a
+    date like 2024-13-45) is a BundleError with its line, never a crash."""
+    check_shape(text, name)
+    try:
+        return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        raise BundleError(name, mark.line + 1 if mark else None, "", f"invalid YAML: {e.problem or e.context}") from e
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError) as e:
+        read_text(text, name)  # the slow, positioned reader names the line of the bad value
+        raise BundleError(name, None, "", f"cannot read a value: {e}") from e
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +216,8 @@ def read_file(path: Path, *, display: str | None = None) -> list[Node]:
     """Load every YAML document of ``path`` as positioned Nodes."""
     name = display or str(path)
     try:
+        if path.stat().st_size > MAX_BYTES:
+            raise BundleError(name, None, "", f"larger than {MAX_BYTES} bytes")
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise BundleError(name, None, "", f"cannot read: {e.strerror}") from e
@@ -157,6 +227,7 @@ def read_file(path: Path, *, display: str | None = None) -> list[Node]:
 
 
 def read_text(text: str, name: str) -> list[Node]:
+    check_shape(text, name)
     try:
         roots = list(yaml.compose_all(text, Loader=_Loader))
     except yaml.MarkedYAMLError as e:
@@ -186,7 +257,15 @@ class _Seq(list[Any]):
     _lines: dict[Any, int]
 
 
+_COLLECTION_TAGS: dict[type[yaml.Node], str] = {
+    yaml.MappingNode: "tag:yaml.org,2002:map", yaml.SequenceNode: "tag:yaml.org,2002:seq"}
+
+
 def _convert(node: yaml.Node, constructor: yaml.SafeLoader, name: str) -> Any:
+    plain_tag = _COLLECTION_TAGS.get(type(node))
+    if plain_tag is not None and node.tag != plain_tag:
+        raise BundleError(name, node.start_mark.line + 1, "",
+                          f"could not determine a constructor for the tag {node.tag!r}")
     if isinstance(node, yaml.MappingNode):
         m = _Map()
         m._lines = {}
@@ -203,7 +282,13 @@ def _convert(node: yaml.Node, constructor: yaml.SafeLoader, name: str) -> Any:
         s = _Seq(_convert(n, constructor, name) for n in node.value)
         s._lines = {i: n.start_mark.line + 1 for i, n in enumerate(node.value)}
         return s
-    return constructor.construct_object(node, deep=True)
+    try:
+        return constructor.construct_object(node, deep=True)
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError) as e:
+        # an unknown tag (!foo), an impossible date (2024-13-45), ...
+        problem = getattr(e, "problem", None) or str(e)
+        raise BundleError(name, node.start_mark.line + 1, "",
+                          f"cannot read {node.value!r} as {node.tag.rsplit(':', 1)[-1]}: {problem}") from e
 
 
 def to_plain(value: Any) -> Any:

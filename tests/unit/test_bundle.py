@@ -134,3 +134,138 @@ def test_match_selects_by_namespace_label_user(tmp_bundle):
     assert not mutated("other")
     assert not mutated("team-a", {"shm": "off"})
     assert not mutated("team-a", user="robot")
+
+
+# -- every way a bundle can fail is file:line, never a crash (issue 11 item 5) --------------
+def _deep(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+_BOMB = "".join(
+    f"    l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9) if i else ', '.join(['lol'] * 9)}]\n" for i in range(9)
+)
+
+LOAD_ERRORS = [
+    ("unquoted-bad-date", "default: 2h, max: 12h", "default: 2024-13-45, max: 12h", "2024-13-45",
+     r"cannot read '2024-13-45' as timestamp: month must be in 1\.\.12"),
+    ("unknown-tag", "  defaultQueue: batch", "  defaultQueue: !queue batch", "!queue",
+     r"could not determine a constructor for the tag '!queue'"),
+    ("python-tag", "  defaultQueue: batch", "  defaultQueue: !!python/object/apply:os.system [true]",
+     "python/object", r"could not determine a constructor"),
+    ("deep-nesting", "  defaultQueue: batch", "  defaultQueue: batch\n  junk: " + _deep(100000), "junk:",
+     r"nested more than 64 levels deep"),
+    ("alias-bomb", "  defaultQueue: batch", "  defaultQueue: batch\n  junk:\n" + _BOMB, None,
+     r"expands to more than 200000 nodes \(aliases included\)"),
+    ("binary-garbage", "  defaultQueue: batch", "  defaultQueue: batch\n  x: \x07", None, r"invalid YAML"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "line_needle", "pattern"), [c[1:] for c in LOAD_ERRORS],
+                         ids=[c[0] for c in LOAD_ERRORS])
+def test_yaml_the_loader_did_not_anticipate_is_still_file_line(tmp_bundle, old, new, line_needle, pattern):
+    f = tmp_bundle / "bundle.yaml"
+    _edit(f, old, new)
+    with pytest.raises(BundleError) as e:
+        load_bundle(tmp_bundle)
+    msg = str(e.value)
+    assert msg.startswith(f"{f}:"), msg
+    assert e.value.line is not None and e.value.line > 0, msg
+    assert re.search(pattern, msg), msg
+    if line_needle:
+        assert e.value.line == _line_of(f, line_needle), msg
+
+
+def test_bad_date_in_a_policy_file_names_its_line(tmp_bundle):
+    f = tmp_bundle / "shm" / "policy.yaml"
+    _edit(f, "size: 1Gi", "size: 2023-02-30")
+    with pytest.raises(BundleError, match=r"day is out of range") as e:
+        load_bundle(tmp_bundle)
+    assert str(e.value).startswith(f"{f}:{_line_of(f, '2023-02-30')}:")
+
+
+def test_aliases_within_bounds_still_load(tmp_bundle):
+    _edit(tmp_bundle / "bundle.yaml", "      timeLimit: {default: 2h, max: 12h}",
+          "      timeLimit: &tl {default: 2h, max: 12h}")
+    _edit(tmp_bundle / "bundle.yaml", "      timeLimit: {default: 24h, max: 7d}", "      timeLimit: *tl")
+    assert load_bundle(tmp_bundle).queues["batch"].max_time_limit == 12 * 3600
+
+
+def test_an_error_no_check_anticipated_still_names_the_file(tmp_bundle, monkeypatch):
+    import webhook.bundle as b
+
+    def broken(*args, **kwargs):
+        raise KeyError("settings")
+    monkeypatch.setattr(b, "_parse_policy", broken)
+    with pytest.raises(BundleError, match=r"cannot load: KeyError") as e:
+        load_bundle(tmp_bundle)
+    assert e.value.file == str(tmp_bundle / "shm" / "policy.yaml") and e.value.line == 1
+
+
+def test_oversized_file_is_refused(tmp_bundle):
+    f = tmp_bundle / "bundle.yaml"
+    f.write_text(f.read_text() + "#" * (5 * 1024 * 1024) + "\n")
+    with pytest.raises(BundleError, match=r"larger than \d+ bytes"):
+        load_bundle(tmp_bundle)
+
+
+# -- semantically dangerous bundles are refused with the reason ----------------------------------
+ADMINS = "  admins:\n    groups: [system:masters, \"batchgate:admins\"]"
+CONTROLLERS = "  controllers:\n    users: [system:kube-controller-manager]"
+DANGEROUS = [
+    ("admin-authenticated", ADMINS, "  admins:\n    groups: [system:masters, system:authenticated]",
+     "system:authenticated", r"spec\.admins\.groups\[1\]: grants admin rights to every authenticated user"),
+    ("admin-unauthenticated", ADMINS, "  admins:\n    groups: [system:unauthenticated]",
+     "system:unauthenticated", r"grants admin rights to every anonymous caller"),
+    ("admin-all-serviceaccounts", ADMINS, "  admins:\n    groups: [system:serviceaccounts]",
+     "system:serviceaccounts", r"grants admin rights to every service account"),
+    ("admin-sa-group-glob", ADMINS, "  admins:\n    groups: [\"system:serviceaccounts:*\"]",
+     "system:serviceaccounts", r"the service accounts of any namespace"),
+    ("admin-group-star", ADMINS, "  admins:\n    groups: [\"*\"]", "groups:", r"grants admin rights to every"),
+    ("admin-system-star", ADMINS, "  admins:\n    groups: [\"system:*\"]", "groups:", r"grants admin rights to every"),
+    ("admin-user-star", ADMINS, "  admins:\n    users: [\"*\"]", "users:", r"spec\.admins\.users\[0\]: grants admin"),
+    ("admin-anonymous", ADMINS, "  admins:\n    users: [system:anonymous]", "users:", r"anonymous callers"),
+    ("admin-sa-user-glob", ADMINS, "  admins:\n    users: [\"system:serviceaccount:*\"]", "users:",
+     r"service accounts of any namespace"),
+    ("admin-sa-any-namespace", ADMINS, "  admins:\n    serviceAccounts: [\"*/default\"]", "serviceAccounts:",
+     r"service accounts of any matching namespace"),
+    ("controller-authenticated", CONTROLLERS, "  controllers:\n    groups: [system:authenticated]",
+     "system:authenticated", r"spec\.controllers\.groups\[0\]: grants controller trust"),
+    ("controller-sa-team-glob", "    serviceAccounts: [\"kube-system/*\"]", "    serviceAccounts: [\"team-*/ci\"]",
+     "team-*/ci", r"name the namespace exactly"),
+    ("exclude-everything", "    namespaces: [kube-system, kube-public, kube-node-lease, batchgate-system]",
+     "    namespaces: [kube-system, \"*\"]", "namespaces: [kube-system, \"*\"]",
+     r"spec\.exclude\.namespaces\[1\]: excludes every namespace"),
+    ("exclude-prefix-star", "    namespaces: [kube-system, kube-public, kube-node-lease, batchgate-system]",
+     "    namespaces: [kube-system, \"b*\"]", "namespaces: [kube-system, \"b*\"]", r"excludes every namespace"),
+    ("no-queues", "  queues:\n", "  queues: []\n  unused:\n", "queues: []", r"declare at least one queue"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "line_needle", "pattern"), [c[1:] for c in DANGEROUS],
+                         ids=[c[0] for c in DANGEROUS])
+def test_dangerous_bundles_are_refused_with_the_reason(tmp_bundle, old, new, line_needle, pattern):
+    f = tmp_bundle / "bundle.yaml"
+    if old == "  queues:\n":  # drop the whole queue list
+        text = f.read_text()
+        start, end = text.index("  queues:\n"), text.index("  # Per-namespace")
+        f.write_text(text[:start] + "  queues: []\n" + text[end:].replace("defaultQueue: batch", "", 1)
+                     .replace("allowedQueues: [batch, scavenger]", "").replace("defaultQueue: interactive", ""))
+    else:
+        _edit(f, old, new)
+    with pytest.raises(BundleError) as e:
+        load_bundle(tmp_bundle)
+    msg = str(e.value)
+    assert msg.startswith(f"{f}:"), msg
+    assert re.search(pattern, msg), msg
+    assert e.value.line == _line_of(f, line_needle), msg
+
+
+def test_narrow_admins_and_exclusions_still_load(tmp_bundle):
+    f = tmp_bundle / "bundle.yaml"
+    _edit(f, ADMINS, "  admins:\n    groups: [\"batchgate:admins\", \"system:serviceaccounts:batchgate-system\"]\n"
+          "    serviceAccounts: [\"batchgate-system/*\"]\n    users: [\"ops-*\"]")
+    _edit(f, "namespaces: [kube-system, kube-public, kube-node-lease, batchgate-system]",
+          "namespaces: [kube-system, \"kube-*\", \"*-system\"]")
+    b = load_bundle(f.parent)
+    assert b.admins.contains("system:serviceaccount:batchgate-system:x", [])
+    assert not b.admins.contains("system:serviceaccount:team-a:default", ["system:serviceaccounts"])

@@ -83,7 +83,13 @@ def test_check_captured_admission_review(capsys):
 
 @pytest.mark.parametrize(("content", "needle"), [
     ("kind: Pod\n", "apiVersion and kind"),
-    ("a: [1,\n", "not valid YAML"),
+    ("a: [1,\n", "x.yaml:2: invalid YAML"),
+    ("a: 1\nb: 2024-13-45\n", "x.yaml:2: cannot read '2024-13-45' as timestamp: month must be in 1..12"),
+    ("a: !foo x\n", "x.yaml:1: invalid YAML: could not determine a constructor for the tag '!foo'"),
+    ("a: " + "[" * 200000 + "]" * 200000, "x.yaml:1: nested more than 64 levels deep"),  # was a segfault
+    ("a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdef", "bcdefg", strict=True)),
+     "expands to more than 200000 nodes"),
 ])
 def test_check_usage_errors_exit_2(capsys, tmp_path, content, needle):
     f = tmp_path / "x.yaml"

@@ -124,6 +124,38 @@ def test_bad_reload_keeps_last_good_bundle(state):
     assert metrics.BUNDLE_RELOADS.labels("failure")._value.get() == before + 1
 
 
+@pytest.mark.parametrize(("old", "new"), [
+    ("defaultQueue: batch", "defaultQueue: 2024-13-45"),                      # an unquoted impossible date
+    ("defaultQueue: batch", "defaultQueue: !queue batch"),                    # an unknown YAML tag
+    ("defaultQueue: batch", "defaultQueue: " + "[" * 100000 + "]" * 100000),  # would crash the C composer
+    ('groups: [system:masters, "batchgate:admins"]', "groups: [system:authenticated]"),  # admin for all
+], ids=["bad-date", "unknown-tag", "deep-nesting", "admin-for-everyone"])
+async def test_a_running_server_keeps_the_last_good_bundle_and_says_it_is_stale(aiohttp_client, state, old, new):
+    client = await aiohttp_client(make_app(state))
+    good = state.bundle
+    f = state.policies / "bundle.yaml"
+    original = f.read_text()
+    assert old in original
+    f.write_text(original.replace(old, new, 1))
+    _touch_later(f)
+    assert reload_bundle(state) is False and state.bundle is good
+    r = await client.get("/readyz")
+    text = await r.text()
+    assert r.status == 200, text  # still serving: pulling every replica would make the webhook unreachable
+    assert text.startswith(f"ok bundle={good.fingerprint} stale: ") and f"{f}:" in text, text
+    metrics_text = await (await client.get("/metrics")).text()
+    assert "batchgate_bundle_stale 1.0" in metrics_text
+    r = await client.post("/mutate", json=fixture("pod-create-by-user.mutate.json"))
+    assert r.status == 200 and (await r.json())["response"]["allowed"]
+    f.write_text(original)  # fixed: back to the bundle in force, no longer stale
+    _touch_later(f)
+    _touch_later(f)
+    reload_bundle(state)
+    assert state.bundle is good and state.bundle_error == ""
+    assert "stale" not in await (await client.get("/readyz")).text()
+    assert "batchgate_bundle_stale 0.0" in await (await client.get("/metrics")).text()
+
+
 def test_good_reload_swaps_bundle(state):
     old = state.bundle
     f = state.policies / "bundle.yaml"

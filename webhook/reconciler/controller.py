@@ -58,6 +58,7 @@ class Controller:
         self.actuator = Actuator(api, settings, is_leader=self.may_act, observe=self.cache.observe,
                                  forget=self.cache.forget)
         self.passes = 0
+        self.bundle_stale = False
         self.last_plan: Plan | None = None
         self._printed: set[tuple[str, str, str]] = set()
 
@@ -74,6 +75,8 @@ class Controller:
         if self.reload_policy is None:
             return
         qp = self.reload_policy()
+        self.bundle_stale = qp is None  # the files do not load: keep acting on the last good one
+        metrics.BUNDLE_STALE.set(1 if self.bundle_stale else 0)
         if qp is not None and qp != self.settings.queues:
             log.info("bundle changed: new queue policy")
             self.settings = dataclasses.replace(self.settings, queues=qp)

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from .settings import QueuePolicy, Settings
@@ -42,6 +43,23 @@ def settings_from_args(args: argparse.Namespace, bundle: Any) -> Settings:
     )
 
 
+def policy_loader(policies: str) -> Callable[[], QueuePolicy | None]:
+    """Reads the bundle as it is now (a mounted ConfigMap changes under us); None when it
+    does not load, and the controller keeps the last good queue policy and says it is stale."""
+    from ..bundle import load_bundle
+    from ..yamlsrc import BundleError
+
+    def reload_policy() -> QueuePolicy | None:
+        try:
+            return QueuePolicy.from_bundle(load_bundle(policies))
+        except BundleError as e:
+            log.warning("bundle does not load; keeping the last good one: %s", e,
+                        extra={"fields": {"error": str(e)}})
+            return None
+
+    return reload_policy
+
+
 def run(args: argparse.Namespace) -> int:
     from ..bundle import load_bundle
     from ..cli import _default_policies
@@ -65,16 +83,7 @@ def run(args: argparse.Namespace) -> int:
     except KubeError as e:
         print(f"batchgate: {e}", file=sys.stderr)
         return 2
-    policies = args.policies or _default_policies()
-
-    def reload_policy() -> QueuePolicy | None:
-        """The bundle as it is now (a mounted ConfigMap changes under us); None if it does not load."""
-        try:
-            return QueuePolicy.from_bundle(load_bundle(policies))
-        except BundleError as e:
-            log.warning("bundle does not load; keeping the last good one: %s", e)
-            return None
-
+    reload_policy = policy_loader(args.policies or _default_policies())
     controller = Controller(api, settings, dry_run=args.dry_run, reload_policy=reload_policy)
     try:
         if args.once:

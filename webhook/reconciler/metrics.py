@@ -34,3 +34,8 @@ RELISTS = Counter(
     "batchgate_reconciler_relists_total", "Full lists by the cache (start, 410 Gone, errors).", ["resource"],
     registry=REGISTRY,
 )
+BUNDLE_STALE = Gauge(
+    "batchgate_reconciler_bundle_stale",
+    "1 while the policy files on disk do not load and the last good bundle's queue policy stays in force.",
+    registry=REGISTRY,
+)

@@ -130,3 +130,30 @@ def test_once_works_through_held_back_bookkeeping() -> None:
     assert c.passes == 7  # 25 records, 4 per pass
     c.cache.list_once()
     assert c.plan_now().actions == []
+
+
+def test_a_bundle_that_stops_loading_keeps_the_last_good_queue_policy_and_says_it_is_stale(tmp_path) -> None:
+    import shutil
+
+    from tests.conftest import POLICIES
+    from webhook.reconciler import metrics
+    from webhook.reconciler.main import policy_loader
+
+    root = tmp_path / "policies"
+    shutil.copytree(POLICIES, root)
+    loader = policy_loader(str(root))
+    good = loader()
+    assert good is not None
+    c = Controller(FakeApi(), Settings(leader_elect=False, queues=good), reload_policy=loader)
+    f = root / "bundle.yaml"
+    original = f.read_text()
+    for old, new in (("max: 7d", "max: 2024-13-45"), ("max: 7d", "max: !days 7"),
+                     ('groups: [system:masters, "batchgate:admins"]', "groups: [system:authenticated]")):
+        f.write_text(original.replace(old, new, 1))
+        c._reload()
+        assert c.bundle_stale and c.settings.queues is good
+        assert metrics.REGISTRY.get_sample_value("batchgate_reconciler_bundle_stale") == 1
+    f.write_text(original.replace("max: 7d", "max: 5d"))
+    c._reload()
+    assert not c.bundle_stale and c.settings.queues.max_time_limit["batch"] == 5 * 86400
+    assert metrics.REGISTRY.get_sample_value("batchgate_reconciler_bundle_stale") == 0
