@@ -35,9 +35,10 @@ e2e: $(STAMP)  ## end-to-end against a real kube-apiserver (skips without binari
 e2e-deps:  ## install etcd and build kube-apiserver & co. into the cache (minutes, once)
 	bash hack/e2e-deps.sh
 
-lint: $(STAMP)
+lint: $(STAMP)  ## ruff, mypy strict, and the import contracts of the layers (pyproject.toml)
 	$(BIN)/ruff check webhook tests bench hack
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(STAMP)  ## webhook throughput vs a no-op handler, the engine stage by stage, and the reconciler planner
 	$(BIN)/python bench/bench_webhook.py

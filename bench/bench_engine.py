@@ -37,9 +37,9 @@ DEFAULT_FIXTURE = FIXTURES / "pod-create-by-namespace-user.mutate.json"
 
 
 def stages(fixture: Path, policies: Path) -> dict[str, Callable[[], object]]:
-    from webhook.bundle import load_bundle
     from webhook.draft import Draft
     from webhook.engine import decide, encode_review, make_ctx
+    from webhook.rules import load_bundle
 
     raw = fixture.read_bytes()
     bundle = load_bundle(policies)

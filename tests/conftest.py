@@ -23,6 +23,6 @@ def fixture(name: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def bundle() -> Any:
-    from webhook.bundle import load_bundle
+    from webhook.rules import load_bundle
 
     return load_bundle(POLICIES)

@@ -16,23 +16,59 @@ import contextlib
 import hashlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from .contract import API_VERSION, QUEUE_LABEL, TIME_LIMIT_ANNOTATION
+from .contract import API_VERSION, GROUP
 from .globs import matches, matches_any
-from .rules.base import RuleType
 from .units import parse_duration
 from .yamlsrc import BundleError, Node, read_file
 
-__all__ = ["QUEUE_LABEL", "TIME_LIMIT_ANNOTATION", "Bundle", "BundleError", "load_bundle"]
+if TYPE_CHECKING:
+    from .draft import Draft
+
+__all__ = ["Bundle", "BundleError", "PolicyType", "default_policies", "load_bundle"]
+DEFAULT_POLICIES = Path(__file__).resolve().parent.parent / "policies"  # the bundled default bundle
+POLICIES_ENV = "BATCHGATE_POLICIES"
 DEFAULT_EXCLUDED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "batchgate-system")
 NAME = r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?"
 LABEL_KEY = r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 FailurePolicy = Literal["Ignore", "Fail"]
+
+
+def default_policies() -> str:
+    """The bundle directory when none is given: $BATCHGATE_POLICIES, else the bundled policies/."""
+    return os.environ.get(POLICIES_ENV) or str(DEFAULT_POLICIES)
+
+
+class PolicyType(Protocol):
+    """What the bundle needs to know of a policy type (``spec.type``) to load a policy of it.
+
+    The types themselves (:class:`webhook.rules.base.RuleType`) live a layer up, with the
+    engine; :func:`webhook.rules.load_bundle` loads a bundle with all of them.
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def parse(self) -> Callable[[Node, Bundle], Any]: ...  # spec.settings -> settings, at load
+    @property
+    def mutate(self) -> Callable[[Any, Draft, Any], list[Any]] | None: ...
+    @property
+    def validate(self) -> Callable[[Any, dict[str, Any], Any], list[Any]] | None: ...
+    @property
+    def default_kinds(self) -> tuple[tuple[str, str, str], ...]: ...
+    @property
+    def default_operations(self) -> tuple[str, ...]: ...
+    @property
+    def mutate_operations(self) -> tuple[str, ...]: ...
+    @property
+    def default_failure_policy(self) -> FailurePolicy: ...
+    @property
+    def order(self) -> int: ...
 
 
 # -- the data ---------------------------------------------------------------
@@ -131,7 +167,7 @@ class Policy:
     name: str
     version: int
     description: str
-    rule: RuleType
+    rule: PolicyType
     settings: Any
     match: Match
     exclude: Match | None
@@ -225,6 +261,22 @@ class Bundle:
         rule = self.namespace_rule(namespace)
         return rule.default_queue if rule and rule.default_queue else self.default_queue
 
+    def queue_for(self, group: str, kind: str, requested: Any, namespace: str) -> tuple[str, bool]:
+        """The queue an object runs in, and whether it was asked for: a ScavengerJob runs in
+        the scavenger queue; anything else in the queue its label names (``requested``), else
+        in the namespace's or the bundle's default."""
+        if group == GROUP and kind == "ScavengerJob":
+            return next((q.name for q in self.queues.values() if q.scavenger), "scavenger"), True
+        if isinstance(requested, str):
+            return requested, True
+        return self.default_queue_for(namespace), requested is not None
+
+    def made_by_controller(self, owners: Any, username: str, groups: tuple[str, ...]) -> bool:
+        """A Pod with a controlling owner, created by one of the bundle's controllers: made
+        from a template that was admitted as the workload."""
+        controlled = isinstance(owners, list) and any(isinstance(o, dict) and o.get("controller") for o in owners)
+        return controlled and self.controllers.contains(username, groups)
+
     def user_classes(self) -> list[str]:
         """The priority classes ordinary users may name (those of queues)."""
         return sorted({q.priority_class for q in self.queues.values()} - {
@@ -233,8 +285,9 @@ class Bundle:
 
 
 # -- loading ----------------------------------------------------------------
-def load_bundle(directory: str | os.PathLike[str]) -> Bundle:
-    """Load and validate a bundle directory; raises BundleError naming file:line: field."""
+def load_bundle(directory: str | os.PathLike[str], types: Mapping[str, PolicyType]) -> Bundle:
+    """Load and validate a bundle directory whose policies are of ``types`` (by name);
+    raises BundleError naming file:line: field."""
     root = Path(directory)
     if not root.is_dir():
         raise BundleError(str(root), None, "", "not a directory")
@@ -253,7 +306,7 @@ def load_bundle(directory: str | os.PathLike[str]) -> Bundle:
             continue
         node = _document(file, "Policy", digest, with_metadata=True)
         with _unexpected(node):
-            policy = _parse_policy(node, bundle, str(folder))
+            policy = _parse_policy(node, bundle, str(folder), types)
         if policy.name in names:
             node.req("metadata").req("name").fail(f"duplicate policy name; also in {names[policy.name]}")
         names[policy.name] = str(file)
@@ -387,6 +440,8 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
             node_selector=_label_map(sel) if sel else {},
         ))
 
+    _check_node_selectors(spec, namespaces, queues)
+
     excluded: tuple[str, ...] = DEFAULT_EXCLUDED_NAMESPACES
     if (ex := spec.get("exclude")) is not None:
         ex.mapping(allowed=("namespaces",))
@@ -405,8 +460,8 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
         default_queue=default_queue,
         namespaces=tuple(namespaces),
         excluded_namespaces=excluded,
-        admins=_principals(spec.get("admins")) or Principals(groups=("system:masters",)),
-        controllers=_principals(spec.get("controllers")) or Principals(
+        admins=parse_principals(spec.get("admins")) or Principals(groups=("system:masters",)),
+        controllers=parse_principals(spec.get("controllers")) or Principals(
             users=("system:kube-controller-manager",), service_accounts=("kube-system/*",)
         ),
         policies=(),
@@ -451,11 +506,29 @@ def _refuse_everyone(node: Node | None, role: str) -> None:
                        "create; name the namespace exactly")
 
 
+def _check_node_selectors(spec: Node, namespaces: list[NamespaceRule], queues: dict[str, Queue]) -> None:
+    """A namespace and a queue usable there must not ask for different values of one node label:
+    such pods could never be scheduled. Said at load time, at the line to fix."""
+    for i, rule in enumerate(namespaces):
+        for queue in queues.values():
+            if rule.allowed_queues is not None and queue.name not in rule.allowed_queues:
+                continue
+            for key, value in rule.node_selector.items():
+                other = queue.node_selector.get(key)
+                if other is not None and other != value:
+                    spec.req("namespaces").seq()[i].req("nodeSelector").req(key).fail(
+                        f"namespaces matching {', '.join(rule.names)} require node label {key}={value}, "
+                        f"but queue {queue.name!r} (allowed there) requires {key}={other}; its pods "
+                        "could never be scheduled"
+                    )
+
+
 def _queue_node(spec: Node, name: str) -> Node:
     return next(n for n in spec.req("queues").seq() if n.get("name") and n.req("name").value == name)
 
 
-def _principals(node: Node | None) -> Principals | None:
+def parse_principals(node: Node | None) -> Principals | None:
+    """``{users, groups, serviceAccounts}`` (globs) as in ``admins``; None for an absent node."""
     if node is None:
         return None
     node.mapping(allowed=("users", "groups", "serviceAccounts"))
@@ -474,15 +547,13 @@ def _label_map(node: Node) -> dict[str, str]:
     return out
 
 
-def _parse_policy(doc: Node, bundle: Bundle, folder: str) -> Policy:
-    from .rules import REGISTRY  # the rule modules import this one
-
+def _parse_policy(doc: Node, bundle: Bundle, folder: str, types: Mapping[str, PolicyType]) -> Policy:
     meta = doc.req("metadata").mapping(allowed=("name", "version", "description"))
     spec = doc.req("spec").mapping(allowed=("type", "match", "exclude", "failurePolicy", "settings"))
     type_node = spec.req("type")
-    rule = REGISTRY.get(type_node.str())
+    rule = types.get(type_node.str())
     if rule is None:
-        type_node.fail(f"unknown policy type; known: {', '.join(sorted(REGISTRY))}")
+        type_node.fail(f"unknown policy type; known: {', '.join(sorted(types))}")
     fp = spec.get("failurePolicy")
     settings_node = spec.get("settings") or Node({}, doc.file, spec.line, _sub(spec.path, "settings"), {})
     match = _parse_match(spec.get("match"), rule) if spec.get("match") else Match(
@@ -505,7 +576,7 @@ def _sub(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _parse_match(node: Node | None, rule: RuleType, *, exclude: bool = False) -> Match:
+def _parse_match(node: Node | None, rule: PolicyType, *, exclude: bool = False) -> Match:
     assert node is not None
     node.mapping(allowed=("kinds", "operations", "namespaces", "selector", "users", "groups", "serviceAccounts"))
     kinds = rule.default_kinds

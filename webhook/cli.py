@@ -18,14 +18,7 @@ import yaml
 from . import __version__
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_POLICIES = REPO_ROOT / "policies"
 DEFAULT_CERTS = REPO_ROOT / "certs"
-
-
-def _default_policies() -> str:
-    import os
-
-    return os.environ.get("BATCHGATE_POLICIES") or str(DEFAULT_POLICIES)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,11 +137,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _load(path: str | None) -> Any:
-    from .bundle import load_bundle
+    from .bundle import default_policies
+    from .rules import load_bundle
     from .yamlsrc import BundleError
 
     try:
-        return load_bundle(path or _default_policies())
+        return load_bundle(path or default_policies())
     except BundleError as e:
         print(f"batchgate: bundle error: {e}", file=sys.stderr)
         return None
@@ -255,12 +249,13 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from .bundle import default_policies
     from .server import ServeOptions, run
 
     return run(ServeOptions(
         host=args.host,
         port=args.port,
-        policies=args.policies or _default_policies(),
+        policies=args.policies or default_policies(),
         cert_dir=args.cert_dir,
         dns_names=tuple(args.dns_name),
         workers=args.workers,

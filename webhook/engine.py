@@ -186,22 +186,13 @@ def make_ctx(req: dict[str, Any], obj: dict[str, Any], bundle: Bundle, namespace
     username = str(user.get("username") or "")
     groups = tuple(str(g) for g in user.get("groups") or ())
 
-    queue_name = (meta.get("labels") or {}).get(QUEUE_LABEL)
-    if queue_name is None and shape is not None and not shape.is_pod:
+    requested = (meta.get("labels") or {}).get(QUEUE_LABEL)
+    if requested is None and shape is not None and not shape.is_pod:
         template_meta = dig(obj, shape.pod_meta) or {}
-        queue_name = (template_meta.get("labels") or {}).get(QUEUE_LABEL)
-    explicit = queue_name is not None
-    if group == "batchgate.io" and kind_name == "ScavengerJob":
-        queue_name, explicit = next((q.name for q in bundle.queues.values() if q.scavenger), "scavenger"), True
-    rule = bundle.namespace_rule(namespace)
-    if not isinstance(queue_name, str):
-        queue_name = bundle.default_queue_for(namespace)
-
-    from_controller = False
-    if shape is not None and shape.is_pod:
-        owners = meta.get("ownerReferences") or []
-        controlled = any(isinstance(o, dict) and o.get("controller") for o in owners)
-        from_controller = controlled and bundle.controllers.contains(username, groups)
+        requested = (template_meta.get("labels") or {}).get(QUEUE_LABEL)
+    queue_name, explicit = bundle.queue_for(group, kind_name, requested, namespace)
+    from_controller = shape is not None and shape.is_pod and bundle.made_by_controller(
+        meta.get("ownerReferences") or [], username, groups)
 
     return Ctx(
         operation=req["operation"],
@@ -218,7 +209,7 @@ def make_ctx(req: dict[str, Any], obj: dict[str, Any], bundle: Bundle, namespace
         queue_name=queue_name,
         queue=bundle.queues.get(queue_name),
         queue_explicit=explicit,
-        namespace_rule=rule,
+        namespace_rule=bundle.namespace_rule(namespace),
         admin=bundle.admins.contains(username, groups),
         from_controller=from_controller,
         old_object=req.get("oldObject"),

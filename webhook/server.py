@@ -24,9 +24,10 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from . import metrics
-from .bundle import Bundle, load_bundle
+from .bundle import Bundle
 from .certs import certificate_status, ensure_certs
 from .engine import BadReview, Decision, decide, encode_review
+from .rules import load_bundle
 from .yamlsrc import BundleError
 
 log = logging.getLogger(__name__)

@@ -56,10 +56,11 @@ from cluster import (
     wait_for,
 )
 
-from webhook.bundle import Bundle, load_bundle
+from webhook.bundle import Bundle
 from webhook.engine import Decision
 from webhook.generate import build_kustomization, webhook_configurations
 from webhook.offline import Caller, check_object
+from webhook.rules import load_bundle
 from webhook.units import parse_quantity
 
 PAUSE = "registry.k8s.io/pause:3.2"

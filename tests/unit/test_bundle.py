@@ -7,9 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import POLICIES
-from webhook.bundle import load_bundle
+from webhook.rules import load_bundle
 from webhook.yamlsrc import BundleError
 
 
@@ -269,3 +270,23 @@ def test_narrow_admins_and_exclusions_still_load(tmp_bundle):
     b = load_bundle(f.parent)
     assert b.admins.contains("system:serviceaccount:batchgate-system:x", [])
     assert not b.admins.contains("system:serviceaccount:team-a:default", ["system:serviceaccounts"])
+
+
+def test_a_namespace_and_a_queue_asking_for_different_node_labels_are_refused(tmp_path: Path) -> None:
+    """Checked by the bundle whatever its policies: such pods could never be scheduled."""
+    root = tmp_path / "policies"
+    root.mkdir()
+    doc = yaml.safe_load((POLICIES / "bundle.yaml").read_text())
+    next(q for q in doc["spec"]["queues"] if q["name"] == "batch")["nodeSelector"] = {"node.example.org/gpu": "none"}
+    doc["spec"]["namespaces"] = [{"names": ["gpu-*"], "allowedQueues": ["batch"],
+                                  "nodeSelector": {"node.example.org/gpu": "a100"}}]
+    (root / "bundle.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(BundleError) as e:
+        load_bundle(root)
+    err = e.value
+    assert (err.file, err.field) == (str(root / "bundle.yaml"), "spec.namespaces[0].nodeSelector.node.example.org/gpu")
+    assert "node.example.org/gpu: a100" in (root / "bundle.yaml").read_text().splitlines()[err.line - 1]
+    assert "queue 'batch' (allowed there) requires node.example.org/gpu=none" in err.message
+    doc["spec"]["namespaces"][0]["allowedQueues"] = ["scavenger"]  # batch not usable there: no conflict
+    (root / "bundle.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert load_bundle(root).namespaces[0].node_selector == {"node.example.org/gpu": "a100"}

@@ -17,7 +17,6 @@ import yaml
 
 from tests.conftest import POLICIES, ROOT
 from webhook import __version__
-from webhook.bundle import load_bundle
 from webhook.cli import build_parser, main
 from webhook.generate import (
     build_kustomization,
@@ -26,6 +25,7 @@ from webhook.generate import (
     strategic_merge,
     webhook_configurations,
 )
+from webhook.rules import load_bundle
 
 MANIFESTS = ROOT / "manifests"
 SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "batchgate-system")

@@ -46,7 +46,7 @@ def settings_from_args(args: argparse.Namespace, bundle: Any) -> Settings:
 def policy_loader(policies: str) -> Callable[[], QueuePolicy | None]:
     """Reads the bundle as it is now (a mounted ConfigMap changes under us); None when it
     does not load, and the controller keeps the last good queue policy and says it is stale."""
-    from ..bundle import load_bundle
+    from ..rules import load_bundle
     from ..yamlsrc import BundleError
 
     def reload_policy() -> QueuePolicy | None:
@@ -61,15 +61,15 @@ def policy_loader(policies: str) -> Callable[[], QueuePolicy | None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..bundle import load_bundle
-    from ..cli import _default_policies
+    from ..bundle import default_policies
+    from ..rules import load_bundle
     from ..yamlsrc import BundleError
     from .controller import Controller
     from .errors import KubeError
     from .kube import KubeApi
 
     try:
-        bundle = load_bundle(args.policies or _default_policies())
+        bundle = load_bundle(args.policies or default_policies())
     except BundleError as e:
         print(f"batchgate: bundle error: {e}", file=sys.stderr)
         return 2
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     except KubeError as e:
         print(f"batchgate: {e}", file=sys.stderr)
         return 2
-    reload_policy = policy_loader(args.policies or _default_policies())
+    reload_policy = policy_loader(args.policies or default_policies())
     controller = Controller(api, settings, dry_run=args.dry_run, reload_policy=reload_policy)
     try:
         if args.once:

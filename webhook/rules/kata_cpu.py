@@ -50,7 +50,6 @@ from ..draft import Draft
 from ..globs import matches
 from ..units import format_cpu, parse_quantity
 from ..yamlsrc import Node
-from . import register
 from .base import Ctx, Finding, RuleType, deny, warn
 
 if TYPE_CHECKING:
@@ -254,7 +253,7 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     )]
 
 
-register(RuleType(
+TYPE = RuleType(
     name="kata-cpu",
     doc=(
         "Pods on a Kata runtime class get container CPU reduced by the VM overhead "
@@ -264,4 +263,4 @@ register(RuleType(
     mutate=mutate,
     default_kinds=(("", "v1", "Pod"),),
     order=45,
-))
+)

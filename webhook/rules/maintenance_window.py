@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from ..contract import GROUP
 from ..units import format_duration, parse_duration
 from ..windows import KIND, parse_window
-from . import register
 from .base import Ctx, Finding, RuleType, deny
 
 if TYPE_CHECKING:
@@ -52,7 +51,7 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
     return [deny(f"invalid {KIND} {ctx.name or '(generated name)'}: {'; '.join(problems)}")]
 
 
-register(RuleType(
+TYPE = RuleType(
     name="maintenance-window",
     doc=(
         "Validates `MaintenanceWindow` (batchgate.io/v1alpha1, cluster-scoped): RFC 3339 start "
@@ -64,4 +63,4 @@ register(RuleType(
     default_kinds=((GROUP, "v1alpha1", KIND),),
     default_operations=("CREATE", "UPDATE"),
     default_failure_policy="Fail",
-))
+)

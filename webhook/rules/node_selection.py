@@ -33,13 +33,11 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..contract import EXCLUSIVE_GROUP_LABEL, EXCLUSIVE_LABEL, QUEUE_LABEL
 from ..draft import Draft
-from ..yamlsrc import BundleError, Node, read_file
-from . import register
+from ..yamlsrc import Node
 from .base import Ctx, Finding, RuleType, deny, warn
 
 if TYPE_CHECKING:
@@ -93,7 +91,6 @@ def parse(node: Node, bundle: Bundle) -> Settings:
             across_namespaces=an.bool() if an else True,
             other_pods=_selector(op) if op else Exclusive().other_pods,
         )
-    _check_bundle(bundle)
     return Settings(on_conflict=on_conflict, exclusive=exclusive)  # type: ignore[arg-type]
 
 
@@ -131,42 +128,6 @@ def _label_key(node: Node, key: str) -> None:
         node.fail(f"{key!r} is not a valid label key")
     if key == EXCLUSIVE_GROUP_LABEL:
         node.fail(f"{EXCLUSIVE_GROUP_LABEL} is managed by the policy itself; leave it out")
-
-
-def _check_bundle(bundle: Bundle) -> None:
-    """A namespace and a queue usable there must not ask for different values of one node label.
-
-    Such pods could never be scheduled; better to say so at load time, at the line to fix.
-    """
-    for i, rule in enumerate(bundle.namespaces):
-        for queue in bundle.queues.values():
-            if rule.allowed_queues is not None and queue.name not in rule.allowed_queues:
-                continue
-            for key, value in rule.node_selector.items():
-                other = queue.node_selector.get(key)
-                if other is not None and other != value:
-                    where = _bundle_node(bundle, ("spec", "namespaces", i, "nodeSelector", key))
-                    message = (
-                        f"namespaces matching {', '.join(rule.names)} require node label {key}={value}, "
-                        f"but queue {queue.name!r} (allowed there) requires {key}={other}; its pods "
-                        "could never be scheduled (checked by the node-selection policy)"
-                    )
-                    if where is None:
-                        raise BundleError(str(Path(bundle.root) / "bundle.yaml"), None,
-                                          f"spec.namespaces[{i}].nodeSelector.{key}", message)
-                    where.fail(message)
-
-
-def _bundle_node(bundle: Bundle, path: tuple[str | int, ...]) -> Node | None:
-    try:
-        node: Node | None = read_file(Path(bundle.root) / "bundle.yaml")[0]
-    except Exception:  # the loader read this file a moment ago; positions are a nicety
-        return None
-    for key in path:
-        if node is None:
-            return None
-        node = node.seq()[key] if isinstance(key, int) else node.get(key)
-    return node
 
 
 # -- mutation ---------------------------------------------------------------------
@@ -332,7 +293,7 @@ def is_exclusive_term(term: Any) -> bool:
     return any(isinstance(e, dict) and e.get("key") == EXCLUSIVE_GROUP_LABEL for e in exprs)
 
 
-register(RuleType(
+TYPE = RuleType(
     name="node-selection",
     doc=(
         "Queue and namespace node selectors merged with the user's (a conflict is denied, or "
@@ -343,4 +304,4 @@ register(RuleType(
     mutate=mutate,
     default_failure_policy="Fail",
     order=20,
-))
+)

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..contract import POD_GROUP_LABEL, POD_GROUP_SIZE_LABEL
-from . import register
 from .base import Ctx, Finding, Path, RuleType, deny, dig, warn
 
 if TYPE_CHECKING:
@@ -243,7 +242,7 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
     return findings
 
 
-register(RuleType(
+TYPE = RuleType(
     name="pod-group",
     doc=(
         "Gang labels for coscheduling (default), Kueue and Volcano on multi-pod workloads, group "
@@ -253,4 +252,4 @@ register(RuleType(
     mutate=mutate,
     validate=validate,
     order=40,
-))
+)

@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..contract import QUEUE_LABEL
 from ..draft import Draft
-from ..yamlsrc import Node
-from . import register
 
 if TYPE_CHECKING:
     from ..bundle import Bundle
@@ -102,11 +100,7 @@ def _queue_menu(bundle: Bundle) -> str:
                      if not bundle.priority_classes[q.priority_class].admin_only)
 
 
-def _parse(node: Node, bundle: Bundle) -> None:
-    return no_settings(node, bundle)
-
-
-register(RuleType(
+TYPE = RuleType(
     name="queue-priority",
     doc=(
         "Every workload runs in a queue (`batchgate.io/queue`: interactive, batch, scavenger; "
@@ -114,10 +108,10 @@ register(RuleType(
         "get the class's integer `priority` and `preemptionPolicy` (the Priority admission plugin "
         "wrote 0 before the webhook ran). Users may not pick other classes (admins may)."
     ),
-    parse=_parse,
+    parse=no_settings,
     mutate=mutate,
     validate=validate,
     default_kinds=ALL_POD_TEMPLATE_KINDS,
     default_failure_policy="Fail",
     order=10,
-))
+)

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..contract import RECONCILER_ANNOTATIONS
-from . import register
 from .base import Ctx, Finding, RuleType, deny
 
 if TYPE_CHECKING:
@@ -27,10 +26,10 @@ class Settings:
 
 
 def parse(node: Node, bundle: Bundle) -> Settings:
-    from ..bundle import Principals, _principals
+    from ..bundle import Principals, parse_principals
 
     node.mapping(allowed=("writers",))
-    writers = _principals(node.get("writers")) if node.get("writers") else None
+    writers = parse_principals(node.get("writers")) if node.get("writers") else None
     return Settings(writers=writers or Principals(service_accounts=("batchgate-system/batchgate-reconciler",)))
 
 
@@ -54,7 +53,7 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
     )]
 
 
-register(RuleType(
+TYPE = RuleType(
     name="reconciler-annotations",
     doc=(
         "Only the reconciler (and admins) may write `batchgate.io/started-at`, `deadline`, "
@@ -64,4 +63,4 @@ register(RuleType(
     validate=validate,
     default_operations=("CREATE", "UPDATE"),
     default_failure_policy="Ignore",
-))
+)

@@ -18,7 +18,6 @@ from fractions import Fraction
 from typing import Any
 
 from ..units import parse_quantity
-from . import register
 from .base import (
     ALL_POD_TEMPLATE_KINDS,
     Ctx,
@@ -75,7 +74,7 @@ def validate_qos(settings: None, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
     )]
 
 
-register(RuleType(
+TYPE = RuleType(
     name="scavenger-qos",
     doc=(
         "Scavenger workloads must be Guaranteed QoS; the denial names each container."
@@ -84,4 +83,4 @@ register(RuleType(
     validate=validate_qos,
     default_kinds=ALL_POD_TEMPLATE_KINDS,
     default_failure_policy="Fail",
-))
+)

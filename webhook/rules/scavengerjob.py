@@ -14,7 +14,6 @@ from typing import Any
 
 from ..contract import GROUP
 from ..units import parse_duration
-from . import register
 from .base import Ctx, Finding, RuleType, deny, no_settings
 from .scavenger_qos import QOS_RESOURCES, quantity_or_none
 
@@ -187,7 +186,7 @@ def validate_scavengerjob(settings: None, obj: dict[str, Any], ctx: Ctx) -> list
     return [deny(f"invalid ScavengerJob {ctx.namespace}/{ctx.name or '(generated name)'}: {'; '.join(problems)}")]
 
 
-register(RuleType(
+TYPE = RuleType(
     name="scavengerjob",
     doc=(
         "Validates `ScavengerJob` (batchgate.io/v1alpha1) field by field."
@@ -197,4 +196,4 @@ register(RuleType(
     default_kinds=((GROUP, "v1alpha1", "ScavengerJob"),),
     default_operations=("CREATE", "UPDATE"),
     default_failure_policy="Fail",
-))
+)

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 from ..draft import Draft
 from ..globs import matches
 from ..yamlsrc import Node
-from . import register
 from .base import Ctx, Finding, RuleType, pod_spec_parts, warn
 
 if TYPE_CHECKING:
@@ -183,7 +182,7 @@ def _token_volume(v: dict[str, Any], account: str) -> bool:
     return False
 
 
-register(RuleType(
+TYPE = RuleType(
     name="service-account-token",
     doc=(
         "`automountServiceAccountToken: false`, and the token volume and mounts the API server "
@@ -193,4 +192,4 @@ register(RuleType(
     mutate=mutate,
     default_failure_policy="Fail",
     order=40,
-))
+)

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from ..draft import Draft
 from ..units import format_memory, parse_quantity
 from ..yamlsrc import Node
-from . import register
 
 if TYPE_CHECKING:
     from ..bundle import Bundle
@@ -111,7 +110,7 @@ def _mounts_shm(container: dict) -> bool:  # type: ignore[type-arg]
     return False
 
 
-register(RuleType(
+TYPE = RuleType(
     name="shm",
     doc=(
         "A memory-backed emptyDir at `/dev/shm` in every container, init containers too; a user's "
@@ -120,4 +119,4 @@ register(RuleType(
     parse=parse,
     mutate=mutate,
     order=30,
-))
+)

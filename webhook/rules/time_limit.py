@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..contract import TIME_LIMIT_ANNOTATION
 from ..units import format_duration, parse_duration
-from . import register
 from .base import Ctx, Finding, Path, RuleType, deny, dig, warn
 
 if TYPE_CHECKING:
@@ -174,7 +173,7 @@ def limit_problem(value: Any, queue: Queue) -> str | None:
     return None
 
 
-register(RuleType(
+TYPE = RuleType(
     name="time-limit",
     doc=(
         "`batchgate.io/time-limit` defaulted per queue, denied above the queue maximum or when "
@@ -185,4 +184,4 @@ register(RuleType(
     validate=validate,
     default_failure_policy="Fail",
     order=20,
-))
+)

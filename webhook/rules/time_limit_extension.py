@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..contract import NEXT_MAINTENANCE_ANNOTATION, QUEUE_LABEL, STARTED_AT_ANNOTATION
 from ..windows import parse_time, read_next_maintenance, utc
-from . import register
 from .base import Ctx, Finding, RuleType, deny, dig, no_settings
 from .time_limit import ANNOTATION, EXAMPLE, LOCATIONS, limit_problem, read_limits, seconds_or_none
 
@@ -82,7 +81,7 @@ def _admitted_queue(old: dict[str, Any], ctx: Ctx) -> Queue | None:
     return queue or ctx.queue
 
 
-register(RuleType(
+TYPE = RuleType(
     name="time-limit-extension",
     doc=(
         "A running job's limit may be changed (`kubectl annotate --overwrite`) within the queue "
@@ -91,4 +90,4 @@ register(RuleType(
     parse=no_settings,
     validate=validate_extension,
     default_operations=("UPDATE",),
-))
+)

@@ -15,9 +15,10 @@ import pytest
 import yaml
 
 from tests.conftest import POLICIES
-from webhook.bundle import Bundle, load_bundle
+from webhook.bundle import Bundle
 from webhook.engine import Decision, decide
 from webhook.offline import Caller, synthetic_review
+from webhook.rules import load_bundle
 from webhook.yamlsrc import BundleError
 
 

@@ -13,9 +13,10 @@ import yaml
 
 from tests.conftest import POLICIES, fixture
 from tests.unit.rules.helpers import checked_decide, load_sample, only, settings_error
-from webhook.bundle import Bundle, LabelSelector, load_bundle
+from webhook.bundle import Bundle, LabelSelector
 from webhook.engine import Decision, decide
 from webhook.offline import Caller, synthetic_review
+from webhook.rules import load_bundle
 from webhook.rules.node_selection import EXCLUSIVE_GROUP_LABEL, REQUIRED, is_exclusive_term
 from webhook.yamlsrc import BundleError
 
@@ -330,23 +331,6 @@ def test_bad_settings_name_file_line_field(tmp_path, settings, line, field, text
     assert err.file.endswith("node-selection/policy.yaml")
     assert (err.line, err.field) == (line, field)
     assert text in err.message
-
-
-def test_contradictory_bundle_is_refused_at_load(tmp_path):
-    def spec(s: dict[str, Any]) -> None:
-        pools(s)
-        for q in s["queues"]:
-            if q["name"] == "batch":
-                q["nodeSelector"] = {"node.example.org/accelerator": "none"}
-
-    with pytest.raises(BundleError) as e:
-        make_bundle(tmp_path, spec=spec)
-    err = e.value
-    assert err.file.endswith("bundle.yaml")
-    assert err.field == "spec.namespaces[0].nodeSelector.node.example.org/accelerator"
-    text = (tmp_path / "bundle" / "bundle.yaml").read_text().splitlines()
-    assert "node.example.org/accelerator: a100" in text[err.line - 1]
-    assert "queue 'batch'" in err.message and "could never be scheduled" in err.message
 
 
 def test_each_job_of_a_cronjob_gets_its_own_group(bundle):

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import POLICIES, fixture
-from webhook.bundle import Bundle, load_bundle
+from webhook.bundle import Bundle
 from webhook.engine import Decision, decide
 from webhook.offline import Caller, synthetic_review
+from webhook.rules import load_bundle
 from webhook.rules.pod_group import Settings, gang_size, group_name
 from webhook.yamlsrc import BundleError
 

@@ -12,9 +12,10 @@ import yaml
 
 from tests.conftest import POLICIES, fixture
 from tests.unit.rules.helpers import checked_decide, load_sample, only, settings_error
-from webhook.bundle import Bundle, load_bundle
+from webhook.bundle import Bundle
 from webhook.engine import Decision, decide
 from webhook.offline import Caller
+from webhook.rules import load_bundle
 
 ALICE = {"user": "alice", "groups": ("devs", "system:authenticated")}
 

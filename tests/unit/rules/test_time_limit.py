@@ -13,9 +13,10 @@ import pytest
 
 from tests.conftest import POLICIES, fixture
 from tests.unit.rules.helpers import only
-from webhook.bundle import Bundle, load_bundle
+from webhook.bundle import Bundle
 from webhook.engine import Decision, decide
 from webhook.offline import Caller, synthetic_review
+from webhook.rules import load_bundle
 from webhook.yamlsrc import BundleError
 
 ANN = "batchgate.io/time-limit"
