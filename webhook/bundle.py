@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from .contract import API_VERSION, GROUP
 from .globs import matches, matches_any
@@ -37,6 +37,8 @@ NAME = r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?"
 LABEL_KEY = r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 FailurePolicy = Literal["Ignore", "Fail"]
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 def default_policies() -> str:
@@ -200,7 +202,7 @@ class Principals:
 MEMO_LIMIT = 4096  # distinct keys kept per memo; past it the memo starts over
 
 
-def _remember(memo: dict[Any, Any], key: Any, value: Any) -> Any:
+def _remember(memo: dict[K, V], key: K, value: V) -> V:
     """Store ``value`` in a bounded memo: a flood of distinct keys (users, namespaces)
     costs a re-computation, never unbounded memory."""
     if len(memo) >= MEMO_LIMIT:
@@ -254,7 +256,7 @@ class Bundle:
         try:
             return self._by_namespace[namespace]
         except KeyError:
-            return _remember(self._by_namespace, namespace,  # type: ignore[no-any-return]
+            return _remember(self._by_namespace, namespace,
                              next((r for r in self.namespaces if r.matches(namespace)), None))
 
     def default_queue_for(self, namespace: str) -> str:
@@ -364,10 +366,10 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
         classes[name] = PriorityClass(
             name=name,
             value=node.req("value").int(minimum=-(10**9), maximum=10**9),
-            preemption_policy=pp.enum("PreemptLowerPriority", "Never") if pp else "PreemptLowerPriority",  # type: ignore[arg-type]
+            preemption_policy=pp.enum("PreemptLowerPriority", "Never") if pp else "PreemptLowerPriority",
             description=node.req("description").str(),
-            admin_only=node.get("adminOnly").bool() if node.get("adminOnly") else False,  # type: ignore[union-attr]
-            global_default=node.get("globalDefault").bool() if node.get("globalDefault") else False,  # type: ignore[union-attr]
+            admin_only=node.opt("adminOnly", Node.bool, False),
+            global_default=node.opt("globalDefault", Node.bool, False),
         )
     if sum(pc.global_default for pc in classes.values()) > 1:
         spec.req("priorityClasses").fail("at most one priority class may be globalDefault")
@@ -395,7 +397,7 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
         queues[name] = Queue(
             name=name,
             priority_class=pc,
-            scavenger=node.get("scavenger").bool() if node.get("scavenger") else False,  # type: ignore[union-attr]
+            scavenger=node.opt("scavenger", Node.bool, False),
             default_time_limit=default,
             max_time_limit=maximum,
             node_selector=_label_map(sel) if sel else {},
@@ -425,7 +427,7 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
         (dq or spec).fail(f"default queue {default_queue!r} is not declared; queues: {', '.join(queues)}")
 
     namespaces: list[NamespaceRule] = []
-    for node in spec.get("namespaces").seq() if spec.get("namespaces") else []:  # type: ignore[union-attr]
+    for node in spec.each("namespaces"):
         node.mapping(allowed=("names", "defaultQueue", "allowedQueues", "nodeSelector"))
         rule_dq = node.get("defaultQueue")
         aq = node.get("allowedQueues")
@@ -533,9 +535,9 @@ def parse_principals(node: Node | None) -> Principals | None:
         return None
     node.mapping(allowed=("users", "groups", "serviceAccounts"))
     return Principals(
-        users=node.get("users").str_list() if node.get("users") else (),  # type: ignore[union-attr]
-        groups=node.get("groups").str_list() if node.get("groups") else (),  # type: ignore[union-attr]
-        service_accounts=node.get("serviceAccounts").str_list() if node.get("serviceAccounts") else (),  # type: ignore[union-attr]
+        users=node.opt("users", Node.str_list, ()),
+        groups=node.opt("groups", Node.str_list, ()),
+        service_accounts=node.opt("serviceAccounts", Node.str_list, ()),
     )
 
 
@@ -556,18 +558,19 @@ def _parse_policy(doc: Node, bundle: Bundle, folder: str, types: Mapping[str, Po
         type_node.fail(f"unknown policy type; known: {', '.join(sorted(types))}")
     fp = spec.get("failurePolicy")
     settings_node = spec.get("settings") or Node({}, doc.file, spec.line, _sub(spec.path, "settings"), {})
-    match = _parse_match(spec.get("match"), rule) if spec.get("match") else Match(
+    m, ex = spec.get("match"), spec.get("exclude")
+    match = _parse_match(m, rule) if m else Match(
         kinds=rule.default_kinds, operations=rule.default_operations
     )
     return Policy(
         name=meta.req("name").str(pattern=NAME, hint="a lowercase DNS name"),
-        version=meta.get("version").int(minimum=1) if meta.get("version") else 1,  # type: ignore[union-attr]
-        description=meta.get("description").str() if meta.get("description") else "",  # type: ignore[union-attr]
+        version=meta.opt("version", lambda n: n.int(minimum=1), 1),
+        description=meta.opt("description", Node.str, ""),
         rule=rule,
         settings=rule.parse(settings_node, bundle),
         match=match,
-        exclude=_parse_match(spec.get("exclude"), rule, exclude=True) if spec.get("exclude") else None,
-        failure_policy=fp.enum("Ignore", "Fail") if fp else rule.default_failure_policy,  # type: ignore[arg-type]
+        exclude=_parse_match(ex, rule, exclude=True) if ex else None,
+        failure_policy=fp.enum("Ignore", "Fail") if fp else rule.default_failure_policy,
         path=folder,
     )
 
@@ -576,8 +579,7 @@ def _sub(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _parse_match(node: Node | None, rule: PolicyType, *, exclude: bool = False) -> Match:
-    assert node is not None
+def _parse_match(node: Node, rule: PolicyType, *, exclude: bool = False) -> Match:
     node.mapping(allowed=("kinds", "operations", "namespaces", "selector", "users", "groups", "serviceAccounts"))
     kinds = rule.default_kinds
     if (k := node.get("kinds")) is not None:
@@ -596,10 +598,10 @@ def _parse_match(node: Node | None, rule: PolicyType, *, exclude: bool = False) 
     if (s := node.get("selector")) is not None:
         s.mapping(allowed=("matchLabels", "matchExpressions"))
         exprs = []
-        for e in s.get("matchExpressions").seq() if s.get("matchExpressions") else []:  # type: ignore[union-attr]
+        for e in s.each("matchExpressions"):
             e.mapping(allowed=("key", "operator", "values"))
             op = e.req("operator").enum("In", "NotIn", "Exists", "DoesNotExist")
-            values = frozenset(e.get("values").str_list()) if e.get("values") else frozenset()  # type: ignore[union-attr]
+            values: frozenset[str] = frozenset(e.opt("values", Node.str_list, ()))
             if op in ("In", "NotIn") and not values:
                 e.fail(f"operator {op} needs values")
             exprs.append((e.req("key").str(), op, values))
@@ -607,8 +609,7 @@ def _parse_match(node: Node | None, rule: PolicyType, *, exclude: bool = False) 
         selector = LabelSelector(ml.str_map() if ml else {}, tuple(exprs))
 
     def strs(key: str) -> tuple[str, ...]:
-        n = node.get(key)  # type: ignore[union-attr]
-        return n.str_list() if n else ()
+        return node.opt(key, Node.str_list, ())
 
     return Match(
         kinds=kinds,

@@ -19,8 +19,10 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import dsa, ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+SigningKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | dsa.DSAPrivateKey  # signs with SHA-256
 
 DEFAULT_NAMES = ("localhost", "127.0.0.1")
 CA_DAYS = 3650
@@ -66,6 +68,9 @@ def ensure_certs(
     if ca_crt.is_file() and ca_key.is_file():
         ca_cert = x509.load_pem_x509_certificate(ca_crt.read_bytes())
         ca_private = serialization.load_pem_private_key(ca_key.read_bytes(), password=None)
+        if not isinstance(ca_private, SigningKey):
+            raise ValueError(f"{ca_key}: a {type(ca_private).__name__} cannot sign certificates here; "
+                             "use an EC, RSA or DSA key")
     elif ca_crt.is_file() and (directory / "tls.crt").is_file() and not force:
         # Certificates provided from elsewhere (cert-manager, a Secret): use as they are.
         return CertBundle(directory, ca_crt.read_bytes())
@@ -77,7 +82,7 @@ def ensure_certs(
         force = True
     if force or _needs_renewal(directory / "tls.crt", names, now, renew_before):
         key = ec.generate_private_key(ec.SECP256R1())
-        cert = _serving_certificate(key, ca_cert, ca_private, names, now)  # type: ignore[arg-type]
+        cert = _serving_certificate(key, ca_cert, ca_private, names, now)
         # Key first: a reader that sees the new cert must find its key already there.
         _write(directory / "tls.key", _key_pem(key), mode=0o600)
         _write(directory / "tls.crt", cert.public_bytes(serialization.Encoding.PEM))
@@ -140,7 +145,7 @@ def _ca_certificate(key: ec.EllipticCurvePrivateKey, now: dt.datetime) -> x509.C
 def _serving_certificate(
     key: ec.EllipticCurvePrivateKey,
     ca_cert: x509.Certificate,
-    ca_key: ec.EllipticCurvePrivateKey,
+    ca_key: SigningKey,
     names: list[str],
     now: dt.datetime,
 ) -> x509.Certificate:

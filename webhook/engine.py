@@ -24,7 +24,8 @@ from .draft import Draft
 from .rules.base import SHAPES, Ctx, Finding, dig
 from .wire import AdmissionResponse, AdmissionReview, Operation
 
-Phase = Literal["mutate", "validate", "check"]
+Phase = Literal["mutate", "validate", "check"]  # which webhook asks; check: both, as `batchgate check`
+PHASES: tuple[Phase, ...] = ("mutate", "validate", "check")
 OPERATIONS: tuple[Operation, ...] = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from .bundle import Bundle, Policy
-from .engine import BadReview, Decision, decide
+from .engine import PHASES, BadReview, Decision, Phase, decide
 from .yamlsrc import BundleError, Node, load_documents, read_file
 
 PLURALS = {"Pod": "pods", "Job": "jobs", "CronJob": "cronjobs", "ScavengerJob": "scavengerjobs",
@@ -190,20 +190,21 @@ def _run_case(case: Node, bundle: Bundle, path: Path) -> CaseResult:
     if (r := case.get("request")) is not None:
         r.mapping(allowed=("operation", "user", "groups", "namespace", "dryRun"))
         caller = Caller(
-            operation=r.get("operation").enum("CREATE", "UPDATE", "DELETE") if r.get("operation") else "CREATE",  # type: ignore[union-attr]
-            username=r.get("user").str() if r.get("user") else "alice",  # type: ignore[union-attr]
-            groups=r.get("groups").str_list() if r.get("groups") else ("system:authenticated",),  # type: ignore[union-attr]
-            namespace=r.get("namespace").str() if r.get("namespace") else "default",  # type: ignore[union-attr]
-            dry_run=r.get("dryRun").bool() if r.get("dryRun") else False,  # type: ignore[union-attr]
+            operation=r.opt("operation", lambda n: n.enum("CREATE", "UPDATE", "DELETE"), "CREATE"),
+            username=r.opt("user", Node.str, "alice"),
+            groups=r.opt("groups", Node.str_list, ("system:authenticated",)),
+            namespace=r.opt("namespace", Node.str, "default"),
+            dry_run=r.opt("dryRun", Node.bool, False),
         )
     else:
         caller = Caller(username="alice")
-    phase = case.get("phase").enum("mutate", "validate", "check") if case.get("phase") else "check"  # type: ignore[union-attr]
+    p = case.get("phase")
+    phase: Phase = p.enum(*PHASES) if p else "check"
     if case.get("policies") is not None:
         case.req("policies").fail("not supported in a policy's own suite; use the bundle's suite.yaml")
     expect = case.req("expect").mapping(allowed=EXPECT_FIELDS)
     review = synthetic_review(obj, caller, old_object=old)
-    decision = decide(review, bundle, phase=phase)  # type: ignore[arg-type]
+    decision = decide(review, bundle, phase=phase)
     f = result.failures
     for policy, tb in decision.errors:
         f.append(f"policy {policy} raised:\n{tb}")
@@ -214,7 +215,7 @@ def _run_case(case: Node, bundle: Bundle, path: Path) -> CaseResult:
     ):
         if m.str() not in decision.message:
             f.append(f"denial message lacks {m.value!r}; it was: {decision.message or '(none)'}")
-    for w in expect.get("warnings").seq() if expect.get("warnings") else []:  # type: ignore[union-attr]
+    for w in expect.each("warnings"):
         if not any(w.str() in x for x in decision.warnings):
             f.append(f"no warning contains {w.value!r}; warnings: {decision.warnings}")
     if expect.get("noWarnings") and expect.req("noWarnings").bool() and decision.warnings:

@@ -26,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from . import metrics
 from .bundle import Bundle
 from .certs import certificate_status, ensure_certs
-from .engine import BadReview, Decision, decide, encode_review
+from .engine import BadReview, Decision, Phase, decide, encode_review
 from .rules import load_bundle
 from .yamlsrc import BundleError
 
@@ -84,7 +84,7 @@ def _error(status: int, message: str) -> web.Response:
     return web.Response(status=status, text=json.dumps({"error": message}), content_type="application/json")
 
 
-def _admission(phase: str) -> Any:
+def _admission(phase: Phase) -> Any:
     endpoint = "/" + phase
     latency = metrics.LATENCY.labels(endpoint)
 
@@ -112,7 +112,7 @@ def _admission(phase: str) -> Any:
             metrics.REQUESTS.inc(endpoint, "", "unavailable")
             return _error(503, "no policy bundle loaded yet")
         try:
-            decision = decide(body, bundle, phase=phase)  # type: ignore[arg-type]
+            decision = decide(body, bundle, phase=phase)
         except BadReview as e:
             metrics.REQUESTS.inc(endpoint, "", "bad_request")
             log.info("bad admission request", extra={"fields": {"endpoint": endpoint, "error": str(e)}})

@@ -23,6 +23,8 @@ except AttributeError:  # pragma: no cover
     _Loader = yaml.SafeLoader
 
 T = TypeVar("T")
+D = TypeVar("D")
+S = TypeVar("S", bound=str)
 Str = str  # Node.str() shadows the builtin inside the class body
 
 
@@ -147,6 +149,17 @@ class Node:
             return None
         return self._child(key, self.value[key])
 
+    def opt(self, key: Str, read: Callable[[Node], T], default: D) -> T | D:
+        """``read`` applied to field ``key``, or ``default`` when the field is absent or null:
+        ``node.opt("adminOnly", Node.bool, False)``."""
+        node = self.get(key)
+        return default if node is None else read(node)
+
+    def each(self, key: Str) -> list[Node]:
+        """The items of the list in field ``key``; none when the field is absent or null."""
+        node = self.get(key)
+        return [] if node is None else node.seq()
+
     def req(self, key: Str) -> Node:
         node = self.get(key)
         if node is None:
@@ -185,10 +198,11 @@ class Node:
             self.fail(f"expected true or false, got {_kind(self.value)}")
         return self.value
 
-    def enum(self, *choices: Str) -> Str:
-        if self.value not in choices:
-            self.fail(f"expected one of {', '.join(choices)}, got {self.value!r}")
-        return str(self.value)
+    def enum(self, *choices: S) -> S:
+        for choice in choices:
+            if self.value == choice:
+                return choice
+        self.fail(f"expected one of {', '.join(choices)}, got {self.value!r}")
 
     def str_list(self) -> tuple[Str, ...]:
         return tuple(n.str() for n in self.seq())

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 from .model import Ref
 
@@ -37,7 +37,7 @@ ActionKind = Literal[
     "window-invalid",  # a stored MaintenanceWindow whose spec does not parse: Warning Event, ignored
     "record-maintenance",  # batchgate.io/next-maintenance on a running job (extensions are checked against it)
 ]
-KIND_ORDER: dict[str, int] = {k: i for i, k in enumerate(ActionKind.__args__)}  # type: ignore[attr-defined]
+KIND_ORDER: dict[str, int] = {k: i for i, k in enumerate(get_args(ActionKind))}
 EventType = Literal["Normal", "Warning"]
 Propagation = Literal["Background", "Foreground", "Orphan"]
 

@@ -79,17 +79,19 @@ class KubeApi:
     @staticmethod
     def connect(kubeconfig: str | None = None, *, timeout: float = 30.0) -> KubeApi:
         """``kubeconfig`` if given; else in-cluster credentials; else ``$KUBECONFIG`` / ~/.kube/config."""
-        from kubernetes import client, config
+        from kubernetes import client
+        from kubernetes import config as kube_config
 
+        config: Any = kube_config  # untyped library: its functions are called as documented
         try:
             if kubeconfig:
-                return KubeApi(config.new_client_from_config(config_file=kubeconfig), timeout=timeout)  # type: ignore[no-untyped-call]
+                return KubeApi(config.new_client_from_config(config_file=kubeconfig), timeout=timeout)
             try:
                 cfg = client.Configuration()
-                config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+                config.load_incluster_config(client_configuration=cfg)
                 return KubeApi(client.ApiClient(cfg), timeout=timeout)
             except config.ConfigException:
-                return KubeApi(config.new_client_from_config(), timeout=timeout)  # type: ignore[no-untyped-call]
+                return KubeApi(config.new_client_from_config(), timeout=timeout)
         except (config.ConfigException, OSError) as e:
             raise KubeError(f"no usable Kubernetes credentials: {e}") from e
 
@@ -136,6 +138,13 @@ class KubeApi:
             reason, message = decoded.get("reason") or "", decoded.get("message") or message
         raise error_for(status, reason or resp.reason or "", message, method=method, path=path)
 
+    def request_object(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        """:meth:`request` whose 2xx body must be a JSON object (every read and write of one)."""
+        decoded = self.request(method, path, **kw)
+        if not isinstance(decoded, dict):
+            raise Transient(f"expected a JSON object, got {type(decoded).__name__}", method=method, path=path)
+        return decoded
+
     def watch(self, path: str, *, resource_version: str, timeout_seconds: int,
               query: Mapping[str, Any] | None = None) -> WatchStream:
         """Start a watch from ``resource_version``; HTTP errors raise before any event."""
@@ -154,7 +163,7 @@ class KubeApi:
 
     # -- by kind -----------------------------------------------------------------
     def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any]:
-        return self.request("GET", kind.path(namespace, name))  # type: ignore[no-any-return]
+        return self.request_object("GET", kind.path(namespace, name))
 
     def list(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
              limit: int = 500, continue_: str | None = None) -> dict[str, Any]:
@@ -163,20 +172,19 @@ class KubeApi:
             q["labelSelector"] = label_selector
         if continue_:
             q["continue"] = continue_
-        return self.request("GET", kind.path(namespace), query=q)  # type: ignore[no-any-return]
+        return self.request_object("GET", kind.path(namespace), query=q)
 
     def create(self, kind: Kind, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
-        return self.request("POST", kind.path(namespace), body=dict(body))  # type: ignore[no-any-return]
+        return self.request_object("POST", kind.path(namespace), body=dict(body))
 
     def replace(self, kind: Kind, namespace: str | None, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        return self.request("PUT", kind.path(namespace, name), body=dict(body))  # type: ignore[no-any-return]
+        return self.request_object("PUT", kind.path(namespace, name), body=dict(body))
 
     def merge_patch(self, kind: Kind, namespace: str | None, name: str, patch: Mapping[str, Any], *,
                     subresource: str = "") -> dict[str, Any]:
         """JSON merge patch; put ``metadata.resourceVersion`` in it to fence it (409 when stale)."""
         path = kind.path(namespace, name) + (f"/{subresource}" if subresource else "")
-        return self.request("PATCH", path, body=dict(patch),  # type: ignore[no-any-return]
-                            content_type=MERGE_PATCH)
+        return self.request_object("PATCH", path, body=dict(patch), content_type=MERGE_PATCH)
 
     def evict(self, namespace: str, name: str, *, uid: str) -> None:
         """Evict a pod through the Eviction API (PodDisruptionBudgets apply), uid as precondition.
@@ -208,4 +216,5 @@ class KubeApi:
             body["preconditions"] = {"uid": uid}
         if propagation:
             body["propagationPolicy"] = propagation
-        return self.request("DELETE", kind.path(namespace, name), body=body)  # type: ignore[no-any-return]
+        deleted = self.request("DELETE", kind.path(namespace, name), body=body)
+        return deleted if isinstance(deleted, dict) else None

@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..units import format_duration
-from .actions import Action, Delete, Plan, PodGroupWrite
+from .actions import Action, ActionKind, Delete, Plan, PodGroupWrite
 from .maintenance import plan_maintenance
 from .model import (
     ANN_DEADLINE,
@@ -309,6 +309,7 @@ def _gang(
             interrupted.append((m, why))
         elif m.failure is not None:
             failed.append(m)
+    kind: ActionKind
     if failed:
         cause = min(failed, key=_cause_order)
         text = f"pod {cause.ref.name} of pod group {group} failed: {cause.failure}"
@@ -340,7 +341,7 @@ def _gang(
         # Bare pods: each is its own workload, so each gets the Event; the cause goes last.
         for m in [*others, cause]:
             p.actions.append(Action(
-                kind=kind, target=m.ref, reason=reason, event_type="Warning",  # type: ignore[arg-type]
+                kind=kind, target=m.ref, reason=reason, event_type="Warning",
                 message=f"{text}; the whole group is torn down: deleting this pod",
                 key=cause.ref.uid, deletes=(Delete(m.ref),),
             ))

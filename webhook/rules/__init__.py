@@ -14,6 +14,7 @@ from ..bundle import Bundle
 from ..bundle import load_bundle as _load_bundle_of
 from . import (
     kata_cpu,
+    maintenance_affinity,
     maintenance_window,
     node_selection,
     pod_group,
@@ -30,6 +31,7 @@ from .base import RuleType
 
 REGISTRY: dict[str, RuleType] = {m.TYPE.name: m.TYPE for m in (
     kata_cpu,
+    maintenance_affinity,
     maintenance_window,
     node_selection,
     pod_group,

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 
 ANNOTATION = f"{GROUP}/kata-requested-cpu"
 Kind = Literal["requests", "limits"]
+KINDS: tuple[Kind, Kind] = ("limits", "requests")  # limits first: they cap the requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +84,7 @@ def parse(node: Node, bundle: Bundle) -> Settings:
         rc.fail("name at least one runtime class (globs allowed, e.g. kata*)")
     return Settings(
         runtime_classes=classes,
-        mode=mode.enum("subtract", "wholeVCPU") if mode else "subtract",  # type: ignore[arg-type]
+        mode=mode.enum("subtract", "wholeVCPU") if mode else "subtract",
         min_cpu=min_cpu,
     )
 
@@ -161,16 +162,16 @@ def plan(spec: dict[str, Any], overhead: int, settings: Settings) -> Plan:
     old: dict[tuple[str, int, Kind], int] = {}
     for key, items in (("containers", app), ("initContainers", init)):
         for i, c in items:
-            for kind in ("requests", "limits"):
+            for kind in KINDS:
                 q = ((c.get("resources") or {}).get(kind) or {}).get("cpu")
                 if q is not None:
-                    old[(key, i, kind)] = millis(q)  # type: ignore[index]
+                    old[(key, i, kind)] = millis(q)
     new: dict[tuple[str, int, Kind], int] = {}
-    for kind in ("limits", "requests"):  # limits first: they cap the requests
+    for kind in KINDS:
         keys = [("containers", i, kind) for i, _ in app if ("containers", i, kind) in old]
         if kind == "limits" and len(keys) != len(app):
             continue  # some container is unbounded: the pod has no CPU limit to keep
-        values = [old[k] for k in keys]  # type: ignore[index]
+        values = [old[k] for k in keys]
         if not values or sum(values) == 0:
             continue
         caps = None
@@ -190,13 +191,13 @@ def plan(spec: dict[str, Any], overhead: int, settings: Settings) -> Plan:
                 f"CPU {kind} in total"
             ) from None
         for k, v in zip(keys, cut, strict=True):
-            new[k] = v  # type: ignore[index]
-        asked = max([sum(values)] + [old[("initContainers", i, kind)] for i, _ in init  # type: ignore[index]
+            new[k] = v
+        asked = max([sum(values)] + [old[("initContainers", i, kind)] for i, _ in init
                                      if ("initContainers", i, kind) in old])
         for i, _ in init:
             k = ("initContainers", i, kind)
-            if k in old and old[k] > asked - overhead:  # type: ignore[index]
-                new[k] = max(asked - overhead, min(old[k], settings.min_cpu))  # type: ignore[index]
+            if k in old and old[k] > asked - overhead:
+                new[k] = max(asked - overhead, min(old[k], settings.min_cpu))
     if settings.mode == "wholeVCPU":
         for i, _ in app:
             k = ("containers", i, "limits")

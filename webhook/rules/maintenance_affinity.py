@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 from ..contract import TIME_LIMIT_ANNOTATION
 from ..units import parse_duration
 from ..windows import COUNTDOWN_LABEL, minutes_needed
-from . import register
 from .base import Ctx, Finding, RuleType
 
 if TYPE_CHECKING:
@@ -127,7 +126,7 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     return []  # no warning: nothing the user must know or act on until a window comes
 
 
-register(RuleType(
+TYPE = RuleType(
     name="maintenance-affinity",
     doc=(
         "Time-limited pods get a required node affinity on `batchgate.io/maintenance-in-minutes` "
@@ -138,4 +137,4 @@ register(RuleType(
     mutate=mutate,
     default_failure_policy="Fail",
     order=30,  # after time-limit (the limit) and node-selection (its terms)
-))
+)

@@ -79,19 +79,19 @@ class Settings:
 # -- settings -------------------------------------------------------------------
 def parse(node: Node, bundle: Bundle) -> Settings:
     node.mapping(allowed=("onConflict", "exclusive"))
+    d, exclusive = Settings(), Exclusive()
     oc = node.get("onConflict")
-    on_conflict = oc.enum("deny", "override") if oc else "deny"
-    exclusive = Exclusive()
+    on_conflict: Literal["deny", "override"] = oc.enum("deny", "override") if oc else d.on_conflict
     if (e := node.get("exclusive")) is not None:
         e.mapping(allowed=("enabled", "topologyKey", "acrossNamespaces", "otherPods"))
-        en, tk, an, op = (e.get(k) for k in ("enabled", "topologyKey", "acrossNamespaces", "otherPods"))
         exclusive = Exclusive(
-            enabled=en.bool() if en else True,
-            topology_key=tk.str(pattern=LABEL_KEY, hint="a node label key") if tk else HOSTNAME_TOPOLOGY,
-            across_namespaces=an.bool() if an else True,
-            other_pods=_selector(op) if op else Exclusive().other_pods,
+            enabled=e.opt("enabled", Node.bool, exclusive.enabled),
+            topology_key=e.opt("topologyKey", lambda n: n.str(pattern=LABEL_KEY, hint="a node label key"),
+                               exclusive.topology_key),
+            across_namespaces=e.opt("acrossNamespaces", Node.bool, exclusive.across_namespaces),
+            other_pods=e.opt("otherPods", _selector, exclusive.other_pods),
         )
-    return Settings(on_conflict=on_conflict, exclusive=exclusive)  # type: ignore[arg-type]
+    return Settings(on_conflict=on_conflict, exclusive=exclusive)
 
 
 def _selector(node: Node) -> dict[str, Any]:
@@ -107,12 +107,12 @@ def _selector(node: Node) -> dict[str, Any]:
         if labels:
             out["matchLabels"] = labels
     exprs = []
-    for e in node.get("matchExpressions").seq() if node.get("matchExpressions") else []:  # type: ignore[union-attr]
+    for e in node.each("matchExpressions"):
         e.mapping(allowed=("key", "operator", "values"))
         key = e.req("key").str()
         _label_key(e.req("key"), key)
         op = e.req("operator").enum("In", "NotIn", "Exists", "DoesNotExist")
-        values = list(e.get("values").str_list()) if e.get("values") else []  # type: ignore[union-attr]
+        values: list[str] = list(e.opt("values", Node.str_list, ()))
         if op in ("In", "NotIn") and not values:
             e.fail(f"operator {op} needs values")
         if op in ("Exists", "DoesNotExist") and values:

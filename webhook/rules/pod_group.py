@@ -76,7 +76,7 @@ def parse(node: Node, bundle: Bundle) -> Settings:
         name = n.enum(*SCHEDULERS)
         if name in chosen:
             n.fail("listed twice")
-        chosen.append(name)  # type: ignore[arg-type]
+        chosen.append(name)
     if not chosen:
         s.fail(f"name at least one of {', '.join(SCHEDULERS)}")
     return Settings(schedulers=tuple(chosen))

@@ -63,13 +63,12 @@ class Settings:
 
 def parse(node: Node, bundle: Bundle) -> Settings:
     node.mapping(allowed=("exemptNamespaces", "exemptServiceAccounts"))
-    ns = node.get("exemptNamespaces")
-    sas = node.get("exemptServiceAccounts")
-    accounts = sas.str_list() if sas else ()
-    for i, glob in enumerate(accounts):
+    for sa in node.each("exemptServiceAccounts"):
+        glob = sa.str()
         if glob.count("/") != 1 or not all(glob.split("/")):
-            sas.seq()[i].fail(f"{glob!r}: expected namespace/name (globs allowed, e.g. ci-*/deployer)")  # type: ignore[union-attr]
-    return Settings(namespaces=ns.str_list() if ns else (), service_accounts=accounts)
+            sa.fail(f"{glob!r}: expected namespace/name (globs allowed, e.g. ci-*/deployer)")
+    return Settings(namespaces=node.opt("exemptNamespaces", Node.str_list, ()),
+                    service_accounts=node.opt("exemptServiceAccounts", Node.str_list, ()))
 
 
 def service_account(spec: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..draft import Draft
 from ..units import format_memory, parse_quantity
@@ -60,7 +60,7 @@ def parse(node: Node, bundle: Bundle) -> Settings:
     )
 
 
-def size_limit(settings: Settings, spec: dict) -> str | None:  # type: ignore[type-arg]
+def size_limit(settings: Settings, spec: dict[str, Any]) -> str | None:
     """The emptyDir's sizeLimit, if it gets one."""
     if settings.fraction is not None:
         total = Fraction(0)
@@ -103,7 +103,7 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     return []
 
 
-def _mounts_shm(container: dict) -> bool:  # type: ignore[type-arg]
+def _mounts_shm(container: dict[str, Any]) -> bool:
     for m in container.get("volumeMounts") or []:
         if m.get("mountPath", "").rstrip("/") == MOUNT_PATH:
             return True
