@@ -14,7 +14,7 @@ PURE = sorted(
     [PKG / n for n in ("engine.py", "draft.py", "bundle.py", "yamlsrc.py", "units.py",
                        "globs.py", "contract.py", "wire.py", "windows.py")]
     + list((PKG / "rules").glob("*.py"))
-    + [PKG / "reconciler" / n for n in ("planner.py", "model.py", "actions.py", "settings.py", "scavenger.py")]
+    + [PKG / "reconciler" / n for n in ("planner.py", "maintenance.py", "scavenger.py", "model.py", "actions.py", "settings.py")]
 )
 EVERY = sorted(PKG.rglob("*.py"))
 CLOCK_CALLS = {("time", "time"), ("time", "monotonic"), ("datetime", "now"), ("datetime", "utcnow"), ("date", "today")}
