@@ -495,11 +495,11 @@ def _refuse_everyone(node: Node | None, role: str) -> None:
     node.mapping()
     what = "admin rights" if role == "admins" else "controller trust (pods skip user-only checks)"
     for key, table in (("groups", EVERYONE_GROUPS), ("users", EVERYONE_USERS)):
-        for entry in node.get(key).seq() if node.get(key) else []:  # type: ignore[union-attr]
+        for entry in node.each(key):
             for probe, who in table.items():
                 if isinstance(entry.value, str) and matches((entry.value,), probe):
                     entry.fail(f"grants {what} to {who} ({probe}); list only principals you trust")
-    for entry in node.get("serviceAccounts").seq() if node.get("serviceAccounts") else []:  # type: ignore[union-attr]
+    for entry in node.each("serviceAccounts"):
         ns, _, name = str(entry.value).partition("/")
         if not name:
             entry.fail("expected namespace/name (a glob in the name only, e.g. kube-system/*)")
