@@ -2,8 +2,10 @@
 # batchgate: one image for the webhook (the default) and the reconciler:
 #   docker run IMAGE                          # serve (HTTPS on 0.0.0.0:8443)
 #   docker run IMAGE reconcile                # the reconciler
-# The default bundle is baked in at /etc/batchgate/policies; in Kubernetes the
-# batchgate-policies ConfigMap is mounted over it (manifests/).
+# The default bundle (policies/) ships inside the batchgate wheel, so `serve`, `check -`
+# and `test` use it with no --policies; in Kubernetes the batchgate-policies ConfigMap
+# (generated from the same policies/) is mounted at /etc/batchgate/policies and the
+# Deployments pass --policies=/etc/batchgate/policies (manifests/).
 
 ARG PYTHON_IMAGE=python:3.11-slim
 
@@ -15,6 +17,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY webhook/ webhook/
+COPY policies/ policies/
 RUN pip wheel --wheel-dir /wheels .
 
 # -- runtime: the wheels installed into a venv; no compilers, no sources, no pip in the venv --
@@ -26,8 +29,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    PATH=/opt/batchgate/bin:$PATH \
-    BATCHGATE_POLICIES=/etc/batchgate/policies
+    PATH=/opt/batchgate/bin:$PATH
 # The wheels are bind-mounted from the build stage, so they never become a layer here.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     python -m venv --without-pip /opt/batchgate \
@@ -35,7 +37,6 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
  && python -m compileall -q /opt/batchgate \
  && mkdir -p /etc/batchgate/certs \
  && chown 65532:65532 /etc/batchgate/certs
-COPY policies/ /etc/batchgate/policies/
 # Non-root, numeric (runAsNonRoot can verify it). The certs directory is writable so that
 # a bare `docker run` can generate a self-signed certificate; in Kubernetes a Secret is
 # mounted there read-only and the root filesystem is read-only.
@@ -43,4 +44,4 @@ USER 65532:65532
 WORKDIR /tmp
 EXPOSE 8443
 ENTRYPOINT ["batchgate"]
-CMD ["serve", "--host", "0.0.0.0", "--port", "8443", "--policies", "/etc/batchgate/policies", "--cert-dir", "/etc/batchgate/certs"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "8443", "--cert-dir", "/etc/batchgate/certs"]

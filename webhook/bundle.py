@@ -30,7 +30,12 @@ if TYPE_CHECKING:
     from .draft import Draft
 
 __all__ = ["Bundle", "BundleError", "PolicyType", "default_policies", "load_bundle"]
-DEFAULT_POLICIES = Path(__file__).resolve().parent.parent / "policies"  # the bundled default bundle
+# The default bundle: policies/ of a source checkout (also an editable install); an installed
+# wheel (and the image built from it) carries the same files inside the package as
+# webhook/policies (pyproject.toml maps them in).
+_REPO = Path(__file__).resolve().parent.parent
+DEFAULT_POLICIES = (_REPO / "policies" if (_REPO / "pyproject.toml").is_file() and (_REPO / "policies").is_dir()
+                    else Path(__file__).resolve().parent / "policies")
 POLICIES_ENV = "BATCHGATE_POLICIES"
 DEFAULT_EXCLUDED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "batchgate-system")
 NAME = r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?"
@@ -42,7 +47,7 @@ V = TypeVar("V")
 
 
 def default_policies() -> str:
-    """The bundle directory when none is given: $BATCHGATE_POLICIES, else the bundled policies/."""
+    """The bundle directory when none is given: $BATCHGATE_POLICIES, else the bundled one."""
     return os.environ.get(POLICIES_ENV) or str(DEFAULT_POLICIES)
 
 

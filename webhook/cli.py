@@ -17,8 +17,15 @@ import yaml
 
 from . import __version__
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CERTS = REPO_ROOT / "certs"
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE_DIR.parent
+# Generated certificates: certs/ of a source checkout, else certs/ in the working directory
+# (never inside site-packages); the same for the manifests/ a checkout has.
+SOURCE_CHECKOUT = (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "policies").is_dir()
+DEFAULT_CERTS = REPO_ROOT / "certs" if SOURCE_CHECKOUT else Path("certs")
+DEFAULT_MANIFESTS = REPO_ROOT / "manifests" if SOURCE_CHECKOUT else Path("manifests")
+POLICIES_HELP = ("policy bundle directory (default: $BATCHGATE_POLICIES, else the bundle shipped with "
+                 "batchgate, the repository's policies/)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "a bad new bundle is logged and the last good one stays in force.")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8443, help="port (default 8443)")
-    s.add_argument("--policies", default=None, help="policy bundle directory (default: the bundled policies/)")
+    s.add_argument("--policies", default=None, help=POLICIES_HELP)
     s.add_argument("--cert-dir", default=str(DEFAULT_CERTS),
                    help="directory with ca.crt, tls.crt, tls.key (generated when absent; default certs/)")
     s.add_argument("--dns-name", action="append", default=[], metavar="NAME",
@@ -49,12 +56,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between checks for changed policy / certificate files (default 2)")
 
     c = sub.add_parser("check", help="offline dry run of manifests against the bundle",
-                       description="Decide manifests as the cluster would: mutated objects on stdout, "
-                       "warnings and denials on stderr. Exit 0 allowed, 1 any denial, 2 usage or bundle "
-                       "error. Note: the API server's own plugins (service-account token injection, "
+                       description="Decide manifests as the cluster would: the admitted objects on "
+                       "stdout (-o json: always one List), warnings, denials and skipped inputs on stderr. "
+                       "Directories and documents that are no Kubernetes objects (kustomization.yaml) are "
+                       "skipped with a note. Exit 0 all allowed, 1 any denial, 2 usage or bundle error or "
+                       "an unusable input (unreadable, invalid YAML, an object without apiVersion or kind); "
+                       "every other document is still decided. Note: the API server's own plugins (service-account token injection, "
                        "Priority, RuntimeClass overhead) run before webhooks in a cluster and not here.")
     c.add_argument("files", nargs="+", metavar="FILE", help="YAML or JSON manifests; - for stdin")
-    c.add_argument("--policies", default=None, help="policy bundle directory (default: bundled policies/)")
+    c.add_argument("--policies", default=None, help=POLICIES_HELP)
     c.add_argument("-o", "--output", choices=("yaml", "json", "diff"), default="yaml")
     c.add_argument("--operation", choices=("CREATE", "UPDATE", "DELETE"), default="CREATE")
     c.add_argument("--user", default="batchgate-check", help="requesting user (default batchgate-check)")
@@ -65,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("test", help="run the bundle's own test suites",
                        description="Run every policy's suite.yaml (and the bundle's suite.yaml). "
                        "Fails when a policy has no suite or no README. Exit 0 all passed, 1 failures, 2 bundle error.")
-    t.add_argument("directory", nargs="?", default=None, help="bundle directory (default: bundled policies/)")
+    t.add_argument("directory", nargs="?", default=None,
+                   help="bundle directory (default: $BATCHGATE_POLICIES, else the bundle shipped with batchgate)")
     t.add_argument("-v", "--verbose", action="store_true", help="list every case")
 
     ce = sub.add_parser("certs", help="create the CA and serving certificate; print the caBundle",
@@ -83,14 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="print, instead of the bare caBundle, a JSON Patch that sets it in every webhook "
                     "of the batchgate Mutating- or ValidatingWebhookConfiguration, for "
                     "`kubectl patch ... --type=json -p \"$(batchgate certs ... --patch mutating)\"`")
-    ce.add_argument("--manifests", default=str(REPO_ROOT / "manifests"), metavar="DIR",
+    ce.add_argument("--manifests", default=str(DEFAULT_MANIFESTS), metavar="DIR",
                     help="where the webhook configurations are, for --patch (default manifests/)")
 
     r = sub.add_parser("reconcile", help="run the reconciler (deadlines, gangs, maintenance, scavengers)")
     r.add_argument("--once", action="store_true", help="one planning pass, then exit")
     r.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
     r.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
-    r.add_argument("--policies", default=None, help="policy bundle directory (default: bundled policies/)")
+    r.add_argument("--policies", default=None, help=POLICIES_HELP)
     r.add_argument("--namespace", default=None, help="watch and act in this namespace only (default: all)")
     r.add_argument("--warning-lead", default=None, metavar="DURATION",
                    help="warn users this long before their deadline (default 10m)")
@@ -110,8 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("manifests", help="generate manifests/ parts that come from the bundle",
                        description="Write the PriorityClasses (and the bundle ConfigMap) derived from "
                        "the bundle; with --check, exit 1 when the files on disk have drifted.")
-    m.add_argument("--policies", default=None)
-    m.add_argument("--out", default=str(REPO_ROOT / "manifests"))
+    m.add_argument("--policies", default=None, help=POLICIES_HELP)
+    m.add_argument("--out", default=str(DEFAULT_MANIFESTS))
     m.add_argument("--check", action="store_true", help="compare instead of writing")
     return p
 
@@ -149,8 +160,18 @@ def _load(path: str | None) -> Any:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """Decide every document it can; report the rest. Exit 2 if any input was unusable (an
+    unreadable file, invalid YAML, a broken object), else 1 if anything was denied, else 0.
+    Directories and documents that are no Kubernetes objects (kustomization.yaml) are skipped
+    with a note and do not change the exit code."""
     from .engine import BadReview
-    from .offline import Caller, check_object, parse_manifests
+    from .offline import (
+        Caller,
+        as_submitted_namespace,
+        check_object,
+        not_an_object,
+        parse_manifests,
+    )
     from .yamlsrc import BundleError
 
     bundle = _load(args.policies)
@@ -162,28 +183,42 @@ def cmd_check(args: argparse.Namespace) -> int:
         groups=tuple(g for g in args.groups.split(",") if g),
         namespace=args.namespace,
     )
+    unusable = denied = False
     objects: list[tuple[str, Any]] = []
     for name in args.files:
+        if name != "-" and Path(name).is_dir():
+            print(f"skipped: {name}: a directory (pass its files, e.g. {name.rstrip('/')}/*.yaml)",
+                  file=sys.stderr)
+            continue
         try:
             text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
-            objects += [(name, o) for o in parse_manifests(text, name)]
+            docs = parse_manifests(text, name)
         except (OSError, UnicodeDecodeError) as e:
-            print(f"batchgate: {name}: cannot read: {e}", file=sys.stderr)
-            return 2
+            print(f"error: {name}: cannot read: {e}", file=sys.stderr)
+            unusable = True
+            continue
         except yaml.YAMLError as e:
-            print(f"batchgate: {name}: not valid YAML or JSON: {e}", file=sys.stderr)
-            return 2
+            print(f"error: {name}: not valid YAML or JSON: {e}", file=sys.stderr)
+            unusable = True
+            continue
         except BundleError as e:  # too deep, an alias bomb, a value YAML cannot construct
-            print(f"batchgate: {e}", file=sys.stderr)
-            return 2
-    denied = False
+            print(f"error: {e}", file=sys.stderr)
+            unusable = True
+            continue
+        for i, doc in enumerate(docs, 1):
+            where = f"{name}" if len(docs) == 1 else f"{name} (document {i})"
+            if (reason := not_an_object(doc)) is not None:
+                print(f"skipped: {where}: {reason}", file=sys.stderr)
+            else:
+                objects.append((where, doc))
     out: list[dict[str, Any]] = []
     for source, obj in objects:
         try:
             decision = check_object(obj, bundle, caller)
         except BadReview as e:
-            print(f"batchgate: {source}: {e}", file=sys.stderr)
-            return 2
+            print(f"error: {source}: {e}", file=sys.stderr)
+            unusable = True
+            continue
         label = _describe(obj, caller)
         for w in decision.warnings:
             print(f"warning: {label}: {w}", file=sys.stderr)
@@ -194,19 +229,29 @@ def cmd_check(args: argparse.Namespace) -> int:
             for d in decision.denials:
                 print(f"denied: {label}: {d}", file=sys.stderr)
             continue
-        mutated = decision.obj if decision.obj is not None else obj
+        submitted = _submitted(obj)
+        admitted = submitted if decision.obj is None else as_submitted_namespace(decision.obj, submitted)
         if args.output == "diff":
-            a = yaml.safe_dump(obj, sort_keys=False).splitlines()
-            b = yaml.safe_dump(mutated, sort_keys=False).splitlines()
-            sys.stdout.writelines(line + "\n" for line in difflib.unified_diff(a, b, f"{label} (submitted)", f"{label} (admitted)", lineterm=""))
+            a = yaml.safe_dump(submitted, sort_keys=False).splitlines()
+            b = yaml.safe_dump(admitted, sort_keys=False).splitlines()
+            sys.stdout.writelines(line + "\n" for line in difflib.unified_diff(
+                a, b, f"{label} (submitted)", f"{label} (admitted)", lineterm=""))
         else:
-            out.append(mutated)
+            out.append(admitted)
     if args.output == "yaml" and out:
         sys.stdout.write(yaml.safe_dump_all(out, sort_keys=False))
-    elif args.output == "json" and out:
-        doc = out[0] if len(out) == 1 else {"apiVersion": "v1", "kind": "List", "items": out}
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-    return 1 if denied else 0
+    elif args.output == "json":  # always one document of one shape, even with 0 or 1 items
+        sys.stdout.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": out}, indent=2) + "\n")
+    return 2 if unusable else 1 if denied else 0
+
+
+def _submitted(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object as submitted; for a captured AdmissionReview, the object inside it."""
+    if obj.get("kind") == "AdmissionReview":
+        request = obj.get("request") or {}
+        inner = request.get("object") or request.get("oldObject")
+        return inner if isinstance(inner, dict) else obj
+    return obj
 
 
 def _describe(obj: Any, caller: Any) -> str:

@@ -78,6 +78,45 @@ def check_object(obj: Any, bundle: Bundle, caller: Caller) -> Decision:
     return decide(synthetic_review(obj, caller), bundle, phase="check")
 
 
+# Files that sit among manifests but are not API objects: kustomize's own configuration
+# (kustomization.yaml, Component, generator/transformer configs) and kpt/KRM function configs.
+CONFIG_GROUPS = ("kustomize.config.k8s.io", "config.kubernetes.io", "kpt.dev")
+
+
+def not_an_object(doc: Any) -> str | None:
+    """Why a parsed document is no Kubernetes object to decide (then it is skipped), or None.
+
+    A document with only one of apiVersion and kind is a broken object, not another kind of
+    file: that is :func:`check_object`'s error, not a skip."""
+    if not isinstance(doc, dict):
+        return f"not a Kubernetes object (a YAML {type(doc).__name__}, not a mapping)"
+    api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    if not api_version and not kind:
+        return "not a Kubernetes object (no apiVersion and no kind; a kustomization.yaml?)"
+    group = str(api_version or "").rpartition("/")[0]
+    if group in CONFIG_GROUPS or group.endswith(tuple("." + g for g in CONFIG_GROUPS)):
+        return f"not a Kubernetes object ({kind or 'a file'} of {group}, a build tool's configuration)"
+    return None
+
+
+def as_submitted_namespace(admitted: dict[str, Any], submitted: dict[str, Any]) -> dict[str, Any]:
+    """``admitted`` without the namespace the check filled in for the review: a manifest with no
+    namespace comes out with none, so that its diff is empty when no policy changed it."""
+    sub_meta = submitted.get("metadata")
+    meta = admitted.get("metadata")
+    if isinstance(sub_meta, dict) and "namespace" in sub_meta:
+        return admitted
+    if not isinstance(meta, dict) or "namespace" not in meta:
+        return admitted
+    rest = {k: v for k, v in meta.items() if k != "namespace"}
+    out = dict(admitted)
+    if rest or isinstance(sub_meta, dict):
+        out["metadata"] = rest
+    else:
+        del out["metadata"]
+    return out
+
+
 def expand_lists(docs: list[Any]) -> list[Any]:
     """``kind: List`` (and ``*List``) documents become their items."""
     out: list[Any] = []

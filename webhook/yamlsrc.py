@@ -22,6 +22,15 @@ try:  # the C loader is several times faster; fall back silently when absent
 except AttributeError:  # pragma: no cover
     _Loader = yaml.SafeLoader
 
+
+
+class _ManifestLoader(_Loader):  # type: ignore[misc,valid-type]
+    """Safe loading as the API server sees a manifest: YAML becomes JSON, so a value that YAML
+    reads as a date or time (``2024-01-01``) stays the string it is in JSON."""
+
+
+_ManifestLoader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)
+
 T = TypeVar("T")
 D = TypeVar("D")
 S = TypeVar("S", bound=str)
@@ -97,11 +106,12 @@ def _line(event: yaml.Event) -> int | None:
 
 def load_documents(text: str, name: str = "<input>") -> list[Any]:
     """Plain multi-document load (manifests, samples): no positions needed. Bounded like
-    the bundle (:func:`check_shape`); a value YAML cannot construct (an unknown tag, a
-    date like 2024-13-45) is a BundleError with its line, never a crash."""
+    the bundle (:func:`check_shape`); a value YAML cannot construct (an unknown tag) is a
+    BundleError with its line, never a crash. Values YAML reads as dates or times stay the
+    strings they are in JSON, as the API server sees them."""
     check_shape(text, name)
     try:
-        return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
+        return [d for d in yaml.load_all(text, Loader=_ManifestLoader) if d is not None]
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         raise BundleError(name, mark.line + 1 if mark else None, "", f"invalid YAML: {e.problem or e.context}") from e

@@ -53,6 +53,36 @@ def test_check_denial_exits_1_and_names_object(capsys, tmp_path):
     assert len(list(yaml.safe_load_all(out))) == 1  # the allowed one still comes out
 
 
+def test_queue_label_on_the_template_is_a_choice(capsys, tmp_path):
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+           "spec": {"selector": {"matchLabels": {"app": "d"}}, "template": {
+               "metadata": {"labels": {"app": "d", "batchgate.io/queue": "interactive"}},
+               "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}
+    f = tmp_path / "d.yaml"
+    f.write_text(yaml.safe_dump(dep))
+    code, out, err = run(capsys, "check", str(f))
+    assert code == 0 and "no batchgate.io/queue label" not in err
+    assert yaml.safe_load(out)["metadata"]["labels"]["batchgate.io/queue"] == "interactive"
+    del dep["spec"]["template"]["metadata"]["labels"]["batchgate.io/queue"]
+    f.write_text(yaml.safe_dump(dep))
+    code, out, err = run(capsys, "check", str(f))
+    assert "no batchgate.io/queue label on the Deployment or its pod template; using queue 'batch'" in err
+
+
+def test_system_daemonset_denial_says_how_infrastructure_is_exempted(capsys, tmp_path):
+    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent", "namespace": "monitoring"},
+          "spec": {"selector": {"matchLabels": {"app": "a"}}, "template": {
+              "metadata": {"labels": {"app": "a"}},
+              "spec": {"priorityClassName": "system-node-critical",
+                       "containers": [{"name": "c", "image": "busybox"}]}}}}
+    f = tmp_path / "ds.yaml"
+    f.write_text(yaml.safe_dump(ds))
+    code, _, err = run(capsys, "check", str(f))
+    assert code == 1
+    assert "namespace the bundle excludes" in err and "applied by an admin" in err
+    assert run(capsys, "check", "--user", "root", "--groups", "batchgate:admins", str(f))[0] == 0
+
+
 def test_check_stdin_json_list_and_json_output(capsys, monkeypatch):
     doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": [POD, {**POD, "metadata": {"name": "p2"}}]})
     code, out, _ = run(capsys, "check", "-o", "json", "-", stdin=doc, monkeypatch=monkeypatch)
@@ -84,23 +114,90 @@ def test_check_captured_admission_review(capsys):
 @pytest.mark.parametrize(("content", "needle"), [
     ("kind: Pod\n", "apiVersion and kind"),
     ("a: [1,\n", "x.yaml:2: invalid YAML"),
-    ("a: 1\nb: 2024-13-45\n", "x.yaml:2: cannot read '2024-13-45' as timestamp: month must be in 1..12"),
     ("a: !foo x\n", "x.yaml:1: invalid YAML: could not determine a constructor for the tag '!foo'"),
     ("a: " + "[" * 200000 + "]" * 200000, "x.yaml:1: nested more than 64 levels deep"),  # was a segfault
     ("a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdef", "bcdefg", strict=True)),
      "expands to more than 200000 nodes"),
 ])
-def test_check_usage_errors_exit_2(capsys, tmp_path, content, needle):
+def test_check_usage_errors_exit_2_and_the_rest_is_still_decided(capsys, tmp_path, content, needle):
     f = tmp_path / "x.yaml"
     f.write_text(content)
-    code, _, err = run(capsys, "check", str(f))
+    good = tmp_path / "pod.yaml"
+    good.write_text(yaml.safe_dump(POD))
+    code, out, err = run(capsys, "check", str(f), str(good))
     assert code == 2 and needle in err
+    assert yaml.safe_load(out)["metadata"]["name"] == "p"
 
 
 def test_check_missing_file_exits_2(capsys, tmp_path):
     code, _, err = run(capsys, "check", str(tmp_path / "nope.yaml"))
     assert code == 2 and "cannot read" in err
+
+
+def test_check_skips_kustomization_and_directories(capsys, tmp_path):
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [pod.yaml]\n")
+    (tmp_path / "old-kustomization.yaml").write_text("resources: [pod.yaml]\nnamePrefix: x-\n")
+    (tmp_path / "pod.yaml").write_text(yaml.safe_dump(POD))
+    (tmp_path / "sub").mkdir()
+    code, out, err = run(capsys, "check", str(tmp_path / "kustomization.yaml"), str(tmp_path / "old-kustomization.yaml"),
+                         str(tmp_path / "sub"), str(tmp_path / "pod.yaml"))
+    assert code == 0, err
+    assert err.count("skipped: ") == 3
+    assert "kustomization.yaml: not a Kubernetes object (Kustomization of kustomize.config.k8s.io" in err
+    assert "old-kustomization.yaml: not a Kubernetes object (no apiVersion and no kind" in err
+    assert "sub: a directory" in err
+    assert [d["metadata"]["name"] for d in yaml.safe_load_all(out)] == ["p"]
+
+
+@pytest.mark.parametrize("pods", [[POD], [POD, {**POD, "metadata": {"name": "p2"}}], []])
+def test_check_json_is_always_one_list(capsys, tmp_path, pods):
+    f = tmp_path / "pods.yaml"
+    f.write_text(yaml.safe_dump_all(pods) if pods else "# nothing\n")
+    code, out, _ = run(capsys, "check", "-o", "json", str(f))
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["kind"] == "List" and doc["apiVersion"] == "v1"
+    assert [i["metadata"]["name"] for i in doc["items"]] == [p["metadata"]["name"] for p in pods]
+
+
+def test_check_json_when_everything_is_denied(capsys, tmp_path):
+    bad = {**POD, "metadata": {"name": "q", "labels": {"batchgate.io/queue": "nope"}}}
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump_all([bad, {**bad, "metadata": {**bad["metadata"], "name": "r"}}]))
+    code, out, err = run(capsys, "check", "-o", "json", str(f))
+    assert code == 1 and err.count("denied: ") == 2
+    assert json.loads(out) == {"apiVersion": "v1", "kind": "List", "items": []}
+
+
+def test_check_yaml_dates_stay_strings(capsys, tmp_path):
+    f = tmp_path / "cm.yaml"
+    f.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, annotations: {released: 2024-01-31}}\n"
+                 "data: {when: 2024-01-31T10:00:00Z, bad: 2024-13-45}\n")
+    for fmt in ("yaml", "json", "diff"):
+        code, out, err = run(capsys, "check", "-o", fmt, str(f))
+        assert code == 0, err
+    code, out, _ = run(capsys, "check", "-o", "json", str(f))
+    item = json.loads(out)["items"][0]
+    assert item["data"]["when"] == "2024-01-31T10:00:00Z"
+    assert item["data"]["bad"] == "2024-13-45"  # a string, as kubectl sends it; no date is parsed
+    assert item["metadata"]["annotations"]["released"] == "2024-01-31"
+
+
+def test_check_diff_is_empty_when_nothing_changes(capsys, tmp_path):
+    cm = tmp_path / "cm.yaml"
+    cm.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {a: b}\n")
+    code, out, _ = run(capsys, "check", "-o", "diff", str(cm))
+    assert code == 0 and out == ""
+    # what check admitted, checked again, changes nothing: no "+ namespace: default" either
+    code, admitted, _ = run(capsys, "check", str(ROOT / "examples" / "job.yaml"))
+    f = tmp_path / "admitted.yaml"
+    f.write_text(admitted)
+    code, out, _ = run(capsys, "check", "-o", "diff", str(f))
+    assert code == 0 and out == ""
+    code, out, _ = run(capsys, "check", str(cm))
+    assert "namespace" not in yaml.safe_load(out)["metadata"]
 
 
 def test_check_bad_bundle_exits_2(capsys, tmp_path):

@@ -28,9 +28,12 @@ def mutate(settings: None, draft: Draft, ctx: Ctx) -> list[Finding]:
     pc = bundle.priority_classes[queue.priority_class]
     if (draft.get("metadata", "labels", QUEUE_LABEL)) != queue.name:
         draft.set("metadata", "labels", QUEUE_LABEL, queue.name)
-        if not ctx.from_controller:
+        # Said only when nobody chose a queue: not when the label is on the pod template (the
+        # queue then was chosen), not on pods a controller made from an admitted template.
+        if not ctx.queue_explicit and not ctx.from_controller:
+            where = "" if shape.is_pod else f" on the {ctx.kind} or its pod template"
             findings.append(warn(
-                f"no {QUEUE_LABEL} label; using queue {queue.name!r} "
+                f"no {QUEUE_LABEL} label{where}; using queue {queue.name!r} "
                 f"(priority class {pc.name}, priority {pc.value})"
             ))
     if not shape.is_pod and draft.get(*shape.pod_meta, "labels", QUEUE_LABEL) != queue.name:
@@ -77,6 +80,14 @@ def validate(settings: None, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
     reason = "is reserved for admins" if pc and pc.admin_only else (
         f"does not belong to queue {ctx.queue.name!r}" if pc else "is not one batchgate manages"
     )
+    if pc is None:  # e.g. system-node-critical on an agent DaemonSet: infrastructure, not work
+        return [deny(
+            f"priorityClassName {chosen!r} {reason}; infrastructure that needs it is exempted by "
+            f"running in a namespace the bundle excludes (spec.exclude.namespaces, or labelled "
+            f"batchgate.io/admission=disabled by an admin) or by being applied by an admin; "
+            f"batch work leaves priorityClassName out and chooses a queue with the label "
+            f"{QUEUE_LABEL} ({_queue_menu(bundle)})"
+        )]
     return [deny(
         f"priorityClassName {chosen!r} {reason}; leave priorityClassName out and choose a queue "
         f"with the label {QUEUE_LABEL} ({_queue_menu(bundle)})"
