@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -25,9 +26,17 @@ def test_every_package_is_listed_in_pyproject():
 
 
 def test_installed_wheel_ships_the_default_bundle(tmp_path):
+    # Built from a copy of what the Dockerfile copies (pyproject, README, webhook/, policies/),
+    # so that a stale build/ directory of the checkout cannot leak into the wheel.
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for name in ("webhook", "policies"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels),
-                    str(ROOT)], check=True, capture_output=True, cwd=tmp_path)
+                    str(src)], check=True, capture_output=True, cwd=tmp_path)
     (wheel,) = wheels.glob("batchgate-*.whl")
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)
