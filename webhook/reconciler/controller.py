@@ -25,7 +25,9 @@ from . import metrics
 from .actions import Action, Plan
 from .actuator import Actuator, Outcome
 from .cache import Cache
+from .errors import KubeError, NotFound
 from .lease import LeaderElector
+from .model import NAMESPACE, NODE, NodeView, Snapshot, node_view
 from .planner import plan
 from .settings import QueuePolicy, Settings
 
@@ -79,11 +81,43 @@ class Controller:
         metrics.BUNDLE_STALE.set(1 if self.bundle_stale else 0)
         if qp is not None and qp != self.settings.queues:
             log.info("bundle changed: new queue policy")
-            self.settings = dataclasses.replace(self.settings, queues=qp)
+            self.settings = dataclasses.replace(self.settings, queues=qp, queues_since=self.clock())
 
     # -- one pass --------------------------------------------------------------------
+    def confirm_missing_nodes(self, snapshot: Snapshot) -> Snapshot:
+        """The planner treats a node absent from the snapshot as gone (its pods lost). A
+        watch can lag or miss a node, so each such absence is confirmed by a live read first:
+        a node that exists goes into the cache; one that cannot be read this pass (an error,
+        or past ``max_node_reads_per_pass``) counts as present, state unknown."""
+        nodes = snapshot.nodes
+        if nodes is None:
+            return snapshot
+        missing = sorted({p.node for p in snapshot.pods.values()
+                          if p.node and p.node not in nodes and p.group is not None and not p.deleting
+                          and p.phase != "Succeeded"})
+        if not missing:
+            return snapshot
+        known = dict(nodes)
+        for i, name in enumerate(missing):
+            if i >= self.settings.max_node_reads_per_pass:
+                known[name] = NodeView(name, None)
+                continue
+            try:
+                obj = self.api.get(NODE, None, name)
+            except NotFound:
+                log.info("node %s confirmed gone (live read: 404)", name)
+                continue
+            except KubeError as e:
+                log.warning("node %s is not in the cache and cannot be read (%s); its pods are left alone", name, e)
+                known[name] = NodeView(name, None)
+                continue
+            log.info("node %s was missing from the cache but exists", name)
+            self.cache.observe(obj)
+            known[name] = node_view(obj)
+        return dataclasses.replace(snapshot, nodes=known)
+
     def plan_now(self) -> Plan:
-        snapshot = self.cache.snapshot()
+        snapshot = self.confirm_missing_nodes(self.cache.snapshot())
         t = time.perf_counter()
         result = plan(snapshot, self.clock(), self.settings)
         metrics.PLAN_SECONDS.observe(time.perf_counter() - t)
@@ -110,11 +144,29 @@ class Controller:
                 self._printed.add(key)
                 print(a.line(), file=self.out, flush=True)
 
+    def setup_problem(self) -> str:
+        """What makes acting pointless, said plainly: a ``--namespace`` that does not exist
+        (listing it would just find nothing). Unknown when the namespace cannot be read."""
+        ns = self.settings.namespace
+        if not ns:
+            return ""
+        try:
+            self.api.get(NAMESPACE, None, ns)
+        except NotFound:
+            return f"namespace {ns} does not exist (--namespace)"
+        except KubeError as e:
+            log.info("cannot check that namespace %s exists: %s", ns, e)
+        return ""
+
     # -- --once ------------------------------------------------------------------------
     def run_once(self) -> int:
         """List everything, plan, act (or print, with dry_run). One reconciliation: passes repeat
         only while bookkeeping was held back (``max_bookkeeping_per_pass``). 0 when every
         action went through."""
+        problem = self.setup_problem()
+        if problem:
+            print(f"batchgate: {problem}", file=sys.stderr, flush=True)
+            return 2
         self.cache.list_once()
         if self.dry_run:
             self.settings = dataclasses.replace(self.settings, max_bookkeeping_per_pass=10**9)
@@ -124,8 +176,12 @@ class Controller:
                 print("nothing to do", file=self.out)
             return 0
         if self.elector is not None and not self.elector.try_once():
-            log.error("lease %s/%s is held by %s; not acting (use --no-leader-elect to act anyway)",
-                      self.settings.lease_namespace, self.settings.lease_name, self.elector.holder or "?")
+            lease = f"{self.settings.lease_namespace}/{self.settings.lease_name}"
+            if self.elector.last_error:
+                print(f"batchgate: lease {lease}: {self.elector.last_error}", file=sys.stderr, flush=True)
+                return 2
+            log.error("lease %s is held by %s; not acting (use --no-leader-elect to act anyway)",
+                      lease, self.elector.holder or "?")
             return 1
         outcomes: list[Outcome] = []
         try:
@@ -149,6 +205,8 @@ class Controller:
 
     def run(self) -> int:
         s = self.settings
+        if problem := self.setup_problem():
+            log.error("%s; watching anyway, in case it is created", problem)
         self.cache.start()
         elector_thread = None
         if self.elector is not None:

@@ -104,6 +104,7 @@ class LeaderElector:
         self._was_leader = False
         self._lock = threading.Lock()
         self.holder: str = ""  # who holds the lease, as last seen
+        self.last_error: str = ""  # why the last round could not read or write the lease
 
     def is_leader(self) -> bool:
         r = self._renewed_at
@@ -149,7 +150,11 @@ class LeaderElector:
                 if decision == "wait":
                     self._renewed_at = None
                 elif decision == "create":
-                    self.api.create(LEASE, s.lease_namespace, self._body(None, acquire=True))
+                    try:
+                        self.api.create(LEASE, s.lease_namespace, self._body(None, acquire=True))
+                    except NotFound as e:  # creating in a namespace that does not exist
+                        raise NotFound(f"namespace {s.lease_namespace} does not exist (create it, or pass "
+                                       "--lease-namespace or --no-leader-elect)", status=404) from e
                     self._renewed_at = started
                 else:
                     self.api.replace(LEASE, s.lease_namespace, s.lease_name,
@@ -159,7 +164,9 @@ class LeaderElector:
                     self.holder = self.identity
             except (AlreadyExists, Conflict):
                 self._renewed_at = None  # someone else got there first
+                self.last_error = ""
             except KubeError as e:
+                self.last_error = str(e)
                 log.warning("lease %s/%s: %s", s.lease_namespace, s.lease_name, e)
             leading = self.is_leader()
             if leading != self._was_leader:

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,7 @@ def settings_from_args(args: argparse.Namespace, bundle: Any) -> Settings:
         resync_period=dur("resync", d.resync_period),
         drain_timeout=dur("drain_timeout", d.drain_timeout),
         queues=QueuePolicy.from_bundle(bundle),
+        queues_since=time.time(),  # a maximum lowered while no reconciler ran still warns first
         namespace=getattr(args, "namespace", None) or None,
         leader_elect=not getattr(args, "no_leader_elect", False),
         lease_name=getattr(args, "lease_name", None) or d.lease_name,

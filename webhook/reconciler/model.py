@@ -81,7 +81,8 @@ POD_GROUP = Kind("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups")
 EVENT = Kind("v1", "Event", "events")
 LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
 MAINTENANCE_WINDOW = Kind("batchgate.io/v1alpha1", "MaintenanceWindow", "maintenancewindows", namespaced=False)
-KINDS = {k.kind: k for k in (POD, JOB, NODE, POD_GROUP, EVENT, LEASE, MAINTENANCE_WINDOW)}
+NAMESPACE = Kind("v1", "Namespace", "namespaces", namespaced=False)
+KINDS = {k.kind: k for k in (POD, JOB, NODE, POD_GROUP, EVENT, LEASE, MAINTENANCE_WINDOW, NAMESPACE)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +338,12 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
                         break
     if started is None and phase in ("Running", "Succeeded", "Failed"):
         started = parse_time(st.get("startTime"))
+    # Container start times come from the node's clock, the creation time from the API
+    # server's: a node clock behind must not make a job look older than it is (and stop it
+    # at once). A pod cannot start before it exists.
+    created = parse_time(md.get("creationTimestamp"))
+    if started is not None and created is not None and started < created:
+        started = created
     reason = st.get("reason") or ""
     message = st.get("message") or ""
     interrupted: str | None = None

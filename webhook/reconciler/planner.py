@@ -113,7 +113,7 @@ def plan(snapshot: Snapshot, now: float, settings: Settings) -> Plan:
             owner_uid = ""
         else:
             owner_uid = owner.uid
-            if owner.kind == "Job":
+            if owner.kind == "Job" and _owns(jobs_by_uid.get(owner_uid), pod):
                 lst = job_pods_get(owner_uid)
                 if lst is None:
                     pods_of_job[owner_uid] = [pod]
@@ -160,6 +160,15 @@ def plan(snapshot: Snapshot, now: float, settings: Settings) -> Plan:
     return Plan(actions=p.actions, wake_at=p.wake_at, deferred=p.deferred)
 
 
+def _owns(job: JobView | None, pod: PodView) -> bool:
+    """Whether ``job`` is the controller ``pod`` names: same uid, and the pod's own namespace
+    and the name in its ownerReference (Kubernetes owners are never in another namespace; a
+    reference that says otherwise is forged or broken, and confirms nothing)."""
+    owner = pod.owner
+    return (job is not None and owner is not None and job.ref.uid == owner.uid
+            and job.ref.namespace == pod.ref.namespace and job.ref.name == owner.name)
+
+
 # -- deadlines -------------------------------------------------------------
 def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job: bool) -> None:
     limit = obj.limit
@@ -174,6 +183,8 @@ def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job:
             if pod.phase != "Running":
                 continue
             t = now  # running, but no start time reported yet: count from now
+        elif t > now:
+            t = now  # a node clock ahead of ours: the pod cannot have started in the future
         # A recorded start later than what the pods show is not believed (nobody gains
         # time by editing the annotation); an earlier one stands (pods come and go).
         if started is None or t < started:
@@ -196,6 +207,16 @@ def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job:
                         f"{queue}; {format_duration(cap)} applies)")
     deadline = started + effective
     what = "Job" if is_job else "Pod"
+    # A queue maximum lowered in the bundle never ends a job without the usual warning:
+    # its deadline is at least ``warning_lead`` after the reconciler took up the new
+    # maximum (``queues_since``), and never later than it was. The grace hangs on when the
+    # policy changed, not on annotations, so editing them cannot renew it.
+    since = settings.queues_since
+    if note and since is not None and deadline < since + settings.warning_lead:
+        before = obj.deadline_t if obj.deadline_t is not None else started + limit
+        if deadline < before:
+            deadline = float(int(min(before, since + settings.warning_lead)))
+            note += f"; the queue's maximum was lowered, so after the usual warning: at {format_time(deadline)}"
 
     if now >= deadline:
         deadline_s = format_time(deadline)
@@ -284,8 +305,11 @@ def _gang(
         job = jobs_by_uid.get(owner_uid)
         owner = members[0].owner
         # Only Jobs and bare pods: for other owners we cannot tell whether they are
-        # already finishing, nor how to tear them down.
+        # already finishing, nor how to tear them down. And only a Job that really is the
+        # owner: anyone may write an ownerReference naming another namespace's Job uid.
         if job is None or owner is None or owner.kind != "Job" or job.deleting or job.finished:
+            return
+        if not _owns(job, members[0]):
             return
         if owner_uid in stopped:
             return

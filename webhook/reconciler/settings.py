@@ -64,6 +64,13 @@ class Settings:
     back. Keeps a first start on a big cluster (thousands of jobs to record) from planning
     and then working through minutes of writes while new deadlines fall due."""
     queues: QueuePolicy = field(default_factory=QueuePolicy)
+    max_node_reads_per_pass: int = 50
+    """Live reads per pass confirming that a node missing from the cache is really gone
+    before its pods count as lost; the rest wait for the next pass."""
+    queues_since: float | None = None
+    """When the reconciler took up ``queues`` (epoch s; set at start and on a bundle change).
+    A job that the queue maximum would stop sooner than ``warning_lead`` after it is warned
+    first and stopped then; None: no such grace (tests)."""
     countdown_slack: float = 120.0
     """Seconds held back when a node's maintenance countdown label is written (at least; 2 % of
     the time left when that is more), so the label understates the minutes left."""

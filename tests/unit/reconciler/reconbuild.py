@@ -52,7 +52,7 @@ def terminated(exit_code: int, *, reason: str | None = None, name: str = "main",
 def _meta(name: str, ns: str, uid: str | None, rv: str, annotations: dict[str, str] | None,
           labels: dict[str, str] | None, deleting: bool) -> dict[str, Any]:
     md: dict[str, Any] = {"name": name, "namespace": ns, "uid": uid or f"uid-{ns}-{name}", "resourceVersion": rv,
-                          "creationTimestamp": ts(-HOUR)}
+                          "creationTimestamp": ts(-100 * 24 * HOUR)}
     if annotations:
         md["annotations"] = dict(annotations)
     if labels:

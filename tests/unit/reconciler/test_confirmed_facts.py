@@ -1,0 +1,181 @@
+"""The reconciler acts only on what it has confirmed (issue 11 item 3): owners in the pod's own
+namespace, nodes confirmed gone by a live read, start times not before creation, a lowered queue
+maximum warned about first, and ``--once`` saying what is wrong with its namespace or lease."""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+from fakeapi import FakeApi
+from reconbuild import HOUR, T0, deadline_ann, group_labels, job, pod, snapshot, terminated, ts
+
+from webhook.reconciler.controller import Controller
+from webhook.reconciler.errors import NotFound, Transient
+from webhook.reconciler.model import ANN_DEADLINE, pod_view
+from webhook.reconciler.planner import plan
+from webhook.reconciler.settings import QueuePolicy, Settings
+
+G = group_labels("mpi", 2)
+FAILED = {"containers": [terminated(1)], "phase": "Failed"}
+
+
+# -- owners -----------------------------------------------------------------------------------
+def test_a_forged_owner_reference_to_another_namespaces_job_tears_nothing_down() -> None:
+    victim = job("train", ns="team-b", template_labels=G)
+    # Two pods in the attacker's namespace naming the victim Job's uid, one of them failed.
+    forged = [pod(f"x-{i}", ns="team-a", owner=victim, labels=G, **(FAILED if i else {})) for i in range(2)]
+    result = plan(snapshot(victim, *forged), T0 + 60, Settings())
+    assert [a for a in result.actions if victim["metadata"]["uid"] in (a.target.uid, *(d.ref.uid for d in a.deletes))] == []
+    assert not any(d.ref.name == "train" for a in result.actions for d in a.deletes)
+
+
+def test_an_owner_reference_with_the_right_uid_but_another_name_confirms_nothing() -> None:
+    victim = job("train", template_labels=G)
+    liar = copy.deepcopy(victim)
+    liar["metadata"]["name"] = "mine"
+    forged = [pod(f"x-{i}", owner=liar, labels=G, **(FAILED if i else {})) for i in range(2)]
+    assert plan(snapshot(victim, *forged), T0 + 60, Settings()).actions == []
+
+
+def test_the_real_owner_still_tears_its_gang_down() -> None:
+    j = job("train", template_labels=G)
+    pods = [pod(f"train-{i}", owner=j, labels=G, **(FAILED if i else {})) for i in range(2)]
+    kinds = [(a.kind, a.target.name) for a in plan(snapshot(j, *pods), T0 + 60, Settings()).actions]
+    assert kinds == [("gang-failed", "train")]
+
+
+def test_forged_pods_do_not_make_another_namespaces_job_older() -> None:
+    victim = job("train", ns="team-b", annotations=deadline_ann("4h"))
+    real = pod("train-0", ns="team-b", owner=victim, started=0)
+    forged = pod("old", ns="team-a", owner=victim, started=-10 * HOUR)
+    actions = plan(snapshot(victim, real, forged), T0 + 60, Settings()).actions
+    assert [(a.kind, a.reason) for a in actions] == [("record-deadline", "DeadlineSet")]
+    assert actions[0].annotations[ANN_DEADLINE] == ts(4 * HOUR)
+
+
+# -- clocks -----------------------------------------------------------------------------------
+def _created(obj: dict, offset: float) -> dict:
+    obj["metadata"]["creationTimestamp"] = ts(offset)
+    return obj
+
+
+def test_a_node_clock_behind_cannot_make_a_pod_older_than_it_is() -> None:
+    # Created 10 minutes ago by the API server's clock; the node says its container started 5h ago.
+    p = _created(pod("p", started=-5 * HOUR, annotations=deadline_ann("1h")), -600)
+    assert pod_view(p).started == T0 - 600
+    actions = plan(snapshot(p), T0, Settings()).actions
+    assert [(a.kind, a.reason) for a in actions] == [("record-deadline", "DeadlineSet")]
+    assert actions[0].annotations[ANN_DEADLINE] == ts(-600 + HOUR)
+
+
+def test_a_node_clock_ahead_cannot_postpone_a_deadline() -> None:
+    p = pod("p", started=3 * HOUR, annotations=deadline_ann("1h"))  # "starts" 3h from now
+    (a,) = plan(snapshot(p), T0, Settings(warning_lead=60)).actions
+    assert a.annotations[ANN_DEADLINE] == ts(HOUR)
+
+
+# -- a lowered queue maximum ---------------------------------------------------------------------
+OLD = QueuePolicy(max_time_limit={"batch": 7 * 24 * HOUR}, default_queue="batch")
+NEW = QueuePolicy(max_time_limit={"batch": 12 * HOUR}, default_queue="batch")
+
+
+def test_lowering_a_queue_maximum_warns_first_and_stops_after_the_warning_lead() -> None:
+    # A 3-day job, 20h in, deadline recorded under the old 7-day maximum; the bundle now says 12h.
+    j = job("long", annotations=deadline_ann("3d", started=0, deadline=72 * HOUR))
+    p = pod("long-0", owner=j, started=0)
+    changed = T0 + 20 * HOUR
+    s = Settings(queues=NEW, queues_since=changed, warning_lead=600)
+    first = plan(snapshot(j, p), changed, s).actions
+    assert [(a.kind, a.reason) for a in first] == [("record-deadline", "TimeLimitReduced"),
+                                                  ("warn", "TimeLimitApproaching")]
+    assert first[0].annotations[ANN_DEADLINE] == ts(20 * HOUR + 600)
+    assert "maximum was lowered" in first[0].message
+    # Recorded and warned: nothing until the lead is over, then it stops.
+    j2 = job("long", annotations=deadline_ann("3d", started=0, deadline=20 * HOUR + 600, warned=20 * HOUR + 600))
+    assert plan(snapshot(j2, p), changed + 300, s).actions == []
+    assert [a.kind for a in plan(snapshot(j2, p), changed + 600, s).actions] == ["stop"]
+
+
+def test_rewriting_the_recorded_deadline_does_not_renew_the_grace() -> None:
+    p_later = job("long", annotations=deadline_ann("3d", started=0, deadline=72 * HOUR))  # forged back
+    pod_ = pod("long-0", owner=p_later, started=0)
+    s = Settings(queues=NEW, queues_since=T0 + 20 * HOUR, warning_lead=600)
+    assert [a.kind for a in plan(snapshot(p_later, pod_), T0 + 21 * HOUR, s).actions] == ["stop"]
+
+
+def test_without_a_change_a_job_past_the_maximum_stops_as_before() -> None:
+    j = job("long", annotations=deadline_ann("3d"))
+    p = pod("long-0", owner=j, started=0)
+    assert [a.kind for a in plan(snapshot(j, p), T0 + 13 * HOUR, Settings(queues=NEW)).actions] == ["stop"]
+
+
+def test_the_controller_dates_a_new_queue_policy_when_the_bundle_changes() -> None:
+    now = [T0]
+    policies = [OLD]
+    c = Controller(FakeApi(), Settings(leader_elect=False, queues=OLD), clock=lambda: now[0],
+                   reload_policy=lambda: policies[0])
+    now[0] = T0 + 50
+    c._reload()
+    assert c.settings.queues_since is None  # unchanged: no new date
+    policies[0] = NEW
+    now[0] = T0 + 100
+    c._reload()
+    assert c.settings.queues == NEW and c.settings.queues_since == T0 + 100
+
+
+# -- nodes ----------------------------------------------------------------------------------------
+def _gang_on(node: str) -> tuple[FakeApi, Controller]:
+    api = FakeApi()
+    api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
+             "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    j = api.put(job("mpi", template_labels=G))
+    api.put(pod("mpi-0", owner=j, labels=G))
+    api.put(pod("mpi-1", owner=j, labels=G, node=node))
+    c = Controller(api, Settings(leader_elect=False), clock=lambda: T0 + 60)
+    c.cache.list_once()
+    return api, c
+
+
+def test_a_node_missing_from_the_cache_but_alive_is_read_and_nothing_is_torn_down() -> None:
+    api, c = _gang_on("node-2")
+    api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-2"},
+             "status": {"conditions": [{"type": "Ready", "status": "True"}]}})  # the watch has not told us yet
+    assert c.run_pass() == []
+    assert ("get", "nodes", "", "node-2") in api.calls
+    assert "node-2" in c.cache.snapshot().nodes  # read once, now cached
+
+
+def test_a_node_that_cannot_be_read_is_not_taken_for_gone() -> None:
+    api, c = _gang_on("node-2")
+    api.fail["get"] = [Transient("no response", status=0)]
+    assert c.run_pass() == []
+
+
+def test_a_node_confirmed_gone_by_a_live_read_interrupts_the_gang() -> None:
+    api, c = _gang_on("node-2")
+    outcomes = c.run_pass()
+    assert ("get", "nodes", "", "node-2") in api.calls
+    assert [(o.action.kind, o.action.target.name) for o in outcomes] == [("gang-interrupted", "mpi")]
+    assert "node node-2 is gone" in outcomes[0].action.message
+
+
+# -- --once says what is wrong ---------------------------------------------------------------------
+def test_once_with_a_namespace_that_does_not_exist_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    api = FakeApi()
+    c = Controller(api, Settings(leader_elect=False, namespace="tema-a"), out=io.StringIO())
+    assert c.run_once() == 2
+    assert "namespace tema-a does not exist" in capsys.readouterr().err
+    api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tema-a"}})
+    assert c.run_once() == 0
+
+
+def test_once_with_a_lease_namespace_that_does_not_exist_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    api = FakeApi()
+    api.fail["create"] = [NotFound('namespaces "batchgate-sytem" not found', status=404)]
+    c = Controller(api, Settings(lease_namespace="batchgate-sytem", identity="me"), out=io.StringIO())
+    assert c.run_once() == 2
+    err = capsys.readouterr().err
+    assert "lease batchgate-sytem/batchgate-reconciler" in err
+    assert "namespace batchgate-sytem does not exist" in err and "--no-leader-elect" in err
