@@ -17,10 +17,10 @@ import pytest
 from cluster import require_components
 
 from tests.conftest import POLICIES
-from webhook.rules import load_bundle
 from webhook.reconciler.controller import Controller
 from webhook.reconciler.kube import KubeApi
 from webhook.reconciler.settings import QueuePolicy, Settings
+from webhook.rules import load_bundle
 
 OPT_OUT = {"batchgate.io/admission": "disabled"}  # the webhook is not under test here
 pytestmark = pytest.mark.namespace_labels(OPT_OUT)
