@@ -26,3 +26,19 @@ def bundle() -> Any:
     from webhook.rules import load_bundle
 
     return load_bundle(POLICIES)
+
+
+@pytest.fixture
+def state_factory(tmp_path: Path) -> Any:
+    """A prepared webhook State on a copy of the bundled policies (certificates in tmp)."""
+    import shutil
+
+    from webhook.server import ServeOptions, prepare
+
+    def make() -> Any:
+        policies = tmp_path / "policies"
+        if not policies.exists():
+            shutil.copytree(POLICIES, policies)
+        return prepare(ServeOptions(policies=str(policies), cert_dir=str(tmp_path / "certs")))
+
+    return make

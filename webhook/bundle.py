@@ -196,7 +196,7 @@ class Principals:
         key = (user, tuple(groups))
         found = self._seen.get(key)
         if found is None:
-            found = _remember(self._seen, key, (
+            found = _remember(self._seen, key, len(user) + sum(len(g) + 8 for g in groups), (
                 matches(self.users, user)
                 or matches_any(self.groups, groups)
                 or matches(self.service_accounts, _service_account(user))
@@ -205,11 +205,15 @@ class Principals:
 
 
 MEMO_LIMIT = 4096  # distinct keys kept per memo; past it the memo starts over
+MEMO_KEY_LIMIT = 1024  # characters in a key; longer keys (never real names) are not kept
 
 
-def _remember(memo: dict[K, V], key: K, value: V) -> V:
+def _remember(memo: dict[K, V], key: K, size: int, value: V) -> V:
     """Store ``value`` in a bounded memo: a flood of distinct keys (users, namespaces)
-    costs a re-computation, never unbounded memory."""
+    costs a re-computation, never unbounded memory; a key of ``size`` characters past
+    MEMO_KEY_LIMIT is not kept at all (at most MEMO_LIMIT x MEMO_KEY_LIMIT per memo)."""
+    if size > MEMO_KEY_LIMIT:
+        return value
     if len(memo) >= MEMO_LIMIT:
         memo.clear()
     memo[key] = value
@@ -247,10 +251,10 @@ class Bundle:
         key = (mutating, operation, group, version, kind)
         found = self._by_request.get(key)
         if found is None:
-            found = self._by_request[key] = tuple(
+            found = _remember(self._by_request, key, len(operation) + len(group) + len(version) + len(kind), tuple(
                 p for p in (self.mutating if mutating else self.validating)
                 if operation in p.match.operations and p.match.matches_kind(group, version, kind)
-            )
+            ))
         return found
 
     def excluded(self, namespace: str) -> bool:
@@ -261,7 +265,7 @@ class Bundle:
         try:
             return self._by_namespace[namespace]
         except KeyError:
-            return _remember(self._by_namespace, namespace,
+            return _remember(self._by_namespace, namespace, len(namespace),
                              next((r for r in self.namespaces if r.matches(namespace)), None))
 
     def default_queue_for(self, namespace: str) -> str:

@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=1, help="processes sharing the port (default 1)")
     s.add_argument("--reload-interval", type=float, default=2.0,
                    help="seconds between checks for changed policy / certificate files (default 2)")
+    s.add_argument("--review-budget", type=float, default=1.0, metavar="SECONDS",
+                   help="policy work per review; past it, the policies not yet run answer with their "
+                   "failurePolicy (Fail: deny, Ignore: skip with a warning) (default 1)")
 
     c = sub.add_parser("check", help="offline dry run of manifests against the bundle",
                        description="Decide manifests as the cluster would: the admitted objects on "
@@ -305,6 +308,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         dns_names=tuple(args.dns_name),
         workers=args.workers,
         reload_interval=args.reload_interval,
+        review_budget=args.review_budget,
     ))
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -27,6 +28,7 @@ from .wire import AdmissionResponse, AdmissionReview, Operation
 Phase = Literal["mutate", "validate", "check"]  # which webhook asks; check: both, as `batchgate check`
 PHASES: tuple[Phase, ...] = ("mutate", "validate", "check")
 OPERATIONS: tuple[Operation, ...] = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+MAX_NAME = 253  # a DNS subdomain: the longest group, kind, version or name Kubernetes sends
 
 
 COMPACT = json.JSONEncoder(separators=(",", ":"))  # one encoder, not one per json.dumps call
@@ -95,7 +97,14 @@ def encode_review(decision: Decision) -> bytes:
     return b"".join(parts)
 
 
-def decide(body: Any, bundle: Bundle, *, phase: Phase) -> Decision:
+def decide(body: Any, bundle: Bundle, *, phase: Phase,
+           over_budget: Callable[[], bool] | None = None) -> Decision:
+    """Run the bundle's policies on one review.
+
+    ``over_budget`` is asked before each policy (the edge passes a clock-based
+    check; the core reads no clock): once it says yes, every policy still to run
+    answers with its failure mode instead of running, as if it had failed.
+    """
     req = parse_request(body)
     decision = Decision(uid=req["uid"])
     operation = req["operation"]
@@ -111,6 +120,8 @@ def decide(body: Any, bundle: Bundle, *, phase: Phase) -> Decision:
         raise BadReview("request.object.metadata must be an object")
     meta = meta or {}
     namespace = req.get("namespace") or meta.get("namespace") or ""
+    if not isinstance(namespace, str):
+        raise BadReview("request.object.metadata.namespace must be a string")
     if namespace and bundle.excluded(namespace):
         decision.skipped = f"namespace {namespace} is excluded"
         return decision
@@ -126,6 +137,9 @@ def decide(body: Any, bundle: Bundle, *, phase: Phase) -> Decision:
                                         version=ctx.version, kind=ctx.kind):
             if not _applies(policy, ctx, labels):
                 continue
+            if over_budget is not None and over_budget():
+                _fail(policy, decision, "not run: the review ran out of its time budget", "timeout")
+                continue
             if _run(policy, decision, ctx, draft, mutate=True):
                 done.append(policy)
             else:
@@ -134,7 +148,11 @@ def decide(body: Any, bundle: Bundle, *, phase: Phase) -> Decision:
     if phase in ("validate", "check") and decision.allowed:
         for policy in bundle.candidates(mutating=False, operation=ctx.operation, group=ctx.group,
                                         version=ctx.version, kind=ctx.kind):
-            if _applies(policy, ctx, labels):
+            if not _applies(policy, ctx, labels):
+                continue
+            if over_budget is not None and over_budget():
+                _fail(policy, decision, "not run: the review ran out of its time budget", "timeout")
+            else:
                 _run(policy, decision, ctx, draft, mutate=False)
     decision.obj = draft.root
     if decision.denials:
@@ -162,6 +180,15 @@ def parse_request(body: Any) -> dict[str, Any]:
     kind = req.get("kind")
     if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str) or not kind["kind"]:
         raise BadReview("request.kind must be an object with group, version and kind")
+    for key in ("group", "version", "kind"):
+        value = kind.get(key)
+        if value is not None and not isinstance(value, str):
+            raise BadReview(f"request.kind.{key} must be a string, got {type(value).__name__}")
+        if value is not None and len(value) > MAX_NAME:
+            raise BadReview(f"request.kind.{key} is longer than {MAX_NAME} characters")
+    sub = req.get("subResource")
+    if sub is not None and not isinstance(sub, str):
+        raise BadReview("request.subResource must be a string")
     if req.get("operation") not in OPERATIONS:
         raise BadReview(f"request.operation must be one of {', '.join(OPERATIONS)}, got {req.get('operation')!r}")
     for key in ("object", "oldObject"):
@@ -170,8 +197,14 @@ def parse_request(body: Any) -> dict[str, Any]:
     if req.get("object") is None and req["operation"] in ("CREATE", "UPDATE"):
         raise BadReview(f"request.object is required for {req['operation']}")
     user = req.get("userInfo")
-    if user is not None and not isinstance(user, dict):
-        raise BadReview("request.userInfo must be an object")
+    if user is not None:
+        if not isinstance(user, dict):
+            raise BadReview("request.userInfo must be an object")
+        if user.get("username") is not None and not isinstance(user["username"], str):
+            raise BadReview("request.userInfo.username must be a string")
+        groups = user.get("groups")
+        if groups is not None and (not isinstance(groups, list) or not all(isinstance(g, str) for g in groups)):
+            raise BadReview("request.userInfo.groups must be a list of strings")
     for key in ("namespace", "name"):
         if req.get(key) is not None and not isinstance(req[key], str):
             raise BadReview(f"request.{key} must be a string")
@@ -189,8 +222,9 @@ def make_ctx(req: dict[str, Any], obj: dict[str, Any], bundle: Bundle, namespace
 
     requested = (meta.get("labels") or {}).get(QUEUE_LABEL)
     if requested is None and shape is not None and not shape.is_pod:
-        template_meta = dig(obj, shape.pod_meta) or {}
-        requested = (template_meta.get("labels") or {}).get(QUEUE_LABEL)
+        template_meta = dig(obj, shape.pod_meta)
+        template_labels = template_meta.get("labels") if isinstance(template_meta, dict) else None
+        requested = template_labels.get(QUEUE_LABEL) if isinstance(template_labels, dict) else None
     queue_name, explicit = bundle.queue_for(group, kind_name, requested, namespace)
     from_controller = shape is not None and shape.is_pod and bundle.made_by_controller(
         meta.get("ownerReferences") or [], username, groups)
@@ -244,6 +278,17 @@ def _replay(done: list[Policy], ctx: Ctx, draft: Draft) -> None:
         policy.rule.mutate(policy.settings, draft, ctx)
 
 
+def _fail(policy: Policy, decision: Decision, what: str, outcome: str) -> None:
+    """The policy's failure mode: deny (Fail) or skip with a warning (Ignore)."""
+    decision.outcomes.append((policy.name, outcome))
+    if policy.failure_policy == "Fail":
+        decision.denials.append(
+            f"{policy.name}: the policy {what} and fails closed; ask an admin to check the webhook logs (uid {decision.uid})"
+        )
+    else:
+        decision.warnings.append(f"{policy.name}: skipped, the policy {what} (uid {decision.uid})")
+
+
 def _run(policy: Policy, decision: Decision, ctx: Ctx, draft: Draft, *, mutate: bool) -> bool:
     """Run one policy, record what it did; False when it raised."""
     edits = draft.edits
@@ -256,13 +301,7 @@ def _run(policy: Policy, decision: Decision, ctx: Ctx, draft: Draft, *, mutate: 
             findings = policy.rule.validate(policy.settings, draft.root, ctx)
     except Exception:
         decision.errors.append((policy.name, traceback.format_exc()))
-        decision.outcomes.append((policy.name, "error"))
-        if policy.failure_policy == "Fail":
-            decision.denials.append(
-                f"{policy.name}: the policy failed internally and fails closed; ask an admin to check the webhook logs (uid {decision.uid})"
-            )
-        else:
-            decision.warnings.append(f"{policy.name}: skipped after an internal error (uid {decision.uid})")
+        _fail(policy, decision, "failed internally", "error")
         return False
     denied = False
     for f in findings:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter as Bag
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -67,13 +68,25 @@ REQUESTS = Tally(
     ("endpoint", "operation", "outcome"),
     REGISTRY,
 )
-LATENCY = Histogram(
-    "batchgate_admission_duration_seconds",
-    "Time from request body read to response, by endpoint.",
-    ["endpoint"],
-    buckets=(0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+HTTP_DURATION = Histogram(
+    "batchgate_http_request_duration_seconds",
+    "Time from request headers to response, by path (other: any unknown path) and status code, "
+    "errors included.",
+    ["path", "code"],
+    buckets=(0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0),
     registry=REGISTRY,
 )
+_BY_PATH_CODE: dict[tuple[str, int], Any] = {}
+
+
+def observe_http(path: str, code: int, seconds: float) -> None:
+    """One request's duration; the labelled child is looked up once per (path, code)."""
+    child = _BY_PATH_CODE.get((path, code))
+    if child is None:
+        child = _BY_PATH_CODE[(path, code)] = HTTP_DURATION.labels(path, str(code))
+    child.observe(seconds)
+
+
 POLICY_DECISIONS = Tally(
     "batchgate_policy_decisions",
     "What each policy did: mutated, denied, warned, passed, error.",

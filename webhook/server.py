@@ -9,17 +9,18 @@ certificate is logged and counted, and the last good one stays in force.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import multiprocessing
 import os
 import signal
 import ssl
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -36,7 +37,20 @@ log = logging.getLogger(__name__)
 # 1.5 MiB; an AdmissionReview carries the object and, on UPDATE, the old one,
 # plus a small envelope. 6 MiB admits every review a real API server can send.
 MAX_BODY = 6 * 1024 * 1024
+# Objects and arrays per review, counted on the raw bytes before parsing: what a
+# body costs in memory is its containers (~200 bytes each parsed), not its bytes.
+# 1.5 MiB objects of the densest real kind (a Pod of env entries) have ~50,000.
+MAX_CONTAINERS = 250_000
+MAX_DEPTH = 1024  # nesting; orjson's own limit (a deeper body is a JSONDecodeError)
+INLINE_BODY = 256 * 1024  # larger reviews are decided off the event loop, one at a time
+LARGE_IN_FLIGHT = 4  # large bodies read and held at once (4 x 6 MiB buffered at most)
+READ_TIMEOUT = 10.0  # seconds to receive a body once its headers are in
+IDLE_TIMEOUT = 30.0  # seconds a connection may sit without a request (or with half a request)
+REVIEW_BUDGET = 1.0  # seconds of policy work per review before policies answer with their failure mode
 JSON_TYPES = ("application/json",)
+# How the server runs its connections: no access log (the middleware logs), idle
+# connections (also ones stuck half-way through their headers) closed after IDLE_TIMEOUT.
+RUNNER_SETTINGS: dict[str, Any] = {"access_log": None, "shutdown_timeout": 10, "keepalive_timeout": IDLE_TIMEOUT}
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +62,7 @@ class ServeOptions:
     dns_names: tuple[str, ...] = ()
     workers: int = 1
     reload_interval: float = 2.0
+    review_budget: float = REVIEW_BUDGET
 
 
 @dataclass(slots=True)
@@ -63,75 +78,174 @@ class State:
     ssl_context: ssl.SSLContext | None = None
     cert_dir: Path = field(default_factory=lambda: Path("certs"))
     policies: Path = field(default_factory=lambda: Path("policies"))
+    review_budget: float = REVIEW_BUDGET
 
 
 STATE = web.AppKey("state", State)
+LARGE = web.AppKey("large", asyncio.Semaphore)
+WORKER = web.AppKey("worker", ThreadPoolExecutor)
+
+
+# -- the answer to one body (no HTTP here: the handler, the fuzz test and the table test call it)
+@dataclass(slots=True)
+class Answer:
+    status: int
+    body: bytes
+    outcome: str  # allowed, mutated, denied, bad_request, unavailable
+    request: dict[str, Any] | None = None  # the parsed request, when it was an AdmissionReview
+    decision: Decision | None = None
+    error: str = ""  # the message of a 4xx/5xx, for the log
+
+
+SEEN = web.RequestKey("seen", Answer)  # what the handler learnt, for the middleware to count and log
+
+
+def error_body(message: str) -> bytes:
+    return orjson.dumps({"error": message})
+
+
+def _bad(status: int, message: str) -> Answer:
+    return Answer(status, error_body(message), "bad_request", error=message)
+
+
+def answer(raw: bytes, bundle: Bundle | None, phase: Phase, budget: float = REVIEW_BUDGET) -> Answer:
+    """Decide one raw body: a review's answer, or a 4xx/503 with a JSON message. Total:
+    whatever the bytes, this returns (the fuzz test holds it to that)."""
+    if len(raw) > MAX_BODY:
+        return _bad(413, f"body of {len(raw)} bytes exceeds the {MAX_BODY} byte cap")
+    containers = raw.count(b"{") + raw.count(b"[")
+    if containers > MAX_CONTAINERS:
+        return _bad(413, f"body has {containers} JSON objects and arrays, more than the {MAX_CONTAINERS} "
+                         "a review of the largest object Kubernetes stores can have")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        detail = f"nesting deeper than {MAX_DEPTH} levels" if "depth" in str(e) or "recursion" in str(e) else str(e)
+        return _bad(400, f"body is not valid JSON: {detail}")
+    if bundle is None:  # only before the first successful load
+        return Answer(503, error_body("no policy bundle loaded yet"), "unavailable", error="no policy bundle loaded yet")
+    deadline = time.perf_counter() + budget
+    try:
+        decision = decide(body, bundle, phase=phase, over_budget=lambda: time.perf_counter() > deadline)
+        out = encode_review(decision)
+    except BadReview as e:
+        return _bad(400, str(e))
+    except RecursionError:  # orjson parses 1024 levels; Python code can go ~1000 deep
+        return _bad(400, "request nests too deeply to review")
+    req = body["request"]
+    outcome = "denied" if not decision.allowed else "mutated" if decision.patch else "allowed"
+    return Answer(200, out, outcome, req, decision)
 
 
 # -- handlers -----------------------------------------------------------------
 def make_app(state: State) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY)
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[observe])
     app[STATE] = state
+    app[LARGE] = asyncio.Semaphore(LARGE_IN_FLIGHT)
+    app[WORKER] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="large-review")
     app.router.add_post("/mutate", _admission("mutate"))
     app.router.add_post("/validate", _admission("validate"))
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
+
+    async def stop_worker(app: web.Application) -> None:
+        app[WORKER].shutdown(wait=False, cancel_futures=True)
+
+    app.on_cleanup.append(stop_worker)
     return app
 
 
 def _error(status: int, message: str) -> web.Response:
-    return web.Response(status=status, text=json.dumps({"error": message}), content_type="application/json")
+    return web.Response(status=status, body=error_body(message), content_type="application/json")
+
+
+_PATHS = ("/mutate", "/validate", "/healthz", "/readyz", "/metrics")
+
+
+@web.middleware
+async def observe(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Time, count and log every request, errors included: the handlers only answer.
+
+    What a handler learnt about an admission request (its parsed request and the
+    Decision) it leaves in ``request[SEEN]``; nothing here reads the body again.
+    """
+    started = time.perf_counter()
+    path = request.path if request.path in _PATHS else "other"
+    try:
+        response: web.StreamResponse = await handler(request)
+    except web.HTTPException as e:  # aiohttp's own: 404, 405, 413 from the body reader
+        response = _error(e.status, e.reason)
+    except asyncio.CancelledError:
+        metrics.observe_http(path, 499, time.perf_counter() - started)  # the client went away
+        raise
+    except Exception as e:  # a bug: say so, never with the traceback on the wire
+        log.exception("request failed", extra={"fields": {"path": path}})
+        response = _error(500, f"internal error: {type(e).__name__}")
+    seen: Answer | None = request.get(SEEN)
+    if seen is not None:
+        _account(path, seen)
+    metrics.observe_http(path, response.status, time.perf_counter() - started)
+    return response
 
 
 def _admission(phase: Phase) -> Any:
-    endpoint = "/" + phase
-    latency = metrics.LATENCY.labels(endpoint)
-
     async def handler(request: web.Request) -> web.Response:
-        started = time.perf_counter()
-        state = request.app[STATE]
+        app = request.app
+        state = app[STATE]
         if request.content_type not in JSON_TYPES:
-            metrics.REQUESTS.inc(endpoint, "", "bad_request")
-            return _error(415, f"content type must be application/json, got {request.content_type!r}")
-        if request.content_length is not None and request.content_length > MAX_BODY:
-            metrics.REQUESTS.inc(endpoint, "", "bad_request")
-            return _error(413, f"body of {request.content_length} bytes exceeds the {MAX_BODY} byte cap")
-        try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            metrics.REQUESTS.inc(endpoint, "", "bad_request")
-            return _error(413, f"body exceeds the {MAX_BODY} byte cap")
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            metrics.REQUESTS.inc(endpoint, "", "bad_request")
-            return _error(400, f"body is not valid JSON: {e}")
-        bundle = state.bundle
-        if bundle is None:  # only before the first successful load
-            metrics.REQUESTS.inc(endpoint, "", "unavailable")
-            return _error(503, "no policy bundle loaded yet")
-        try:
-            decision = decide(body, bundle, phase=phase)
-        except BadReview as e:
-            metrics.REQUESTS.inc(endpoint, "", "bad_request")
-            log.info("bad admission request", extra={"fields": {"endpoint": endpoint, "error": str(e)}})
-            return _error(400, str(e))
-        _account(endpoint, body, decision)
-        response = web.Response(body=encode_review(decision), content_type="application/json")
-        latency.observe(time.perf_counter() - started)
-        return response
+            request[SEEN] = seen = _bad(415, f"content type must be application/json, got {request.content_type!r}")
+            return _respond(seen)
+        length = request.content_length
+        if length is not None and length > MAX_BODY:
+            request[SEEN] = seen = _bad(413, f"body of {length} bytes exceeds the {MAX_BODY} byte cap")
+            return _respond(seen)
+        if length is not None and length <= INLINE_BODY:
+            try:
+                async with asyncio.timeout(READ_TIMEOUT):
+                    raw = await request.read()
+            except TimeoutError:
+                request[SEEN] = seen = _bad(408, f"body not received within {READ_TIMEOUT:g} s")
+                return _respond(seen)
+            request[SEEN] = seen = answer(raw, state.bundle, phase, state.review_budget)
+            return _respond(seen)
+        # A large (or chunked) body: at most LARGE_IN_FLIGHT held at once, decided in the
+        # worker thread so the event loop keeps answering health probes and small reviews.
+        async with app[LARGE]:
+            try:
+                async with asyncio.timeout(READ_TIMEOUT):
+                    raw = await request.read()
+            except TimeoutError:
+                request[SEEN] = seen = _bad(408, f"body not received within {READ_TIMEOUT:g} s")
+                return _respond(seen)
+            except web.HTTPRequestEntityTooLarge:
+                request[SEEN] = seen = _bad(413, f"body exceeds the {MAX_BODY} byte cap")
+                return _respond(seen)
+            loop = asyncio.get_running_loop()
+            seen = await loop.run_in_executor(app[WORKER], answer, raw, state.bundle, phase, state.review_budget)
+            del raw
+        request[SEEN] = seen
+        return _respond(seen)
 
     return handler
 
 
-def _account(endpoint: str, body: dict[str, Any], decision: Decision) -> None:
-    req = body["request"]
+def _respond(seen: Answer) -> web.Response:
+    return web.Response(status=seen.status, body=seen.body, content_type="application/json")
+
+
+def _account(endpoint: str, seen: Answer) -> None:
+    req, decision = seen.request, seen.decision
+    if req is None or decision is None:
+        metrics.REQUESTS.inc(endpoint, "", seen.outcome)
+        if seen.outcome == "bad_request":
+            log.info("bad admission request", extra={"fields": {
+                "endpoint": endpoint, "status": seen.status, "error": seen.error[:300]}})
+        return
     operation = req["operation"]
-    outcome = "denied" if not decision.allowed else "mutated" if decision.patch else "allowed"
-    metrics.REQUESTS.inc(endpoint, operation, outcome)
+    metrics.REQUESTS.inc(endpoint, operation, seen.outcome)
     metrics.POLICY_DECISIONS.inc_each(tuple(decision.outcomes))
-    if decision.errors or not decision.allowed:
+    if decision.errors or not decision.allowed or "timeout" in (o for _, o in decision.outcomes):
         kind = req["kind"]["kind"]
         fields = {
             "uid": decision.uid,
@@ -144,6 +258,9 @@ def _account(endpoint: str, body: dict[str, Any], decision: Decision) -> None:
         for policy, tb in decision.errors:
             log.error("policy failed: %s", tb.strip().splitlines()[-1],
                       extra={"fields": {**fields, "policy": policy, "traceback": tb}})
+        timed_out = [p for p, o in decision.outcomes if o == "timeout"]
+        if timed_out:
+            log.error("review ran out of its time budget", extra={"fields": {**fields, "policies": ",".join(timed_out)}})
         if not decision.allowed:
             log.info("denied", extra={"fields": {**fields, "message": decision.message}})
 
@@ -273,7 +390,8 @@ async def _watch(app: web.Application, interval: float) -> None:
 # -- running ------------------------------------------------------------------
 def prepare(options: ServeOptions) -> State:
     """Load bundle and certificates once, before serving; raises on a bad bundle."""
-    state = State(cert_dir=Path(options.cert_dir), policies=Path(options.policies))
+    state = State(cert_dir=Path(options.cert_dir), policies=Path(options.policies),
+                  review_budget=options.review_budget)
     ensure_certs(state.cert_dir, dns_names=list(options.dns_names))
     state.bundle = load_bundle(state.policies)  # a bad bundle at start is fatal: nothing to serve
     state.policies_stamp = _stamp(state.policies)
@@ -297,7 +415,16 @@ def _serve_process(options: ServeOptions, state: State, reuse_port: bool) -> Non
         "address": f"https://{options.host}:{options.port}", "pid": os.getpid(),
         "bundle": state.bundle.fingerprint if state.bundle else ""}})
     web.run_app(app, host=options.host, port=options.port, ssl_context=state.ssl_context,
-                reuse_port=reuse_port, access_log=None, print=None, shutdown_timeout=10)
+                reuse_port=reuse_port, print=None, loop=_new_loop(), **RUNNER_SETTINGS)
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop (libuv) when installed: the same asyncio API, less overhead per request."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - it is a dependency; keep serving without it
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 def run(options: ServeOptions) -> int:

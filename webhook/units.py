@@ -5,6 +5,12 @@ Quantities follow the Kubernetes grammar (``500m``, ``4``, ``1.5``, ``256Mi``,
 overhead never drifts by a rounding millicore. Durations are what users write in
 ``batchgate.io/time-limit``: a number and a unit (``90m``, ``4h``, ``2d``), or
 several (``1h30m``).
+
+Both parsers bound their work before doing any: a quantity or duration is at most
+:data:`MAX_TEXT` characters, and a decimal exponent is within :data:`MAX_EXPONENT`
+(``1e999999999`` would otherwise be a number with a billion digits). Anything past
+the bounds is a ``ValueError`` naming the value, like any other malformed one, and
+never reaches the memo: a flood of distinct long strings cannot fill it.
 """
 
 from __future__ import annotations
@@ -34,11 +40,31 @@ _SUFFIX = {
 _QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)")
 
 
-@lru_cache(maxsize=4096, typed=True)  # pure, and the same few values recur on every request
+MAX_TEXT = 64  # characters; the longest quantity Kubernetes prints is ~30
+MAX_EXPONENT = 30  # |e| in 1e30; Exa (1e18) is the largest suffix, a node has < 1e15 bytes
+_LIMIT = Fraction(10) ** MAX_EXPONENT
+
+
+def _shown(text: object) -> str:
+    """``text`` for an error message, cut to a readable length."""
+    r = repr(text) if not isinstance(text, str) or len(text) <= MAX_TEXT else repr(text[:MAX_TEXT]) + "..."
+    return r if len(r) <= 2 * MAX_TEXT else r[: 2 * MAX_TEXT] + "..."
+
+
 def parse_quantity(text: str | int | float) -> Fraction:
     """``"250m"`` -> ``Fraction(1, 4)``; raises ValueError naming the problem."""
-    if isinstance(text, bool):
-        raise ValueError(f"{text!r} is not a quantity")
+    if isinstance(text, str):
+        if len(text) > MAX_TEXT:
+            raise ValueError(f"{_shown(text)} is not a quantity: longer than {MAX_TEXT} characters")
+    elif isinstance(text, bool) or not isinstance(text, int | float):
+        raise ValueError(f"{_shown(text)} is not a quantity")
+    elif text != text or abs(text) > _LIMIT:  # NaN, infinities, absurd magnitudes
+        raise ValueError(f"{_shown(text)} is not a quantity: beyond 1e{MAX_EXPONENT}")
+    return _parse_quantity(text)
+
+
+@lru_cache(maxsize=4096, typed=True)  # pure, and the same few values recur on every request
+def _parse_quantity(text: str | int | float) -> Fraction:
     if isinstance(text, int | float):
         return Fraction(str(text))
     m = _QUANTITY.fullmatch(text.strip())
@@ -47,7 +73,11 @@ def parse_quantity(text: str | int | float) -> Fraction:
     number, exponent, suffix = m.groups()
     value = Fraction(number)
     if exponent:
-        return value * Fraction(10) ** int(exponent[1:])
+        e = exponent[1:].lstrip("+")
+        if len(e.lstrip("-")) > 3 or abs(int(e)) > MAX_EXPONENT:
+            raise ValueError(f"{text!r} is not a quantity batchgate accepts: the exponent is "
+                             f"outside -{MAX_EXPONENT}..{MAX_EXPONENT}")
+        return value * Fraction(10) ** int(e)
     return value * _SUFFIX[suffix or ""]
 
 
@@ -76,10 +106,16 @@ _DURATION_PART = re.compile(r"(\d+)([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-@lru_cache(maxsize=4096, typed=True)  # pure, and the same few values recur on every request
 def parse_duration(text: str) -> int:
     """``"90m"`` -> 5400 seconds; ``"1h30m"`` works too; raises ValueError."""
-    s = text.strip() if isinstance(text, str) else ""
+    if not isinstance(text, str) or len(text) > MAX_TEXT:
+        raise ValueError(f"{_shown(text)} is not a duration (examples: 90m, 4h, 2d, 1h30m)")
+    return _parse_duration(text)
+
+
+@lru_cache(maxsize=4096, typed=True)  # pure, and the same few values recur on every request
+def _parse_duration(text: str) -> int:
+    s = text.strip()
     if not s or _DURATION_PART.sub("", s) != "":
         raise ValueError(f"{text!r} is not a duration (examples: 90m, 4h, 2d, 1h30m)")
     total = sum(int(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(s))

@@ -71,6 +71,44 @@ BAD = [
      "application/json", 400, "operation"),
     ("body-not-object", b"[]", "application/json", 400, "JSON object"),
     ("binary", b"\xff\xfe\x00", "application/json", 400, "not valid JSON"),
+    ("empty", b"", "application/json", 400, "not valid JSON"),
+    ("truncated", json.dumps(fixture("pod-create-by-user.mutate.json")).encode()[:500], "application/json", 400,
+     "not valid JSON"),
+    ("nan", b'{"apiVersion":NaN}', "application/json", 400, "not valid JSON"),
+    ("infinity", b'{"a":1e999}', "application/json", 400, "not valid JSON"),
+    ("lone-surrogate", b'{"a":"\\ud800"}', "application/json", 400, "not valid JSON"),
+    ("nested-1000-in-request", b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":'
+     + b"[" * 1000 + b"]" * 1000 + b"}", "application/json", 400, "request"),
+    ("nested-2000", b"[" * 2000 + b"]" * 2000, "application/json", 400, "nesting deeper than 1024"),
+    ("too-many-containers", b"[" + b"{}," * 300_000 + b"{}]", "application/json", 413, "JSON objects and arrays"),
+]
+
+
+def _req(**changes: object) -> bytes:
+    body = fixture("pod-create-by-user.mutate.json")
+    for path, value in changes.items():
+        node = body["request"]
+        *head, last = path.split("__")
+        for key in head:
+            node = node[key]
+        node[last] = value
+    return json.dumps(body).encode()
+
+
+BAD += [
+    ("group-not-string", _req(kind__group=7), "application/json", 400, "kind.group must be a string"),
+    ("version-not-string", _req(kind__version=["v1"]), "application/json", 400, "kind.version must be a string"),
+    ("kind-not-string", _req(kind__kind={"k": 1}), "application/json", 400, "request.kind"),
+    ("kind-too-long", _req(kind__kind="K" * 300), "application/json", 400, "longer than 253"),
+    ("uid-not-string", _req(uid=5), "application/json", 400, "uid"),
+    ("username-not-string", _req(userInfo__username=["root"]), "application/json", 400, "username"),
+    ("groups-not-strings", _req(userInfo__groups=[[["x"]]]), "application/json", 400, "groups"),
+    ("subresource-not-string", _req(subResource=1), "application/json", 400, "subResource"),
+    ("namespace-not-string", _req(namespace=3), "application/json", 400, "namespace"),
+    ("object-namespace-not-string", _req(namespace="", object__metadata__namespace=3), "application/json", 400,
+     "namespace"),
+    ("metadata-not-object", _req(object__metadata="m"), "application/json", 400, "metadata"),
+    ("labels-not-object", _req(object__metadata__labels=["a"]), "application/json", 400, "labels"),
 ]
 
 
@@ -94,7 +132,8 @@ async def test_health_ready_metrics(client):
     await client.post("/mutate", json=fixture("pod-create-by-user.mutate.json"))
     text = await (await client.get("/metrics")).text()
     assert 'batchgate_admission_requests_total{endpoint="/mutate",operation="CREATE",outcome="mutated"}' in text
-    assert "batchgate_admission_duration_seconds_bucket" in text
+    assert 'batchgate_http_request_duration_seconds_bucket{code="200",le="0.001",path="/mutate"}' in text
+    assert 'batchgate_http_request_duration_seconds_count{code="200",path="/healthz"}' in text
     assert 'batchgate_policy_decisions_total{outcome="mutated",policy="shm"}' in text
 
 
@@ -199,3 +238,25 @@ def test_broken_certificate_keeps_previous(state):
     (state.cert_dir / "tls.crt").write_text("garbage")
     assert reload_certificate(state) is False
     assert isinstance(state.ssl_context, ssl.SSLContext)
+
+
+async def test_middleware_times_every_path_errors_included(aiohttp_client, state, monkeypatch):
+    from webhook import server
+
+    async def broken(request):
+        raise RuntimeError("boom")
+
+    app = make_app(state)
+    app.router.add_get("/broken", broken)
+    client = await aiohttp_client(app)
+    r = await client.get("/nowhere")
+    assert r.status == 404 and (await r.json())["error"] == "Not Found"
+    r = await client.get("/broken")
+    assert r.status == 500 and (await r.json())["error"] == "internal error: RuntimeError"
+    r = await client.post("/mutate", data=b"[", headers={"Content-Type": "application/json"})
+    assert r.status == 400
+    text = await (await client.get("/metrics")).text()
+    assert 'batchgate_http_request_duration_seconds_count{code="404",path="other"}' in text
+    assert 'batchgate_http_request_duration_seconds_count{code="500",path="other"}' in text
+    assert 'batchgate_http_request_duration_seconds_count{code="400",path="/mutate"}' in text
+    assert server.metrics.REQUESTS.value("/mutate", "", "bad_request") >= 1

@@ -226,13 +226,15 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     cpu = (spec.get("overhead") or {}).get("cpu")
     if cpu is None:
         return []
-    overhead = millis(cpu)
-    if overhead <= 0:
-        return []
     try:
+        overhead = millis(cpu)
+        if overhead <= 0:
+            return []
         p = plan(spec, overhead, settings)
     except Infeasible as e:
         return [deny(f"runtimeClassName {runtime}: {e}")]
+    except ValueError as e:  # a CPU quantity out of bounds (1e999999999) or malformed
+        return [deny(f"runtimeClassName {runtime}: cannot take the VM overhead out of the containers' CPU: {e}")]
     if not p.new:
         return []
     record: dict[str, dict[str, str]] = {}

@@ -18,7 +18,7 @@ from ..yamlsrc import Node
 
 if TYPE_CHECKING:
     from ..bundle import Bundle
-from .base import Ctx, Finding, RuleType, pod_spec_parts
+from .base import Ctx, Finding, RuleType, deny, pod_spec_parts
 
 MOUNT_PATH = "/dev/shm"
 
@@ -94,7 +94,10 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     while name in taken:
         name, n = f"{settings.volume_name}-{n}", n + 1
     empty_dir: dict[str, str] = {"medium": "Memory"}
-    size = size_limit(settings, spec)
+    try:
+        size = size_limit(settings, spec)
+    except ValueError as e:  # a memory limit out of bounds (1e999999999) or malformed
+        return [deny(f"cannot size /dev/shm from the containers' memory limits: {e}")]
     if size is not None:
         empty_dir["sizeLimit"] = size
     draft.edit(*path, "volumes", create=list).append({"name": name, "emptyDir": empty_dir})
