@@ -7,6 +7,8 @@ TIME_LIMIT_ANNOTATION = f"{GROUP}/time-limit"
 EXCLUSIVE_LABEL = f"{GROUP}/exclusive"
 EXCLUSIVE_GROUP_LABEL = f"{GROUP}/exclusive-group"
 POD_GROUP_LABEL = f"{GROUP}/pod-group"
+# On a Namespace, =disabled leaves it out of every webhook (set by cluster admins only).
+OPT_OUT_LABEL = f"{GROUP}/admission"
 POD_GROUP_SIZE_LABEL = f"{GROUP}/pod-group-size"
 # Written by the reconciler only; users read them (kubectl get -o yaml shows the deadline).
 STARTED_AT_ANNOTATION = f"{GROUP}/started-at"

@@ -122,7 +122,9 @@ def decide(body: Any, bundle: Bundle, *, phase: Phase,
     namespace = req.get("namespace") or meta.get("namespace") or ""
     if not isinstance(namespace, str):
         raise BadReview("request.object.metadata.namespace must be a string")
-    if namespace and bundle.excluded(namespace):
+    # Excluded namespaces are about the objects in them; a Namespace itself (its opt-out
+    # label) is judged whatever its name.
+    if namespace and bundle.excluded(namespace) and (req.get("kind") or {}).get("kind") != "Namespace":
         decision.skipped = f"namespace {namespace} is excluded"
         return decision
     labels = meta.get("labels") or {}

@@ -35,7 +35,10 @@ FAILURE_POLICIES = {
     "mutate.batchgate.io": "Fail",
     "create.validate.batchgate.io": "Fail",
     "update.validate.batchgate.io": "Ignore",
+    "namespaces.validate.batchgate.io": "Fail",
 }
+#: judges Namespaces themselves, so it must see every one (no namespaceSelector)
+NAMESPACE_WEBHOOK = "namespaces.validate.batchgate.io"
 #: (apiGroup, resource) -> verbs: everything the reconciler may do, cluster-wide
 RECONCILER_RIGHTS = {
     ("", "pods"): {"get", "list", "watch", "patch", "delete"},
@@ -474,13 +477,13 @@ def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     pytest.param({"kubernetes.io/metadata.name": "demo", OPT_OUT[0]: "enabled"}, True, id="other-label-value"),
 ])
 def test_namespace_selector(labels, called, objects):
-    for _, w in _webhooks(objects):
+    for _, w in _workload_webhooks(objects):
         assert _selects(w["namespaceSelector"], labels) is called, w["name"]
 
 
 def test_batchgate_namespace_is_left_out_also_on_1_20(objects):
     labels = one(objects, "Namespace", "batchgate-system")["metadata"]["labels"]
-    for _, w in _webhooks(objects):
+    for _, w in _workload_webhooks(objects):
         assert not _selects(w["namespaceSelector"], labels)
         assert not _selects(w["namespaceSelector"], {k: v for k, v in labels.items()
                                                      if k != "kubernetes.io/metadata.name"})
@@ -488,9 +491,26 @@ def test_batchgate_namespace_is_left_out_also_on_1_20(objects):
 
 def test_webhooks_leave_out_every_namespace_the_bundle_excludes(objects):
     literal = {n for n in load_bundle(POLICIES).excluded_namespaces if not set(n) & set("*?[")}
-    for _, w in _webhooks(objects):
+    for _, w in _workload_webhooks(objects):
         for name in literal | set(SYSTEM_NAMESPACES):
             assert not _selects(w["namespaceSelector"], {"kubernetes.io/metadata.name": name}), (w["name"], name)
+
+
+def _workload_webhooks(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [(k, w) for k, w in _webhooks(objects) if w["name"] != NAMESPACE_WEBHOOK]
+
+
+def test_namespaces_are_judged_whatever_their_labels(objects):
+    """The opt-out label is checked on every Namespace: a namespaceSelector or objectSelector
+    would skip the very request that adds it (or, on 1.20, a forged kubernetes.io/metadata.name)."""
+    (w,) = [w for _, w in _webhooks(objects) if w["name"] == NAMESPACE_WEBHOOK]
+    assert "namespaceSelector" not in w and "objectSelector" not in w
+    assert w["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["namespaces"],
+                           "operations": ["CREATE", "UPDATE"], "scope": "Cluster"}]
+    assert w["failurePolicy"] == "Fail"
+    others = {(g, r) for _, x in _workload_webhooks(objects) for rule in x["rules"]
+              for g in rule["apiGroups"] for r in rule["resources"]}
+    assert ("", "namespaces") not in others
 
 
 def _covered(objects: list[dict[str, Any]], kind: str) -> set[tuple[str, str, str]]:
@@ -538,7 +558,7 @@ def test_webhook_configurations_helper(url, service, expected):
         client = w["clientConfig"]
         assert client["caBundle"] == "Q0E="
         assert (client.get("url") or client["service"]["path"]).endswith("/validate")
-    assert [w["failurePolicy"] for w in validating["webhooks"]] == ["Fail", "Ignore"]
+    assert [w["failurePolicy"] for w in validating["webhooks"]] == ["Fail", "Ignore", "Fail"]
 
 
 def test_webhook_configurations_helper_refuses_url_and_service():
