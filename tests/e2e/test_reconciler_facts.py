@@ -96,8 +96,9 @@ def test_a_forged_owner_reference_to_another_namespaces_job_tears_nothing_down(k
         else:
             pytest.fail("the garbage collector removed the forged pods before any pass could see them")
         result = c.plan_now()
-        touching = [a.line() for a in result.actions
-                    if a.target.uid == uid or any(d.ref.uid == uid or d.ref.namespace == victim_ns for d in a.deletes)]
+        # (PodGroup bookkeeping for the victim's own Job may be planned when the CRD is installed.)
+        touching = [a.line() for a in result.actions if a.kind in ("gang-failed", "gang-interrupted", "stop")
+                    and (a.target.uid == uid or any(d.ref.uid == uid or d.ref.namespace == victim_ns for d in a.deletes))]
         assert touching == []
         c.actuator.execute([a for a in result.actions if a.target.namespace in (namespace, victim_ns)])
         assert alive(kube, f"/apis/batch/v1/namespaces/{victim_ns}/jobs/train", uid)
@@ -120,7 +121,8 @@ def test_a_node_missing_from_the_cache_is_confirmed_gone_by_a_live_read(kube, na
         c.cache.list_once()  # pods listed; node `late` does not exist yet
         kube.create_node(late, wait_schedulable=False)  # now it does, but the cache does not know
         assert late not in (c.cache.snapshot().nodes or {})
-        assert c.plan_now().actions == []
+        teardowns = [a.line() for a in c.plan_now().actions if a.kind.startswith("gang-")]
+        assert teardowns == []  # (a PodGroup may be planned when the CRD is installed)
         assert late in (c.cache.snapshot().nodes or {})  # the live read put it in the cache
         for p in pods:
             assert alive(kube, f"/api/v1/namespaces/{namespace}/pods/{p['metadata']['name']}", p["metadata"]["uid"])
@@ -128,10 +130,11 @@ def test_a_node_missing_from_the_cache_is_confirmed_gone_by_a_live_read(kube, na
         kube.delete_node(late)  # really gone now
         c.cache.forget("Node", {"metadata": {"name": late}})
         result = c.plan_now()
-        assert sorted((a.kind, a.target.name) for a in result.actions) == [
+        gang = [a for a in result.actions if a.kind.startswith("gang-")]
+        assert sorted((a.kind, a.target.name) for a in gang) == [
             ("gang-interrupted", "rank-0"), ("gang-interrupted", "rank-1")]
-        assert f"node {late} is gone" in result.actions[0].message
-        outcomes = c.actuator.execute(result.actions)
+        assert f"node {late} is gone" in gang[0].message
+        outcomes = c.actuator.execute(gang)
         assert all(o.result in ("done", "gone") for o in outcomes), [(o.action.line(), o.result) for o in outcomes]
         for p in pods:
             assert not alive(kube, f"/api/v1/namespaces/{namespace}/pods/{p['metadata']['name']}", p["metadata"]["uid"])
