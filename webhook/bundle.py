@@ -75,6 +75,8 @@ class PolicyType(Protocol):
     @property
     def default_failure_policy(self) -> FailurePolicy: ...
     @property
+    def decides_pod(self) -> bool: ...  # on UPDATE, only where a pod template changed
+    @property
     def order(self) -> int: ...
 
 

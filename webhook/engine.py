@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .bundle import Bundle, Policy
-from .contract import QUEUE_LABEL
 from .draft import Draft
-from .rules.base import SHAPES, Ctx, Finding, dig
+from .rules.base import Ctx, Finding
 from .wire import AdmissionResponse, AdmissionReview, Operation
+from .workloads import requested_queue, shape_of
 
 Phase = Literal["mutate", "validate", "check"]  # which webhook asks; check: both, as `batchgate check`
 PHASES: tuple[Phase, ...] = ("mutate", "validate", "check")
@@ -131,13 +131,18 @@ def decide(body: Any, bundle: Bundle, *, phase: Phase,
     if not isinstance(labels, dict):
         raise BadReview("request.object.metadata.labels must be an object")
     ctx = make_ctx(req, obj, bundle, namespace)
+    # Policies that decide the pod act on UPDATE only where it changes what new pods get: a
+    # changed pod template of a kind whose template may change (never a Pod's or Job's spec).
+    pod_update = ctx.operation == "UPDATE" and not (
+        ctx.shape is not None and ctx.shape.template_mutable
+        and ctx.shape.template_changed(obj, req.get("oldObject")))
 
     draft = Draft(obj)
     if phase in ("mutate", "check"):
         done: list[Policy] = []
         for policy in bundle.candidates(mutating=True, operation=ctx.operation, group=ctx.group,
                                         version=ctx.version, kind=ctx.kind):
-            if not _applies(policy, ctx, labels):
+            if (pod_update and policy.rule.decides_pod) or not _applies(policy, ctx, labels):
                 continue
             if over_budget is not None and over_budget():
                 _fail(policy, decision, "not run: the review ran out of its time budget", "timeout")
@@ -150,7 +155,7 @@ def decide(body: Any, bundle: Bundle, *, phase: Phase,
     if phase in ("validate", "check") and decision.allowed:
         for policy in bundle.candidates(mutating=False, operation=ctx.operation, group=ctx.group,
                                         version=ctx.version, kind=ctx.kind):
-            if not _applies(policy, ctx, labels):
+            if (pod_update and policy.rule.decides_pod) or not _applies(policy, ctx, labels):
                 continue
             if over_budget is not None and over_budget():
                 _fail(policy, decision, "not run: the review ran out of its time budget", "timeout")
@@ -216,19 +221,16 @@ def parse_request(body: Any) -> dict[str, Any]:
 def make_ctx(req: dict[str, Any], obj: dict[str, Any], bundle: Bundle, namespace: str) -> Ctx:
     kind = req["kind"]
     group, version, kind_name = kind.get("group") or "", kind.get("version") or "", kind["kind"]
-    shape = SHAPES.get((group, kind_name))
+    shape = shape_of(group, kind_name)
     meta = obj.get("metadata") or {}
     user = req.get("userInfo") or {}
     username = str(user.get("username") or "")
     groups = tuple(str(g) for g in user.get("groups") or ())
 
-    requested = (meta.get("labels") or {}).get(QUEUE_LABEL)
-    if requested is None and shape is not None and not shape.is_pod:
-        template_meta = dig(obj, shape.pod_meta)
-        template_labels = template_meta.get("labels") if isinstance(template_meta, dict) else None
-        requested = template_labels.get(QUEUE_LABEL) if isinstance(template_labels, dict) else None
-    queue_name, explicit = bundle.queue_for(group, kind_name, requested, namespace)
-    from_controller = shape is not None and shape.is_pod and bundle.made_by_controller(
+    queue_name, explicit = bundle.queue_for(group, kind_name, requested_queue(obj, shape), namespace)
+    # A Pod, or a workload (a Deployment's ReplicaSet, a CronJob's Job), that a controller made
+    # from a template already admitted as its owner.
+    from_controller = shape is not None and bundle.made_by_controller(
         meta.get("ownerReferences") or [], username, groups)
 
     return Ctx(

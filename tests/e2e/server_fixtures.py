@@ -431,7 +431,8 @@ def jobs_path(ns: str, name: str = "") -> str:
 def path_of(obj: Mapping[str, Any], ns: str) -> str:
     kind = obj["kind"]
     plural = {"Pod": "pods", "Job": "jobs", "CronJob": "cronjobs", "ScavengerJob": "scavengerjobs",
-              "Deployment": "deployments", "ReplicaSet": "replicasets",
+              "Deployment": "deployments", "ReplicaSet": "replicasets", "StatefulSet": "statefulsets",
+              "DaemonSet": "daemonsets",
               "ConfigMap": "configmaps"}[kind]
     api = obj["apiVersion"]
     base = "/api/v1" if api == "v1" else f"/apis/{api}"

@@ -89,7 +89,7 @@ POLICY_ERRORS = [
     ("bad-fraction", "fractionOfMemoryLimit: 0.5", "fractionOfMemoryLimit: 2", r"fractionOfMemoryLimit: expected a number"),
     ("unknown-setting", "size: 1Gi", "size: 1Gi\n    sise: 2Gi", r"spec\.settings\.sise: unknown field"),
     ("bad-failure-policy", "type: shm", "type: shm\n  failurePolicy: Maybe", r"failurePolicy: expected one of Ignore, Fail"),
-    ("mutate-on-update", "type: shm", "type: shm\n  match:\n    operations: [UPDATE]", r"may only run on CREATE"),
+    ("mutate-on-delete", "type: shm", "type: shm\n  match:\n    operations: [DELETE]", r"may only run on CREATE, UPDATE"),
     ("bad-kind", "type: shm", "type: shm\n  match:\n    kinds: [a/b/c/d]", r"expected Kind, version/Kind"),
     ("wrong-api-version", "apiVersion: batchgate.io/v1alpha1", "apiVersion: v1", r"apiVersion: expected batchgate.io/v1alpha1"),
 ]

@@ -26,6 +26,7 @@ from webhook.generate import (
     webhook_configurations,
 )
 from webhook.rules import load_bundle
+from webhook.workloads import shape_of
 
 MANIFESTS = ROOT / "manifests"
 SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "batchgate-system")
@@ -33,6 +34,7 @@ OPT_OUT = ("batchgate.io/admission", "disabled")
 #: the failure policy of every webhook, as docs/deploy.md explains it
 FAILURE_POLICIES = {
     "mutate.batchgate.io": "Fail",
+    "update.mutate.batchgate.io": "Ignore",
     "create.validate.batchgate.io": "Fail",
     "update.validate.batchgate.io": "Ignore",
     "namespaces.validate.batchgate.io": "Fail",
@@ -448,7 +450,11 @@ def test_webhook_settings(objects):
         assert svc["path"] == ("/mutate" if kind.startswith("Mutating") else "/validate")
         if kind.startswith("Mutating"):
             assert w["reinvocationPolicy"] == "IfNeeded"
-            assert {op for r in w["rules"] for op in r["operations"]} == {"CREATE"}
+            # UPDATE only of kinds whose pod template may change (never a Pod's or Job's spec)
+            for r in w["rules"]:
+                if "UPDATE" in r["operations"]:
+                    assert set(r["resources"]) <= {"deployments", "statefulsets", "replicasets",
+                                                   "daemonsets", "cronjobs"}, r
 
 
 def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -526,7 +532,10 @@ def _needed(mutating: bool) -> set[tuple[str, str, str]]:
             continue
         for group, _version, kind in policy.match.kinds:
             assert "*" not in (group, kind), f"{policy.name}: a wildcard kind cannot be listed in a webhook"
-            out |= {(group, kind.lower() + "s", op) for op in policy.match.operations}
+            shape = shape_of(group, kind)
+            out |= {(group, kind.lower() + "s", op) for op in policy.match.operations
+                    # the engine skips pod-deciding policies on UPDATE of an immutable template
+                    if not (op == "UPDATE" and policy.rule.decides_pod and shape and not shape.template_mutable)}
     return out
 
 

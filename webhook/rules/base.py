@@ -13,12 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..workloads import ALL_POD_TEMPLATE_KINDS, SHAPES, WORKLOAD_KINDS, Path, Shape, dig
+
 if TYPE_CHECKING:
     from ..bundle import Bundle, NamespaceRule, Queue
     from ..draft import Draft
     from ..yamlsrc import Node
 
-Path = tuple[str | int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,37 +36,8 @@ def deny(message: str) -> Finding:
     return Finding("deny", message)
 
 
-@dataclass(frozen=True, slots=True)
-class Shape:
-    """Where a kind keeps its pod: metadata and spec of the Pod or of its template."""
-
-    kind: str
-    pod_meta: Path
-    pod_spec: Path
-    is_pod: bool = False
-
-
-SHAPES: dict[tuple[str, str], Shape] = {
-    ("", "Pod"): Shape("Pod", ("metadata",), ("spec",), is_pod=True),
-    ("batch", "Job"): Shape("Job", ("spec", "template", "metadata"), ("spec", "template", "spec")),
-    ("batch", "CronJob"): Shape(
-        "CronJob",
-        ("spec", "jobTemplate", "spec", "template", "metadata"),
-        ("spec", "jobTemplate", "spec", "template", "spec"),
-    ),
-    **{
-        ("apps", k): Shape(k, ("spec", "template", "metadata"), ("spec", "template", "spec"))
-        for k in ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet")
-    },
-}
-WORKLOAD_KINDS: tuple[tuple[str, str, str], ...] = (
-    ("", "v1", "Pod"),
-    ("batch", "*", "Job"),
-    ("batch", "*", "CronJob"),
-)
-ALL_POD_TEMPLATE_KINDS: tuple[tuple[str, str, str], ...] = WORKLOAD_KINDS + tuple(
-    ("apps", "v1", k) for k in ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet")
-)
+# Where each workload kind keeps its pod: webhook.workloads, re-exported for the policy types.
+__all__ = ["ALL_POD_TEMPLATE_KINDS", "SHAPES", "WORKLOAD_KINDS", "Path", "Shape", "dig"]
 
 
 @dataclass(slots=True)  # not frozen: built on every request, and frozen __init__ is slow
@@ -88,7 +60,7 @@ class Ctx:
     queue_explicit: bool  # the user set the queue label
     namespace_rule: NamespaceRule | None  # the bundle's rule for this namespace, if any
     admin: bool  # in the bundle's admins
-    from_controller: bool  # a Pod made by a controller from an already-admitted template
+    from_controller: bool  # a Pod (or ReplicaSet, Job) a controller made from an admitted template
     old_object: dict[str, Any] | None
 
     @property
@@ -107,6 +79,9 @@ class RuleType:
     default_kinds: tuple[tuple[str, str, str], ...] = WORKLOAD_KINDS
     default_operations: tuple[str, ...] = ("CREATE",)
     mutate_operations: tuple[str, ...] = ("CREATE",)
+    # Decides the pod (or pod template): runs on every kind that makes pods, and on UPDATE only
+    # where the pod template may change and did (the engine skips it otherwise).
+    decides_pod: bool = False
     default_failure_policy: Literal["Ignore", "Fail"] = "Ignore"
     order: int = 50  # mutating policies run in this order (then by name)
 
@@ -123,13 +98,3 @@ def pod_spec_parts(spec: dict[str, Any]) -> list[tuple[str, int, dict[str, Any]]
         for i, c in enumerate(spec.get(key) or []):
             out.append((key, i, c))
     return out
-
-
-def dig(obj: Any, path: Path) -> Any:
-    """``obj[path[0]][path[1]]...``, or None where the path does not exist."""
-    for key in path:
-        if isinstance(key, int):
-            obj = obj[key] if isinstance(obj, list) and -len(obj) <= key < len(obj) else None
-        else:
-            obj = obj.get(key) if isinstance(obj, dict) else None
-    return obj

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..contract import EXCLUSIVE_GROUP_LABEL, EXCLUSIVE_LABEL, QUEUE_LABEL
 from ..draft import Draft
 from ..yamlsrc import Node
-from .base import Ctx, Finding, RuleType, deny, warn
+from .base import ALL_POD_TEMPLATE_KINDS, Ctx, Finding, RuleType, deny, warn
 
 if TYPE_CHECKING:
     from ..bundle import Bundle
@@ -302,6 +302,10 @@ TYPE = RuleType(
     ),
     parse=parse,
     mutate=mutate,
+    default_kinds=ALL_POD_TEMPLATE_KINDS,
+    default_operations=("CREATE", "UPDATE"),
+    mutate_operations=("CREATE", "UPDATE"),
+    decides_pod=True,
     default_failure_policy="Fail",
     order=20,
 )

@@ -123,6 +123,9 @@ TYPE = RuleType(
     mutate=mutate,
     validate=validate,
     default_kinds=ALL_POD_TEMPLATE_KINDS,
+    default_operations=("CREATE", "UPDATE"),
+    mutate_operations=("CREATE", "UPDATE"),
+    decides_pod=True,
     default_failure_policy="Fail",
     order=10,
 )

@@ -82,5 +82,8 @@ TYPE = RuleType(
     parse=no_settings,
     validate=validate_qos,
     default_kinds=ALL_POD_TEMPLATE_KINDS,
+    default_operations=("CREATE", "UPDATE"),
+    mutate_operations=("CREATE", "UPDATE"),
+    decides_pod=True,
     default_failure_policy="Fail",
 )

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ..draft import Draft
 from ..globs import matches
 from ..yamlsrc import Node
-from .base import Ctx, Finding, RuleType, pod_spec_parts, warn
+from .base import ALL_POD_TEMPLATE_KINDS, Ctx, Finding, RuleType, pod_spec_parts, warn
 
 if TYPE_CHECKING:
     from ..bundle import Bundle
@@ -189,6 +189,10 @@ TYPE = RuleType(
     ),
     parse=parse,
     mutate=mutate,
+    default_kinds=ALL_POD_TEMPLATE_KINDS,
+    default_operations=("CREATE", "UPDATE"),
+    mutate_operations=("CREATE", "UPDATE"),
+    decides_pod=True,
     default_failure_policy="Fail",
     order=40,
 )

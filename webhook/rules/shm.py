@@ -18,7 +18,7 @@ from ..yamlsrc import Node
 
 if TYPE_CHECKING:
     from ..bundle import Bundle
-from .base import Ctx, Finding, RuleType, deny, pod_spec_parts
+from .base import ALL_POD_TEMPLATE_KINDS, Ctx, Finding, RuleType, deny, pod_spec_parts
 
 MOUNT_PATH = "/dev/shm"
 
@@ -86,24 +86,46 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     if not isinstance(spec, dict):
         return []
     needy = [(key, i) for key, i, c in pod_spec_parts(spec) if not _mounts_shm(c)]
-    if not needy:
-        return []
-    taken = {v.get("name") for v in spec.get("volumes") or []}
-    name = settings.volume_name
-    n = 1
-    while name in taken:
-        name, n = f"{settings.volume_name}-{n}", n + 1
-    empty_dir: dict[str, str] = {"medium": "Memory"}
+    volumes = spec.get("volumes") or []
     try:
         size = size_limit(settings, spec)
     except ValueError as e:  # a memory limit out of bounds (1e999999999) or malformed
         return [deny(f"cannot size /dev/shm from the containers' memory limits: {e}")]
-    if size is not None:
-        empty_dir["sizeLimit"] = size
-    draft.edit(*path, "volumes", create=list).append({"name": name, "emptyDir": empty_dir})
+    # The volume this policy made before (a workload's template admitted earlier, now
+    # updated): reused, its size kept to what the containers now ask for.
+    own = next((i for i, v in enumerate(volumes) if isinstance(v, dict) and v.get("name") == settings.volume_name
+                and (v.get("emptyDir") or {}).get("medium") == "Memory"), None)
+    if own is not None:
+        if not any(_mounts(c, settings.volume_name) for _, _, c in pod_spec_parts(spec)):
+            own = None  # a user's volume of that name that nothing mounts at /dev/shm: not ours
+    if own is not None:
+        if (volumes[own].get("emptyDir") or {}).get("sizeLimit") != size:
+            empty = draft.edit(*path, "volumes", own, "emptyDir")
+            if size is None:
+                empty.pop("sizeLimit", None)
+            else:
+                empty["sizeLimit"] = size
+        name = settings.volume_name
+    elif not needy:
+        return []
+    else:
+        taken = {v.get("name") for v in volumes if isinstance(v, dict)}
+        name = settings.volume_name
+        n = 1
+        while name in taken:
+            name, n = f"{settings.volume_name}-{n}", n + 1
+        empty_dir: dict[str, str] = {"medium": "Memory"}
+        if size is not None:
+            empty_dir["sizeLimit"] = size
+        draft.edit(*path, "volumes", create=list).append({"name": name, "emptyDir": empty_dir})
     for key, i in needy:
         draft.edit(*path, key, i, "volumeMounts", create=list).append({"name": name, "mountPath": MOUNT_PATH})
     return []
+
+
+def _mounts(container: dict[str, Any], volume: str) -> bool:
+    return any(isinstance(m, dict) and m.get("name") == volume and m.get("mountPath", "").rstrip("/") == MOUNT_PATH
+               for m in container.get("volumeMounts") or [])
 
 
 def _mounts_shm(container: dict[str, Any]) -> bool:
@@ -121,5 +143,9 @@ TYPE = RuleType(
     ),
     parse=parse,
     mutate=mutate,
+    default_kinds=ALL_POD_TEMPLATE_KINDS,
+    default_operations=("CREATE", "UPDATE"),
+    mutate_operations=("CREATE", "UPDATE"),
+    decides_pod=True,
     order=30,
 )

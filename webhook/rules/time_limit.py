@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..contract import TIME_LIMIT_ANNOTATION
 from ..units import format_duration, parse_duration
+from ..workloads import SERVICE_OWNER_KINDS, SHAPES, controller_kind
 from .base import Ctx, Finding, Path, RuleType, deny, dig, warn
 
 if TYPE_CHECKING:
@@ -30,19 +31,11 @@ if TYPE_CHECKING:
 ANNOTATION = TIME_LIMIT_ANNOTATION
 EXAMPLE = "e.g. 90m, 4h, 2d or 1h30m"
 
-# Where each kind keeps the limit, outermost first. The outermost value the user
-# set wins at CREATE and is copied to the writable places, so that the object a
-# controller makes next (a CronJob's Job, a Job's Pod) carries it.
+# Where each kind keeps the limit, outermost first (webhook.workloads). The outermost value the
+# user set wins at CREATE and is copied to the writable places, so that the object a controller
+# makes next (a CronJob's Job, a Job's Pod) carries it.
 LOCATIONS: dict[str, tuple[tuple[Path, bool], ...]] = {
-    "Pod": ((("metadata",), True),),
-    "Job": ((("metadata",), True), (("spec", "template", "metadata"), True)),
-    # A CronJob's own metadata is read but not written: the CronJob controller
-    # copies spec.jobTemplate.metadata into each Job, never the CronJob's.
-    "CronJob": (
-        (("metadata",), False),
-        (("spec", "jobTemplate", "metadata"), True),
-        (("spec", "jobTemplate", "spec", "template", "metadata"), True),
-    ),
+    s.kind: s.time_limit_at for s in SHAPES.values() if s.time_limit_at
 }
 
 
@@ -57,7 +50,7 @@ class Settings:
 
     backstop: bool = True
     backstop_margin: int = 600  # seconds
-    exempt_owner_kinds: tuple[str, ...] = ("ReplicaSet", "StatefulSet", "DaemonSet", "ReplicationController")
+    exempt_owner_kinds: tuple[str, ...] = SERVICE_OWNER_KINDS
 
 
 def parse(node: Node, bundle: Bundle) -> Settings:
@@ -71,14 +64,6 @@ def parse(node: Node, bundle: Bundle) -> Settings:
             n.str(pattern=r"[A-Z][A-Za-z0-9]*", hint="a Kind, e.g. ReplicaSet") for n in e.seq()
         ) if e else d.exempt_owner_kinds,
     )
-
-
-def controller_kind(obj: dict[str, Any]) -> str | None:
-    """Kind of the object's controlling owner, if any."""
-    for ref in dig(obj, ("metadata", "ownerReferences")) or []:
-        if isinstance(ref, dict) and ref.get("controller"):
-            return str(ref.get("kind") or "")
-    return None
 
 
 def _where(path: Path) -> str:

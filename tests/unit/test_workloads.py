@@ -1,0 +1,171 @@
+"""Every pod-level policy decides on the pod template of every workload kind, at CREATE and at
+UPDATE where the template may change, and the pods a controller makes from the admitted
+template need nothing more: `check` on a workload shows what its pods get."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from webhook.engine import decide
+from webhook.offline import Caller, synthetic_review
+from webhook.workloads import (
+    SHAPES,
+    controller_kind,
+    controller_of,
+    dig,
+    pod_group,
+    requested_queue,
+    shape_of,
+    time_limits,
+)
+
+CM = "system:kube-controller-manager"
+SPEC = {"containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}
+
+
+def workload(kind: str, *, name: str = "w", labels: dict[str, str] | None = None,
+             spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    template = {"metadata": {"labels": {"app": name, **(labels or {})}}, "spec": copy.deepcopy(spec or SPEC)}
+    if kind == "Pod":
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, **template["metadata"]},
+                "spec": template["spec"]}
+    if kind in ("Job", "CronJob"):
+        template["spec"]["restartPolicy"] = "Never"
+        job = {"template": template}
+        if kind == "Job":
+            return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": job}
+        return {"apiVersion": "batch/v1beta1", "kind": "CronJob", "metadata": {"name": name},
+                "spec": {"schedule": "*/5 * * * *", "jobTemplate": {"spec": job}}}
+    spec_ = {"selector": {"matchLabels": {"app": name}}, "template": template}
+    if kind == "StatefulSet":
+        spec_["serviceName"] = name
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name}, "spec": spec_}
+
+
+def check(obj, *, user="alice", groups=("system:authenticated",), namespace="demo", operation="CREATE", old=None):
+    caller = Caller(operation=operation, username=user, groups=tuple(groups), namespace=namespace)
+    return decide(synthetic_review(obj, caller, old_object=old), _bundle(), phase="check")
+
+
+_B: list[Any] = []
+
+
+def _bundle():
+    if not _B:
+        from tests.conftest import POLICIES
+        from webhook.rules import load_bundle
+        _B.append(load_bundle(POLICIES))
+    return _B[0]
+
+
+def pod_from(obj: dict[str, Any], owner_kind: str) -> dict[str, Any]:
+    """The Pod a controller makes from the admitted workload's template."""
+    shape = shape_of(*{"Job": ("batch", "Job"), "CronJob": ("batch", "CronJob")}.get(
+        obj["kind"], ("apps", obj["kind"])))
+    assert shape is not None
+    meta, spec = shape.template(obj)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {**copy.deepcopy(meta), "generateName": "w-", "namespace": "demo",
+                         "ownerReferences": [{"apiVersion": "v1", "kind": owner_kind, "name": "w-1",
+                                              "uid": "u", "controller": True}]},
+            "spec": copy.deepcopy(spec)}
+
+
+TEMPLATE_KINDS = ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"]
+OWNER = {"Deployment": "ReplicaSet", "ReplicaSet": "ReplicaSet", "StatefulSet": "StatefulSet",
+         "DaemonSet": "DaemonSet", "Job": "Job", "CronJob": "Job"}
+
+
+@pytest.mark.parametrize("kind", TEMPLATE_KINDS)
+def test_the_template_gets_what_the_pods_get(kind):
+    d = check(workload(kind))
+    assert d.allowed, d.message
+    meta, spec = SHAPES[("apps" if kind not in ("Job", "CronJob") else "batch", kind)].template(d.obj)
+    assert spec["priorityClassName"] == "batchgate-batch"
+    assert spec["automountServiceAccountToken"] is False
+    assert any(v["name"] == "batchgate-shm" for v in spec["volumes"])
+    assert meta["labels"]["batchgate.io/queue"] == "batch"
+    # the controller's pod from the admitted template: decided again, nothing left to change
+    # but what only a Pod has (the integer priority the Priority plugin would have written)
+    pod = check(pod_from(d.obj, OWNER[kind]), user=CM, groups=("system:authenticated",))
+    assert pod.allowed and not pod.warnings, (pod.message, pod.warnings)
+    assert {op["path"] for op in pod.patch} <= {"/spec/priority", "/spec/preemptionPolicy"}, pod.patch
+
+
+@pytest.mark.parametrize("kind", TEMPLATE_KINDS)
+def test_a_denial_reaches_who_applied_the_workload(kind):
+    """A node selector that conflicts with the namespace rule (gpu-* runs on the gpu pool)."""
+    spec = {**SPEC, "nodeSelector": {"batchgate.io/pool": "cpu"}}
+    d = check(workload(kind, spec=spec), namespace="gpu-team")
+    assert not d.allowed
+    assert "nodeSelector batchgate.io/pool=cpu conflicts with namespace gpu-team" in d.message
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "CronJob"])
+def test_update_of_the_template_is_decided(kind):
+    old = check(workload(kind)).obj
+    new = copy.deepcopy(old)
+    shape = SHAPES[("batch" if kind == "CronJob" else "apps", kind)]
+    spec = dig(new, shape.pod_spec)
+    spec["priorityClassName"] = "batchgate-urgent"  # issue 11: an admin-only class via UPDATE
+    d = check(new, operation="UPDATE", old=old)
+    assert not d.allowed and "reserved for admins" in d.message
+    spec["priorityClassName"] = "batchgate-batch"
+    spec["containers"].append({"name": "sidecar", "image": "busybox"})
+    d = check(new, operation="UPDATE", old=old)
+    assert d.allowed
+    assert {"path": f"/{'/'.join(map(str, shape.pod_spec))}/containers/1/volumeMounts",
+            "op": "add", "value": [{"name": "batchgate-shm", "mountPath": "/dev/shm"}]} in d.patch
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "DaemonSet", "CronJob"])
+def test_update_that_leaves_the_template_alone_is_not_decided_again(kind):
+    old = workload(kind)  # never admitted (made while the webhook was down): still left alone
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"] = {"note": "scaled"}
+    if kind != "CronJob":
+        new["spec"]["replicas"] = 5
+    d = check(new, operation="UPDATE", old=old)
+    assert d.allowed and not d.patch and not d.warnings
+
+
+@pytest.mark.parametrize("kind", ["Pod", "Job"])
+def test_immutable_pod_specs_are_not_touched_on_update(kind):
+    old = check(workload(kind)).obj
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"]["extra"] = "x"
+    if kind == "Pod":
+        del new["spec"]["volumes"]  # what a pod admitted before batchgate looks like
+    d = check(new, operation="UPDATE", old=old)
+    assert d.allowed and not [op for op in d.patch if "/spec" in op["path"]]
+
+
+def test_replicaset_of_a_deployment_is_left_as_its_deployment_made_it():
+    dep = check(workload("Deployment")).obj
+    rs = copy.deepcopy(dep)
+    rs["kind"] = "ReplicaSet"
+    rs["metadata"] = {"name": "w-1", "namespace": "demo", "labels": dep["metadata"].get("labels", {}),
+                      "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "w",
+                                           "uid": "u", "controller": True}]}
+    d = check(rs, user=CM)
+    assert d.allowed and not d.patch and not d.warnings, (d.patch, d.warnings)
+
+
+# -- the module's questions, on recorded shapes --------------------------------------------
+def test_where_things_live():
+    cj = workload("CronJob", labels={"batchgate.io/queue": "interactive", "batchgate.io/pod-group": "g"})
+    cj["spec"]["jobTemplate"]["metadata"] = {"annotations": {"batchgate.io/time-limit": "2h"}}
+    shape = shape_of("batch", "CronJob")
+    assert requested_queue(cj, shape) == "interactive"
+    assert [(p, w, v) for p, w, v in time_limits(cj, shape) if v] == [(("spec", "jobTemplate", "metadata"), True, "2h")]
+    assert pod_group(cj, shape) == ("g", None)
+    pod = {"metadata": {"ownerReferences": [{"kind": "RayCluster", "controller": "yes"},
+                                            {"kind": "Job", "name": "j", "controller": True}]}}
+    assert controller_kind(pod) == "Job" and controller_of(pod)["name"] == "j"
+    assert shape_of("", "Pod").template_mutable is False and shape_of("batch", "Job").template_mutable is False
+    assert all(shape_of("apps", k).template_mutable and not shape_of("apps", k).runs_to_completion
+               for k in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet"))
+    assert shape_of("batchgate.io", "ScavengerJob") is None

@@ -1,0 +1,136 @@
+"""What batchgate knows about workloads: for every kind it handles, where the pod template,
+the queue, the time limit, the gang and the controlling owner live.
+
+One pure module (no I/O, no clock), asked by the engine, the policy types and (for issue 11)
+the reconciler, so that nothing else re-derives these places. A kind that makes pods keeps
+one pod template; every pod-level policy decides on that template, at CREATE and at UPDATE
+where the template can change, so that what the workload's pods will get - and any denial -
+is known to whoever applied the workload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .contract import POD_GROUP_LABEL, POD_GROUP_SIZE_LABEL, QUEUE_LABEL, TIME_LIMIT_ANNOTATION
+
+Path = tuple[str | int, ...]
+Kind = tuple[str, str, str]  # group, version ("*": any), kind
+
+_TEMPLATE: Path = ("spec", "template")
+_CRON_TEMPLATE: Path = ("spec", "jobTemplate", "spec", "template")
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """One workload kind: where it keeps its pod (the Pod itself, or its pod template) and
+    what Kubernetes lets change in it."""
+
+    kind: str
+    pod_meta: Path  # metadata of the Pod, or of the pod template
+    pod_spec: Path  # spec of the Pod, or of the pod template
+    is_pod: bool = False
+    # The pod template may change after CREATE (apps kinds, CronJob); a Pod's spec and a
+    # Job's template are immutable, so policies that decide the pod act there on CREATE only.
+    template_mutable: bool = False
+    # Where the time limit annotation is read, outermost first, and whether it is written
+    # there too (the controller copies the inner ones into what it makes).
+    time_limit_at: tuple[tuple[Path, bool], ...] = ()
+    # The Kubernetes API accepts spec.activeDeadlineSeconds in this kind's pods: not in the
+    # pod templates of Deployments, ReplicaSets, StatefulSets, DaemonSets (services).
+    runs_to_completion: bool = True
+
+    def template(self, obj: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(metadata, spec) of the pod or pod template; empty dicts where absent."""
+        meta, spec = dig(obj, self.pod_meta), dig(obj, self.pod_spec)
+        return (meta if isinstance(meta, dict) else {}), (spec if isinstance(spec, dict) else {})
+
+    def template_changed(self, obj: Any, old: Any) -> bool:
+        """An UPDATE changed the pod template (or its metadata): what new pods get differs."""
+        root = self.pod_meta[:-1]
+        return bool(dig(obj, root) != dig(old, root))
+
+
+SHAPES: dict[tuple[str, str], Shape] = {
+    ("", "Pod"): Shape("Pod", ("metadata",), ("spec",), is_pod=True,
+                       time_limit_at=((("metadata",), True),)),
+    ("batch", "Job"): Shape("Job", (*_TEMPLATE, "metadata"), (*_TEMPLATE, "spec"),
+                            time_limit_at=((("metadata",), True), ((*_TEMPLATE, "metadata"), True))),
+    # A CronJob's own metadata is read but not written: the CronJob controller copies
+    # spec.jobTemplate.metadata into each Job, never the CronJob's.
+    ("batch", "CronJob"): Shape("CronJob", (*_CRON_TEMPLATE, "metadata"), (*_CRON_TEMPLATE, "spec"),
+                                template_mutable=True,
+                                time_limit_at=((("metadata",), False), (("spec", "jobTemplate", "metadata"), True),
+                                               ((*_CRON_TEMPLATE, "metadata"), True))),
+    **{
+        ("apps", k): Shape(k, (*_TEMPLATE, "metadata"), (*_TEMPLATE, "spec"), template_mutable=True,
+                           runs_to_completion=False)
+        for k in ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet")
+    },
+}
+
+# Kinds for policies about jobs (things that run to completion) and for those about any pod.
+WORKLOAD_KINDS: tuple[Kind, ...] = (("", "v1", "Pod"), ("batch", "*", "Job"), ("batch", "*", "CronJob"))
+ALL_POD_TEMPLATE_KINDS: tuple[Kind, ...] = WORKLOAD_KINDS + tuple(
+    ("apps", "v1", k) for k in ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet")
+)
+# Controllers of pods that are services, not jobs (no time limit for their pods).
+SERVICE_OWNER_KINDS = ("ReplicaSet", "StatefulSet", "DaemonSet", "ReplicationController")
+
+
+def shape_of(group: str, kind: str) -> Shape | None:
+    return SHAPES.get((group, kind))
+
+
+def dig(obj: Any, path: Path) -> Any:
+    """``obj[path[0]][path[1]]...``, or None where the path does not exist."""
+    for key in path:
+        if isinstance(key, int):
+            obj = obj[key] if isinstance(obj, list) and -len(obj) <= key < len(obj) else None
+        else:
+            obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
+def _labels(meta: Any) -> dict[str, Any]:
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    return labels if isinstance(labels, dict) else {}
+
+
+def requested_queue(obj: Any, shape: Shape | None) -> Any:
+    """The queue label the user set: on the object, else on its pod template; None if neither."""
+    value = _labels(dig(obj, ("metadata",))).get(QUEUE_LABEL)
+    if value is None and shape is not None and not shape.is_pod:
+        value = _labels(dig(obj, shape.pod_meta)).get(QUEUE_LABEL)
+    return value
+
+
+def time_limits(obj: Any, shape: Shape | None) -> Iterator[tuple[Path, bool, Any]]:
+    """(metadata path, written there, value or None) of the time limit, outermost first."""
+    for path, writable in shape.time_limit_at if shape is not None else ():
+        yield path, writable, (dig(obj, (*path, "annotations", TIME_LIMIT_ANNOTATION)))
+
+
+def pod_group(obj: Any, shape: Shape | None) -> tuple[Any, Any]:
+    """(group name, group size) labels of the pod or pod template; None where unset."""
+    if shape is None:
+        return None, None
+    labels = _labels(dig(obj, shape.pod_meta))
+    return labels.get(POD_GROUP_LABEL), labels.get(POD_GROUP_SIZE_LABEL)
+
+
+def controller_of(obj: Any) -> dict[str, Any] | None:
+    """The controlling ownerReference (``controller: true``), if any. Claimed by whoever
+    wrote the object: who may be trusted to have written it is the caller's question."""
+    owners = dig(obj, ("metadata", "ownerReferences"))
+    for ref in owners if isinstance(owners, list) else ():
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            return ref
+    return None
+
+
+def controller_kind(obj: Any) -> str | None:
+    ref = controller_of(obj)
+    return str(ref.get("kind") or "") if ref is not None else None
