@@ -95,9 +95,8 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     # updated): reused, its size kept to what the containers now ask for.
     own = next((i for i, v in enumerate(volumes) if isinstance(v, dict) and v.get("name") == settings.volume_name
                 and (v.get("emptyDir") or {}).get("medium") == "Memory"), None)
-    if own is not None:
-        if not any(_mounts(c, settings.volume_name) for _, _, c in pod_spec_parts(spec)):
-            own = None  # a user's volume of that name that nothing mounts at /dev/shm: not ours
+    if own is not None and not any(_mounts(c, settings.volume_name) for _, _, c in pod_spec_parts(spec)):
+        own = None  # a user's volume of that name that nothing mounts at /dev/shm: not ours
     if own is not None:
         if (volumes[own].get("emptyDir") or {}).get("sizeLimit") != size:
             empty = draft.edit(*path, "volumes", own, "emptyDir")
