@@ -121,6 +121,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after a maintenance window starts, evictions honour PodDisruptionBudgets this long; "
                    "then pods still on its nodes are deleted (default 15m)")
 
+    q = sub.add_parser("queue", help="pending and running work with expected start times (like squeue --start)",
+                       description="List pending workloads (Jobs, and Pods without a controller) in the order "
+                       "kube-scheduler serves them (priority, then age), with their position, expected start and "
+                       "why they wait; then running ones with their start and deadline. Expected starts come from "
+                       "the reconciler's shadow schedule: running work frees its nodes at its deadline, "
+                       "maintenance windows block theirs. Lists the whole cluster (falls back to --namespace "
+                       "when that is all you may read).")
+    q.add_argument("--namespace", "-n", default=None, help="show this namespace only (default: all)")
+    q.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table",
+                   help="table (default), wide (adds kind and pods) or json")
+    q.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    q.add_argument("--policies", default=None, help="policy bundle directory, for queue names (default: bundled)")
+
+    mt = sub.add_parser("maintenance", help="maintenance windows and what each one will stop or hold back",
+                        description="List MaintenanceWindows (start, end, state, nodes, reason) with the running "
+                        "jobs each will stop (their deadline is after its start) and the pending ones it holds "
+                        "back (they would start sooner without it); -o wide names them, -o json gives all.")
+    mt.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table")
+    mt.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    mt.add_argument("--policies", default=None, help="policy bundle directory (default: bundled)")
+
     m = sub.add_parser("manifests", help="generate manifests/ parts that come from the bundle",
                        description="Write the PriorityClasses (and the bundle ConfigMap) derived from "
                        "the bundle; with --check, exit 1 when the files on disk have drifted.")
@@ -143,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         "certs": cmd_certs,
         "reconcile": cmd_reconcile,
         "manifests": cmd_manifests,
+        "queue": cmd_queue,
+        "maintenance": cmd_maintenance,
     }[args.command]
     try:
         return handler(args)
@@ -352,6 +375,18 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         print("batchgate: the reconciler is not available in this build", file=sys.stderr)
         return 2
     return int(run_reconciler(args))
+
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    from .reconciler.main import report
+
+    return report(args, "queue")
+
+
+def cmd_maintenance(args: argparse.Namespace) -> int:
+    from .reconciler.main import report
+
+    return report(args, "maintenance")
 
 
 def cmd_manifests(args: argparse.Namespace) -> int:

@@ -348,3 +348,56 @@ def test_an_extension_into_a_window_on_the_jobs_node_is_refused_with_its_name_an
     # an extension that ends before the window is fine
     kube.patch(path, {"metadata": {"annotations": {"batchgate.io/time-limit": "2h"}}}, as_user="alice")
     assert kube.get(path)["metadata"]["annotations"]["batchgate.io/time-limit"] == "2h"
+    # 6. `batchgate maintenance` lists the window; the job ends before it, so it stops nothing
+    wait_for(lambda: (kube.get(path)["metadata"].get("annotations") or {}).get("batchgate.io/deadline", "")
+             > ann["batchgate.io/deadline"], 30, message="the extended deadline recorded")
+    (row,) = [r for r in cli(kube, "maintenance", "-o", "json") if r["name"] == mw]
+    assert (row["state"], row["nodes"], row["reason"], row["stops"]) == ("Scheduled", [n], "PSU swap", [])
+
+
+# -- 5. expected start times ---------------------------------------------------------------
+def test_pending_work_gets_an_expected_start_and_never_fitting_work_a_warning(
+        kube, webhook_server, module_namespace, nodes, reconciler):
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns = module_namespace
+    n = nodes("mw-est", cpu="2")
+
+    def on_n(name: str, limit: str, cpu: str) -> dict[str, Any]:
+        body = timed_pod(unique(name), limit, cpu)
+        body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": n}
+        return body
+
+    running = create(kube, ns, on_n("holder", "1h", "2"))["metadata"]["name"]
+    assert scheduled_on(kube, ns, running) == n
+    kube.set_pod_phase(ns, running, "Running")
+    waiting = create(kube, ns, on_n("next", "1h", "2"))["metadata"]["name"]
+    huge = create(kube, ns, on_n("huge", "1h", "64"))["metadata"]["name"]
+    reconciler()
+
+    def ann(name: str, key: str) -> Any:
+        return (kube.get(pods_path(ns, name))["metadata"].get("annotations") or {}).get(key)
+
+    deadline = wait_for(lambda: ann(running, "batchgate.io/deadline"), 30, message="the running pod's deadline")
+    expected = wait_for(lambda: ann(waiting, "batchgate.io/expected-start"), 30, message="an expected start")
+    assert expected == deadline, (expected, deadline)  # the node frees when the running pod's limit runs out
+    assert "resources on node" in ann(waiting, "batchgate.io/expected-start-reason")
+    wait_for(lambda: events_for(kube, ns, waiting, "ExpectedStart"), 30, message="the ExpectedStart Event")
+    assert wait_for(lambda: ann(huge, "batchgate.io/expected-start"), 30, message="huge's estimate") == "unknown"
+    (warning,) = wait_for(lambda: events_for(kube, ns, huge, "NeverFits"), 30, message="the NeverFits Event")
+    assert warning["type"] == "Warning"
+    assert f"each pod asks for cpu 64, memory 1Gi; the largest node it may use ({n}) has cpu 2" in warning["message"]
+
+    # 6. `batchgate queue` says the same, like squeue --start
+    rows = {r["name"]: r for r in cli(kube, "queue", "--namespace", ns, "-o", "json")}
+    assert rows[waiting]["state"] == "Pending" and rows[waiting]["start"] == deadline
+    assert rows[waiting]["position"] < rows[huge]["position"] or rows[huge]["position"] < rows[waiting]["position"]
+    assert rows[huge]["start"] == "unknown" and rows[huge]["reason"].startswith("never fits: ")
+    assert rows[running]["state"] == "Running" and rows[running]["deadline"] == deadline
+    table = cli(kube, "queue", "--namespace", ns, raw=True)
+    assert table.splitlines()[0].split()[:4] == ["NAMESPACE", "NAME", "QUEUE", "PRIORITY"] and waiting in table
+
+
+def cli(kube: Any, *args: str, raw: bool = False) -> Any:
+    out = subprocess.run([sys.executable, "-m", "webhook", *args, "--kubeconfig", kube.kubeconfig("admin")],
+                         cwd=REPO, capture_output=True, text=True, timeout=60, check=True).stdout
+    return out if raw else json.loads(out)

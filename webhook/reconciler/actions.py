@@ -36,6 +36,7 @@ ActionKind = Literal[
     "window-status",  # MaintenanceWindow status: state and node count
     "window-invalid",  # a stored MaintenanceWindow whose spec does not parse: Warning Event, ignored
     "record-maintenance",  # batchgate.io/next-maintenance on a running job (extensions are checked against it)
+    "expected-start",  # batchgate.io/expected-start on a pending workload, from the shadow schedule
 ]
 KIND_ORDER: dict[str, int] = {k: i for i, k in enumerate(get_args(ActionKind))}
 EventType = Literal["Normal", "Warning"]

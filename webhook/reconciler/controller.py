@@ -61,6 +61,7 @@ class Controller:
                                  forget=self.cache.forget)
         self.passes = 0
         self.bundle_stale = False
+        self._estimated_at = float("-inf")  # when the shadow schedule last ran (expected starts)
         self.last_plan: Plan | None = None
         self._printed: set[tuple[str, str, str]] = set()
 
@@ -119,7 +120,11 @@ class Controller:
     def plan_now(self) -> Plan:
         snapshot = self.confirm_missing_nodes(self.cache.snapshot())
         t = time.perf_counter()
-        result = plan(snapshot, self.clock(), self.settings)
+        now = self.clock()
+        estimate = now - self._estimated_at >= self.settings.expected_start_interval
+        result = plan(snapshot, now, self.settings, estimate=estimate)
+        if estimate:
+            self._estimated_at = now
         metrics.PLAN_SECONDS.observe(time.perf_counter() - t)
         for name, n in self.cache.sizes().items():
             metrics.CACHED.labels(name).set(n)

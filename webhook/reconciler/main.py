@@ -114,3 +114,67 @@ def run(args: argparse.Namespace) -> int:
         return 1
     finally:
         api.close()
+
+
+def report(args: argparse.Namespace, what: str) -> int:
+    """``batchgate queue`` / ``batchgate maintenance``: list the cluster once, print the report."""
+    import time
+
+    from ..bundle import default_policies
+    from ..rules import load_bundle
+    from ..yamlsrc import BundleError
+    from .cache import Cache
+    from .errors import Forbidden, KubeError
+    from .kube import KubeApi
+    from .report import (
+        MAINTENANCE_COLUMNS,
+        QUEUE_COLUMNS,
+        QUEUE_WIDE,
+        maintenance_rows,
+        queue_rows,
+        render,
+        summarize,
+    )
+
+    try:
+        queues = QueuePolicy.from_bundle(load_bundle(args.policies or default_policies()))
+    except BundleError as e:
+        print(f"batchgate: bundle error: {e}", file=sys.stderr)
+        return 2
+    try:
+        api = KubeApi.connect(args.kubeconfig)
+    except KubeError as e:
+        print(f"batchgate: {e}", file=sys.stderr)
+        return 2
+    try:
+        namespace = getattr(args, "namespace", None)
+        cache = Cache(api, Settings())
+        try:
+            cache.list_once()  # the whole cluster: what others run decides when yours starts
+        except Forbidden:
+            if not namespace:
+                raise
+            log.warning("may not list the whole cluster; estimates count only namespace %s", namespace)
+            cache = Cache(api, Settings(namespace=namespace))
+            cache.list_once()
+        snapshot, now = cache.snapshot(), time.time()
+        if what == "queue":
+            rows = queue_rows(snapshot, now, namespace=namespace, queues=queues)
+            sys.stdout.write(render(rows, args.output, QUEUE_COLUMNS, QUEUE_WIDE))
+        else:
+            rows = maintenance_rows(snapshot, now)
+            if snapshot.windows is None:
+                print("batchgate: the MaintenanceWindow CRD is not installed", file=sys.stderr)
+            sys.stdout.write(render(rows if args.output == "json" else summarize(rows), args.output,
+                                    MAINTENANCE_COLUMNS))
+            if args.output == "wide":
+                for r in rows:
+                    for kind in ("stops", "holds"):
+                        for name in r[kind]:
+                            print(f"{r['name']}: {'stops' if kind == 'stops' else 'holds back'} {name}")
+        return 0
+    except KubeError as e:
+        print(f"batchgate: {e}", file=sys.stderr)
+        return 1
+    finally:
+        api.close()

@@ -29,7 +29,7 @@ from ..contract import (
     TIME_LIMIT_ANNOTATION,
     WARNED_FOR_ANNOTATION,
 )
-from ..units import parse_duration
+from ..units import parse_duration, parse_quantity
 from ..windows import Window, parse_window
 
 # -- the names on objects --------------------------------------------------
@@ -38,7 +38,9 @@ ANN_STARTED = STARTED_AT_ANNOTATION  # reconciler: when the job's first pod star
 ANN_DEADLINE = DEADLINE_ANNOTATION  # reconciler: started-at + time limit (RFC 3339)
 ANN_WARNED = WARNED_FOR_ANNOTATION  # reconciler: the deadline the user was last warned about
 ANN_NEXT_MAINTENANCE = NEXT_MAINTENANCE_ANNOTATION  # reconciler, on running jobs: the next window on their nodes
-ANN_MAINTENANCE = f"{GROUP}/maintenance"  # reconciler, on Nodes: the window that cordoned it, and the state before
+ANN_MAINTENANCE = f"{GROUP}/maintenance"
+ANN_EXPECTED_START = f"{GROUP}/expected-start"  # reconciler, on pending workloads: RFC 3339 or "unknown"
+ANN_EXPECTED_REASON = f"{GROUP}/expected-start-reason"  # ... and why (what it waits for)  # reconciler, on Nodes: the window that cordoned it, and the state before
 LABEL_QUEUE = QUEUE_LABEL
 LABEL_GROUP = f"{GROUP}/pod-group"
 LABEL_GROUP_SIZE = f"{GROUP}/pod-group-size"
@@ -125,6 +127,22 @@ def epoch(text: str) -> int:
 
 
 # -- views -----------------------------------------------------------------
+Term = tuple[tuple[tuple[str, str, tuple[str, ...]], ...], tuple[tuple[str, str, tuple[str, ...]], ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class PodSched:
+    """What the shadow schedule (shadow.py) needs of a pod: its requests and where it may go."""
+
+    cpu: int  # millicores requested (containers summed, init containers' max, overhead)
+    mem: int  # bytes
+    priority: int
+    created: float
+    node_selector: tuple[tuple[str, str], ...]
+    terms: tuple[Term, ...]  # required node affinity: (matchExpressions, matchFields) per term, ORed
+    tolerations: tuple[tuple[str, str, str, str], ...]  # (key, operator, value, effect)
+
+
 @dataclass(frozen=True, slots=True)
 class PodView:
     ref: Ref
@@ -150,6 +168,8 @@ class PodView:
     deadline_t: float | None
     warned_t: float | None
     next_maintenance: str | None = None  # batchgate.io/next-maintenance as written
+    sched: PodSched | None = None
+    expected_start: str | None = None  # batchgate.io/expected-start as written
 
     @property
     def terminal(self) -> bool:
@@ -175,6 +195,7 @@ class JobView:
     group_size: int | None
     pod_group_name: str | None
     next_maintenance: str | None = None  # batchgate.io/next-maintenance as written
+    expected_start: str | None = None  # batchgate.io/expected-start as written
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +208,9 @@ class NodeView:
     labels: Mapping[str, str] = field(default_factory=dict)
     unschedulable: bool = False
     maintenance: str | None = None  # batchgate.io/maintenance annotation: what the reconciler did to it, as written
+    cpu: int = 0  # allocatable millicores
+    mem: int = 0  # allocatable bytes
+    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
 
     @property
     def ref(self) -> Ref:
@@ -309,6 +333,50 @@ def key_of(obj: Mapping[str, Any]) -> Key:
     return (md.get("namespace") or "", md.get("name") or "")
 
 
+def _quantity(value: Any, scale: int) -> int:
+    """A resource quantity in whole units of 1/scale (millicores: 1000); 0 when absent or bad."""
+    if value is None:
+        return 0
+    try:
+        q = parse_quantity(value)
+    except (ValueError, TypeError):
+        return 0
+    return int(-(-(q * scale).numerator // (q * scale).denominator))
+
+
+def _demand(spec: Mapping[str, Any], key: str, scale: int) -> int:
+    def of(c: Any) -> int:
+        res = (c.get("resources") or {}) if isinstance(c, dict) else {}
+        req = res.get("requests") or {}
+        return _quantity(req.get(key, (res.get("limits") or {}).get(key)), scale)
+
+    total = sum(of(c) for c in spec.get("containers") or ())
+    init = max((of(c) for c in spec.get("initContainers") or ()), default=0)
+    return max(total, init) + _quantity((spec.get("overhead") or {}).get(key), scale)
+
+
+def _requirements(items: Any) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    return tuple((str(e.get("key") or ""), str(e.get("operator") or ""), tuple(str(v) for v in e.get("values") or ()))
+                 for e in items or () if isinstance(e, dict))
+
+
+def _sched(md: Mapping[str, Any], spec: Mapping[str, Any]) -> PodSched:
+    affinity = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = tuple((_requirements(t.get("matchExpressions")), _requirements(t.get("matchFields")))
+                  for t in affinity.get("nodeSelectorTerms") or () if isinstance(t, dict))
+    prio = spec.get("priority")
+    return PodSched(
+        cpu=_demand(spec, "cpu", 1000), mem=_demand(spec, "memory", 1),
+        priority=prio if isinstance(prio, int) and not isinstance(prio, bool) else 0,
+        created=parse_time(md.get("creationTimestamp")) or 0.0,
+        node_selector=tuple(sorted((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items())),
+        terms=terms,
+        tolerations=tuple((str(t.get("key") or ""), str(t.get("operator") or "Equal"), str(t.get("value") or ""),
+                           str(t.get("effect") or "")) for t in spec.get("tolerations") or () if isinstance(t, dict)),
+    )
+
+
 def pod_view(obj: Mapping[str, Any]) -> PodView:
     md = obj.get("metadata") or {}
     st = obj.get("status") or {}
@@ -380,6 +448,8 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         limit=limit_seconds(ann.get(ANN_TIME_LIMIT)),
         **_state(ann),
         next_maintenance=ann.get(ANN_NEXT_MAINTENANCE),
+        sched=_sched(md, obj.get("spec") or {}),
+        expected_start=ann.get(ANN_EXPECTED_START),
     )
 
 
@@ -409,6 +479,7 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         group_size=_size(t_labels.get(LABEL_GROUP_SIZE)),
         pod_group_name=(t_labels.get(LABEL_COSCHEDULING) or group) if group else None,
         next_maintenance=ann.get(ANN_NEXT_MAINTENANCE),
+        expected_start=ann.get(ANN_EXPECTED_START),
     )
 
 
@@ -418,7 +489,11 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
         None,
     )
     md = obj.get("metadata") or {}
+    alloc = (obj.get("status") or {}).get("allocatable") or {}
     return NodeView(
+        cpu=_quantity(alloc.get("cpu"), 1000), mem=_quantity(alloc.get("memory"), 1),
+        taints=tuple((str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+                     for t in (obj.get("spec") or {}).get("taints") or () if isinstance(t, dict)),
         name=md.get("name") or "", ready=ready,
         uid=md.get("uid") or "", resource_version=md.get("resourceVersion") or "",
         labels=dict(md.get("labels") or {}),

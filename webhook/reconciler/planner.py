@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 from ..units import format_duration
 from .actions import Action, ActionKind, Delete, Plan, PodGroupWrite
+from .expected import plan_expected
 from .maintenance import plan_maintenance
 from .model import (
     ANN_DEADLINE,
@@ -57,6 +58,7 @@ from .model import (
     format_time,
 )
 from .settings import Settings
+from .shadow import shadow_schedule
 
 
 @dataclass(slots=True)
@@ -78,8 +80,10 @@ class _Pass:
         return False
 
 
-def plan(snapshot: Snapshot, now: float, settings: Settings) -> Plan:
-    """Everything due at ``now`` (epoch seconds), and when to look again."""
+def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool = True) -> Plan:
+    """Everything due at ``now`` (epoch seconds), and when to look again. ``estimate``: also run
+    the shadow schedule for expected start times (the controller does so at most every
+    ``expected_start_interval``: it costs more than the rest of a pass on a busy cluster)."""
     p = _Pass(now=now, settings=settings, actions=[], stopped=set(), budget=settings.max_bookkeeping_per_pass)
     queues = settings.queues
     excluded_cache: dict[str, bool] = {}
@@ -146,6 +150,10 @@ def plan(snapshot: Snapshot, now: float, settings: Settings) -> Plan:
 
     if snapshot.pod_groups is not None:
         _pod_groups(p, snapshot, jobs_by_uid, pods_of_job, groups, excluded)
+
+    if estimate and settings.expected_start and snapshot.nodes is not None:
+        windows = [w.window for w in (snapshot.windows or {}).values() if w.window is not None]
+        p.actions += plan_expected(snapshot, shadow_schedule(snapshot, now, windows), settings)
 
     if snapshot.windows is not None:
         m_actions, m_wake = plan_maintenance(snapshot, now, settings)

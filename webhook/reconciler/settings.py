@@ -76,6 +76,12 @@ class Settings:
     the time left when that is more), so the label understates the minutes left."""
     countdown_guard: float = 30.0
     """The countdown is rewritten this many seconds before it would overstate the time left."""
+    expected_start: bool = True
+    """Keep batchgate.io/expected-start on pending workloads (the shadow schedule)."""
+    expected_start_interval: float = 60.0
+    """The shadow schedule runs in at most one pass per this many seconds."""
+    expected_start_slack: float = 300.0
+    """An estimate is rewritten (with an Event) only when it moves by more than this many seconds."""
     drain_timeout: float = 900.0
     """Seconds after a maintenance window's start during which evictions honour
     PodDisruptionBudgets; after that a pod still on the node is deleted (``--drain-timeout``)."""

@@ -1,0 +1,145 @@
+"""The shadow schedule (expected start times) and the estimates it writes; a fake clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.unit.reconciler.reconbuild import HOUR, T0, job, pod, ts
+from webhook.reconciler.expected import plan_expected
+from webhook.reconciler.model import (
+    ANN_EXPECTED_START,
+    NodeView,
+    Snapshot,
+    job_view,
+    node_view,
+    pod_view,
+)
+from webhook.reconciler.settings import Settings
+from webhook.reconciler.shadow import shadow_schedule
+from webhook.windows import parse_window
+
+S = Settings()
+
+
+def node(name: str, cpu: str = "4", mem: str = "16Gi", *, labels: dict[str, str] | None = None,
+         taints: list[dict[str, str]] | None = None) -> NodeView:
+    return node_view({"metadata": {"name": name, "uid": f"uid-{name}", "labels": {"kubernetes.io/hostname": name,
+                                                                                   **(labels or {})}},
+                      "spec": {"taints": taints} if taints else {},
+                      "status": {"allocatable": {"cpu": cpu, "memory": mem},
+                                 "conditions": [{"type": "Ready", "status": "True"}]}})
+
+
+def with_spec(p: dict[str, Any], *, cpu: str = "1", mem: str = "1Gi", priority: int = 0, created: float = -HOUR,
+              **spec: Any) -> dict[str, Any]:
+    p["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu, "memory": mem}}
+    p["spec"]["priority"] = priority
+    p["spec"].update(spec)
+    p["metadata"]["creationTimestamp"] = ts(created)
+    return p
+
+
+def running(name: str, node_name: str, *, limit: str | None, started: float = -HOUR, **kw: Any) -> dict[str, Any]:
+    ann = {"batchgate.io/time-limit": limit} if limit else None
+    return with_spec(pod(name, node=node_name, started=started, annotations=ann), **kw)
+
+
+def waiting(name: str, limit: str | None = "1h", **kw: Any) -> dict[str, Any]:
+    ann = {"batchgate.io/time-limit": limit} if limit else None
+    return with_spec(pod(name, phase="Pending", node="", started=None, annotations=ann), **kw)
+
+
+def snap(*objs: dict[str, Any], nodes: list[NodeView]) -> Snapshot:
+    return Snapshot.of(pods=[pod_view(o) for o in objs if o["kind"] == "Pod"],
+                       jobs=[job_view(o) for o in objs if o["kind"] == "Job"], nodes=nodes)
+
+
+def starts(s: Snapshot, windows: list[Any] = ()) -> dict[str, float | str | None]:  # type: ignore[assignment]
+    out: dict[str, float | str | None] = {}
+    for e in shadow_schedule(s, T0, windows):
+        out[e.workload.name] = (e.start - T0) if e.start is not None else ("never: " if e.never else "") + e.reason
+    return out
+
+
+def test_running_work_frees_its_node_at_its_deadline_and_pending_work_queues_by_priority_then_age() -> None:
+    s = snap(running("r1", "n1", limit="2h", cpu="4"),  # started an hour ago: frees n1 at +1h
+             waiting("old", created=-3 * HOUR, cpu="4"),
+             waiting("urgent", priority=100, created=-60, cpu="4"),
+             waiting("young", created=-2 * HOUR, cpu="4"),
+             nodes=[node("n1")])
+    assert starts(s) == {"urgent": HOUR, "old": 2 * HOUR, "young": 3 * HOUR}
+    est = {e.workload.name: e for e in shadow_schedule(s, T0, [])}
+    assert [est[n].position for n in ("urgent", "old", "young")] == [1, 2, 3]
+
+
+def test_work_that_fits_now_starts_now_and_small_work_shares_a_node() -> None:
+    s = snap(running("r1", "n1", limit="2h", cpu="2"), waiting("a", cpu="1"), waiting("b", cpu="1", created=-60),
+             nodes=[node("n1")])
+    assert starts(s) == {"a": 0, "b": 0}
+
+
+def test_node_selectors_taints_and_never_fitting_work_are_named() -> None:
+    gpu = node("g1", labels={"pool": "gpu"}, taints=[{"key": "gpu", "value": "x", "effect": "NoSchedule"}])
+    s = snap(waiting("gpu-ok", nodeSelector={"pool": "gpu"},
+                     tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+             waiting("gpu-untolerated", nodeSelector={"pool": "gpu"}),
+             waiting("huge", cpu="64"),
+             waiting("nowhere", nodeSelector={"pool": "tpu"}),
+             nodes=[gpu, node("n1")])
+    got = starts(s)
+    assert got["gpu-ok"] == 0
+    assert got["gpu-untolerated"] == got["nowhere"] == \
+        "never: no node matches its node selector, node affinity and tolerations"
+    assert got["huge"] == ("never: each pod asks for cpu 64, memory 1Gi; the largest node it may use (n1) has "
+                           "cpu 4, memory 16Gi")
+
+
+def test_work_without_a_time_limit_holds_its_node_for_good() -> None:
+    s = snap(running("forever", "n1", limit=None, cpu="4"), waiting("w", cpu="4"), nodes=[node("n1")])
+    assert starts(s) == {"w": "waits for work without a time limit on every node it may use"}
+
+
+def test_windows_block_their_nodes_and_long_work_does_not_start_before_them() -> None:
+    w, _ = parse_window({"metadata": {"name": "fw"}, "spec": {"start": ts(2 * HOUR), "end": ts(3 * HOUR),
+                                                              "nodes": ["n1"]}})
+    s = snap(waiting("short", limit="1h", cpu="4"), waiting("long", limit="4h", cpu="4", created=-60),
+             nodes=[node("n1")])
+    got = starts(s, [w])
+    assert got["short"] == 0  # 1h + 5m margin ends before the window
+    assert got["long"] == 3 * HOUR  # after the window ends
+
+
+def test_a_gang_starts_all_together() -> None:
+    j = job("mpi", uid="uid-mpi", annotations={"batchgate.io/time-limit": "1h"})
+    members = [with_spec(pod(f"mpi-{i}", owner=j, phase="Pending", node="", started=None,
+                             labels={"batchgate.io/pod-group": "mpi", "batchgate.io/pod-group-size": "3"}), cpu="3")
+               for i in range(3)]
+    s = snap(j, *members, running("r1", "n1", limit="2h", cpu="4"), nodes=[node("n1"), node("n2"), node("n3")])
+    (e,) = shadow_schedule(s, T0, [])
+    assert (e.workload.kind, e.workload.name, e.start, e.pods) == ("Job", "mpi", T0 + HOUR, 3)
+
+
+def test_estimates_are_written_once_and_moves_over_five_minutes_are_told() -> None:
+    s = snap(running("r1", "n1", limit="2h", cpu="4"), waiting("w", cpu="4"), nodes=[node("n1")])
+    (a,) = plan_expected(s, shadow_schedule(s, T0, []), S)
+    assert (a.reason, a.annotations[ANN_EXPECTED_START]) == ("ExpectedStart", ts(HOUR))  # type: ignore[index]
+    w2 = waiting("w", cpu="4")
+    w2["metadata"].setdefault("annotations", {})[ANN_EXPECTED_START] = ts(HOUR - 120)  # within 5 minutes: kept
+    s2 = snap(running("r1", "n1", limit="2h", cpu="4"), w2, nodes=[node("n1")])
+    assert plan_expected(s2, shadow_schedule(s2, T0, []), S) == []
+    w2["metadata"]["annotations"][ANN_EXPECTED_START] = ts(3 * HOUR)
+    s3 = snap(running("r1", "n1", limit="2h", cpu="4"), w2, nodes=[node("n1")])
+    (moved,) = plan_expected(s3, shadow_schedule(s3, T0, []), S)
+    assert moved.reason == "ExpectedStartMoved" and f"(was {ts(3 * HOUR)})" in moved.message
+
+
+def test_never_fitting_work_gets_a_warning_and_started_work_loses_its_estimate() -> None:
+    huge = waiting("huge", cpu="64")
+    gone = running("started", "n1", limit="1h", cpu="1")
+    gone["metadata"].setdefault("annotations", {})[ANN_EXPECTED_START] = ts(0)
+    s = snap(huge, gone, nodes=[node("n1")])
+    actions = {a.target.name: a for a in plan_expected(s, shadow_schedule(s, T0, []), S)}
+    assert actions["huge"].reason == "NeverFits" and actions["huge"].event_type == "Warning"
+    assert actions["huge"].annotations == {ANN_EXPECTED_START: "unknown", "batchgate.io/expected-start-reason": (
+        "each pod asks for cpu 64, memory 1Gi; the largest node it may use (n1) has cpu 4, memory 16Gi")}
+    assert actions["started"].quiet and actions["started"].annotations[ANN_EXPECTED_START] is None  # type: ignore[index]

@@ -1,0 +1,75 @@
+"""Expected start times on pending workloads, from the shadow schedule.
+
+``batchgate.io/expected-start`` (RFC 3339, or ``unknown``) and
+``batchgate.io/expected-start-reason`` on each pending workload (its Job, or a
+bare pod), so ``kubectl get -o yaml`` and ``batchgate queue`` show them. An
+estimate is only rewritten when it moves by more than ``expected_start_slack``
+(5 minutes) or turns known/unknown, and then an Event says so; a workload that
+can never fit gets a Warning Event saying exactly why. When a workload starts,
+its estimate is removed. Pure, like the rest of the planner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .actions import Action
+from .model import (
+    ANN_EXPECTED_REASON,
+    ANN_EXPECTED_START,
+    JobView,
+    PodView,
+    Snapshot,
+    format_time,
+    parse_time,
+)
+from .settings import Settings
+from .shadow import Estimate
+
+UNKNOWN = "unknown"
+
+
+def plan_expected(snapshot: Snapshot, estimates: Iterable[Estimate], settings: Settings) -> list[Action]:
+    actions: list[Action] = []
+    objects: dict[str, JobView | PodView] = {j.ref.uid: j for j in snapshot.jobs.values()}
+    seen: set[str] = set()
+    for e in estimates:
+        obj = objects.get(e.workload.uid)
+        if obj is None:
+            obj = snapshot.pods.get((e.workload.namespace, e.workload.name))
+        if obj is None or obj.ref.uid != e.workload.uid:
+            continue
+        seen.add(obj.ref.uid)
+        want = format_time(e.start) if e.start is not None else UNKNOWN
+        have = obj.expected_start
+        have_t = parse_time(have) if have and have != UNKNOWN else None
+        if have is not None and (
+            (e.start is None and have == UNKNOWN)
+            or (e.start is not None and have_t is not None and abs(have_t - e.start) <= settings.expected_start_slack)
+        ):
+            continue
+        annotations = {ANN_EXPECTED_START: want, ANN_EXPECTED_REASON: e.reason[:512]}
+        what = e.workload.kind
+        if e.never:
+            reason, etype, message = "NeverFits", "Warning", f"this {what} can never start as it is: {e.reason}"
+        elif e.start is None:
+            reason, etype, message = "ExpectedStartUnknown", "Normal", f"no start time can be given: {e.reason}"
+        elif have_t is not None:
+            reason, etype = "ExpectedStartMoved", "Normal"
+            message = f"expected to start at {want} (was {have}): {e.reason}"
+        else:
+            reason, etype, message = "ExpectedStart", "Normal", f"expected to start at {want}: {e.reason}"
+        actions.append(Action(
+            kind="expected-start", target=obj.ref, reason=reason, event_type=etype,  # type: ignore[arg-type]
+            message=message, key=f"{want}|{e.reason}" if e.start is None else want,
+            annotations=annotations, resource_version=obj.resource_version,
+        ))
+    rest: list[JobView | PodView] = [*snapshot.jobs.values(), *snapshot.pods.values()]
+    for o in rest:
+        if o.expected_start is not None and o.ref.uid not in seen:
+            actions.append(Action(
+                kind="expected-start", target=o.ref, reason="Started", quiet=True,
+                message="no longer pending: estimate removed", key="gone",
+                annotations={ANN_EXPECTED_START: None, ANN_EXPECTED_REASON: None}, resource_version=o.resource_version,
+            ))
+    return actions

@@ -1,0 +1,339 @@
+"""The shadow schedule: when each pending workload is expected to start (``squeue --start``).
+
+A pure function of the snapshot, the maintenance windows and ``now``, like the
+planner. It replays, in memory, what kube-scheduler will do as running work
+ends, without scheduling anything itself:
+
+- running (and bound) pods hold their requests on their node until their
+  job's deadline (``batchgate.io/deadline``, else start + time limit); work
+  without a time limit holds them for good;
+- maintenance windows block their nodes from start to end, and a job only
+  starts on a node if its time limit (plus the admission margin) ends before
+  the node's next window, as the ``maintenance-affinity`` policy makes
+  kube-scheduler do;
+- pending work is placed in the order kube-scheduler takes it (priority, then
+  creation time), each pod on a node that matches its ``nodeSelector``,
+  required node affinity (the countdown expressions aside: the windows stand
+  for them) and taints; a pod group's pods all start at the same time; every
+  placement reserves its requests for its time limit, so later work is placed
+  around it (no backfill ahead of its turn: what kube-scheduler serves first
+  comes first).
+
+The answer for each workload (its Job, or a bare pod): the expected start, or
+why there is none: it can never fit (asks more than any matching node has, or
+nothing matches), or it waits for work that has no time limit.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..windows import COUNTDOWN_LABEL, Window
+from .model import JobView, PodSched, PodView, Ref, Snapshot
+
+INF = float("inf")
+HORIZON = 60 * 86400  # beyond this, "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    workload: Ref
+    start: float | None  # None: unknown (see reason)
+    reason: str  # why it waits (or why it never starts), for people
+    never: bool = False  # it can never fit as it is: a Warning for the user
+    priority: int = 0
+    position: int = 0  # 1-based place in kube-scheduler's order among pending workloads
+    pods: int = 1
+
+
+@dataclass(slots=True)
+class _Node:
+    name: str
+    cpu: int
+    mem: int
+    labels: Mapping[str, str]
+    taints: tuple[tuple[str, str, str], ...]
+    blocked: list[tuple[float, float]]  # maintenance windows (start, end), sorted
+    res: list[tuple[float, float, int, int]] = field(default_factory=list)  # (start, end, cpu, mem)
+    _steps: list[tuple[float, int, int]] | None = None  # (from, cpu used, mem used), sorted; cached
+
+    def reserve(self, start: float, end: float, cpu: int, mem: int) -> None:
+        self.res.append((start, end, cpu, mem))
+        self._steps = None
+
+    def unreserve(self) -> None:
+        self.res.pop()
+        self._steps = None
+
+    def steps(self) -> list[tuple[float, int, int]]:
+        """Usage as a step function of time: from each breakpoint on, until the next."""
+        if self._steps is None:
+            delta: dict[float, list[int]] = {}
+            for s, e, c, m in self.res:
+                d = delta.setdefault(s, [0, 0])
+                d[0] += c
+                d[1] += m
+                if e < INF:
+                    d = delta.setdefault(e, [0, 0])
+                    d[0] -= c
+                    d[1] -= m
+            out: list[tuple[float, int, int]] = []
+            cpu = mem = 0
+            for t in sorted(delta):
+                cpu += delta[t][0]
+                mem += delta[t][1]
+                out.append((t, cpu, mem))
+            self._steps = out
+        return self._steps
+
+    def earliest(self, t0: float, duration: float, cpu: int, mem: int, margin: float,
+                 before: float = INF) -> float | None:
+        """The first time >= t0 (and < ``before``) at which one more pod of this size can run for
+        ``duration`` without running into a maintenance window (plus ``margin``): a sweep over
+        the step function of what is reserved here."""
+        if cpu > self.cpu or mem > self.mem:
+            return None
+        steps = self.steps()
+        n = len(steps)
+        free_cpu, free_mem = self.cpu - cpu, self.mem - mem
+        k = bisect.bisect_right(steps, (t0, INF, INF))
+        t, uc, um = (t0, steps[k - 1][1], steps[k - 1][2]) if k > 0 else (t0, 0, 0)
+        limit = min(before, t0 + HORIZON)
+        while t < limit:
+            if uc <= free_cpu and um <= free_mem:
+                until = t + duration
+                clash = 0.0
+                for ws, we in self.blocked:
+                    if ws < until + margin and t < we:
+                        clash = we
+                        break
+                if clash:
+                    if clash == INF:
+                        return None
+                    while k < n and steps[k][0] <= clash:  # usage at the window's end
+                        uc, um = steps[k][1], steps[k][2]
+                        k += 1
+                    t = clash
+                    continue
+                q = k
+                while q < n and steps[q][0] < until:
+                    if steps[q][1] > free_cpu or steps[q][2] > free_mem:
+                        break
+                    q += 1
+                else:
+                    return t
+                k = q + 1  # start again after the busy stretch at q
+            if k >= n:
+                return None  # the usage from here on stays what it is
+            t, uc, um = steps[k]
+            k += 1
+        return None
+
+    def fits(self, t: float, until: float, cpu: int, mem: int, margin: float) -> bool:
+        return self.earliest(t, until - t, cpu, mem, margin) == t
+
+
+def _tolerated(taints: tuple[tuple[str, str, str], ...], tolerations: tuple[tuple[str, str, str, str], ...]) -> bool:
+    for key, value, effect in taints:
+        if effect not in ("NoSchedule", "NoExecute"):
+            continue
+        if key == "node.kubernetes.io/unschedulable":
+            continue  # cordons are modelled separately
+        if not any((not k and op == "Exists") or ((k == key and (op == "Exists" or v == value))
+                   and (not e or e == effect)) for k, op, v, e in tolerations):
+            return False
+    return True
+
+
+def _requirement(labels: Mapping[str, str], key: str, op: str, values: tuple[str, ...]) -> bool:
+    v = labels.get(key)
+    if op == "In":
+        return v is not None and v in values
+    if op == "NotIn":
+        return v is None or v not in values
+    if op == "Exists":
+        return v is not None
+    if op == "DoesNotExist":
+        return v is None
+    if op in ("Gt", "Lt"):
+        try:
+            have, want = int(v or ""), int(values[0])
+        except (ValueError, IndexError):
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def matches(node: _Node, sched: PodSched) -> bool:
+    """nodeSelector, required node affinity (countdown expressions aside) and taints."""
+    for k, v in sched.node_selector:
+        if node.labels.get(k) != v:
+            return False
+    if sched.terms:
+        ok = False
+        for exprs, fields in sched.terms:
+            if all(k == COUNTDOWN_LABEL or _requirement(node.labels, k, op, vals) for k, op, vals in exprs) and all(
+                    _requirement({"metadata.name": node.name}, k, op, vals) for k, op, vals in fields):
+                ok = True
+                break
+        if not ok:
+            return False
+    return _tolerated(node.taints, sched.tolerations)
+
+
+def _fmt_cpu(m: int) -> str:
+    return f"{m // 1000}" if m % 1000 == 0 else f"{m}m"
+
+
+def _fmt_mem(b: int) -> str:
+    gi = b / 2**30
+    return f"{gi:.1f}Gi".replace(".0Gi", "Gi") if b >= 2**30 else f"{b // 2**20}Mi"
+
+
+@dataclass(slots=True)
+class _Work:
+    ref: Ref
+    pods: list[PodView]
+    sched: PodSched
+    limit: int | None
+    gang: bool
+
+
+def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *,
+                    margin: float = 300.0) -> list[Estimate]:
+    """Estimates for every pending workload, in kube-scheduler's order."""
+    if snapshot.nodes is None:
+        return []
+    ws = list(windows)
+    nodes: dict[str, _Node] = {}
+    for n in snapshot.nodes.values():
+        blocked = sorted((w.start, w.end) for w in ws if w.end > now and w.covers(n.name, n.labels))
+        if n.unschedulable and n.maintenance is None:
+            continue  # cordoned by someone else: no telling when it comes back
+        if n.ready not in (None, "True"):
+            continue
+        nodes[n.name] = _Node(n.name, n.cpu, n.mem, n.labels, n.taints, blocked)
+
+    jobs_by_uid: dict[str, JobView] = {j.ref.uid: j for j in snapshot.jobs.values()}
+    pending: dict[str, _Work] = {}
+    for pod in snapshot.pods.values():
+        if pod.terminal or pod.sched is None:
+            continue
+        job = jobs_by_uid.get(pod.owner.uid) if pod.owner is not None and pod.owner.kind == "Job" else None
+        limit = job.limit if job is not None else pod.limit
+        if pod.node:
+            node = nodes.get(pod.node)
+            if node is None:
+                continue
+            deadline = (job.deadline_t if job is not None else pod.deadline_t)
+            if pod.deleting:
+                end = now + 30
+            elif deadline is not None:
+                end = max(deadline, now)
+            elif limit is not None:
+                end = max((pod.started or now) + limit, now)
+            else:
+                end = INF
+            node.reserve(now, end, pod.sched.cpu, pod.sched.mem)
+            continue
+        if pod.deleting:
+            continue
+        if pod.owner is not None and job is None:
+            continue  # owned by something we do not model (a ReplicaSet's pod is not a job)
+        ref = job.ref if job is not None else pod.ref
+        w = pending.get(ref.uid)
+        if w is None:
+            pending[ref.uid] = _Work(ref, [pod], pod.sched, limit, gang=pod.group is not None)
+        else:
+            w.pods.append(pod)
+            if pod.sched.priority > w.sched.priority or pod.sched.created < w.sched.created:
+                w.sched = pod.sched
+
+    order = sorted(pending.values(), key=lambda w: (-w.sched.priority, w.sched.created, w.ref.namespace, w.ref.name))
+    out: list[Estimate] = []
+    memo: dict[Any, list[_Node]] = {}  # candidate nodes per (selector, affinity, tolerations)
+    for position, work in enumerate(order, 1):
+        out.append(_place(work, nodes, now, margin, position, memo))
+    return out
+
+
+def _place(work: _Work, nodes: dict[str, _Node], now: float, margin: float, position: int,
+           _memo: dict[Any, list[_Node]] | None = None) -> Estimate:
+    s = work.sched
+    size = len(work.pods)
+
+    def est(start: float | None, reason: str, never: bool = False) -> Estimate:
+        return Estimate(work.ref, start, reason, never, s.priority, position, size)
+
+    key = (s.node_selector, s.terms, s.tolerations)
+    candidates = _memo.get(key) if _memo is not None else None
+    if candidates is None:
+        candidates = [n for n in nodes.values() if matches(n, s)]
+        if _memo is not None:
+            _memo[key] = candidates
+    if not candidates:
+        return est(None, "no node matches its node selector, node affinity and tolerations", never=True)
+    big = [n for n in candidates if n.cpu >= s.cpu and n.mem >= s.mem]
+    if not big:
+        largest = max(candidates, key=lambda n: (n.cpu, n.mem))
+        return est(None, (f"each pod asks for cpu {_fmt_cpu(s.cpu)}, memory {_fmt_mem(s.mem)}; the largest node it "
+                          f"may use ({largest.name}) has cpu {_fmt_cpu(largest.cpu)}, memory {_fmt_mem(largest.mem)}"),
+                   never=True)
+    duration = float(work.limit) if work.limit is not None else INF
+    if work.gang and size > 1:
+        return _place_gang(work, big, now, duration, margin, est)
+    best: tuple[float, _Node] | None = None
+    for n in big:
+        t = n.earliest(now, duration, s.cpu, s.mem, margin, best[0] if best is not None else INF)
+        if t is not None and (best is None or t < best[0]):
+            best = (t, n)
+            if t <= now:
+                break  # nothing starts sooner than now
+    if best is None:
+        if duration == INF:
+            return est(None, "it has no time limit, and a maintenance window or work without one is ahead on every "
+                             "node it may use")
+        return est(None, "waits for work without a time limit on every node it may use")
+    t, n = best
+    for _ in work.pods:
+        n.reserve(t, t + duration, s.cpu, s.mem)
+    return est(t, "fits now" if t <= now else _why(n, t))
+
+
+def _why(node: _Node, t: float) -> str:
+    for _, e in node.blocked:
+        if e == t:
+            return f"a maintenance window on node {node.name} ends then"
+    return f"resources on node {node.name} are free then"
+
+
+def _place_gang(work: _Work, nodes: list[_Node], now: float, duration: float, margin: float,
+                est: Callable[..., Estimate]) -> Estimate:
+    """All pods of the group at one time: the candidate times are when single pods could start
+    on each node; at each, count how many fit together (several per node if room)."""
+    s = work.sched
+    size = len(work.pods)
+    t0 = now
+    for _ in range(50):
+        firsts = sorted({t for n in nodes if (t := n.earliest(t0, duration, s.cpu, s.mem, margin)) is not None})
+        if not firsts:
+            break
+        for t in firsts:
+            placed: list[_Node] = []
+            for n in nodes:
+                while len(placed) < size and n.earliest(t, duration, s.cpu, s.mem, margin, t + 1) == t:
+                    n.reserve(t, t + duration, s.cpu, s.mem)  # tentatively, so the next pod sees it
+                    placed.append(n)
+                if len(placed) == size:
+                    break
+            if len(placed) == size:
+                return est(t, "fits now, all pods together" if t <= now else
+                           f"all {size} pods of the group fit together then")
+            for n in reversed(placed):  # undo
+                n.unreserve()
+        t0 = firsts[-1] + 1
+    return est(None, f"its {size} pods (one group) never fit together on the nodes they may use"
+               if duration < INF else "waits for work without a time limit")
