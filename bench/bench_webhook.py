@@ -1,13 +1,20 @@
-"""Throughput and latency of POST /mutate, side by side with a no-op handler.
+"""Throughput and latency of POST /mutate: batchgate beside two no-op webhooks, in one run.
 
-Both servers speak HTTPS with the same certificate on loopback, each pinned to
-one core with ``taskset``; ``wrk`` (Debian package) runs on the other core and
-POSTs a real AdmissionReview a kube-apiserver sent (shared/fixtures). The no-op
-server parses the review and answers ``allowed`` — the floor any Python webhook
-pays for TLS, HTTP and JSON. They run one after the other in the same process
-tree, so the machine's noise hits both alike; the ratio is the figure to watch.
+Three servers, each pinned to one core with ``taskset``, speak HTTPS with the same
+certificate on loopback; ``wrk`` (Debian package) runs on the other core and POSTs
+a real AdmissionReview a kube-apiserver sent (shared/fixtures):
 
-    python bench/bench_webhook.py [--duration 10] [--connections 16] [--fixture FILE]
+- ``stdlib no-op``: plain aiohttp, asyncio's default loop, the standard ``json``
+  module; it parses the review and answers ``allowed``. The yardstick: what a naive
+  Python webhook that does nothing costs.
+- ``same-stack no-op``: the same no-op on batchgate's own stack (aiohttp on uvloop,
+  orjson): what batchgate would cost if its policies were free.
+- ``batchgate``: ``batchgate serve`` on the shipped bundle.
+
+Rounds alternate the three servers so the machine's noise hits them alike; each
+figure is the median over rounds, and the ratios are taken round by round.
+
+    python bench/bench_webhook.py [--duration 10] [--rounds 3] [--connections 16] [--fixture FILE]
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,7 +36,7 @@ FIXTURES = ROOT.parent / "shared" / "fixtures" / "admission-k8s-1.20"
 if not FIXTURES.is_dir():
     FIXTURES = ROOT / "tests" / "fixtures" / "admission-k8s-1.20"
 
-NOOP = r'''
+STDLIB_NOOP = r'''
 import json, ssl, sys
 from aiohttp import web
 
@@ -46,6 +54,27 @@ ctx.load_cert_chain(sys.argv[2] + "/tls.crt", sys.argv[2] + "/tls.key")
 app = web.Application(client_max_size=6 * 1024 * 1024)
 app.router.add_post("/mutate", handle)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), ssl_context=ctx, access_log=None, print=None)
+'''
+
+SAME_STACK_NOOP = r'''
+import ssl, sys
+import orjson, uvloop
+from aiohttp import web
+
+async def handle(request):
+    body = orjson.loads(await request.read())
+    uid = body["request"]["uid"]
+    out = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+           "response": {"uid": uid, "allowed": True}}
+    return web.Response(body=orjson.dumps(out), content_type="application/json")
+
+ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+ctx.load_cert_chain(sys.argv[2] + "/tls.crt", sys.argv[2] + "/tls.key")
+app = web.Application(client_max_size=6 * 1024 * 1024)
+app.router.add_post("/mutate", handle)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), ssl_context=ctx, access_log=None, print=None,
+            loop=uvloop.new_event_loop())
 '''
 
 LUA = """
@@ -93,12 +122,24 @@ def run_wrk(port: int, body: Path, *, duration: int, connections: int, core: str
             "mean": float(mean), "errors": int(errors)}
 
 
+SERVERS = ("stdlib no-op", "same-stack no-op", "batchgate")
+
+
+def server_cmd(name: str, port: int, tmp: Path) -> list[str]:
+    if name == "stdlib no-op":
+        return [sys.executable, str(tmp / "stdlib_noop.py"), str(port), str(tmp)]
+    if name == "same-stack no-op":
+        return [sys.executable, str(tmp / "same_stack_noop.py"), str(port), str(tmp)]
+    return [sys.executable, "-m", "webhook", "--log-level", "WARNING", "serve", "--port", str(port),
+            "--cert-dir", str(tmp)]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--duration", type=int, default=10, help="seconds per run (default 10)")
+    ap.add_argument("--duration", type=int, default=10, help="seconds per saturation run (default 10)")
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--fixture", default=str(FIXTURES / "pod-create-by-namespace-user.mutate.json"))
-    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds; the best of each is kept")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians are reported")
     args = ap.parse_args()
     if not shutil.which("wrk"):
         print("bench: wrk is not installed (apt-get install wrk)", file=sys.stderr)
@@ -108,47 +149,47 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="batchgate-bench-"))
     subprocess.run([sys.executable, "-m", "webhook", "certs", "--cert-dir", str(tmp)], check=True,
                    capture_output=True, cwd=ROOT)
-    (tmp / "noop.py").write_text(NOOP)
+    (tmp / "stdlib_noop.py").write_text(STDLIB_NOOP)
+    (tmp / "same_stack_noop.py").write_text(SAME_STACK_NOOP)
     body = Path(args.fixture)
     json.loads(body.read_text())  # fail early on a bad fixture
 
-    results: dict[str, list[dict[str, float]]] = {"no-op": [], "batchgate": []}
-    latency: dict[str, list[dict[str, float]]] = {"no-op": [], "batchgate": []}
+    sat: dict[str, list[dict[str, float]]] = {k: [] for k in SERVERS}
+    one: dict[str, list[dict[str, float]]] = {k: [] for k in SERVERS}
     for _ in range(args.rounds):
-        for name in ("no-op", "batchgate"):
+        for name in SERVERS:
             port = free_port()
-            if name == "no-op":
-                cmd = [sys.executable, str(tmp / "noop.py"), str(port), str(tmp)]
-            else:
-                cmd = [sys.executable, "-m", "webhook", "--log-level", "WARNING", "serve", "--port", str(port),
-                       "--cert-dir", str(tmp)]
-            proc = subprocess.Popen(["taskset", "-c", server_core, *cmd], cwd=ROOT)
+            proc = subprocess.Popen(["taskset", "-c", server_core, *server_cmd(name, port, tmp)], cwd=ROOT)
             try:
                 wait_ready(port)
                 run_wrk(port, body, duration=2, connections=args.connections, core=client_core)  # warm-up
-                results[name].append(run_wrk(port, body, duration=args.duration,
-                                             connections=args.connections, core=client_core))
-                # One connection: the latency of a review itself, without queueing behind others
-                # (an API server calls a webhook per request, not 16 at once per replica).
-                latency[name].append(run_wrk(port, body, duration=max(3, args.duration // 2),
-                                             connections=1, core=client_core))
+                sat[name].append(run_wrk(port, body, duration=args.duration,
+                                         connections=args.connections, core=client_core))
+                # One connection: the latency of a review itself, without queueing behind others.
+                one[name].append(run_wrk(port, body, duration=max(3, args.duration // 2),
+                                         connections=1, core=client_core))
             finally:
                 proc.terminate()
                 proc.wait(timeout=10)
     shutil.rmtree(tmp, ignore_errors=True)
 
-    best = {k: max(v, key=lambda r: r["rps"]) for k, v in results.items()}
-    lat = {k: min(v, key=lambda r: r["p99"]) for k, v in latency.items()}
-    print(f"fixture: {body.name}; {args.duration}s x {args.rounds} rounds (best kept), "
-          f"server on core {server_core}, wrk on core {client_core}")
-    print(f"{'server':<10} {'reviews/s':>10} {'p50 ms':>8} {'p99 ms':>8}   {'1-conn p50':>10} {'1-conn p99':>10} {'errors':>7}")
-    for name, r in best.items():
-        one = lat[name]
-        print(f"{name:<10} {r['rps']:>10.0f} {r['p50']:>8.2f} {r['p99']:>8.2f}   {one['p50']:>10.2f} "
-              f"{one['p99']:>10.2f} {r['errors'] + one['errors']:>7.0f}")
-    print(f"(reviews/s, p50, p99 with {args.connections} connections; 1-conn: one request at a time)")
-    ratio = best["batchgate"]["rps"] / best["no-op"]["rps"]
-    print(f"ratio batchgate / no-op: {ratio:.2f}")
+    def med(rows: list[dict[str, float]], key: str) -> float:
+        return statistics.median(r[key] for r in rows)
+
+    print(f"fixture: {body.name}; {args.duration}s x {args.rounds} alternating rounds (medians), "
+          f"servers on core {server_core}, wrk on core {client_core}")
+    print(f"{'server':<17} {'reviews/s':>10} {'p50 ms':>8} {'p99 ms':>8}   {'1-conn/s':>8} {'1-conn p50':>10} "
+          f"{'1-conn p99':>10} {'errors':>7}")
+    for name in SERVERS:
+        errors = sum(r["errors"] for r in sat[name] + one[name])
+        print(f"{name:<17} {med(sat[name], 'rps'):>10.0f} {med(sat[name], 'p50'):>8.2f} {med(sat[name], 'p99'):>8.2f}   "
+              f"{med(one[name], 'rps'):>8.0f} {med(one[name], 'p50'):>10.2f} {med(one[name], 'p99'):>10.2f} {errors:>7.0f}")
+    print(f"(reviews/s, p50, p99 with {args.connections} connections, one core saturated; "
+          "1-conn: one request at a time)")
+    for base in ("stdlib no-op", "same-stack no-op"):
+        ratios = [b["rps"] / n["rps"] for b, n in zip(sat["batchgate"], sat[base], strict=True)]
+        print(f"throughput batchgate / {base}: {statistics.median(ratios):.2f} "
+              f"(rounds: {', '.join(f'{r:.2f}' for r in ratios)})")
     return 0
 
 

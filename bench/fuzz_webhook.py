@@ -119,15 +119,18 @@ def mutated(base: dict[str, Any], paths: list[tuple[Any, ...]], rng: random.Rand
         except (KeyError, IndexError, TypeError):
             continue
         r = rng.random()
-        if r < 0.6 or not path:
-            doc = put(doc, path, value(rng))
-        elif r < 0.8 and isinstance(node, dict | list) and node:
-            key = rng.choice(list(node.keys()) if isinstance(node, dict) else range(len(node)))
-            del node[key]
-        elif isinstance(node, dict):
-            node[rng.choice(KEYS)] = value(rng)
-        else:
-            doc = put(doc, path, {rng.choice(KEYS): node})
+        try:
+            if r < 0.6 or not path:
+                doc = put(doc, path, value(rng))
+            elif r < 0.8 and isinstance(node, dict | list) and node:
+                key = rng.choice(list(node.keys()) if isinstance(node, dict) else range(len(node)))
+                del node[key]
+            elif isinstance(node, dict):
+                node[rng.choice(KEYS)] = value(rng)
+            else:
+                doc = put(doc, path, {rng.choice(KEYS): node})
+        except TypeError:  # the place is inside a string an earlier edit put there
+            continue
     return doc
 
 

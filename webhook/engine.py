@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
+
 from .bundle import Bundle, Policy
 from .draft import Draft
 from .rules.base import Ctx, Finding
@@ -32,6 +34,15 @@ MAX_NAME = 253  # a DNS subdomain: the longest group, kind, version or name Kube
 
 
 COMPACT = json.JSONEncoder(separators=(",", ":"))  # one encoder, not one per json.dumps call
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON bytes: orjson (UTF-8, a fifth of the stdlib encoder's time), or the
+    stdlib encoder for what orjson refuses (integers past 64 bits, nesting past 255)."""
+    try:
+        return orjson.dumps(value)
+    except (orjson.JSONEncodeError, TypeError):
+        return COMPACT.encode(value).encode()
 
 
 class BadReview(ValueError):
@@ -65,9 +76,7 @@ def to_review(decision: Decision) -> AdmissionReview:
     response: AdmissionResponse = {"uid": decision.uid, "allowed": decision.allowed}
     if decision.allowed and decision.patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(
-            COMPACT.encode(decision.patch).encode()
-        ).decode()
+        response["patch"] = base64.b64encode(dumps(decision.patch)).decode()
     if decision.warnings:
         response["warnings"] = decision.warnings
     if not decision.allowed:
@@ -86,13 +95,13 @@ def encode_review(decision: Decision) -> bytes:
     the encoder a second time (that scan alone cost as much as encoding the patch).
     """
     if not decision.allowed:
-        return COMPACT.encode(to_review(decision)).encode()
-    parts = [_HEAD, COMPACT.encode(decision.uid).encode(), b',"allowed":true']
+        return dumps(to_review(decision))
+    parts = [_HEAD, dumps(decision.uid), b',"allowed":true']
     if decision.patch:
         parts += (b',"patchType":"JSONPatch","patch":"',
-                  base64.b64encode(COMPACT.encode(decision.patch).encode()), b'"')
+                  base64.b64encode(dumps(decision.patch)), b'"')
     if decision.warnings:
-        parts += (b',"warnings":', COMPACT.encode(decision.warnings).encode())
+        parts += (b',"warnings":', dumps(decision.warnings))
     parts.append(b"}}")
     return b"".join(parts)
 

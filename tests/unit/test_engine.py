@@ -53,7 +53,7 @@ def test_the_wire_encoding_is_the_review_document(name, phase, bundle):
 ], ids=["escapes", "denied", "denied-bare", "allowed-bare"])
 def test_the_wire_encoding_escapes_what_json_must(decision):
     raw = encode_review(decision)
-    raw.decode("ascii")  # ensure_ascii, as before
+    raw.decode("utf-8")  # UTF-8 JSON (RFC 8259), as the API server reads it; escapes intact
     assert json.loads(raw) == to_review(decision)
 
 
