@@ -49,6 +49,11 @@ class BadReview(ValueError):
     """The body is not an AdmissionReview v1 request we can answer (HTTP 400)."""
 
 
+class OutOfBudget(Exception):
+    """The review ran past its time budget; the edge may raise it inside a running
+    policy (see webhook.server), which then answers with its failure mode."""
+
+
 @dataclass(slots=True)
 class Decision:
     uid: str
@@ -154,7 +159,7 @@ def decide(body: Any, bundle: Bundle, *, phase: Phase,
             if (pod_update and policy.rule.decides_pod) or not _applies(policy, ctx, labels):
                 continue
             if over_budget is not None and over_budget():
-                _fail(policy, decision, "not run: the review ran out of its time budget", "timeout")
+                _fail(policy, decision, "was not run: the review ran out of its time budget", "timeout")
                 continue
             if _run(policy, decision, ctx, draft, mutate=True):
                 done.append(policy)
@@ -167,7 +172,7 @@ def decide(body: Any, bundle: Bundle, *, phase: Phase,
             if (pod_update and policy.rule.decides_pod) or not _applies(policy, ctx, labels):
                 continue
             if over_budget is not None and over_budget():
-                _fail(policy, decision, "not run: the review ran out of its time budget", "timeout")
+                _fail(policy, decision, "was not run: the review ran out of its time budget", "timeout")
             else:
                 _run(policy, decision, ctx, draft, mutate=False)
     decision.obj = draft.root
@@ -312,6 +317,9 @@ def _run(policy: Policy, decision: Decision, ctx: Ctx, draft: Draft, *, mutate: 
         else:
             assert policy.rule.validate is not None
             findings = policy.rule.validate(policy.settings, draft.root, ctx)
+    except OutOfBudget:
+        _fail(policy, decision, "ran out of the review's time budget", "timeout")
+        return False
     except Exception:
         decision.errors.append((policy.name, traceback.format_exc()))
         _fail(policy, decision, "failed internally", "error")

@@ -9,13 +9,17 @@ certificate is logged and counted, and the last good one stays in force.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import multiprocessing
 import os
+import queue
 import signal
 import ssl
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from . import metrics
 from .bundle import Bundle
 from .certs import certificate_status, ensure_certs
-from .engine import BadReview, Decision, Phase, decide, encode_review
+from .engine import BadReview, Decision, OutOfBudget, Phase, decide, dumps, encode_review, to_review
 from .rules import load_bundle
 from .yamlsrc import BundleError
 
@@ -42,7 +46,7 @@ MAX_BODY = 6 * 1024 * 1024
 # 1.5 MiB objects of the densest real kind (a Pod of env entries) have ~50,000.
 MAX_CONTAINERS = 250_000
 MAX_DEPTH = 1024  # nesting; orjson's own limit (a deeper body is a JSONDecodeError)
-INLINE_BODY = 256 * 1024  # larger reviews are decided off the event loop, one at a time
+INLINE_BODY = 64 * 1024  # larger reviews are decided off the event loop, one at a time
 LARGE_IN_FLIGHT = 4  # large bodies read and held at once (4 x 6 MiB buffered at most)
 READ_TIMEOUT = 10.0  # seconds to receive a body once its headers are in
 IDLE_TIMEOUT = 30.0  # seconds a connection may sit without a request (or with half a request)
@@ -83,7 +87,6 @@ class State:
 
 STATE = web.AppKey("state", State)
 LARGE = web.AppKey("large", asyncio.Semaphore)
-WORKER = web.AppKey("worker", ThreadPoolExecutor)
 
 
 # -- the answer to one body (no HTTP here: the handler, the fuzz test and the table test call it)
@@ -108,9 +111,11 @@ def _bad(status: int, message: str) -> Answer:
     return Answer(status, error_body(message), "bad_request", error=message)
 
 
-def answer(raw: bytes, bundle: Bundle | None, phase: Phase, budget: float = REVIEW_BUDGET) -> Answer:
+def answer(raw: bytes, bundle: Bundle | None, phase: Phase, budget: float = REVIEW_BUDGET,
+           arm: Callable[[], None] | None = None) -> Answer:
     """Decide one raw body: a review's answer, or a 4xx/503 with a JSON message. Total:
-    whatever the bytes, this returns (the fuzz test holds it to that)."""
+    whatever the bytes, this returns (the fuzz test holds it to that). ``arm`` is called
+    when the policies start: from then on the caller may raise OutOfBudget in here."""
     if len(raw) > MAX_BODY:
         return _bad(413, f"body of {len(raw)} bytes exceeds the {MAX_BODY} byte cap")
     containers = raw.count(b"{") + raw.count(b"[")
@@ -126,15 +131,92 @@ def answer(raw: bytes, bundle: Bundle | None, phase: Phase, budget: float = REVI
         return Answer(503, error_body("no policy bundle loaded yet"), "unavailable", error="no policy bundle loaded yet")
     deadline = time.perf_counter() + budget
     try:
+        if arm is not None:
+            arm()
         decision = decide(body, bundle, phase=phase, over_budget=lambda: time.perf_counter() > deadline)
         out = encode_review(decision)
     except BadReview as e:
         return _bad(400, str(e))
     except RecursionError:  # orjson parses 1024 levels; Python code can go ~1000 deep
         return _bad(400, "request nests too deeply to review")
+    except OutOfBudget:  # interrupted between policies (building the patch): fail closed
+        uid = body["request"]["uid"]
+        decision = Decision(uid=uid, allowed=False, denials=[
+            f"the review ran out of its {budget:g} s time budget; ask an admin to check the webhook logs (uid {uid})"])
+        return Answer(200, dumps(to_review(decision)), "denied", body["request"], decision)
     req = body["request"]
     outcome = "denied" if not decision.allowed else "mutated" if decision.patch else "allowed"
     return Answer(200, out, outcome, req, decision)
+
+
+class LargeReviews:
+    """One thread that decides the large reviews, one at a time, off the event loop.
+
+    A large review's budget is enforced, not only asked for between policies: when
+    it runs out, :class:`OutOfBudget` is raised inside the thread (CPython delivers
+    an asynchronous exception between bytecodes), so a policy stuck in a long loop
+    stops there and answers with its failure mode.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Future[Answer], tuple[Any, ...]] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._running = 0  # id of the job being decided, 0 between jobs
+        self._thread = threading.Thread(target=self._serve, name="large-reviews", daemon=True)
+        self._thread.start()
+
+    def submit(self, raw: bytes, bundle: Bundle | None, phase: Phase, budget: float) -> Future[Answer]:
+        future: Future[Answer] = Future()
+        self._jobs.put((future, (raw, bundle, phase, budget)))
+        return future
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def _interrupt(self, job: int) -> None:
+        with self._lock:
+            if self._running == job and self._thread.ident is not None:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread.ident),
+                                                           ctypes.py_object(OutOfBudget))
+
+    def _serve(self) -> None:
+        job = 0
+        while True:
+            item = self._jobs.get()
+            if item is None:
+                return
+            future, (raw, bundle, phase, budget) = item
+            job += 1
+            timers: list[threading.Timer] = []
+
+            def arm(job: int = job, budget: float = budget, timers: list[threading.Timer] = timers) -> None:
+                with self._lock:
+                    self._running = job
+                timers.append(threading.Timer(budget, self._interrupt, (job,)))
+                timers[0].start()
+
+            result: Answer | None = None
+            try:
+                try:
+                    result = answer(raw, bundle, phase, budget, arm)
+                finally:
+                    with self._lock:
+                        self._running = 0
+                        for t in timers:
+                            t.cancel()
+                        # drop an interruption that arrived after the review was done
+                        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread.ident or 0), None)
+            except OutOfBudget:  # landed just as answer() returned: keep its result
+                pass
+            except Exception as e:  # never let the thread die
+                future.set_exception(e)
+                continue
+            if result is None:  # cannot happen: answer() handles OutOfBudget once armed
+                result = Answer(503, error_body("review interrupted"), "unavailable", error="review interrupted")
+            future.set_result(result)
+
+
+WORKER = web.AppKey("worker", LargeReviews)
 
 
 # -- handlers -----------------------------------------------------------------
@@ -142,7 +224,7 @@ def make_app(state: State) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY, middlewares=[observe])
     app[STATE] = state
     app[LARGE] = asyncio.Semaphore(LARGE_IN_FLIGHT)
-    app[WORKER] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="large-review")
+    app[WORKER] = LargeReviews()
     app.router.add_post("/mutate", _admission("mutate"))
     app.router.add_post("/validate", _admission("validate"))
     app.router.add_get("/healthz", _healthz)
@@ -150,7 +232,7 @@ def make_app(state: State) -> web.Application:
     app.router.add_get("/metrics", _metrics)
 
     async def stop_worker(app: web.Application) -> None:
-        app[WORKER].shutdown(wait=False, cancel_futures=True)
+        app[WORKER].stop()
 
     app.on_cleanup.append(stop_worker)
     return app
@@ -221,8 +303,7 @@ def _admission(phase: Phase) -> Any:
             except web.HTTPRequestEntityTooLarge:
                 request[SEEN] = seen = _bad(413, f"body exceeds the {MAX_BODY} byte cap")
                 return _respond(seen)
-            loop = asyncio.get_running_loop()
-            seen = await loop.run_in_executor(app[WORKER], answer, raw, state.bundle, phase, state.review_budget)
+            seen = await asyncio.wrap_future(app[WORKER].submit(raw, state.bundle, phase, state.review_budget))
             del raw
         request[SEEN] = seen
         return _respond(seen)

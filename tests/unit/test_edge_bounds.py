@@ -223,3 +223,29 @@ async def test_health_probes_are_answered_while_a_large_review_is_decided(aiohtt
         await asyncio.sleep(0.01)
     assert (await big).status == 200
     assert worst < 1.0  # the kubelet's probe timeout is 2 s
+
+
+def test_a_large_review_stuck_in_one_policy_is_interrupted_at_its_budget(bundle):
+    """kata-cpu's arithmetic on thousands of containers runs for seconds; in the large-review
+    thread the budget interrupts it there, and the policy answers with its failure mode."""
+    body = review("pod-create-kata-runtimeclass-overhead.mutate.json")
+    body["request"]["object"]["spec"]["containers"] = [
+        {"name": f"c{i}", "image": "x", "resources": {"requests": {"cpu": f"{100 + i % 7}m"},
+                                                      "limits": {"cpu": f"{1 + i % 3}", "memory": "1Gi"}}}
+        for i in range(20_000)]
+    raw = json.dumps(body).encode()
+    worker = server.LargeReviews()
+    try:
+        started = time.perf_counter()
+        out = worker.submit(raw, bundle, "mutate", 0.05).result(timeout=60)
+        took = time.perf_counter() - started
+        assert out.status == 200 and out.decision is not None
+        assert ("kata-cpu", "timeout") in out.decision.outcomes
+        # the thread is free again and a small review goes through whole
+        small = json.dumps(review()).encode()
+        again = worker.submit(small, bundle, "mutate", 5.0).result(timeout=30)
+        assert again.status == 200 and again.outcome == "mutated"
+        assert "timeout" not in {o for _, o in again.decision.outcomes}  # type: ignore[union-attr]
+    finally:
+        worker.stop()
+    assert took < 30
