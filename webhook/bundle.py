@@ -475,10 +475,17 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
         excluded_namespaces=excluded,
         admins=parse_principals(spec.get("admins")) or Principals(groups=("system:masters",)),
         controllers=parse_principals(spec.get("controllers")) or Principals(
-            users=("system:kube-controller-manager",), service_accounts=("kube-system/*",)
-        ),
+            users=("system:kube-controller-manager",), service_accounts=POD_CONTROLLERS),
         policies=(),
     )
+
+
+# The kube-controller-manager controllers that create Pods from a workload's template, as they
+# authenticate with --use-service-account-credentials (kubeadm and most distributions); without
+# it they are all system:kube-controller-manager. Not "kube-system/*": any other ServiceAccount
+# there (add-ons, CNI, whatever a user can get a token for) would skip the user-only checks.
+POD_CONTROLLERS = tuple(f"kube-system/{c}" for c in (
+    "job-controller", "replicaset-controller", "statefulset-controller", "daemon-set-controller"))
 
 
 # Who "everyone" is, for refusing a bundle that grants admin or controller trust to all:

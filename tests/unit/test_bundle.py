@@ -231,7 +231,7 @@ DANGEROUS = [
      r"service accounts of any matching namespace"),
     ("controller-authenticated", CONTROLLERS, "  controllers:\n    groups: [system:authenticated]",
      "system:authenticated", r"spec\.controllers\.groups\[0\]: grants controller trust"),
-    ("controller-sa-team-glob", "    serviceAccounts: [\"kube-system/*\"]", "    serviceAccounts: [\"team-*/ci\"]",
+    ("controller-sa-team-glob", "      - kube-system/job-controller\n", "      - \"team-*/ci\"\n",
      "team-*/ci", r"name the namespace exactly"),
     ("exclude-everything", "    namespaces: [kube-system, kube-public, kube-node-lease, batchgate-system]",
      "    namespaces: [kube-system, \"*\"]", "namespaces: [kube-system, \"*\"]",
@@ -290,3 +290,19 @@ def test_a_namespace_and_a_queue_asking_for_different_node_labels_are_refused(tm
     doc["spec"]["namespaces"][0]["allowedQueues"] = ["scavenger"]  # batch not usable there: no conflict
     (root / "bundle.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     assert load_bundle(root).namespaces[0].node_selector == {"node.example.org/gpu": "a100"}
+
+
+def test_controllers_default_to_the_pod_making_controllers_not_all_of_kube_system(tmp_bundle):
+    f = tmp_bundle / "bundle.yaml"
+    text = f.read_text()
+    start = text.index("  controllers:\n")
+    end = text.index("  # Never touched")
+    f.write_text(text[:start] + text[end:])
+    b = load_bundle(tmp_bundle)
+    sa = "system:serviceaccount:kube-system:"
+    for c in ("job-controller", "replicaset-controller", "statefulset-controller", "daemon-set-controller"):
+        assert b.controllers.contains(sa + c, ["system:serviceaccounts"]), c
+    assert b.controllers.contains("system:kube-controller-manager", [])
+    for other in ("coredns", "default", "kube-proxy", "cronjob-controller"):
+        assert not b.controllers.contains(sa + other, ["system:serviceaccounts", "system:serviceaccounts:kube-system"])
+    assert load_bundle(POLICIES).controllers == b.controllers  # the shipped bundle says the same
