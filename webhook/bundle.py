@@ -475,17 +475,19 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
         excluded_namespaces=excluded,
         admins=parse_principals(spec.get("admins")) or Principals(groups=("system:masters",)),
         controllers=parse_principals(spec.get("controllers")) or Principals(
-            users=("system:kube-controller-manager",), service_accounts=POD_CONTROLLERS),
+            users=("system:kube-controller-manager",), service_accounts=TEMPLATE_CONTROLLERS),
         policies=(),
     )
 
 
-# The kube-controller-manager controllers that create Pods from a workload's template, as they
-# authenticate with --use-service-account-credentials (kubeadm and most distributions); without
-# it they are all system:kube-controller-manager. Not "kube-system/*": any other ServiceAccount
-# there (add-ons, CNI, whatever a user can get a token for) would skip the user-only checks.
-POD_CONTROLLERS = tuple(f"kube-system/{c}" for c in (
-    "job-controller", "replicaset-controller", "statefulset-controller", "daemon-set-controller"))
+# The kube-controller-manager controllers that create objects from a workload's template (Pods;
+# a Deployment's ReplicaSets; a CronJob's Jobs), as they authenticate with
+# --use-service-account-credentials (kubeadm and most distributions); without it they are all
+# system:kube-controller-manager. Not "kube-system/*": any other ServiceAccount there (add-ons,
+# CNI, whatever a user can get a token for) would skip the user-only checks.
+TEMPLATE_CONTROLLERS = tuple(f"kube-system/{c}" for c in (
+    "job-controller", "replicaset-controller", "statefulset-controller", "daemon-set-controller",
+    "deployment-controller", "cronjob-controller"))
 
 
 # Who "everyone" is, for refusing a bundle that grants admin or controller trust to all:

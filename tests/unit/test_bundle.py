@@ -300,9 +300,10 @@ def test_controllers_default_to_the_pod_making_controllers_not_all_of_kube_syste
     f.write_text(text[:start] + text[end:])
     b = load_bundle(tmp_bundle)
     sa = "system:serviceaccount:kube-system:"
-    for c in ("job-controller", "replicaset-controller", "statefulset-controller", "daemon-set-controller"):
+    for c in ("job-controller", "replicaset-controller", "statefulset-controller", "daemon-set-controller",
+              "deployment-controller", "cronjob-controller"):
         assert b.controllers.contains(sa + c, ["system:serviceaccounts"]), c
     assert b.controllers.contains("system:kube-controller-manager", [])
-    for other in ("coredns", "default", "kube-proxy", "cronjob-controller"):
+    for other in ("coredns", "default", "kube-proxy", "namespace-controller"):
         assert not b.controllers.contains(sa + other, ["system:serviceaccounts", "system:serviceaccounts:kube-system"])
     assert load_bundle(POLICIES).controllers == b.controllers  # the shipped bundle says the same
