@@ -102,6 +102,30 @@ class Queue:
 
 
 @dataclass(frozen=True, slots=True)
+class Scavengers:
+    """``spec.scavengers``: how the reconciler runs ScavengerJobs."""
+
+    queue: str = "scavenger"  # the (scavenger) queue their Jobs run in
+    max_share: float = 0.7  # of the allocatable cpu and memory of the nodes that queue may use
+    unschedulable_timeout: int = 300  # seconds a started Job's pods may stay unscheduled before it waits again
+    grace_period: int = 60  # seconds between SIGTERM and SIGKILL when a segment ends or it is interrupted
+
+
+def parse_share(text: object) -> float:
+    """``70%`` or ``0.7`` -> 0.7; raises ValueError unless 0 < share <= 1."""
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
+        raise ValueError(f"{text!r} is not a share")
+    raw = str(text).strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise ValueError(f"{raw!r} is not a share") from None
+    if not 0 < value <= 1:
+        raise ValueError(f"{raw} is not over 0 and at most 100%")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
 class NamespaceRule:
     """Defaults for namespaces whose name matches one of ``names`` (globs)."""
 
@@ -240,6 +264,7 @@ class Bundle:
     controllers: Principals
     policies: tuple[Policy, ...]
     fingerprint: str = ""
+    scavengers: Scavengers = field(default_factory=Scavengers)
     mutating: tuple[Policy, ...] = field(default=(), compare=False)
     validating: tuple[Policy, ...] = field(default=(), compare=False)
     _by_request: dict[tuple[bool, str, str, str, str], tuple[Policy, ...]] = field(
@@ -327,7 +352,8 @@ def load_bundle(directory: str | os.PathLike[str], types: Mapping[str, PolicyTyp
     policies.sort(key=lambda p: (p.rule.order, p.name))
     return Bundle(
         **{f: getattr(bundle, f) for f in ("root", "priority_classes", "queues", "default_queue",
-                                           "namespaces", "excluded_namespaces", "admins", "controllers")},
+                                           "namespaces", "excluded_namespaces", "admins", "controllers",
+                                           "scavengers")},
         policies=tuple(policies),
         fingerprint=digest.hexdigest()[:12],
         mutating=tuple(p for p in policies if p.rule.mutate is not None),
@@ -366,6 +392,7 @@ def _document(path: Path, kind: str, digest: Any, *, with_metadata: bool = False
 def _parse_bundle(doc: Node, root: str) -> Bundle:
     spec = doc.req("spec").mapping(allowed=(
         "defaultQueue", "priorityClasses", "queues", "namespaces", "exclude", "admins", "controllers",
+        "scavengers",
     ))
     classes: dict[str, PriorityClass] = {}
     for node in spec.req("priorityClasses").seq():
@@ -466,8 +493,31 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
     for role in ("admins", "controllers"):
         _refuse_everyone(spec.get(role), role)
 
+    sv_settings = Scavengers()
+    if (sv := spec.get("scavengers")) is not None:
+        sv.mapping(allowed=("queue", "maxShare", "unschedulableTimeout", "gracePeriod"))
+        dflt = Scavengers()
+        sq = sv.get("queue")
+        if sq is not None and (sq.str() not in queues or not queues[sq.str()].scavenger):
+            sq.fail(f"must be a scavenger queue (scavenger: true); those: "
+                    f"{', '.join(q.name for q in queues.values() if q.scavenger) or 'none'}")
+        ms, ut, gp = sv.get("maxShare"), sv.get("unschedulableTimeout"), sv.get("gracePeriod")
+        sv_settings = Scavengers(
+            queue=sq.str() if sq is not None else dflt.queue,
+            max_share=ms.parsed(parse_share, expected="a share of the cluster like 70% (or 0.7), over 0 and at most 100%")
+            if ms is not None else dflt.max_share,
+            unschedulable_timeout=ut.parsed(parse_duration, expected="a duration like 5m")
+            if ut is not None else dflt.unschedulable_timeout,
+            grace_period=gp.parsed(parse_duration, expected="a duration like 60s or 2m")
+            if gp is not None else dflt.grace_period,
+        )
+    elif not any(q.name == Scavengers().queue and q.scavenger for q in queues.values()):
+        first = next((q for q in queues.values() if q.scavenger), None)
+        sv_settings = Scavengers(queue=first.name if first else "")
+
     return Bundle(
         root=root,
+        scavengers=sv_settings,
         priority_classes=classes,
         queues=queues,
         default_queue=default_queue,

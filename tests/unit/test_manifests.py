@@ -44,14 +44,17 @@ NAMESPACE_WEBHOOK = "namespaces.validate.batchgate.io"
 #: (apiGroup, resource) -> verbs: everything the reconciler may do, cluster-wide
 RECONCILER_RIGHTS = {
     ("", "pods"): {"get", "list", "watch", "patch", "delete"},
-    ("batch", "jobs"): {"get", "list", "watch", "patch", "delete"},
+    ("batch", "jobs"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "nodes"): {"get", "list", "watch", "patch"},
     ("", "pods/eviction"): {"create"},
     ("batchgate.io", "maintenancewindows"): {"get", "list", "watch"},
     ("batchgate.io", "maintenancewindows/status"): {"patch"},
     ("", "events"): {"create"},
-    ("batchgate.io", "scavengerjobs"): {"get", "list", "watch", "update", "patch"},
-    ("batchgate.io", "scavengerjobs/status"): {"get", "list", "watch", "update", "patch"},
+    ("batchgate.io", "scavengerjobs"): {"get", "list", "watch"},
+    ("batchgate.io", "scavengerjobs/status"): {"patch"},
+    ("", "persistentvolumeclaims"): {"get"},
+    ("", "configmaps"): {"get"},
+    ("", "secrets"): {"get"},
     ("scheduling.x-k8s.io", "podgroups"): {"get", "list", "watch", "create", "patch", "delete"},
 }
 VARIANTS = {"default": MANIFESTS, "k8s-1.20": MANIFESTS / "k8s-1.20"}

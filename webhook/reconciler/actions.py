@@ -37,6 +37,19 @@ ActionKind = Literal[
     "window-invalid",  # a stored MaintenanceWindow whose spec does not parse: Warning Event, ignored
     "record-maintenance",  # batchgate.io/next-maintenance on a running job (extensions are checked against it)
     "expected-start",  # batchgate.io/expected-start on a pending workload, from the shadow schedule
+    # ScavengerJobs (scavenger.py); each writes the status (fenced) and, where it says so, a Job
+    "sj-queued",  # first seen: status Pending, waiting to start
+    "sj-waiting",  # why it still waits (no room, over the cap, can never fit): status message
+    "sj-start",  # its turn and it fits: status, then create the segment's Job
+    "sj-running",  # all pods of the first segment after waiting run: Running, runningTimestamps
+    "sj-segment-running",  # all pods of a later segment run: priorityStartOverTimestamp
+    "sj-segment",  # the segment's duration is over: status, then delete its Job (SIGTERM: checkpoint)
+    "sj-resume",  # the old segment's pods are gone: create the next segment's Job
+    "sj-interrupted",  # a pod was deleted / preempted / evicted / lost: all pods go, it waits again
+    "sj-unschedulable",  # its pods stayed unscheduled past the timeout: Job deleted, it waits again
+    "sj-failed",  # a pod failed by itself, a volume is missing, or the spec is unusable: for good
+    "sj-completed",  # all pods exited 0
+    "sj-cleanup",  # a Job of an earlier segment is still there: delete it
 ]
 KIND_ORDER: dict[str, int] = {k: i for i, k in enumerate(get_args(ActionKind))}
 EventType = Literal["Normal", "Warning"]
@@ -59,6 +72,14 @@ class PodGroupWrite(NamedTuple):
     resource_version: str = ""  # update: optimistic concurrency
 
 
+class Requirement(NamedTuple):
+    """An object that must exist before an action may run (checked live, metadata only);
+    when it does not, ``otherwise`` (an Action) runs instead."""
+
+    ref: Ref  # api_version, kind, namespace, name; uid unused
+    otherwise: Any
+
+
 class Action(NamedTuple):
     """Immutable; a NamedTuple because a cold start plans one per job and these are
     three times cheaper to make than frozen dataclasses."""
@@ -77,6 +98,9 @@ class Action(NamedTuple):
     subresource: str = ""  # of the patch, e.g. "status"
     evict: Ref | None = None  # a pod to evict through the Eviction API (429: a budget forbids it, for now)
     quiet: bool = False  # no Event (e.g. a countdown label moving by a few minutes)
+    create: Mapping[str, Any] | None = None  # an object to create after the patch and deletes (AlreadyExists: done)
+    requires: tuple[Requirement, ...] = ()  # checked first; a missing one runs its ``otherwise`` instead
+    amount: float = 0.0  # for metrics: seconds waited (sj-running), core-seconds lost (sj-interrupted)
 
     def event_name(self) -> str:
         digest = hashlib.sha256(f"{self.target.uid}|{self.reason}|{self.key}".encode()).hexdigest()[:16]

@@ -214,6 +214,28 @@ class Actuator:
             return
         self._refresh(pod)  # the pod now has its deletionTimestamp (or is gone)
 
+    def _missing(self, a: Action) -> Action | None:
+        """The ``otherwise`` of the first requirement that does not exist (looked up live, metadata
+        only, so a Secret's data is never read), or None when all are there."""
+        for r in a.requires:
+            kind = KINDS[r.ref.kind]
+            try:
+                self.api.get_metadata(kind, r.ref.namespace, r.ref.name)
+            except NotFound:
+                other: Action = r.otherwise
+                return other
+        return None
+
+    def _create(self, body: Mapping[str, Any]) -> None:
+        """Create an object; AlreadyExists means an earlier run (maybe one that crashed) did."""
+        kind = KINDS[str(body.get("kind"))]
+        md = body.get("metadata") or {}
+        ns, name = md.get("namespace") or "", md.get("name") or ""
+        try:
+            self.observe(self._write("create", kind.plural, name, lambda: self.api.create(kind, ns, body)))
+        except AlreadyExists:
+            self._refresh(Ref(kind.api_version, kind.kind, ns, name, ""))
+
     def _check_unused(self, a: Action) -> None:
         """Before deleting a PodGroup: make sure, live, that nothing of its workload is left."""
         w = a.pod_group
@@ -265,6 +287,11 @@ class Actuator:
                 outcomes.append(self._done(a, "conflict", "an earlier action on this object conflicted"))
                 continue
             try:
+                if a.requires:
+                    other = self._missing(a)
+                    if other is not None:
+                        outcomes += self.execute([other])
+                        continue
                 if a.kind == "delete-podgroup":
                     self._check_unused(a)
                 if a.evict is not None:
@@ -277,6 +304,8 @@ class Actuator:
                     new_rv[uid] = self._patch(a, new_rv.get(uid))
                 for d in a.deletes:
                     self._delete(d)
+                if a.create is not None:
+                    self._create(a.create)
                 if a.pod_group is not None:
                     self._pod_group(a)
                 outcomes.append(self._done(a, "done"))
@@ -296,6 +325,8 @@ class Actuator:
 
     def _done(self, a: Action, result: Result, error: str = "") -> Outcome:
         metrics.ACTIONS.labels(a.kind, result).inc()
+        if result == "done":
+            metrics.scavenger_action(a.kind, a.amount)
         fields = {"action": a.kind, "kind": a.target.kind, "namespace": a.target.namespace,
                   "name": a.target.name, "reason": a.reason, "outcome": result}
         if error:

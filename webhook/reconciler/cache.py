@@ -31,7 +31,18 @@ from typing import Any, Generic, TypeVar
 from . import metrics
 from .errors import Forbidden, Gone, KubeError, NotFound
 from .kube import KubeApi, WatchStream
-from .model import JOB, MAINTENANCE_WINDOW, NODE, POD, POD_GROUP, VIEW_OF, Kind, Snapshot
+from .model import (
+    JOB,
+    MAINTENANCE_WINDOW,
+    NODE,
+    POD,
+    POD_GROUP,
+    SCAVENGER_JOB,
+    VIEW_OF,
+    Kind,
+    Snapshot,
+)
+from .scavenger import sj_view
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -255,14 +266,17 @@ class Cache:
         self.nodes: Store[Any] = Store(NODE, VIEW_OF["Node"])
         self.pod_groups: Store[Any] = Store(POD_GROUP, VIEW_OF["PodGroup"])
         self.windows: Store[Any] = Store(MAINTENANCE_WINDOW, VIEW_OF["MaintenanceWindow"])
+        self.scavenger_jobs: Store[Any] = Store(SCAVENGER_JOB, sj_view)
         self.stores = {"Pod": self.pods, "Job": self.jobs, "Node": self.nodes, "PodGroup": self.pod_groups,
-                       "MaintenanceWindow": self.windows}
+                       "MaintenanceWindow": self.windows, "ScavengerJob": self.scavenger_jobs}
         self.reflectors = [
             Reflector(api, self.pods, settings=settings, on_change=self._changed, stop=self._stop),
             Reflector(api, self.jobs, settings=settings, on_change=self._changed, stop=self._stop),
             Reflector(api, self.nodes, settings=settings, on_change=self._changed, stop=self._stop, optional=True),
             Reflector(api, self.pod_groups, settings=settings, on_change=self._changed, stop=self._stop, optional=True),
             Reflector(api, self.windows, settings=settings, on_change=self._changed, stop=self._stop, optional=True),
+            Reflector(api, self.scavenger_jobs, settings=settings, on_change=self._changed, stop=self._stop,
+                      optional=True),
         ]
         self._synced = threading.Condition()
 
@@ -300,6 +314,7 @@ class Cache:
             nodes=nodes,
             pod_groups=None if self.pod_groups.absent else self.pod_groups.items(),
             windows=None if self.windows.absent else self.windows.items(),
+            scavenger_jobs=None if self.scavenger_jobs.absent else self.scavenger_jobs.items(),
         )
 
     def observe(self, obj: Mapping[str, Any] | None) -> None:

@@ -29,6 +29,7 @@ from .errors import KubeError, NotFound
 from .lease import LeaderElector
 from .model import NAMESPACE, NODE, NodeView, Snapshot, node_view
 from .planner import plan
+from .scavenger import phase_counts
 from .settings import QueuePolicy, Settings
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,9 @@ class Controller:
         metrics.PLAN_SECONDS.observe(time.perf_counter() - t)
         for name, n in self.cache.sizes().items():
             metrics.CACHED.labels(name).set(n)
+        if snapshot.scavenger_jobs is not None:
+            for phase, n in phase_counts(snapshot).items():
+                metrics.SJ_PHASE.labels(phase).set(n)
         self.last_plan = result
         return result
 

@@ -101,10 +101,10 @@ class KubeApi:
 
     # -- raw -------------------------------------------------------------------
     def _send(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
-              content_type: str | None = None, timeout: Any = None) -> Any:
+              content_type: str | None = None, timeout: Any = None, accept: str = "application/json") -> Any:
         from kubernetes.client.exceptions import ApiException
 
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
         try:
@@ -119,9 +119,11 @@ class KubeApi:
             raise Transient(f"{type(e).__name__}: {e}", method=method, path=path) from e
 
     def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
-                content_type: str | None = None, timeout: float | None = None) -> Any:
+                content_type: str | None = None, timeout: float | None = None,
+                accept: str = "application/json") -> Any:
         """One request; the decoded JSON body on 2xx, else a ``KubeError`` subclass."""
-        resp = self._send(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+        resp = self._send(method, path, query=query, body=body, content_type=content_type, timeout=timeout,
+                          accept=accept)
         try:
             data = resp.read()
         except Exception as e:
@@ -164,6 +166,11 @@ class KubeApi:
     # -- by kind -----------------------------------------------------------------
     def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any]:
         return self.request_object("GET", kind.path(namespace, name))
+
+    def get_metadata(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any]:
+        """Only the object's metadata (PartialObjectMetadata): whether a Secret exists, without its data."""
+        return self.request("GET", kind.path(namespace, name),  # type: ignore[no-any-return]
+                            accept="application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json")
 
     def list(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
              limit: int = 500, continue_: str | None = None) -> dict[str, Any]:

@@ -39,3 +39,37 @@ BUNDLE_STALE = Gauge(
     "1 while the policy files on disk do not load and the last good bundle's queue policy stays in force.",
     registry=REGISTRY,
 )
+
+# -- ScavengerJobs ------------------------------------------------------------------
+SJ_STARTED = Counter("batchgate_scavengerjobs_started_total",
+                     "ScavengerJobs whose pods all ran, after waiting (first start or after an interruption).",
+                     registry=REGISTRY)
+SJ_COMPLETED = Counter("batchgate_scavengerjobs_completed_total", "ScavengerJobs completed.", registry=REGISTRY)
+SJ_FAILED = Counter("batchgate_scavengerjobs_failed_total", "ScavengerJobs failed for good.", registry=REGISTRY)
+SJ_INTERRUPTED = Counter("batchgate_scavengerjobs_interrupted_total",
+                         "Interruptions (preempted, evicted, deleted from outside, node lost).", registry=REGISTRY)
+SJ_SEGMENTS = Counter("batchgate_scavengerjobs_segments_total",
+                      "Segment boundaries (checkpoint, then the next segment's pods).", registry=REGISTRY)
+SJ_LOST = Counter("batchgate_scavengerjobs_preempted_core_seconds_total",
+                  "CPU core-seconds computed since the last segment start by interrupted ScavengerJobs "
+                  "(an upper bound of the work lost to preemption).", registry=REGISTRY)
+SJ_WAIT = Histogram("batchgate_scavengerjobs_wait_seconds",
+                    "From queued (created, or interrupted) to all pods running.",
+                    buckets=(10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600), registry=REGISTRY)
+SJ_PHASE = Gauge("batchgate_scavengerjobs", "ScavengerJobs by phase.", ["phase"], registry=REGISTRY)
+
+
+def scavenger_action(kind: str, amount: float) -> None:
+    """Count a ScavengerJob transition that went through."""
+    if kind == "sj-running":
+        SJ_STARTED.inc()
+        SJ_WAIT.observe(max(amount, 0.0))
+    elif kind == "sj-completed":
+        SJ_COMPLETED.inc()
+    elif kind == "sj-failed":
+        SJ_FAILED.inc()
+    elif kind == "sj-interrupted":
+        SJ_INTERRUPTED.inc()
+        SJ_LOST.inc(max(amount, 0.0))
+    elif kind == "sj-segment":
+        SJ_SEGMENTS.inc()

@@ -84,7 +84,14 @@ EVENT = Kind("v1", "Event", "events")
 LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
 MAINTENANCE_WINDOW = Kind("batchgate.io/v1alpha1", "MaintenanceWindow", "maintenancewindows", namespaced=False)
 NAMESPACE = Kind("v1", "Namespace", "namespaces", namespaced=False)
-KINDS = {k.kind: k for k in (POD, JOB, NODE, POD_GROUP, EVENT, LEASE, MAINTENANCE_WINDOW, NAMESPACE)}
+SCAVENGER_JOB = Kind("batchgate.io/v1alpha1", "ScavengerJob", "scavengerjobs")
+CONFIG_MAP = Kind("v1", "ConfigMap", "configmaps")
+SECRET = Kind("v1", "Secret", "secrets")
+PVC = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
+KINDS = {k.kind: k for k in (POD, JOB, NODE, POD_GROUP, EVENT, LEASE, MAINTENANCE_WINDOW, NAMESPACE,
+                             SCAVENGER_JOB, CONFIG_MAP, SECRET, PVC)}
+LABEL_SJ = f"{GROUP}/scavengerjob"  # on a ScavengerJob's Jobs and pods: its name
+LABEL_SEGMENT = f"{GROUP}/segment"  # on a ScavengerJob's Jobs and pods: the segment number
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +177,16 @@ class PodView:
     next_maintenance: str | None = None  # batchgate.io/next-maintenance as written
     sched: PodSched | None = None
     expected_start: str | None = None  # batchgate.io/expected-start as written
+    segment: int | None = None  # batchgate.io/segment label (ScavengerJob pods)
+
+    @property
+    def cpu_m(self) -> int:
+        """Requested millicores, as kube-scheduler counts them (ScavengerJobs' fit and cap)."""
+        return self.sched.cpu if self.sched is not None else 0
+
+    @property
+    def mem_b(self) -> int:
+        return self.sched.mem if self.sched is not None else 0
 
     @property
     def terminal(self) -> bool:
@@ -196,6 +213,10 @@ class JobView:
     pod_group_name: str | None
     next_maintenance: str | None = None  # batchgate.io/next-maintenance as written
     expected_start: str | None = None  # batchgate.io/expected-start as written
+    # -- for ScavengerJobs (scavenger.py)
+    owner: Ref | None = None  # the controlling ownerReference
+    created: float | None = None
+    segment: int | None = None  # batchgate.io/segment label
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +232,7 @@ class NodeView:
     cpu: int = 0  # allocatable millicores
     mem: int = 0  # allocatable bytes
     taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
+    max_pods: int = 0  # allocatable pods (ScavengerJobs' fit)
 
     @property
     def ref(self) -> Ref:
@@ -250,6 +272,7 @@ class Snapshot:
     nodes: Mapping[str, NodeView] | None = None
     pod_groups: Mapping[Key, PodGroupView] | None = None
     windows: Mapping[str, WindowView] | None = None  # None: the MaintenanceWindow CRD is not installed
+    scavenger_jobs: Mapping[Key, Any] | None = None  # scavenger.SJView; None: the CRD is not installed
 
     @staticmethod
     def of(
@@ -258,6 +281,7 @@ class Snapshot:
         nodes: Iterable[NodeView] | None = None,
         pod_groups: Iterable[PodGroupView] | None = None,
         windows: Iterable[WindowView] | None = None,
+        scavenger_jobs: Iterable[Any] | None = None,
     ) -> Snapshot:
         return Snapshot(
             pods={(p.ref.namespace, p.ref.name): p for p in pods},
@@ -265,6 +289,7 @@ class Snapshot:
             nodes=None if nodes is None else {n.name: n for n in nodes},
             pod_groups=None if pod_groups is None else {(g.ref.namespace, g.ref.name): g for g in pod_groups},
             windows=None if windows is None else {w.ref.name: w for w in windows},
+            scavenger_jobs=None if scavenger_jobs is None else {(s.ref.namespace, s.ref.name): s for s in scavenger_jobs},
         )
 
 
@@ -377,6 +402,27 @@ def _sched(md: Mapping[str, Any], spec: Mapping[str, Any]) -> PodSched:
     )
 
 
+def _milli(v: Any) -> int:
+    try:
+        q = parse_quantity(v) * 1000
+    except (ValueError, TypeError):
+        return 0
+    return max(-(-q.numerator // q.denominator), 0)
+
+
+def _bytes(v: Any) -> int:
+    try:
+        q = parse_quantity(v)
+    except (ValueError, TypeError):
+        return 0
+    return max(-(-q.numerator // q.denominator), 0)
+
+
+def _segment(labels: Mapping[str, Any]) -> int | None:
+    v = labels.get(LABEL_SEGMENT)
+    return int(v) if isinstance(v, str) and v.isdigit() else None
+
+
 def pod_view(obj: Mapping[str, Any]) -> PodView:
     md = obj.get("metadata") or {}
     st = obj.get("status") or {}
@@ -450,6 +496,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         next_maintenance=ann.get(ANN_NEXT_MAINTENANCE),
         sched=_sched(md, obj.get("spec") or {}),
         expected_start=ann.get(ANN_EXPECTED_START),
+        segment=_segment(labels),
     )
 
 
@@ -480,6 +527,9 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         pod_group_name=(t_labels.get(LABEL_COSCHEDULING) or group) if group else None,
         next_maintenance=ann.get(ANN_NEXT_MAINTENANCE),
         expected_start=ann.get(ANN_EXPECTED_START),
+        owner=_controller(md),
+        created=parse_time(md.get("creationTimestamp")),
+        segment=_segment(labels),
     )
 
 
@@ -499,6 +549,7 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
         labels=dict(md.get("labels") or {}),
         unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
         maintenance=(md.get("annotations") or {}).get(ANN_MAINTENANCE),
+        max_pods=_bytes(alloc.get("pods", 0)),
     )
 
 

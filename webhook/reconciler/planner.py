@@ -57,6 +57,7 @@ from .model import (
     Snapshot,
     format_time,
 )
+from .scavenger import plan_scavengers
 from .settings import Settings
 from .shadow import shadow_schedule
 
@@ -134,7 +135,8 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
 
     no_pods: tuple[PodView, ...] = ()
     for job in jobs_by_uid.values():
-        if job.time_limit is not None and not job.deleting and not job.finished:
+        # A ScavengerJob's Jobs are its segments; its controller (scavenger.py) runs them.
+        if job.time_limit is not None and not job.deleting and not job.finished and not _sj_owned(job):
             _deadline(p, job, pods_of_job.get(job.ref.uid, no_pods), True)
     for pod in bare_timed:
         if not pod.deleting and not pod.terminal:
@@ -154,6 +156,12 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
     if estimate and settings.expected_start and snapshot.nodes is not None:
         windows = [w.window for w in (snapshot.windows or {}).values() if w.window is not None]
         p.actions += plan_expected(snapshot, shadow_schedule(snapshot, now, windows), settings)
+
+    if snapshot.scavenger_jobs:
+        s_actions, s_wake = plan_scavengers(snapshot, now, settings)
+        p.actions += s_actions
+        if s_wake is not None and (p.wake_at is None or s_wake < p.wake_at):
+            p.wake_at = s_wake
 
     if snapshot.windows is not None:
         m_actions, m_wake = plan_maintenance(snapshot, now, settings)
@@ -175,6 +183,10 @@ def _owns(job: JobView | None, pod: PodView) -> bool:
     owner = pod.owner
     return (job is not None and owner is not None and job.ref.uid == owner.uid
             and job.ref.namespace == pod.ref.namespace and job.ref.name == owner.name)
+
+
+def _sj_owned(job: JobView) -> bool:
+    return job.owner is not None and job.owner.kind == "ScavengerJob"
 
 
 # -- deadlines -------------------------------------------------------------
@@ -315,7 +327,7 @@ def _gang(
         # Only Jobs and bare pods: for other owners we cannot tell whether they are
         # already finishing, nor how to tear them down. And only a Job that really is the
         # owner: anyone may write an ownerReference naming another namespace's Job uid.
-        if job is None or owner is None or owner.kind != "Job" or job.deleting or job.finished:
+        if job is None or owner is None or owner.kind != "Job" or job.deleting or job.finished or _sj_owned(job):
             return
         if not _owns(job, members[0]):
             return

@@ -53,11 +53,33 @@ Stable API (the simulator in ``bench/`` imports these; keep the signatures):
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from .model import PodView
+from ..units import format_duration, parse_duration
+from .actions import Action, Delete, Requirement
+from .model import (
+    LABEL_GROUP,
+    LABEL_GROUP_SIZE,
+    LABEL_MANAGED_BY,
+    LABEL_QUEUE,
+    LABEL_SEGMENT,
+    LABEL_SJ,
+    MANAGED_BY,
+    SCAVENGER_JOB,
+    JobView,
+    NodeView,
+    PodView,
+    Ref,
+    Snapshot,
+    _bytes,
+    _milli,
+    format_time,
+    parse_time,
+)
+from .settings import QueuePolicy, Settings
 
 
 # -- resources ---------------------------------------------------------------
@@ -212,8 +234,8 @@ def choose_starts(
         cap_c, cap_m = cap_room(total, cur, share)
         if tc > cap_c or tm > cap_m:
             out.append(Decision(w, "over-cap", why=(
-                f"waiting: the scavengers' share {share:.0%} leaves {_cpu(max(cap_c, 0))} cpu and "
-                f"{_mem(max(cap_m, 0))}, it needs {_cpu(tc)} cpu and {_mem(tm)}")))
+                f"waiting: it needs {_cpu(tc)} cpu and {_mem(tm)}, more than is left of the scavengers' share "
+                f"({share:.0%} of the cluster)")))
             continue
         where = place(need, room)
         if where is None:
@@ -302,3 +324,544 @@ def classify(pods: Sequence[PodView], expected: int, node_gone: Callable[[str], 
     if expected > 0 and running + succeeded >= expected:
         return Verdict("running")
     return Verdict("starting")
+
+
+# ==============================================================================
+# The controller's plan: ScavengerJob views + snapshot -> actions
+# ==============================================================================
+#
+# State lives in the ScavengerJob's status (written through the status subresource,
+# fenced by resourceVersion) and in the Jobs it owns, named ``<name>-<segment>``:
+#
+#   status.segment         the segment whose Job should exist (0: none yet)
+#   status.jobName         that Job's name while it should exist; "" while waiting
+#   status.runningSegment  the last segment whose pods were all seen running
+#
+# Every transition writes the status *before* it deletes or creates a Job, so a
+# deletion the controller makes is never taken for an interruption, and a crash
+# between the two writes is finished by the next pass from the status alone:
+# ``jobName`` set but no Job -> create it (or, if that segment had run, the Job was
+# deleted from outside: an interruption); a Job of another segment -> delete it.
+# Job creation is idempotent (fixed names: AlreadyExists), and Event names derive
+# from the segment, so nothing is doubled.
+
+PHASES = ("Pending", "Running", "Interrupted", "Completed", "Failed")
+FINAL = ("Completed", "Failed")
+MAX_TIMESTAMPS = 100  # runningTimestamps / interruptedTimestamps keep the newest this many
+
+
+@dataclass(frozen=True, slots=True)
+class SJView:
+    ref: Ref
+    resource_version: str
+    generation: int
+    created: float
+    deleting: bool
+    spec: Mapping[str, Any]
+    need: Need | None  # None: resources unusable (see problems)
+    duration: int | None
+    problems: tuple[str, ...]
+    phase: str  # "" until first written
+    interrupted_count: int
+    segment: int
+    job_name: str
+    running_segment: int
+    start_over: float | None
+    running_ts: tuple[str, ...]
+    interrupted_ts: tuple[str, ...]
+    finished: str | None
+    message: str
+    conditions: tuple[Mapping[str, Any], ...]
+    observed_generation: int | None
+    creation_ts: str | None  # status.creationTimestamp as written
+
+
+def _int(v: Any, default: int = 0) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) else default
+
+
+def _strs(v: Any) -> tuple[str, ...]:
+    return tuple(x for x in v if isinstance(x, str)) if isinstance(v, list) else ()
+
+
+def sj_view(obj: Mapping[str, Any]) -> SJView:
+    md = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    st = obj.get("status") or {}
+    problems: list[str] = []
+    need: Need | None = None
+    res = spec.get("resources") if isinstance(spec, dict) else None
+    if isinstance(res, dict):
+        limits = res.get("limits") or {}
+        requests = res.get("requests") or {}
+        cpu = _milli(requests.get("cpu", limits.get("cpu")))
+        mem = _bytes(requests.get("memory", limits.get("memory")))
+        pods = spec.get("pods", 1)
+        if cpu <= 0 or mem <= 0:
+            problems.append("spec.resources: cpu and memory limits are required")
+        elif not isinstance(pods, int) or isinstance(pods, bool) or pods < 1:
+            problems.append(f"spec.pods: must be a positive integer, got {pods!r}")
+        else:
+            need = Need(pods, cpu, mem)
+    else:
+        problems.append("spec.resources: missing")
+    duration: int | None = None
+    try:
+        duration = parse_duration(str(spec.get("duration")))
+    except ValueError:
+        problems.append(f"spec.duration: {spec.get('duration')!r} is not a duration like 30m")
+    if duration is not None and duration <= 0:
+        problems.append("spec.duration: must be positive")
+        duration = None
+    for f in ("image", "command"):
+        if not spec.get(f):
+            problems.append(f"spec.{f}: missing")
+    phase = str(st.get("phase")) if st.get("phase") in PHASES else ""
+    return SJView(
+        ref=Ref(SCAVENGER_JOB.api_version, "ScavengerJob", md.get("namespace") or "", md.get("name") or "",
+                md.get("uid") or ""),
+        resource_version=md.get("resourceVersion") or "",
+        generation=_int(md.get("generation"), 1),
+        created=parse_time(md.get("creationTimestamp")) or 0.0,
+        deleting=bool(md.get("deletionTimestamp")),
+        spec=spec if isinstance(spec, dict) else {},
+        need=need,
+        duration=duration,
+        problems=tuple(problems),
+        phase=phase,
+        interrupted_count=_int(st.get("interruptedCount")),
+        segment=_int(st.get("segment")),
+        job_name=str(st.get("jobName") or "") if isinstance(st.get("jobName"), str) else "",
+        running_segment=_int(st.get("runningSegment")),
+        start_over=parse_time(st.get("priorityStartOverTimestamp")),
+        running_ts=_strs(st.get("runningTimestamps")),
+        interrupted_ts=_strs(st.get("interruptedTimestamps")),
+        finished=st.get("finishedTimestamp") if isinstance(st.get("finishedTimestamp"), str) else None,
+        message=str(st.get("message") or "") if isinstance(st.get("message"), str) else "",
+        conditions=tuple(c for c in st.get("conditions") or () if isinstance(c, dict)),
+        observed_generation=st.get("observedGeneration") if isinstance(st.get("observedGeneration"), int) else None,
+        creation_ts=st.get("creationTimestamp") if isinstance(st.get("creationTimestamp"), str) else None,
+    )
+
+
+def job_name(sj: str, segment: int) -> str:
+    """``<name>-<segment>``, shortened with a hash to 63 characters (a Job's name is its pods' label)."""
+    suffix = f"-{segment}"
+    if len(sj) + len(suffix) <= 63:
+        return sj + suffix
+    digest = hashlib.sha256(sj.encode()).hexdigest()[:6]
+    return f"{sj[:63 - len(suffix) - 7].rstrip('-.')}-{digest}{suffix}"
+
+
+def job_body(sj: SJView, segment: int, qp: QueuePolicy) -> dict[str, Any]:
+    """The ``batch/v1`` Job of one segment: all pods at once (parallelism = completions = pods),
+    no retries (a failure fails the ScavengerJob), Guaranteed QoS (requests = limits), the
+    scavenger queue's class and nodes, owned by the ScavengerJob."""
+    spec = sj.spec
+    name = job_name(sj.ref.name, segment)
+    pods = sj.need.pods if sj.need else 1
+    res = spec.get("resources") or {}
+    limits = dict(res.get("limits") or {})
+    requests = {**limits, **(res.get("requests") or {})}
+    labels = {LABEL_QUEUE: qp.scavenger_queue, LABEL_SJ: sj.ref.name, LABEL_SEGMENT: str(segment),
+              LABEL_MANAGED_BY: MANAGED_BY}
+    tlabels = dict(labels)
+    if pods > 1:
+        tlabels.update({LABEL_GROUP: name, LABEL_GROUP_SIZE: str(pods)})
+    container: dict[str, Any] = {
+        "name": "main", "image": spec.get("image"), "command": list(spec.get("command") or []),
+        "resources": {"limits": limits, "requests": requests},
+    }
+    if spec.get("args"):
+        container["args"] = list(spec["args"])
+    if spec.get("env"):
+        container["env"] = [dict(e) for e in spec["env"]]
+    volumes, mounts = [], []
+    for v in spec.get("volumes") or ():
+        mounts.append({"name": v["name"], "mountPath": v["mountPath"], **({"readOnly": True} if v.get("readOnly") else {})})
+        if "persistentVolumeClaim" in v:
+            src: dict[str, Any] = {"persistentVolumeClaim": {"claimName": v["persistentVolumeClaim"]["claimName"]}}
+        elif "configMap" in v:
+            src = {"configMap": {"name": v["configMap"]["name"]}}
+        else:
+            src = {"secret": {"secretName": v["secret"]["secretName"]}}
+        volumes.append({"name": v["name"], **src})
+    if mounts:
+        container["volumeMounts"] = mounts
+    user = spec.get("runAsUser")
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": qp.scavenger_grace,
+        "containers": [container],
+        "securityContext": {"runAsNonRoot": True, **({"runAsUser": user} if isinstance(user, int) else {})},
+        "automountServiceAccountToken": False,
+    }
+    if qp.scavenger_class:
+        pod_spec["priorityClassName"] = qp.scavenger_class
+    if qp.scavenger_node_selector:
+        pod_spec["nodeSelector"] = dict(qp.scavenger_node_selector)
+    if volumes:
+        pod_spec["volumes"] = volumes
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {
+            "name": name, "namespace": sj.ref.namespace, "labels": labels,
+            "ownerReferences": [{"apiVersion": sj.ref.api_version, "kind": "ScavengerJob", "name": sj.ref.name,
+                                 "uid": sj.ref.uid, "controller": True, "blockOwnerDeletion": True}],
+        },
+        "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0,
+                 "template": {"metadata": {"labels": tlabels}, "spec": pod_spec}},
+    }
+
+
+def required_objects(sj: SJView) -> list[tuple[str, str]]:
+    """(kind, name) of the PVCs, ConfigMaps and Secrets its volumes need."""
+    out = []
+    for v in sj.spec.get("volumes") or ():
+        if not isinstance(v, dict):
+            continue
+        if isinstance(v.get("persistentVolumeClaim"), dict):
+            out.append(("PersistentVolumeClaim", str(v["persistentVolumeClaim"].get("claimName"))))
+        elif isinstance(v.get("configMap"), dict):
+            out.append(("ConfigMap", str(v["configMap"].get("name"))))
+        elif isinstance(v.get("secret"), dict):
+            out.append(("Secret", str(v["secret"].get("secretName"))))
+    return out
+
+
+# -- status writes ----------------------------------------------------------------
+def _conditions(sj: SJView, phase: str, reason: str, message: str, now: float) -> list[dict[str, Any]]:
+    old = {c.get("type"): c for c in sj.conditions}
+    want = [
+        ("Running", "True" if phase == "Running" else "False"),
+        ("Finished", "True" if phase in FINAL else "False"),
+    ]
+    out = []
+    for type_, status in want:
+        prev = old.get(type_) or {}
+        same = prev.get("status") == status
+        out.append({
+            "type": type_, "status": status, "reason": reason,
+            "message": message[:1024],
+            "lastTransitionTime": prev.get("lastTransitionTime") if same and prev.get("lastTransitionTime")
+            else format_time(now),
+        })
+    return out
+
+
+def _status(sj: SJView, now: float, *, phase: str, reason: str, message: str,
+            **fields: Any) -> dict[str, Any]:
+    """A fenced status merge patch: the given fields plus phase, message, conditions, observedGeneration."""
+    st: dict[str, Any] = {
+        "phase": phase, "message": message, "observedGeneration": sj.generation,
+        "conditions": _conditions(sj, phase, reason, message, now),
+    }
+    if sj.creation_ts is None:
+        st["creationTimestamp"] = format_time(sj.created)
+        st.setdefault("interruptedCount", sj.interrupted_count)
+    st.update(fields)
+    return {"metadata": {"resourceVersion": sj.resource_version}, "status": st}
+
+
+def _act(kind: str, sj: SJView, reason: str, message: str, now: float, *, phase: str, key: str,
+         warning: bool = False, quiet: bool = False, status: Mapping[str, Any] | None = None,
+         deletes: tuple[Delete, ...] = (), create: Mapping[str, Any] | None = None,
+         requires: tuple[Requirement, ...] = (), amount: float = 0.0, event_reason: str = "") -> Action:
+    return Action(
+        kind=kind, target=sj.ref, reason=event_reason or reason, message=message,  # type: ignore[arg-type]
+        event_type="Warning" if warning else "Normal", key=key, quiet=quiet,
+        patch=_status(sj, now, phase=phase, reason=reason, message=message, **dict(status or {})),
+        subresource="status", deletes=deletes, create=create, requires=requires, amount=amount,
+    )
+
+
+def _append(ts: tuple[str, ...], t: float) -> list[str]:
+    return [*ts, format_time(t)][-MAX_TIMESTAMPS:]
+
+
+# -- the pass ---------------------------------------------------------------------
+@dataclass(slots=True)
+class _SJState:
+    sj: SJView
+    jobs: list[JobView]
+    pods: list[PodView]
+
+
+def eligible_nodes(nodes: Mapping[str, NodeView], selector: Iterable[tuple[str, str]]) -> list[NodeView]:
+    """Nodes the scavenger queue may use: matching its nodeSelector, Ready, schedulable, untainted."""
+    sel = tuple(selector)
+    return [n for n in nodes.values()
+            if n.ready == "True" and not n.unschedulable
+            and not any(effect in ("NoSchedule", "NoExecute") for _k, _v, effect in n.taints)
+            and all(n.labels.get(k) == v for k, v in sel)]
+
+
+def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings) -> tuple[list[Action], float | None]:
+    """ScavengerJob actions due at ``now``, and when to look again (a segment's end, a timeout)."""
+    sjs = snapshot.scavenger_jobs
+    if not sjs:
+        return [], None
+    qp = settings.queues
+    by_uid = {sj.ref.uid: _SJState(sj, [], []) for sj in sjs.values() if not qp.excluded(sj.ref.namespace)}
+    job_owner: dict[str, str] = {}
+    for j in snapshot.jobs.values():
+        o = j.owner
+        if o is not None and o.kind == "ScavengerJob" and o.uid in by_uid:
+            by_uid[o.uid].jobs.append(j)
+            job_owner[j.ref.uid] = o.uid
+    # Pods: by their Job; pods whose Job is already gone (background deletion) by the
+    # ScavengerJob label and the Job name they point at.
+    names: dict[tuple[str, str], _SJState] = {(s.sj.ref.namespace, s.sj.ref.name): s for s in by_uid.values()}
+    nodes = snapshot.nodes
+    used_c = used_m = 0
+    bound: dict[str, tuple[int, int, int]] = {}  # node -> (cpu, mem, pods) taken by live pods
+    for p in snapshot.pods.values():
+        if p.terminal:
+            continue
+        if p.node:
+            c, m, k = bound.get(p.node, (0, 0, 0))
+            bound[p.node] = (c + p.cpu_m, m + p.mem_b, k + 1)
+        if p.queue == qp.scavenger_queue:
+            used_c, used_m = used_c + p.cpu_m, used_m + p.mem_b
+        o = p.owner
+        if o is None or o.kind != "Job":
+            continue
+        uid = job_owner.get(o.uid)
+        if uid is not None:
+            by_uid[uid].pods.append(p)
+        elif p.segment is not None:
+            st = names.get((p.ref.namespace, o.name.rsplit("-", 1)[0]))
+            if st is not None and o.name == job_name(st.sj.ref.name, p.segment):
+                st.pods.append(p)
+    # Pods of the terminal phases were skipped above; the classification needs them too.
+    for p in snapshot.pods.values():
+        if p.terminal and p.owner is not None and p.owner.uid in job_owner:
+            by_uid[job_owner[p.owner.uid]].pods.append(p)
+
+    def gone(node: str) -> bool:
+        return nodes is not None and node not in nodes
+
+    actions: list[Action] = []
+    wake: list[float] = []
+    waiting: list[Waiting] = []
+    waiting_sj: dict[tuple[str, str], SJView] = {}
+    pending_need: list[Need] = []  # gangs started but not all placed: they will take room
+    for st in sorted(by_uid.values(), key=lambda s: (s.sj.ref.namespace, s.sj.ref.name)):
+        w = _one(st, now, qp, gone, actions, wake)
+        if w is not None:
+            waiting.append(w)
+            waiting_sj[w.key] = st.sj
+        elif st.sj.job_name and st.sj.need is not None and st.sj.phase not in FINAL:
+            live = [p for p in st.pods if not p.terminal and not p.deleting]
+            unbound = sum(1 for p in live if not p.node)
+            missing = max(st.sj.need.pods - len(live), 0) + unbound
+            if missing:
+                pending_need.append(Need(missing, st.sj.need.cpu_m, st.sj.need.mem_b))
+                if not any(p.queue == qp.scavenger_queue for p in live):
+                    used_c, used_m = used_c + missing * st.sj.need.cpu_m, used_m + missing * st.sj.need.mem_b
+
+    if waiting and nodes is not None:
+        elig = eligible_nodes(nodes, qp.scavenger_node_selector)
+        alloc = {n.name: Room(n.name, n.cpu, n.mem, n.max_pods or 110) for n in elig}
+        free: dict[str, Room] = {}
+        for n in elig:
+            c, m, k = bound.get(n.name, (0, 0, 0))
+            free[n.name] = Room(n.name, n.cpu - c, n.mem - m, (n.max_pods or 110) - k)
+        for need in pending_need:
+            where = place(need, free)
+            if where is not None:
+                free = take(free, where, need)
+        for d in choose_starts(waiting, free, alloc, (used_c, used_m), qp.scavenger_share):
+            sj = waiting_sj[d.waiting.key]
+            if d.kind == "start":
+                actions.append(_start(sj, now, qp, d))
+            else:
+                a = _wait(sj, now, d)
+                if a is not None:
+                    actions.append(a)
+    return actions, (min(wake) if wake else None)
+
+
+def _start(sj: SJView, now: float, qp: QueuePolicy, d: Decision) -> Action:
+    seg = sj.segment + 1
+    name = job_name(sj.ref.name, seg)
+    where = ", ".join(f"{n} ({k})" if k > 1 else n for n, k in sorted((d.placement or {}).items()))
+    phase = sj.phase if sj.phase in ("Pending", "Interrupted") else "Pending"
+    again = f" (after {sj.interrupted_count} interruption{'s' if sj.interrupted_count != 1 else ''})" \
+        if sj.interrupted_count else ""
+    msg = f"starting{again}: Job {name}, {describe(sj.need or Need(1, 0, 0))}; room on {where}"
+    requires = []
+    for kind, obj in required_objects(sj):
+        why = f"{kind} {sj.ref.namespace}/{obj} does not exist; the ScavengerJob cannot run without it"
+        requires.append(Requirement(
+            Ref("v1", kind, sj.ref.namespace, obj, ""),
+            _act("sj-failed", sj, "MissingVolumeSource", why, now, phase="Failed", key=f"missing/{kind}/{obj}",
+                 warning=True, event_reason="Failed",
+                 status={"finishedTimestamp": format_time(now), "jobName": ""}),
+        ))
+    return _act("sj-start", sj, "Starting", msg, now, phase=phase, key=f"start/{seg}",
+                status={"segment": seg, "jobName": name}, create=job_body(sj, seg, qp), requires=tuple(requires))
+
+
+def _wait(sj: SJView, now: float, d: Decision) -> Action | None:
+    phase = sj.phase or "Pending"
+    msg = d.why
+    if sj.interrupted_count and phase == "Interrupted":
+        msg = f"interrupted {sj.interrupted_count} time{'s' if sj.interrupted_count != 1 else ''}; {msg}"
+    if sj.message == msg and sj.observed_generation == sj.generation:
+        return None
+    never = d.kind == "never-fits"
+    return _act("sj-waiting", sj, "CannotFit" if never else "Waiting", msg, now, phase=phase,
+                key=f"wait/{hashlib.sha256(msg.encode()).hexdigest()[:12]}", warning=never, quiet=not never)
+
+
+def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
+         actions: list[Action], wake: list[float]) -> Waiting | None:
+    """Plan one ScavengerJob; a ``Waiting`` when it is waiting for its turn to start."""
+    sj = st.sj
+    if sj.deleting:
+        return None  # its Jobs go with it (ownerReferences)
+    current = next((j for j in st.jobs if j.ref.name == sj.job_name and not j.deleting), None) \
+        if sj.job_name else None
+    for j in st.jobs:
+        if j is not current and not j.deleting and not (sj.phase == "Completed" and j.ref.name == sj.job_name):
+            actions.append(Action(
+                kind="sj-cleanup", target=sj.ref, reason="SegmentJobDeleted", quiet=True, key=j.ref.uid,
+                message=f"deleting Job {j.ref.name}: it is not the current segment's",
+                deletes=(Delete(j.ref, "Background"),)))
+    if sj.phase in FINAL:
+        return None
+    if not sj.phase:
+        msg = "waiting for room to start"
+        actions.append(_act("sj-queued", sj, "Queued", msg, now, phase="Pending", key="queued",
+                            status={"interruptedCount": sj.interrupted_count, "segment": sj.segment,
+                                    "jobName": "", "runningTimestamps": [], "interruptedTimestamps": []}))
+        return None  # the next pass sees it stored, and plans its start on a fenced status
+    if sj.problems or sj.need is None or sj.duration is None:
+        why = "invalid spec: " + "; ".join(sj.problems)
+        actions.append(_act("sj-failed", sj, "InvalidSpec", why, now, phase="Failed", key="invalid",
+                            warning=True, event_reason="Failed",
+                            status={"finishedTimestamp": format_time(now), "jobName": ""},
+                            deletes=tuple(Delete(j.ref, "Background") for j in st.jobs if not j.deleting)))
+        return None
+    seg = sj.segment
+    cur_pods = [p for p in st.pods if p.segment == seg and (current is None or p.owner is None
+                                                             or p.owner.uid == current.ref.uid)]
+    old_live = [p for p in st.pods if p not in cur_pods and not p.terminal]
+    dels = tuple(Delete(p.ref) for p in cur_pods if not p.deleting and not p.terminal)
+    job_del = (Delete(current.ref, "Background"),) if current is not None else ()
+    n_pods = sj.need.pods
+    ran = sj.running_segment == seg and seg > 0
+
+    if not sj.job_name:  # waiting for its turn
+        if any(not p.terminal for p in st.pods):
+            return None  # its old pods still hold their room; start when they are gone
+        return Waiting((sj.ref.namespace, sj.ref.name), sj.interrupted_count, sj.created, sj.need)
+
+    if current is None:
+        if ran:
+            # The segment's Job vanished (deleted from outside, pods and all): an interruption.
+            _interrupt(sj, now, "its Job was deleted from outside", cur_pods, dels, (), actions)
+            return None
+        if old_live:
+            return None  # the previous segment's pods are still checkpointing
+        name = sj.job_name
+        actions.append(Action(
+            kind="sj-resume", target=sj.ref, reason="SegmentStarted", key=f"job/{seg}",
+            message=f"segment {seg}: creating Job {name}",
+            create=job_body(sj, seg, qp)))
+        return None
+
+    v = classify(cur_pods, n_pods, gone)
+    if v.kind == "failed":
+        assert v.pod is not None
+        msg = f"pod {v.pod.ref.name} failed: {v.why}; the ScavengerJob failed for good"
+        actions.append(_act("sj-failed", sj, "PodFailed", msg, now, phase="Failed", key=f"failed/{seg}",
+                            warning=True, event_reason="Failed",
+                            status={"finishedTimestamp": format_time(now)}, deletes=job_del))
+        return None
+    if v.kind == "interrupted":
+        started = any(p.started is not None or p.phase == "Running" for p in cur_pods)
+        if ran or started:
+            _interrupt(sj, now, v.why, cur_pods, dels, job_del, actions)
+            return None
+        msg = f"its pods were stopped before they ran ({v.why}); waiting to start again"
+        actions.append(_act("sj-unschedulable", sj, "Requeued", msg, now, phase=sj.phase if sj.phase != "Running"
+                            else "Pending", key=f"requeued/{seg}", warning=True,
+                            status={"jobName": ""}, deletes=(*job_del, *dels)))
+        return None
+    if v.kind == "succeeded":
+        msg = f"completed: all {n_pods} pod{'s' if n_pods != 1 else ''} exited 0 in segment {seg}"
+        actions.append(_act("sj-completed", sj, "Completed", msg, now, phase="Completed", key="completed",
+                            status={"finishedTimestamp": format_time(now)}))
+        return None
+    if v.kind == "running":
+        latest = max((p.started for p in cur_pods if p.started is not None), default=now)
+        if sj.running_segment != seg:
+            fresh = sj.phase != "Running"
+            since = parse_time(sj.interrupted_ts[-1]) if sj.interrupted_ts else None
+            waited = now - (since if since is not None and sj.phase == "Interrupted" else sj.created)
+            msg = (f"running segment {seg} ({n_pods} pod{'s' if n_pods != 1 else ''}) since {format_time(latest)}; "
+                   f"next checkpoint boundary at {format_time(segment_end(latest, sj.duration))}")
+            status: dict[str, Any] = {"runningSegment": seg, "priorityStartOverTimestamp": format_time(latest)}
+            if fresh:
+                status["runningTimestamps"] = _append(sj.running_ts, latest)
+            actions.append(_act("sj-running" if fresh else "sj-segment-running", sj,
+                                "Started" if fresh else "SegmentStarted", msg, now, phase="Running",
+                                key=f"running/{seg}", status=status, amount=waited if fresh else 0.0))
+            wake.append(segment_end(latest, sj.duration))
+            return None
+        start_over = sj.start_over if sj.start_over is not None else latest
+        due = segment_end(start_over, sj.duration)
+        if now >= due:
+            nxt = seg + 1
+            name = job_name(sj.ref.name, nxt)
+            msg = (f"segment {seg} reached its duration ({format_duration(sj.duration)}): its pods get SIGTERM to "
+                   f"checkpoint; segment {nxt} (Job {name}) starts when they are gone")
+            actions.append(_act("sj-segment", sj, "SegmentEnded", msg, now, phase="Running", key=f"segment/{seg}",
+                                status={"segment": nxt, "jobName": name,
+                                        "priorityStartOverTimestamp": format_time(now)},
+                                deletes=job_del))
+        else:
+            wake.append(due)
+        return None
+    # starting: pods not all running yet
+    unbound = [p for p in cur_pods if not p.node and not p.terminal]
+    if unbound or len(cur_pods) < n_pods:
+        created = current.created if current.created is not None else now
+        due = created + qp.unschedulable_timeout
+        if now >= due:
+            msg = (f"{len(unbound) + max(n_pods - len(cur_pods), 0)} of {n_pods} pods not scheduled within "
+                   f"{format_duration(qp.unschedulable_timeout)}; Job {current.ref.name} deleted, waiting for room")
+            actions.append(_act("sj-unschedulable", sj, "Unschedulable", msg, now,
+                                phase=sj.phase if sj.phase in ("Pending", "Interrupted") else "Pending",
+                                key=f"unschedulable/{seg}", warning=True, status={"jobName": ""},
+                                deletes=(*job_del, *dels)))
+        else:
+            wake.append(due)
+    return None
+
+
+def _interrupt(sj: SJView, now: float, why: str, pods: list[PodView], dels: tuple[Delete, ...],
+               job_del: tuple[Delete, ...], actions: list[Action]) -> None:
+    assert sj.need is not None
+    n = sj.interrupted_count + 1
+    since = sj.start_over
+    lost = 0.0
+    if since is not None and sj.running_segment == sj.segment:
+        lost = max(now - since, 0.0) * sj.need.pods * sj.need.cpu_m / 1000
+    msg = (f"interrupted ({why}); all {sj.need.pods} pod{'s' if sj.need.pods != 1 else ''} of segment "
+           f"{sj.segment} go, and it waits to run again (interruption {n})")
+    actions.append(_act("sj-interrupted", sj, "Interrupted", msg, now, phase="Interrupted",
+                        key=f"interrupted/{sj.segment}", warning=True, amount=lost,
+                        status={"interruptedCount": n, "interruptedTimestamps": _append(sj.interrupted_ts, now),
+                                "jobName": ""},
+                        deletes=(*job_del, *dels)))
+
+
+def phase_counts(snapshot: Snapshot) -> dict[str, int]:
+    """ScavengerJobs by phase (for the gauge)."""
+    out = dict.fromkeys(PHASES, 0)
+    for sj in (snapshot.scavenger_jobs or {}).values():
+        out[sj.phase or "Pending"] = out.get(sj.phase or "Pending", 0) + 1
+    return out

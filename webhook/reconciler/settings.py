@@ -25,10 +25,25 @@ class QueuePolicy:
     # without a default queue means the bundle's default, not the next rule's)
     namespace_defaults: tuple[tuple[tuple[str, ...], str | None], ...] = ()
     excluded_namespaces: tuple[str, ...] = ()
+    # ScavengerJobs (bundle spec.scavengers and its queue)
+    scavenger_queue: str = "scavenger"
+    scavenger_class: str = "batchgate-scavenger"
+    scavenger_node_selector: tuple[tuple[str, str], ...] = ()
+    scavenger_share: float = 0.7
+    unschedulable_timeout: int = 300
+    scavenger_grace: int = 60
 
     @staticmethod
     def from_bundle(bundle: Bundle) -> QueuePolicy:
+        sv = bundle.scavengers
+        sq = bundle.queues.get(sv.queue)
         return QueuePolicy(
+            scavenger_queue=sv.queue,
+            scavenger_class=sq.priority_class if sq else "",
+            scavenger_node_selector=tuple(sorted(sq.node_selector.items())) if sq else (),
+            scavenger_share=sv.max_share,
+            unschedulable_timeout=sv.unschedulable_timeout,
+            scavenger_grace=sv.grace_period,
             max_time_limit={q.name: q.max_time_limit for q in bundle.queues.values()},
             default_queue=bundle.default_queue,
             namespace_defaults=tuple((r.names, r.default_queue) for r in bundle.namespaces),

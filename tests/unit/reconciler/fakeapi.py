@@ -54,6 +54,10 @@ class FakeApi:
         return (kind.plural, (namespace or "") if kind.namespaced else "", name)
 
     # -- the KubeApi surface ----------------------------------------------------------
+    def get_metadata(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any]:
+        obj = self.get(kind, namespace, name)
+        return {"kind": "PartialObjectMetadata", "metadata": obj.get("metadata", {})}
+
     def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any]:
         self.calls.append(("get", kind.plural, namespace or "", name))
         self._maybe_fail("get")

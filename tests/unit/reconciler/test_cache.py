@@ -195,6 +195,8 @@ def test_cache_waits_for_every_store_before_a_snapshot() -> None:
     c.pod_groups.replace([])
     assert not c.wait_synced(timeout=0.01)
     c.windows.mark_absent()  # no MaintenanceWindow CRD
+    assert not c.wait_synced(timeout=0.01)
+    c.scavenger_jobs.mark_absent()  # no ScavengerJob CRD
     assert c.wait_synced(timeout=0.01)
     snap = c.snapshot()
-    assert snap.nodes is None and snap.pod_groups == {} and snap.windows is None
+    assert snap.nodes is None and snap.pod_groups == {} and snap.windows is None and snap.scavenger_jobs is None

@@ -1,0 +1,243 @@
+"""The ScavengerJob controller over an in-memory API: the whole life of a ScavengerJob
+(queued, started, running, segment boundaries, completed), failures, interruptions, a
+missing volume source, start order and the cap. The test plays the Job controller and the
+kubelet (it creates the Jobs' pods and writes their status)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fakeapi import FakeApi
+from reconbuild import T0, running, terminated, ts
+
+from webhook.reconciler.controller import Controller
+from webhook.reconciler.model import LABEL_SEGMENT, LABEL_SJ, format_time
+from webhook.reconciler.settings import QueuePolicy, Settings
+
+SETTINGS = Settings(leader_elect=False, queues=QueuePolicy(unschedulable_timeout=300))
+MIN = 60
+
+
+def sj(name: str, *, pods: int = 2, cpu: str = "1", mem: str = "1Gi", duration: str = "30m",
+       volumes: list[dict[str, Any]] | None = None, created: float = -3600, status: dict[str, Any] | None = None,
+       ns: str = "demo") -> dict[str, Any]:
+    spec: dict[str, Any] = {"image": "registry.example.org/sim:1", "command": ["sim"], "runAsUser": 1000,
+                            "resources": {"limits": {"cpu": cpu, "memory": mem}}, "pods": pods,
+                            "duration": duration}
+    if volumes:
+        spec["volumes"] = volumes
+    obj: dict[str, Any] = {"apiVersion": "batchgate.io/v1alpha1", "kind": "ScavengerJob",
+                           "metadata": {"name": name, "namespace": ns, "generation": 1,
+                                        "creationTimestamp": ts(created)}, "spec": spec}
+    if status:
+        obj["status"] = status
+    return obj
+
+
+def node(name: str, cpu: str = "8", mem: str = "16Gi") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"allocatable": {"cpu": cpu, "memory": mem, "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+class World:
+    def __init__(self, *objs: dict[str, Any], nodes: int = 1) -> None:
+        self.api = FakeApi()
+        for i in range(nodes):
+            self.api.put(node(f"n{i}"))
+        for o in objs:
+            self.api.put(o)
+        self.now = T0
+        self.c = Controller(self.api, SETTINGS, clock=lambda: self.now)
+
+    def step(self, dt: float = 1) -> list[str]:
+        self.now += dt
+        self.c.cache.list_once()
+        done = [o.action.kind for o in self.c.run_pass() if o.result == "done"]
+        for j in self.jobs().values():  # the API server stamps what it creates
+            j["metadata"].setdefault("creationTimestamp", format_time(self.now))
+        return done
+
+    def sj(self, name: str) -> dict[str, Any]:
+        return self.api.objects[("scavengerjobs", "demo", name)]
+
+    def jobs(self) -> dict[str, dict[str, Any]]:
+        return {k[2]: o for k, o in self.api.objects.items() if k[0] == "jobs"}
+
+    def pods(self, job: str | None = None) -> list[dict[str, Any]]:
+        return [o for k, o in self.api.objects.items() if k[0] == "pods"
+                and (job is None or o["metadata"]["ownerReferences"][0]["name"] == job)]
+
+    def run_job(self, name: str, node: str = "n0", phase: str = "Running") -> None:
+        """The Job controller makes the pods, the scheduler binds them, the kubelet runs them."""
+        j = self.jobs()[name]
+        tpl = j["spec"]["template"]
+        for i in range(j["spec"]["parallelism"]):
+            self.api.put({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": f"{name}-{i}", "namespace": "demo", "labels": dict(tpl["metadata"]["labels"]),
+                "creationTimestamp": format_time(self.now),
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "controller": True,
+                                     "uid": j["metadata"]["uid"]}]},
+                "spec": {**tpl["spec"], "nodeName": node},
+                "status": {"phase": phase, "startTime": format_time(self.now),
+                           "containerStatuses": [running(self.now - T0)] if phase == "Running" else []}})
+
+    def set_pod(self, name: str, **status: Any) -> None:
+        self.api.objects[("pods", "demo", name)]["status"].update(status)
+
+    def kubelet_gone(self, job: str) -> None:
+        """The deleted Job's pods finish terminating (no garbage collector here)."""
+        for p in self.pods(job):
+            del self.api.objects[("pods", "demo", p["metadata"]["name"])]
+
+    def events(self, reason: str | None = None) -> list[str]:
+        return [e["message"] for e in self.api.events() if reason is None or e["reason"] == reason]
+
+
+def test_life_of_a_scavengerjob_with_segments():
+    w = World(sj("md"))
+    assert w.step() == ["sj-queued"]
+    st = w.sj("md")["status"]
+    assert st["phase"] == "Pending" and st["interruptedCount"] == 0 and st["creationTimestamp"] == ts(-3600)
+    assert w.step() == ["sj-start"]
+    st = w.sj("md")["status"]
+    assert (st["segment"], st["jobName"], st["phase"]) == (1, "md-1", "Pending")
+    job = w.jobs()["md-1"]
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "ScavengerJob"
+    assert job["spec"]["parallelism"] == job["spec"]["completions"] == 2 and job["spec"]["backoffLimit"] == 0
+    pod_spec = job["spec"]["template"]["spec"]
+    assert pod_spec["priorityClassName"] == "batchgate-scavenger"
+    assert pod_spec["containers"][0]["resources"]["requests"] == {"cpu": "1", "memory": "1Gi"}
+    assert job["spec"]["template"]["metadata"]["labels"]["batchgate.io/pod-group-size"] == "2"
+    assert w.step() == []  # pods not there yet: nothing to do
+    w.run_job("md-1")
+    assert w.step(60) == ["sj-running"]
+    st = w.sj("md")["status"]
+    assert st["phase"] == "Running" and st["runningSegment"] == 1 and len(st["runningTimestamps"]) == 1
+    start_over = st["priorityStartOverTimestamp"]
+    assert w.step() == [] and w.c.last_plan is not None and w.c.last_plan.wake_at is not None
+    # the duration runs out: status first, then the Job goes (SIGTERM -> checkpoint)
+    assert w.step(30 * MIN) == ["sj-segment"]
+    st = w.sj("md")["status"]
+    assert (st["segment"], st["jobName"], st["phase"]) == (2, "md-2", "Running")
+    assert st["priorityStartOverTimestamp"] > start_over and "md-1" not in w.jobs()
+    assert w.step() == []  # the old pods are still checkpointing: no new segment yet
+    w.kubelet_gone("md-1")
+    assert w.step() == ["sj-resume"] and "md-2" in w.jobs()
+    w.run_job("md-2")
+    assert w.step(5) == ["sj-segment-running"]
+    st = w.sj("md")["status"]
+    assert st["runningSegment"] == 2 and len(st["runningTimestamps"]) == 1 and st["interruptedCount"] == 0
+    for p in w.pods("md-2"):
+        w.set_pod(p["metadata"]["name"], phase="Succeeded", containerStatuses=[terminated(0)])
+    assert w.step() == ["sj-completed"]
+    st = w.sj("md")["status"]
+    assert st["phase"] == "Completed" and st["finishedTimestamp"]
+    assert [c["status"] for c in st["conditions"]] == ["False", "True"]
+    assert st["observedGeneration"] == 1
+    assert w.step() == [] and w.step(HOUR_) == []
+    reasons = [e["reason"] for e in w.api.events()]
+    assert reasons == ["Queued", "Starting", "Started", "SegmentEnded", "SegmentStarted", "SegmentStarted",
+                       "Completed"]
+
+
+HOUR_ = 3600
+
+
+def _running(w: World, name: str = "md") -> None:
+    w.step()
+    w.step()
+    w.run_job(f"{name}-1")
+    assert w.step(60) == ["sj-running"]
+
+
+def test_a_pod_failing_by_itself_fails_it_for_good():
+    w = World(sj("md"))
+    _running(w)
+    w.set_pod("md-1-1", phase="Failed", containerStatuses=[terminated(137, reason="OOMKilled")])
+    w.api.objects[("pods", "demo", "md-1-0")]["metadata"]["deletionTimestamp"] = format_time(w.now)  # Job controller
+    assert w.step() == ["sj-failed"]
+    st = w.sj("md")["status"]
+    assert st["phase"] == "Failed" and "md-1-1" in st["message"] and "OOMKilled" in st["message"]
+    assert "md-1" not in w.jobs()
+    assert w.step(HOUR_) == []
+
+
+def test_a_pod_deleted_from_outside_interrupts_it_and_it_restarts_first():
+    w = World(sj("md", cpu="2"), sj("younger", cpu="2", created=-60), nodes=1)
+    w.step()
+    w.step()  # md starts (older); younger waits: 4 + 4 cpu is over 70 % of 8
+    kinds = {o["metadata"]["name"] for o in w.jobs().values()}
+    assert kinds == {"md-1"}, "4 cpu + 4 cpu is over the 70 % cap of 8"
+    w.run_job("md-1")
+    assert w.step(60) == ["sj-running"]
+    w.api.objects[("pods", "demo", "md-1-0")]["metadata"]["deletionTimestamp"] = format_time(w.now)
+    assert w.step(600) == ["sj-interrupted"]
+    st = w.sj("md")["status"]
+    assert st["phase"] == "Interrupted" and st["interruptedCount"] == 1 and len(st["interruptedTimestamps"]) == 1
+    assert st["jobName"] == "" and "md-1" not in w.jobs()
+    assert "deleted while running" in st["message"]
+    assert ("pods", "demo", "md-1-1") not in w.api.objects  # every pod goes at once
+    assert w.events("Interrupted")
+    assert w.step() == []  # the interrupted pod is still terminating: no start on its room
+    w.kubelet_gone("md-1")
+    assert w.step() == ["sj-start"]  # interrupted first, though younger is waiting too
+    assert set(w.jobs()) == {"md-2"}
+    from webhook.reconciler import metrics
+    assert metrics.SJ_LOST._value.get() >= 600 * 4  # 2 pods x 2 cpu x 600 s
+
+
+def test_a_missing_configmap_fails_it_naming_the_object():
+    vols = [{"name": "params", "mountPath": "/etc/p", "configMap": {"name": "mdp"}}]
+    w = World(sj("md", volumes=vols))
+    w.step()
+    assert w.step() == ["sj-failed"]
+    st = w.sj("md")["status"]
+    assert st["phase"] == "Failed" and "ConfigMap demo/mdp does not exist" in st["message"]
+    assert w.jobs() == {}
+    w2 = World(sj("md", volumes=vols), {"apiVersion": "v1", "kind": "ConfigMap",
+                                        "metadata": {"name": "mdp", "namespace": "demo"}})
+    w2.step()
+    assert w2.step() == ["sj-start"]
+    assert w2.jobs()["md-1"]["spec"]["template"]["spec"]["volumes"] == [{"name": "params", "configMap": {"name": "mdp"}}]
+
+
+def test_unschedulable_past_the_timeout_waits_again():
+    w = World(sj("md"))
+    w.step()
+    w.step()
+    w.run_job("md-1", node="", phase="Pending")
+    assert w.step(200) == []
+    assert w.step(200) == ["sj-unschedulable"]
+    st = w.sj("md")["status"]
+    assert st["phase"] == "Pending" and st["jobName"] == "" and st["interruptedCount"] == 0
+    assert "not scheduled within 5m" in st["message"]
+
+
+def test_start_order_cap_and_never_fits():
+    objs = [sj("a", created=-100), sj("b", created=-200, status={"phase": "Interrupted", "interruptedCount": 2}),
+            sj("c", created=-300), sj("giant", pods=4, cpu="6", created=-400)]
+    w = World(*objs, nodes=2)  # 16 cpu, cap 70 % = 11.2 cpu; each small one takes 2
+    w.step()
+    w.step()
+    started = sorted(w.jobs())
+    assert started == ["a-1", "b-1", "c-1"]
+    assert "over the scavengers' share 70%" in w.sj("giant")["status"]["message"], w.sj("giant")["status"]
+    assert w.events("CannotFit")
+    objs2 = [sj(f"s{i}", created=-100 + i) for i in range(5)]
+    w2 = World(*objs2, nodes=2)
+    w2.step()
+    w2.step()
+    assert sorted(w2.jobs()) == ["s0-1", "s1-1", "s2-1", "s3-1", "s4-1"][:5]  # 10 cpu <= 11.2
+    w3 = World(*[sj(f"s{i}", created=-100 + i) for i in range(6)], nodes=2)
+    w3.step()
+    w3.step()
+    assert sorted(w3.jobs()) == ["s0-1", "s1-1", "s2-1", "s3-1", "s4-1"]
+    assert "more than is left of the scavengers' share (70% of the cluster)" in w3.sj("s5")["status"]["message"]
+
+
+def test_segment_labels_on_pods():
+    w = World(sj("md"))
+    _running(w)
+    p = w.pods("md-1")[0]
+    assert p["metadata"]["labels"][LABEL_SJ] == "md" and p["metadata"]["labels"][LABEL_SEGMENT] == "1"
