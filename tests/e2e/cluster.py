@@ -392,6 +392,7 @@ class _Transport:
         content_type: str | None = None,
         query: Mapping[str, Any] | None = None,
         timeout: float = 30,
+        accept: str = "application/json",
     ) -> Any:
         if query:
             path = f"{path}?{urllib.parse.urlencode(query)}"
@@ -403,7 +404,7 @@ class _Transport:
             conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         try:
             conn.putrequest(method, self.prefix + path)
-            conn.putheader("Accept", "application/json")
+            conn.putheader("Accept", accept)
             if self.token:
                 conn.putheader("Authorization", f"Bearer {self.token}")
             for k, v in self.headers:
@@ -505,17 +506,18 @@ class _ClusterBase:
 
     def request(self, method: str, path: str, body: Any = None, *, as_user: str = "admin",
                 content_type: str | None = None, query: Mapping[str, Any] | None = None,
-                timeout: float = 30) -> Any:
+                timeout: float = 30, accept: str = "application/json") -> Any:
         """JSON REST call as ``as_user``; raises KubeApiError on HTTP errors.
 
-        PATCH bodies default to ``application/merge-patch+json``.
+        PATCH bodies default to ``application/merge-patch+json``; ``accept`` e.g. a Table
+        (what kubectl get prints: ``application/json;as=Table;v=v1;g=meta.k8s.io``).
         """
         try:
             t = self._transports[as_user]
         except KeyError:
             raise KeyError(f"unknown identity {as_user!r}; have {sorted(self._transports)}") from None
         return t.request(method, path, body, content_type=content_type, query=query,
-                         timeout=timeout)
+                         timeout=timeout, accept=accept)
 
     def get(self, path: str, *, as_user: str = "admin", **query: Any) -> Any:
         return self.request("GET", path, as_user=as_user, query=query or None)

@@ -697,7 +697,7 @@ def _start(sj: SJView, now: float, qp: QueuePolicy, d: Decision) -> Action:
             Ref("v1", kind, sj.ref.namespace, obj, ""),
             _act("sj-failed", sj, "MissingVolumeSource", why, now, phase="Failed", key=f"missing/{kind}/{obj}",
                  warning=True, event_reason="Failed",
-                 status={"finishedTimestamp": format_time(now), "jobName": ""}),
+                 status={"finishedTimestamp": format_time(now), "jobName": None}),
         ))
     return _act("sj-start", sj, "Starting", msg, now, phase=phase, key=f"start/{seg}",
                 status={"segment": seg, "jobName": name}, create=job_body(sj, seg, qp), requires=tuple(requires))
@@ -735,13 +735,13 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
         msg = "waiting for room to start"
         actions.append(_act("sj-queued", sj, "Queued", msg, now, phase="Pending", key="queued",
                             status={"interruptedCount": sj.interrupted_count, "segment": sj.segment,
-                                    "jobName": "", "runningTimestamps": [], "interruptedTimestamps": []}))
+                                    "jobName": None, "runningTimestamps": [], "interruptedTimestamps": []}))
         return None  # the next pass sees it stored, and plans its start on a fenced status
     if sj.problems or sj.need is None or sj.duration is None:
         why = "invalid spec: " + "; ".join(sj.problems)
         actions.append(_act("sj-failed", sj, "InvalidSpec", why, now, phase="Failed", key="invalid",
                             warning=True, event_reason="Failed",
-                            status={"finishedTimestamp": format_time(now), "jobName": ""},
+                            status={"finishedTimestamp": format_time(now), "jobName": None},
                             deletes=tuple(Delete(j.ref, "Background") for j in st.jobs if not j.deleting)))
         return None
     seg = sj.segment
@@ -788,7 +788,7 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
         msg = f"its pods were stopped before they ran ({v.why}); waiting to start again"
         actions.append(_act("sj-unschedulable", sj, "Requeued", msg, now, phase=sj.phase if sj.phase != "Running"
                             else "Pending", key=f"requeued/{seg}", warning=True,
-                            status={"jobName": ""}, deletes=(*job_del, *dels)))
+                            status={"jobName": None}, deletes=(*job_del, *dels)))
         return None
     if v.kind == "succeeded":
         msg = f"completed: all {n_pods} pod{'s' if n_pods != 1 else ''} exited 0 in segment {seg}"
@@ -835,7 +835,7 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
                    f"{format_duration(qp.unschedulable_timeout)}; Job {current.ref.name} deleted, waiting for room")
             actions.append(_act("sj-unschedulable", sj, "Unschedulable", msg, now,
                                 phase=sj.phase if sj.phase in ("Pending", "Interrupted") else "Pending",
-                                key=f"unschedulable/{seg}", warning=True, status={"jobName": ""},
+                                key=f"unschedulable/{seg}", warning=True, status={"jobName": None},
                                 deletes=(*job_del, *dels)))
         else:
             wake.append(due)
@@ -855,7 +855,7 @@ def _interrupt(sj: SJView, now: float, why: str, pods: list[PodView], dels: tupl
     actions.append(_act("sj-interrupted", sj, "Interrupted", msg, now, phase="Interrupted",
                         key=f"interrupted/{sj.segment}", warning=True, amount=lost,
                         status={"interruptedCount": n, "interruptedTimestamps": _append(sj.interrupted_ts, now),
-                                "jobName": ""},
+                                "jobName": None},
                         deletes=(*job_del, *dels)))
 
 

@@ -1,0 +1,370 @@
+"""ScavengerJobs on a real control plane: kube-apiserver, the stock kube-scheduler and
+kube-controller-manager 1.20 (Job controller, garbage collector), fake Nodes, and the
+webhook admitting everything. ``batchgate reconcile`` runs as a separate process with a
+copy of the bundle whose scavenger queue may use only this test's nodes. The test plays
+the kubelet: it writes pod status and finishes terminating pods.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cluster import KubeApiError, require_components, tail
+from server_fixtures import container, pod, pods_path, unique
+
+pytest_plugins = ["server_fixtures"]
+
+REPO = Path(__file__).resolve().parents[2]
+API = "/apis/batchgate.io/v1alpha1"
+POOL = "batchgate.io/e2e-scavenger-pool"
+
+
+def sj_path(ns: str, name: str = "") -> str:
+    return f"{API}/namespaces/{ns}/scavengerjobs" + (f"/{name}" if name else "")
+
+
+def jobs_path(ns: str, name: str = "") -> str:
+    return f"/apis/batch/v1/namespaces/{ns}/jobs" + (f"/{name}" if name else "")
+
+
+class Reconciler:
+    def __init__(self, proc: subprocess.Popen[bytes], log: Path) -> None:
+        self.proc, self.log = proc, log
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        return self.proc.wait(timeout=30)
+
+    def logs(self) -> str:
+        return tail(self.log, 60)
+
+
+@pytest.fixture
+def pool(kube: Any) -> Iterator[tuple[str, Callable[..., str]]]:
+    """This test's nodes: labelled with a pool name that only its bundle's scavenger queue selects."""
+    name = unique("pool")
+    made: list[str] = []
+
+    def make(cpu: str = "4", memory: str = "8Gi") -> str:
+        n = unique("sj-node")
+        kube.create_node(n, cpu=cpu, memory=memory, labels={POOL: name})
+        made.append(n)
+        return n
+
+    yield name, make
+    for n in made:
+        with contextlib.suppress(Exception):
+            kube.delete_node(n)
+
+
+@pytest.fixture
+def reconciler(kube: Any, namespace: str, tmp_path: Path, pool: tuple[str, Any]) -> Iterator[Callable[..., Reconciler]]:
+    policies = tmp_path / "policies"
+    shutil.copytree(REPO / "policies", policies)
+    bundle = yaml.safe_load((policies / "bundle.yaml").read_text())
+    for q in bundle["spec"]["queues"]:
+        if q["name"] == "scavenger":
+            q["nodeSelector"] = {POOL: pool[0]}
+    bundle["spec"]["scavengers"].update({"unschedulableTimeout": "20s", "gracePeriod": "5s"})
+    (policies / "bundle.yaml").write_text(yaml.safe_dump(bundle))
+    started: list[Reconciler] = []
+
+    def start(*, env: dict[str, str] | None = None) -> Reconciler:
+        log = tmp_path / f"reconciler-{len(started)}.log"
+        cmd = [sys.executable, "-m", "webhook", "--log-level", "INFO", "reconcile", "--policies", str(policies),
+               "--kubeconfig", kube.kubeconfig("admin"), "--namespace", namespace,
+               "--lease-namespace", namespace, "--identity", "r1", "--resync", "20s"]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                    env={**os.environ, **(env or {})})
+        started.append(Reconciler(proc, log))
+        return started[-1]
+
+    yield start
+    for r in started:
+        with contextlib.suppress(Exception):
+            r.kill()
+        print(f"--- {r.log.name} (exit {r.proc.returncode}) ---\n{r.logs()}")
+
+
+def scavengerjob(name: str, *, pods: int = 1, cpu: str = "1", duration: str = "1h",
+                 volumes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"image": "registry.k8s.io/pause:3.2", "command": ["/pause"], "runAsUser": 1000,
+                            "resources": {"limits": {"cpu": cpu, "memory": "1Gi"}}, "pods": pods,
+                            "duration": duration}
+    if volumes:
+        spec["volumes"] = volumes
+    return {"apiVersion": "batchgate.io/v1alpha1", "kind": "ScavengerJob", "metadata": {"name": name}, "spec": spec}
+
+
+def status(kube: Any, ns: str, name: str) -> dict[str, Any]:
+    return kube.get(sj_path(ns, name)).get("status") or {}  # type: ignore[no-any-return]
+
+
+def wait_status(kube: Any, ns: str, name: str, pred: Callable[[dict[str, Any]], Any], what: str,
+                timeout: float = 60, r: Reconciler | None = None) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        st = status(kube, ns, name)
+        return st if pred(st) else None
+
+    return kube.wait_for(check, timeout,  # type: ignore[no-any-return]
+                         message=f"{name}: {what}; status {status(kube, ns, name)}" + (f"\n{r.logs()}" if r else ""))
+
+
+def seg_pods(kube: Any, ns: str, job: str) -> list[dict[str, Any]]:
+    return kube.get(pods_path(ns), labelSelector=f"job-name={job}")["items"]  # type: ignore[no-any-return]
+
+
+def run_segment(kube: Any, ns: str, job: str, count: int, timeout: float = 60) -> list[dict[str, Any]]:
+    """The Job controller makes the pods, kube-scheduler binds them; the kubelet (we) runs them."""
+    pods = kube.wait_for_pods(ns, label_selector=f"job-name={job}", count=count, timeout=timeout,
+                              predicate=lambda p: bool(p["spec"].get("nodeName"))
+                              and not p["metadata"].get("deletionTimestamp"))
+    for p in pods:
+        if (p.get("status") or {}).get("phase") != "Running":
+            kube.set_pod_phase(ns, p["metadata"]["name"], "Running")
+    return pods
+
+
+def finish_terminating(kube: Any, ns: str) -> int:
+    """The kubelet: pods being deleted are gone once their containers stopped."""
+    n = 0
+    for p in kube.get(pods_path(ns))["items"]:
+        if p["metadata"].get("deletionTimestamp"):
+            kube.delete(pods_path(ns, p["metadata"]["name"]),
+                        body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0})
+            n += 1
+    return n
+
+
+def events(kube: Any, ns: str, uid: str, reason: str | None = None) -> list[dict[str, Any]]:
+    items = kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
+    return [e for e in items if e["involvedObject"].get("uid") == uid and (reason is None or e["reason"] == reason)]
+
+
+# -- 1. lifecycle -----------------------------------------------------------------------
+def test_lifecycle_queued_started_running_completed(kube, webhook_server, namespace, pool, reconciler):
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns, (_, node) = namespace, pool
+    node(cpu="8")
+    r = reconciler()
+    sj = kube.create(sj_path(ns), scavengerjob("md", pods=2))
+    st = wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-1", "started", r=r)
+    assert st["segment"] == 1 and st["interruptedCount"] == 0 and st["creationTimestamp"]
+    job = kube.get(jobs_path(ns, "md-1"))
+    (owner,) = job["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("ScavengerJob", sj["metadata"]["uid"], True)
+    assert job["spec"]["parallelism"] == job["spec"]["completions"] == 2
+    pods = run_segment(kube, ns, "md-1", 2)
+    for p in pods:  # Guaranteed, the scavenger class (never preempts), the gang's labels
+        assert p["status"]["qosClass"] == "Guaranteed"
+        assert p["spec"]["priorityClassName"] == "batchgate-scavenger" and p["spec"]["priority"] < 0
+        assert p["spec"]["preemptionPolicy"] == "Never"
+        assert p["metadata"]["labels"]["batchgate.io/pod-group-size"] == "2"
+    st = wait_status(kube, ns, "md", lambda s: s.get("phase") == "Running", "Running", r=r)
+    assert len(st["runningTimestamps"]) == 1 and st["priorityStartOverTimestamp"] and st["runningSegment"] == 1
+    assert {c["type"]: c["status"] for c in st["conditions"]} == {"Running": "True", "Finished": "False"}
+    assert st["observedGeneration"] == 1
+    for p in pods:
+        kube.set_pod_phase(ns, p["metadata"]["name"], "Succeeded", {"main": 0})
+    st = wait_status(kube, ns, "md", lambda s: s.get("phase") == "Completed", "Completed", r=r)
+    assert st["finishedTimestamp"] and "completed" in st["message"]
+    reasons = [e["reason"] for e in events(kube, ns, sj["metadata"]["uid"])]
+    assert sorted(reasons) == ["Completed", "Queued", "Started", "Starting"], reasons
+    # kubectl get sj: the printer columns tell the story
+    table = kube.request("GET", sj_path(ns), accept="application/json;as=Table;v=v1;g=meta.k8s.io")
+    cols = [c["name"] for c in table["columnDefinitions"]]
+    assert cols[:8] == ["Name", "Phase", "Pods", "Interrupted", "Segment", "Duration", "Start-Over", "Age"]
+    row = dict(zip(cols, table["rows"][0]["cells"], strict=False))
+    assert (row["Phase"], row["Pods"], row["Interrupted"], row["Segment"]) == ("Completed", 2, 0, 1)
+
+
+# -- 2. failure vs interruption -----------------------------------------------------------
+def test_oomkilled_pod_fails_it_for_good(kube, webhook_server, namespace, pool, reconciler):
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns, (_, node) = namespace, pool
+    node(cpu="8")
+    r = reconciler()
+    kube.create(sj_path(ns), scavengerjob("md", pods=2))
+    wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-1", "started", r=r)
+    pods = run_segment(kube, ns, "md-1", 2)
+    wait_status(kube, ns, "md", lambda s: s.get("phase") == "Running", "Running", r=r)
+    victim = pods[0]["metadata"]["name"]
+    kube.set_pod_phase(ns, victim, "Failed", {"main": "OOMKilled"})
+    st = wait_status(kube, ns, "md", lambda s: s.get("phase") == "Failed", "Failed", r=r)
+    assert victim in st["message"] and "OOMKilled" in st["message"] and st["finishedTimestamp"]
+    kube.wait_for(lambda: not kube.exists(jobs_path(ns, "md-1")) or
+                  kube.get(jobs_path(ns, "md-1"))["metadata"].get("deletionTimestamp"), 30, message="Job deleted")
+    time.sleep(3)
+    assert status(kube, ns, "md")["phase"] == "Failed" and status(kube, ns, "md")["interruptedCount"] == 0
+
+
+def test_external_delete_interrupts_all_pods_go_and_it_restarts(kube, webhook_server, namespace, pool, reconciler):
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns, (_, node) = namespace, pool
+    node(cpu="8")
+    r = reconciler()
+    sj = kube.create(sj_path(ns), scavengerjob("md", pods=2))
+    wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-1", "started", r=r)
+    pods = run_segment(kube, ns, "md-1", 2)
+    wait_status(kube, ns, "md", lambda s: s.get("phase") == "Running", "Running", r=r)
+    kube.delete(pods_path(ns, pods[0]["metadata"]["name"]))  # kubectl delete pod: grace period
+    st = wait_status(kube, ns, "md", lambda s: s.get("phase") == "Interrupted", "Interrupted", r=r)
+    assert st["interruptedCount"] == 1 and len(st["interruptedTimestamps"]) == 1
+    assert "deleted while running" in st["message"]
+    for p in pods:  # every pod of it goes, at once
+        kube.wait_for(lambda p=p: not kube.exists(pods_path(ns, p["metadata"]["name"])) or
+                      kube.get(pods_path(ns, p["metadata"]["name"]))["metadata"].get("deletionTimestamp"),
+                      30, message="all pods deleted")
+    (ev,) = events(kube, ns, sj["metadata"]["uid"], "Interrupted")
+    assert ev["type"] == "Warning" and pods[0]["metadata"]["name"] in ev["message"]
+    finish_terminating(kube, ns)
+    st = wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-2", "restarted", r=r)
+    run_segment(kube, ns, "md-2", 2)
+    st = wait_status(kube, ns, "md", lambda s: s.get("phase") == "Running", "running again", r=r)
+    assert st["interruptedCount"] == 1 and len(st["runningTimestamps"]) == 2
+
+
+def test_missing_configmap_fails_it_naming_the_object(kube, webhook_server, namespace, pool, reconciler):
+    ns, (_, node) = namespace, pool
+    node()
+    r = reconciler()
+    kube.create(sj_path(ns), scavengerjob("md", volumes=[
+        {"name": "params", "mountPath": "/etc/params", "configMap": {"name": "md-params"}}]))
+    st = wait_status(kube, ns, "md", lambda s: s.get("phase") == "Failed", "Failed", r=r)
+    assert f"ConfigMap {ns}/md-params does not exist" in st["message"]
+    assert not kube.exists(jobs_path(ns, "md-1"))
+
+
+# -- 3. start order and the cap --------------------------------------------------------------
+def test_start_order_interrupted_first_then_oldest_within_the_cap(kube, webhook_server, namespace, pool, reconciler):
+    ns, (_, node) = namespace, pool
+    node(cpu="4")  # 70 %: 2.8 cpu for scavengers; each of these needs 2
+    kube.create(sj_path(ns), scavengerjob("oldest", cpu="2"))
+    time.sleep(1.1)  # creationTimestamps have whole seconds
+    kube.create(sj_path(ns), scavengerjob("again", cpu="2"))
+    kube.patch(f"{sj_path(ns, 'again')}/status", {"status": {"phase": "Interrupted", "interruptedCount": 2}})
+    kube.create(sj_path(ns), scavengerjob("small", cpu="500m"))
+    kube.create(sj_path(ns), scavengerjob("huge", pods=2, cpu="2"))
+    r = reconciler()
+    wait_status(kube, ns, "again", lambda s: s.get("jobName") == "again-1", "interrupted one first", r=r)
+    wait_status(kube, ns, "small", lambda s: s.get("jobName") == "small-1", "small one backfills", r=r)
+    st = wait_status(kube, ns, "oldest", lambda s: "share" in s.get("message", ""), "waiting on the cap", r=r)
+    assert not st.get("jobName") and st["phase"] == "Pending"
+    st = wait_status(kube, ns, "huge", lambda s: "over the scavengers' share" in s.get("message", ""),
+                     "can never fit", r=r)
+    assert not kube.exists(jobs_path(ns, "oldest-1")) and not kube.exists(jobs_path(ns, "huge-1"))
+
+
+# -- 4. preemption order ------------------------------------------------------------------------
+def test_kube_scheduler_preempts_the_one_that_just_started_over_before_an_older_one(
+        kube, webhook_server, namespace, pool, reconciler):
+    """'b' is the older ScavengerJob and its first pod started first; 'a' started later. Then
+    b reaches its duration: checkpoint, new segment, new pod. An ordinary pod needs room: the
+    stock kube-scheduler preempts b (least progress since its checkpoint), not a."""
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns, (pool_name, make_node) = namespace, pool
+    node = make_node(cpu="4")
+    r = reconciler()
+    kube.create(sj_path(ns), scavengerjob("b", duration="15s"))
+    wait_status(kube, ns, "b", lambda s: s.get("jobName") == "b-1", "b started", r=r)
+    run_segment(kube, ns, "b-1", 1)
+    wait_status(kube, ns, "b", lambda s: s.get("phase") == "Running", "b running", r=r)
+    time.sleep(2)
+    kube.create(sj_path(ns), scavengerjob("a", duration="1h"))
+    wait_status(kube, ns, "a", lambda s: s.get("jobName") == "a-1", "a started", r=r)
+    (a_pod,) = run_segment(kube, ns, "a-1", 1)
+    wait_status(kube, ns, "a", lambda s: s.get("phase") == "Running", "a running", r=r)
+    # b's segment ends: status first, then its pod gets SIGTERM (we finish it), then segment 2
+    wait_status(kube, ns, "b", lambda s: s.get("segment") == 2, "b's segment boundary", timeout=40, r=r)
+    kube.wait_for(lambda: finish_terminating(kube, ns) or not seg_pods(kube, ns, "b-1"), 30,
+                  message="b-1's pod gone")
+    (b_pod,) = run_segment(kube, ns, "b-2", 1)
+    st = wait_status(kube, ns, "b", lambda s: s.get("runningSegment") == 2, "b's segment 2 running", r=r)
+    assert st["interruptedCount"] == 0 and len(st["runningTimestamps"]) == 1
+    a_start = kube.get(pods_path(ns, a_pod["metadata"]["name"]))["status"]["startTime"]
+    b_start = kube.get(pods_path(ns, b_pod["metadata"]["name"]))["status"]["startTime"]
+    assert b_start > a_start  # b, the older ScavengerJob, is now the latest started
+    # An ordinary pod needs 3 of the 4 cpus; a and b use 1 each: one must go.
+    ordinary = pod(unique("urgent"), containers=[container(cpu="3", memory="1Gi")],
+                   nodeSelector={POOL: pool_name}, priorityClassName="batchgate-batch")
+    kube.create(pods_path(ns), ordinary)
+    kube.wait_for(lambda: kube.get(pods_path(ns, b_pod["metadata"]["name"]))["metadata"].get("deletionTimestamp"),
+                  30, message="kube-scheduler to preempt b")
+    st = wait_status(kube, ns, "b", lambda s: s.get("phase") == "Interrupted", "b interrupted", r=r)
+    assert st["interruptedCount"] == 1
+    a_now = kube.get(pods_path(ns, a_pod["metadata"]["name"]))
+    assert not a_now["metadata"].get("deletionTimestamp"), "a, older in its segment, must survive"
+    assert status(kube, ns, "a")["phase"] == "Running"
+    finish_terminating(kube, ns)
+    bound = kube.wait_for(lambda: kube.get(pods_path(ns, ordinary["metadata"]["name"]))["spec"].get("nodeName"),
+                          60, message="the ordinary pod bound")
+    assert bound == node
+
+
+# -- 5. restarts: killed after every write ---------------------------------------------------------
+def test_killed_after_every_single_write_nothing_doubled_nothing_lost(
+        kube, webhook_server, namespace, pool, reconciler):
+    """Each reconciler process dies right after its first successful write; the next one carries
+    on, while the test plays kubelet. The story: queued, start, running, segment boundary, next
+    segment, running, completed. Each Event exactly once; no second Job for a segment."""
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns, (_, make_node) = namespace, pool
+    make_node(cpu="8")
+    sj = kube.create(sj_path(ns), scavengerjob("md", duration="20s"))
+    uid = sj["metadata"]["uid"]
+    crashes = 0
+    done = False
+    for _ in range(40):
+        rec = reconciler(env={"BATCHGATE_RECONCILER_CRASH_AFTER_WRITES": "1"})
+        deadline = time.time() + 60
+        while rec.alive() and time.time() < deadline:
+            st = status(kube, ns, "md")
+            job = st.get("jobName")
+            finish_terminating(kube, ns)
+            if job:
+                for p in seg_pods(kube, ns, job):
+                    phase = (p.get("status") or {}).get("phase")
+                    if p["spec"].get("nodeName") and phase == "Pending" and not p["metadata"].get("deletionTimestamp"):
+                        kube.set_pod_phase(ns, p["metadata"]["name"], "Running")
+                    if st.get("segment") == 2 and st.get("runningSegment") == 2 and phase == "Running":
+                        kube.set_pod_phase(ns, p["metadata"]["name"], "Succeeded", {"main": 0})
+            if st.get("phase") == "Completed":
+                done = True
+                break
+            time.sleep(0.3)
+        if done:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                rec.proc.wait(timeout=15)
+            if not rec.alive() and rec.proc.returncode == 137:
+                crashes += 1
+            break
+        assert not rec.alive(), f"no write within 60 s:\n{rec.logs()}"
+        assert rec.proc.returncode == 137, rec.logs()
+        crashes += 1
+    assert done, status(kube, ns, "md")
+    st = status(kube, ns, "md")
+    assert st["interruptedCount"] == 0 and len(st["runningTimestamps"]) == 1 and st["segment"] == 2
+    reasons = sorted(e["reason"] for e in events(kube, ns, uid))
+    assert reasons == sorted(["Queued", "Starting", "Started", "SegmentEnded", "SegmentStarted", "SegmentStarted",
+                              "Completed"]), reasons
+    assert all(e.get("count", 1) == 1 for e in events(kube, ns, uid))
+    # Event + status + Job for the start, ...: every write made by a process that then died
+    assert crashes >= 14, crashes
+    with contextlib.suppress(KubeApiError):
+        assert kube.get(jobs_path(ns, "md-2"))["metadata"]["ownerReferences"][0]["uid"] == uid
