@@ -766,8 +766,10 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
         if old_live:
             return None  # the previous segment's pods are still checkpointing
         name = sj.job_name
+        # No Event: SegmentEnded (or Starting, when a crash came between its status and its
+        # Job) told the story, and SegmentStarted / Started will when the pods run.
         actions.append(Action(
-            kind="sj-resume", target=sj.ref, reason="SegmentStarted", key=f"job/{seg}",
+            kind="sj-resume", target=sj.ref, reason="SegmentJobCreated", key=f"job/{seg}", quiet=True,
             message=f"segment {seg}: creating Job {name}",
             create=job_body(sj, seg, qp)))
         return None

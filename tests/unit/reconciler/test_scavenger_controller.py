@@ -137,7 +137,7 @@ def test_life_of_a_scavengerjob_with_segments():
     assert st["observedGeneration"] == 1
     assert w.step() == [] and w.step(HOUR_) == []
     reasons = [e["reason"] for e in w.api.events()]
-    assert reasons == ["Queued", "Starting", "Started", "SegmentEnded", "SegmentStarted", "SegmentStarted",
+    assert reasons == ["Queued", "Starting", "Started", "SegmentEnded", "SegmentStarted",
                        "Completed"]
 
 
