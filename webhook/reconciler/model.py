@@ -402,7 +402,7 @@ def _sched(md: Mapping[str, Any], spec: Mapping[str, Any]) -> PodSched:
     )
 
 
-def _milli(v: Any) -> int:
+def quantity_milli(v: Any) -> int:
     try:
         q = parse_quantity(v) * 1000
     except (ValueError, TypeError):
@@ -410,7 +410,7 @@ def _milli(v: Any) -> int:
     return max(-(-q.numerator // q.denominator), 0)
 
 
-def _bytes(v: Any) -> int:
+def quantity_ceil(v: Any) -> int:
     try:
         q = parse_quantity(v)
     except (ValueError, TypeError):
@@ -549,7 +549,7 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
         labels=dict(md.get("labels") or {}),
         unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
         maintenance=(md.get("annotations") or {}).get(ANN_MAINTENANCE),
-        max_pods=_bytes(alloc.get("pods", 0)),
+        max_pods=quantity_ceil(alloc.get("pods", 0)),
     )
 
 

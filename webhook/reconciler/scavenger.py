@@ -74,10 +74,10 @@ from .model import (
     PodView,
     Ref,
     Snapshot,
-    _bytes,
-    _milli,
     format_time,
     parse_time,
+    quantity_ceil,
+    quantity_milli,
 )
 from .settings import QueuePolicy, Settings
 
@@ -394,8 +394,8 @@ def sj_view(obj: Mapping[str, Any]) -> SJView:
     if isinstance(res, dict):
         limits = res.get("limits") or {}
         requests = res.get("requests") or {}
-        cpu = _milli(requests.get("cpu", limits.get("cpu")))
-        mem = _bytes(requests.get("memory", limits.get("memory")))
+        cpu = quantity_milli(requests.get("cpu", limits.get("cpu")))
+        mem = quantity_ceil(requests.get("memory", limits.get("memory")))
         pods = spec.get("pods", 1)
         if cpu <= 0 or mem <= 0:
             problems.append("spec.resources: cpu and memory limits are required")
