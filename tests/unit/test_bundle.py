@@ -14,6 +14,11 @@ from webhook.rules import load_bundle
 from webhook.yamlsrc import BundleError
 
 
+def test_shipped_bundle_scavenger_settings(bundle):
+    sv = bundle.scavengers
+    assert (sv.queue, sv.max_share, sv.unschedulable_timeout, sv.grace_period) == ("scavenger", 0.7, 300, 60)
+
+
 def test_shipped_bundle_loads(bundle):
     assert set(bundle.queues) >= {"interactive", "batch", "scavenger"}
     assert bundle.default_queue == "batch"
@@ -66,6 +71,15 @@ BUNDLE_ERRORS = [
     ("missing-default-queue", "defaultQueue: batch", "defaultQueue: nightly", "defaultQueue: nightly",
      r"default queue 'nightly' is not declared"),
     ("invalid-yaml", "  queues:", "  queues: [", None, r"invalid YAML"),
+    ("scavenger-share-over-100", "maxShare: 70%", "maxShare: 170%", "maxShare",
+     r"spec\.scavengers\.maxShare: expected a share of the cluster like 70%.*170% is not over 0 and at most 100%"),
+    ("scavenger-share-word", "maxShare: 70%", "maxShare: most", "maxShare", r"'most' is not a share"),
+    ("scavenger-queue-not-scavenger", "    queue: scavenger\n", "    queue: batch\n", "queue: batch",
+     r"spec\.scavengers\.queue: must be a scavenger queue \(scavenger: true\); those: scavenger"),
+    ("scavenger-timeout", "unschedulableTimeout: 5m", "unschedulableTimeout: soon", "soon",
+     r"unschedulableTimeout: expected a duration"),
+    ("scavenger-unknown", "gracePeriod: 60s", "gracePeriod: 60s\n    maxShares: 1", "maxShares",
+     r"spec\.scavengers\.maxShares: unknown field"),
 ]
 
 
