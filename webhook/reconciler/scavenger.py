@@ -604,11 +604,17 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings) -> tuple
     qp = settings.queues
     by_uid = {sj.ref.uid: _SJState(sj, [], []) for sj in sjs.values() if not qp.excluded(sj.ref.namespace)}
     job_owner: dict[str, str] = {}
+    job_ref: dict[str, Ref] = {}
     for j in snapshot.jobs.values():
         o = j.owner
-        if o is not None and o.kind == "ScavengerJob" and o.uid in by_uid:
-            by_uid[o.uid].jobs.append(j)
-            job_owner[j.ref.uid] = o.uid
+        st0 = by_uid.get(o.uid) if o is not None and o.kind == "ScavengerJob" else None
+        # Only a real owner: same namespace and name as the reference says (a forged
+        # ownerReference to another namespace's ScavengerJob uid confirms nothing).
+        if st0 is not None and o is not None and st0.sj.ref.namespace == j.ref.namespace \
+                and st0.sj.ref.name == o.name:
+            st0.jobs.append(j)
+            job_owner[j.ref.uid] = st0.sj.ref.uid
+            job_ref[j.ref.uid] = j.ref
     # Pods: by their Job; pods whose Job is already gone (background deletion) by the
     # ScavengerJob label and the Job name they point at.
     names: dict[tuple[str, str], _SJState] = {(s.sj.ref.namespace, s.sj.ref.name): s for s in by_uid.values()}
@@ -628,15 +634,20 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings) -> tuple
             continue
         uid = job_owner.get(o.uid)
         if uid is not None:
-            by_uid[uid].pods.append(p)
+            jr = job_ref[o.uid]
+            if jr.namespace == p.ref.namespace and jr.name == o.name:
+                by_uid[uid].pods.append(p)
         elif p.segment is not None:
             st = names.get((p.ref.namespace, o.name.rsplit("-", 1)[0]))
             if st is not None and o.name == job_name(st.sj.ref.name, p.segment):
                 st.pods.append(p)
     # Pods of the terminal phases were skipped above; the classification needs them too.
     for p in snapshot.pods.values():
-        if p.terminal and p.owner is not None and p.owner.uid in job_owner:
-            by_uid[job_owner[p.owner.uid]].pods.append(p)
+        o = p.owner
+        if p.terminal and o is not None and o.uid in job_owner:
+            jr = job_ref[o.uid]
+            if jr.namespace == p.ref.namespace and jr.name == o.name:
+                by_uid[job_owner[o.uid]].pods.append(p)
 
     def gone(node: str) -> bool:
         return nodes is not None and node not in nodes

@@ -241,3 +241,18 @@ def test_segment_labels_on_pods():
     _running(w)
     p = w.pods("md-1")[0]
     assert p["metadata"]["labels"][LABEL_SJ] == "md" and p["metadata"]["labels"][LABEL_SEGMENT] == "1"
+
+
+def test_a_forged_owner_reference_from_another_namespace_confirms_nothing():
+    w = World(sj("md"))
+    _running(w)
+    j = w.jobs()["md-1"]
+    # a pod in another namespace claims to belong to md-1 and "fails": md must not care
+    w.api.put({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "evil", "namespace": "other", "labels": {LABEL_SJ: "md", LABEL_SEGMENT: "1"},
+        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "md-1", "controller": True,
+                             "uid": j["metadata"]["uid"]}]},
+        "spec": {"nodeName": "n0", "containers": [{"name": "main", "image": "x"}]},
+        "status": {"phase": "Failed", "containerStatuses": [terminated(1)]}})
+    assert w.step() == []
+    assert w.sj("md")["status"]["phase"] == "Running"
