@@ -53,7 +53,7 @@ class World:
     def step(self, dt: float = 1) -> list[str]:
         self.now += dt
         self.c.cache.list_once()
-        done = [o.action.kind for o in self.c.run_pass() if o.result == "done"]
+        done = [o.action.kind for o in self.c.run_pass() if o.result == "done" and o.action.kind.startswith("sj-")]
         for j in self.jobs().values():  # the API server stamps what it creates
             j["metadata"].setdefault("creationTimestamp", format_time(self.now))
         return done
