@@ -134,3 +134,16 @@ def controller_of(obj: Any) -> dict[str, Any] | None:
 def controller_kind(obj: Any) -> str | None:
     ref = controller_of(obj)
     return str(ref.get("kind") or "") if ref is not None else None
+
+
+# API groups of Kubernetes' own workload controllers; any other controlling owner is a
+# custom resource run by an operator.
+BUILTIN_GROUPS = ("", "apps", "batch", "batchgate.io")
+
+
+def owned_by_custom_resource(obj: Any) -> bool:
+    ref = controller_of(obj)
+    if ref is None:
+        return False
+    group = str(ref.get("apiVersion") or "").rpartition("/")[0]
+    return group not in BUILTIN_GROUPS

@@ -55,20 +55,26 @@ _PROJECTED_SOURCES = frozenset({"serviceAccountToken", "configMap", "downwardAPI
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Exemptions: ``namespaces`` (globs) and ``service_accounts`` (``namespace/name`` globs)."""
+    """Exemptions: ``namespaces`` (globs) and ``service_accounts`` (``namespace/name`` globs);
+    ``keep_dedicated``: a workload that names a service account other than its namespace's
+    ``default`` keeps the token (an operator's Deployment runs under the account RBAC was bound
+    to for it: the token is the point there). Workloads that name no account run as
+    ``default``, the account nobody meant to give API rights, and lose it."""
 
     namespaces: tuple[str, ...] = ()
     service_accounts: tuple[str, ...] = ()
+    keep_dedicated: bool = False
 
 
 def parse(node: Node, bundle: Bundle) -> Settings:
-    node.mapping(allowed=("exemptNamespaces", "exemptServiceAccounts"))
+    node.mapping(allowed=("exemptNamespaces", "exemptServiceAccounts", "keepDedicatedServiceAccounts"))
     for sa in node.each("exemptServiceAccounts"):
         glob = sa.str()
         if glob.count("/") != 1 or not all(glob.split("/")):
             sa.fail(f"{glob!r}: expected namespace/name (globs allowed, e.g. ci-*/deployer)")
     return Settings(namespaces=node.opt("exemptNamespaces", Node.str_list, ()),
-                    service_accounts=node.opt("exemptServiceAccounts", Node.str_list, ()))
+                    service_accounts=node.opt("exemptServiceAccounts", Node.str_list, ()),
+                    keep_dedicated=node.opt("keepDedicatedServiceAccounts", Node.bool, False))
 
 
 def service_account(spec: dict[str, Any]) -> str:
@@ -87,7 +93,7 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     if not isinstance(spec, dict):
         return []
     account = service_account(spec)
-    if exempt(settings, ctx.namespace, account):
+    if exempt(settings, ctx.namespace, account) or (settings.keep_dedicated and account != "default"):
         return []
     findings: list[Finding] = []
     current = spec.get(FIELD)

@@ -64,7 +64,10 @@ def size_limit(settings: Settings, spec: dict[str, Any]) -> str | None:
     """The emptyDir's sizeLimit, if it gets one."""
     if settings.fraction is not None:
         total = Fraction(0)
-        for c in spec.get("containers") or []:  # app containers: init containers run before them
+        pod_limit = ((spec.get("resources") or {}).get("limits") or {}).get("memory")
+        if pod_limit is not None:  # pod-level resources (Kubernetes 1.32+): the pod's own limit
+            total = parse_quantity(pod_limit)
+        for c in spec.get("containers") or [] if pod_limit is None else ():  # app containers
             limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
             if limit is None:
                 return settings.size_text  # no total memory limit: fall back to the fixed size
@@ -85,7 +88,9 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     spec = draft.get(*path)
     if not isinstance(spec, dict):
         return []
-    needy = [(key, i) for key, i, c in pod_spec_parts(spec) if not _mounts_shm(c)]
+    if leave_alone(spec):
+        return []
+    needy = [(key, i) for key, i, c in pod_spec_parts(spec) if not _mounts_shm(c) and not _mounts_dev(c)]
     volumes = spec.get("volumes") or []
     try:
         size = size_limit(settings, spec)
@@ -120,6 +125,27 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     for key, i in needy:
         draft.edit(*path, key, i, "volumeMounts", create=list).append({"name": name, "mountPath": MOUNT_PATH})
     return []
+
+
+WINDOWS_LABELS = ("kubernetes.io/os", "beta.kubernetes.io/os")
+
+
+def leave_alone(spec: dict[str, Any]) -> bool:
+    """Pods whose /dev/shm is not ours to replace: Windows pods (a Memory emptyDir does not
+    exist there), and pods sharing the host's IPC namespace (hostIPC: their /dev/shm is the
+    host's, on purpose)."""
+    if spec.get("hostIPC") is True:
+        return True
+    if str((spec.get("os") or {}).get("name") or "").lower() == "windows":
+        return True
+    selector = spec.get("nodeSelector") or {}
+    return isinstance(selector, dict) and any(str(selector.get(k, "")).lower() == "windows" for k in WINDOWS_LABELS)
+
+
+def _mounts_dev(container: dict[str, Any]) -> bool:
+    """A container that mounts something (the host's /dev) over /dev keeps that /dev/shm."""
+    return any(isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == "/dev"
+               for m in container.get("volumeMounts") or [])
 
 
 def _mounts(container: dict[str, Any], volume: str) -> bool:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..contract import TIME_LIMIT_ANNOTATION
 from ..units import format_duration, parse_duration
-from ..workloads import SERVICE_OWNER_KINDS, SHAPES, controller_kind
+from ..workloads import SERVICE_OWNER_KINDS, SHAPES, controller_kind, owned_by_custom_resource
 from .base import Ctx, Finding, Path, RuleType, deny, dig, warn
 
 if TYPE_CHECKING:
@@ -51,10 +51,14 @@ class Settings:
     backstop: bool = True
     backstop_margin: int = 600  # seconds
     exempt_owner_kinds: tuple[str, ...] = SERVICE_OWNER_KINDS
+    # Pods controlled by a custom resource (a RayCluster's head, a Spark driver, an operator's
+    # workers): their lifetime is the operator's; a default limit would kill them weekly. A
+    # limit the user set on the pod template is still honoured and checked.
+    exempt_custom_resource_owners: bool = True
 
 
 def parse(node: Node, bundle: Bundle) -> Settings:
-    node.mapping(allowed=("backstop", "backstopMargin", "exemptOwnerKinds"))
+    node.mapping(allowed=("backstop", "backstopMargin", "exemptOwnerKinds", "exemptCustomResourceOwners"))
     d = Settings()
     b, m, e = node.get("backstop"), node.get("backstopMargin"), node.get("exemptOwnerKinds")
     return Settings(
@@ -63,6 +67,8 @@ def parse(node: Node, bundle: Bundle) -> Settings:
         exempt_owner_kinds=tuple(
             n.str(pattern=r"[A-Z][A-Za-z0-9]*", hint="a Kind, e.g. ReplicaSet") for n in e.seq()
         ) if e else d.exempt_owner_kinds,
+        exempt_custom_resource_owners=node.opt("exemptCustomResourceOwners", lambda n: n.bool(),
+                                               d.exempt_custom_resource_owners),
     )
 
 
@@ -71,7 +77,12 @@ def _where(path: Path) -> str:
 
 
 def _exempt(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> bool:
-    return bool(ctx.shape and ctx.shape.is_pod and controller_kind(obj) in settings.exempt_owner_kinds)
+    if not (ctx.shape and ctx.shape.is_pod):
+        return False
+    if controller_kind(obj) in settings.exempt_owner_kinds:
+        return True
+    return (settings.exempt_custom_resource_owners and owned_by_custom_resource(obj)
+            and all(v is None for _, _, v in read_limits(obj, "Pod")))
 
 
 def read_limits(obj: dict[str, Any], kind: str) -> list[tuple[Path, bool, Any]]:

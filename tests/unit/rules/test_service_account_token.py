@@ -133,13 +133,23 @@ def test_renamed_legacy_volume_when_the_secret_name_was_taken(sat):
     assert "volumes" not in d.obj["spec"]
 
 
-def test_service_account_name_decides_the_legacy_name(sat):
+def test_service_account_name_decides_the_legacy_name(tmp_path):
+    pod = _with(sample("pod-legacy-token.yaml"),
+                {"name": "builder-token-abcde", "secret": {"secretName": "builder-token-abcde"}},
+                {**TOKEN_MOUNT, "name": "builder-token-abcde"})
+    pod["spec"]["serviceAccountName"] = pod["spec"]["serviceAccount"] = "builder"
+    d = run(make_bundle(tmp_path, {"keepDedicatedServiceAccounts": False}), pod)
+    assert "volumes" not in d.obj["spec"]
+
+
+def test_a_dedicated_service_account_keeps_what_the_plugin_injected(sat):
+    """The shipped policy keeps the token of workloads that name their own account."""
     pod = _with(sample("pod-legacy-token.yaml"),
                 {"name": "builder-token-abcde", "secret": {"secretName": "builder-token-abcde"}},
                 {**TOKEN_MOUNT, "name": "builder-token-abcde"})
     pod["spec"]["serviceAccountName"] = pod["spec"]["serviceAccount"] = "builder"
     d = run(sat, pod)
-    assert "volumes" not in d.obj["spec"]
+    assert not d.patch
 
 
 @pytest.mark.parametrize(("settings", "namespace", "account", "exempt"), [
