@@ -266,6 +266,9 @@ def test_a_window_cordons_drains_and_gives_the_nodes_back_as_they_were(
     # A restart in the middle of the drain: the new process finishes it, repeating nothing.
     first.kill()
     reconciler("--drain-timeout", f"{drain}s", "--no-leader-elect")
+    # The first process may have died before it reached node b: the second one must get there.
+    wait_for(lambda: all(MAINT_ANN in (kube.get(f"/api/v1/nodes/{n}")["metadata"].get("annotations") or {})
+                         for n in (a, b)), 30, message="both nodes cordoned by the window after the restart")
     node_a, node_b = kube.get(f"/api/v1/nodes/{a}"), kube.get(f"/api/v1/nodes/{b}")
     assert node_a["spec"]["unschedulable"] is True and node_b["spec"]["unschedulable"] is True
     assert json.loads(node_b["metadata"]["annotations"][MAINT_ANN]) == {"unschedulable": True, "window": mw}
