@@ -92,9 +92,12 @@ def no_settings(node: Node, bundle: Bundle) -> None:
 
 
 def pod_spec_parts(spec: dict[str, Any]) -> list[tuple[str, int, dict[str, Any]]]:
-    """(list name, index, container) for init containers and containers."""
+    """(list name, index, container) for init containers and containers; a list that is
+    not a list (a string, an object) has no containers."""
     out = []
     for key in ("initContainers", "containers"):
-        for i, c in enumerate(spec.get(key) or []):
-            out.append((key, i, c))
+        items = spec.get(key)
+        if isinstance(items, list):
+            for i, c in enumerate(items):
+                out.append((key, i, c))
     return out
