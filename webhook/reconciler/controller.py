@@ -95,7 +95,8 @@ class Controller:
         if nodes is None:
             return snapshot
         missing = sorted({p.node for p in snapshot.pods.values()
-                          if p.node and p.node not in nodes and p.group is not None and not p.deleting
+                          if p.node and p.node not in nodes and (p.group is not None or p.segment is not None)
+                          and not p.deleting
                           and p.phase != "Succeeded"})
         if not missing:
             return snapshot

@@ -256,3 +256,17 @@ def test_a_forged_owner_reference_from_another_namespace_confirms_nothing():
         "status": {"phase": "Failed", "containerStatuses": [terminated(1)]}})
     assert w.step() == []
     assert w.sj("md")["status"]["phase"] == "Running"
+
+
+def test_a_node_missing_from_the_cache_is_read_live_before_its_scavenger_counts_as_interrupted():
+    w = World(sj("md", pods=1))
+    _running(w)
+    w.c.cache.forget("Node", {"metadata": {"name": "n0"}})  # a lagging watch: the node looks gone
+    w.now += 1
+    assert [o.action.kind for o in w.c.run_pass() if o.action.kind.startswith("sj-")] == []
+    assert w.sj("md")["status"]["phase"] == "Running"
+    del w.api.objects[("nodes", "", "n0")]  # really gone now
+    w.c.cache.forget("Node", {"metadata": {"name": "n0"}})
+    w.now += 1
+    assert [o.action.kind for o in w.c.run_pass() if o.action.kind.startswith("sj-")] == ["sj-interrupted"]
+    assert "node n0 of pod md-1-0 is gone" in w.sj("md")["status"]["message"]
