@@ -218,6 +218,8 @@ def choose_starts(
     room = dict(free)
     cur = used
     out: list[Decision] = []
+    ever: dict[Need, bool] = {}  # need -> fits the empty nodes at all
+    no_room: set[Need] = set()  # needs that did not fit this pass: room only shrinks, so they never will
     for w in start_order(waiting):
         need = w.need
         tc, tm = need.total
@@ -226,7 +228,10 @@ def choose_starts(
                 f"needs {describe(need)} ({_cpu(tc)} cpu, {_mem(tm)} in all), over the scavengers' share "
                 f"{share:.0%} of the nodes they may use ({_cpu(limit[0])} cpu, {_mem(limit[1])})")))
             continue
-        if place(need, allocatable) is None:
+        fits = ever.get(need)
+        if fits is None:
+            fits = ever[need] = place(need, allocatable) is not None
+        if not fits:
             out.append(Decision(w, "never-fits", why=(
                 f"needs {describe(need)}, and not all of them fit even on the empty nodes it may use "
                 f"({len(allocatable)} node{'s' if len(allocatable) != 1 else ''})")))
@@ -237,8 +242,9 @@ def choose_starts(
                 f"waiting: it needs {_cpu(tc)} cpu and {_mem(tm)}, more than is left of the scavengers' share "
                 f"({share:.0%} of the cluster)")))
             continue
-        where = place(need, room)
+        where = None if need in no_room else place(need, room)
         if where is None:
+            no_room.add(need)
             out.append(Decision(w, "no-room", why=f"waiting: {describe(need)} do not all fit on the free capacity now"))
             continue
         room = take(room, where, need)
