@@ -77,9 +77,12 @@ def _where(path: Path) -> str:
 
 
 def _exempt(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> bool:
+    """A service's Pod: controlled by an exempt kind *and* made by a controller (anyone may write
+    an ownerReference; a Pod a user submits claiming a ReplicaSet owner is a job like any other);
+    or an operator's Pod with a custom-resource owner and no limit of its own."""
     if not (ctx.shape and ctx.shape.is_pod):
         return False
-    if controller_kind(obj) in settings.exempt_owner_kinds:
+    if ctx.from_controller and controller_kind(obj) in settings.exempt_owner_kinds:
         return True
     return (settings.exempt_custom_resource_owners and owned_by_custom_resource(obj)
             and all(v is None for _, _, v in read_limits(obj, "Pod")))

@@ -154,6 +154,15 @@ def test_service_pods_are_exempt(tl, owner):
     assert d.allowed and d.patch == []
 
 
+@pytest.mark.parametrize("owner", ["ReplicaSet", "StatefulSet", "DaemonSet"])
+def test_a_user_pod_merely_claiming_a_service_owner_is_not_exempt(tl, owner):
+    """Anyone may write an ownerReference: only a controller's Pod is a service's."""
+    d = run(tl, pod(owner=owner))
+    assert d.obj["metadata"]["annotations"][ANN] == "1d"
+    assert d.obj["spec"]["activeDeadlineSeconds"] == BATCH_BACKSTOP
+    assert not run(tl, pod({ANN: "not a duration"}, owner=owner)).allowed
+
+
 def test_the_patch_is_what_the_api_server_gets(tl):
     d = run(tl, job({ANN: "6h"}), phase="mutate")
     assert d.patch == [
