@@ -255,7 +255,9 @@ def test_killed_after_every_single_write_nothing_missed_nothing_repeated(kube, n
     Six writes make the whole story (Event + annotation for the deadline, Event +
     annotation for the warning, Event + deletion for the stop), so six crashes.
     All use one identity, so each may renew the lease its dead predecessor held."""
-    created = make_running_pod(kube, namespace, "sim", node=node, limit="15s")
+    # 45s: six restarts of a few seconds each on a busy machine must fit before the deadline,
+    # or the warning (due at once with a 1m lead) is overtaken by the stop.
+    created = make_running_pod(kube, namespace, "sim", node=node, limit="45s")
     uid, path = created["metadata"]["uid"], pod_path(namespace, "sim")
     stopped = gone_or_deleting(kube, path, uid)
     crashes = 0
