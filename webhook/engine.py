@@ -17,15 +17,16 @@ import json
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn, cast
 
 import orjson
 
 from .bundle import Bundle, Policy
 from .draft import Draft
 from .rules.base import Ctx, Finding
-from .wire import AdmissionResponse, AdmissionReview, Operation
-from .workloads import requested_queue, shape_of
+from .wire import AdmissionRequest, AdmissionResponse, AdmissionReview, Operation
+from .workloads import Path as PathT
+from .workloads import Shape, dig, requested_queue, shape_of
 
 Phase = Literal["mutate", "validate", "check"]  # which webhook asks; check: both, as `batchgate check`
 PHASES: tuple[Phase, ...] = ("mutate", "validate", "check")
@@ -111,9 +112,10 @@ def encode_review(decision: Decision) -> bytes:
     return b"".join(parts)
 
 
-def decide(body: Any, bundle: Bundle, *, phase: Phase,
+def decide(body: object, bundle: Bundle, *, phase: Phase,
            over_budget: Callable[[], bool] | None = None) -> Decision:
-    """Run the bundle's policies on one review.
+    """Decide one AdmissionReview (the decoded JSON body). Total: any body is a decision or
+    a BadReview naming what is malformed; a policy that fails is an outcome, not an exception.
 
     ``over_budget`` is asked before each policy (the edge passes a clock-based
     check; the core reads no clock): once it says yes, every policy still to run
@@ -124,26 +126,26 @@ def decide(body: Any, bundle: Bundle, *, phase: Phase,
     operation = req["operation"]
     obj = req.get("object") if operation not in ("DELETE", "CONNECT") else req.get("oldObject")
     if req.get("subResource"):
-        decision.skipped = f"subresource {req['subResource']}"
+        decision.skipped = f"subresource {req.get('subResource')}"
         return decision
-    if not isinstance(obj, dict):
+    if obj is None:
         decision.skipped = "no object"
         return decision
-    meta = obj.get("metadata")
-    if meta is not None and not isinstance(meta, dict):
-        raise BadReview("request.object.metadata must be an object")
-    meta = meta or {}
-    namespace = req.get("namespace") or meta.get("namespace") or ""
-    if not isinstance(namespace, str):
-        raise BadReview("request.object.metadata.namespace must be a string")
+    gvk = req["kind"]
+    group, kind = gvk.get("group") or "", gvk["kind"]
+    shape = shape_of(group, kind)
+    check_shape(obj, shape, "request.object" if obj is req.get("object") else "request.oldObject")
+    old = req.get("oldObject")
+    if old is not None and old is not obj:
+        check_shape(old, shape, "request.oldObject")
+    meta: dict[str, Any] = obj.get("metadata") or {}
+    namespace: str = req.get("namespace") or meta.get("namespace") or ""
     # Excluded namespaces are about the objects in them; a Namespace itself (its opt-out
     # label) is judged whatever its name.
-    if namespace and bundle.excluded(namespace) and (req.get("kind") or {}).get("kind") != "Namespace":
+    if namespace and bundle.excluded(namespace) and kind != "Namespace":
         decision.skipped = f"namespace {namespace} is excluded"
         return decision
-    labels = meta.get("labels") or {}
-    if not isinstance(labels, dict):
-        raise BadReview("request.object.metadata.labels must be an object")
+    labels: dict[str, str] = meta.get("labels") or {}
     ctx = make_ctx(req, obj, bundle, namespace)
     # Policies that decide the pod act on UPDATE only where it changes what new pods get: a
     # changed pod template of a kind whose template may change (never a Pod's or Job's spec).
@@ -182,7 +184,8 @@ def decide(body: Any, bundle: Bundle, *, phase: Phase,
     return decision
 
 
-def parse_request(body: Any) -> dict[str, Any]:
+def parse_request(body: object) -> AdmissionRequest:
+    """The request of an AdmissionReview v1 body, checked field by field (BadReview otherwise)."""
     if not isinstance(body, dict):
         raise BadReview("body must be a JSON object (an AdmissionReview)")
     if body.get("kind") != "AdmissionReview":
@@ -229,17 +232,176 @@ def parse_request(body: Any) -> dict[str, Any]:
     for key in ("namespace", "name"):
         if req.get(key) is not None and not isinstance(req[key], str):
             raise BadReview(f"request.{key} must be a string")
-    return req
+    return cast(AdmissionRequest, req)  # every field the engine reads is checked above
 
 
-def make_ctx(req: dict[str, Any], obj: dict[str, Any], bundle: Bundle, namespace: str) -> Ctx:
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _string_map(value: object) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+
+
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+# What policies read in a pod spec, by the JSON type Kubernetes gives it (paths under the spec).
+POD_SPEC_FIELDS: tuple[tuple[PathT, str], ...] = (
+    (("nodeSelector",), "string map"),
+    (("overhead",), "quantities"),
+    (("affinity",), "object"),
+    (("affinity", "nodeAffinity"), "object"),
+    (("affinity", "nodeAffinity", REQUIRED), "object"),
+    (("affinity", "nodeAffinity", REQUIRED, "nodeSelectorTerms"), "objects"),
+    (("affinity", "podAffinity"), "object"),
+    (("affinity", "podAffinity", REQUIRED), "objects"),
+    (("affinity", "podAntiAffinity"), "object"),
+    (("affinity", "podAntiAffinity", REQUIRED), "objects"),
+    *(((key,), "string") for key in ("priorityClassName", "runtimeClassName", "serviceAccountName",
+                                     "serviceAccount", "schedulerName")),
+    (("volumes",), "objects"),
+)
+CONTAINER_FIELDS: tuple[tuple[PathT, str], ...] = (
+    (("name",), "string"),
+    (("resources",), "object"),
+    (("resources", "limits"), "quantities"),
+    (("resources", "requests"), "quantities"),
+    (("volumeMounts",), "objects"),
+)
+NODE_TERM_FIELDS: tuple[tuple[PathT, str], ...] = ((("matchExpressions",), "objects"), (("matchFields",), "objects"))
+POD_TERM_FIELDS: tuple[tuple[PathT, str], ...] = (
+    (("labelSelector",), "object"),
+    (("labelSelector", "matchLabels"), "string map"),
+    (("labelSelector", "matchExpressions"), "objects"),
+    (("namespaceSelector",), "object"),
+    (("topologyKey",), "string"),
+)
+# Lists of objects in a pod spec whose items policies read, and what they read in each item.
+POD_SPEC_ITEMS: tuple[tuple[PathT, tuple[tuple[PathT, str], ...]], ...] = (
+    (("affinity", "nodeAffinity", REQUIRED, "nodeSelectorTerms"), NODE_TERM_FIELDS),
+    (("affinity", "podAffinity", REQUIRED), POD_TERM_FIELDS),
+    (("affinity", "podAntiAffinity", REQUIRED), POD_TERM_FIELDS),
+)
+MOUNT_FIELDS: tuple[tuple[PathT, str], ...] = ((("name",), "string"), (("mountPath",), "string"))
+VOLUME_FIELDS: tuple[tuple[PathT, str], ...] = ((("name",), "string"),)
+CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "object": (lambda v: isinstance(v, dict), "must be an object"),
+    "objects": (lambda v: isinstance(v, list) and all(isinstance(i, dict) for i in v), "must be a list of objects"),
+    "string": (lambda v: isinstance(v, str), "must be a string"),
+    "string map": (lambda v: _string_map(v), "must map strings to strings"),
+    "quantities": (lambda v: isinstance(v, dict) and all(_quantity(q) for q in v.values()),
+                   "must map resource names to quantities (strings or numbers, e.g. 500m, 2, 4Gi)"),
+}
+
+
+def _by_first_key(fields: tuple[tuple[PathT, str], ...]) -> dict[Any, list[tuple[PathT, str]]]:
+    out: dict[Any, list[tuple[PathT, str]]] = {}
+    for path, kind in fields:  # in order: a parent is checked before its children
+        out.setdefault(path[0], []).append((path[1:], kind))
+    return out
+
+
+_BY_FIRST_KEY = {id(t): _by_first_key(t) for t in (
+    POD_SPEC_FIELDS, CONTAINER_FIELDS, NODE_TERM_FIELDS, POD_TERM_FIELDS, MOUNT_FIELDS, VOLUME_FIELDS)}
+
+
+def _quantity(value: object) -> bool:
+    """A quantity's JSON type; whether it parses (and is sane) is each policy's to say."""
+    return isinstance(value, str | int | float) and not isinstance(value, bool)
+
+
+def check_shape(obj: dict[str, Any], shape: Shape | None, where: str) -> None:
+    """The structure every policy may rely on, as the API server's own decoding would enforce
+    it: objects where Kubernetes has objects, lists of objects where it has lists, strings,
+    labels and annotations mapping strings to strings, resources holding quantities. Anything
+    else is a BadReview naming the field; only the fields policies read are looked at."""
+    _check_meta(obj, ("metadata",), where)
+    if shape is None:
+        return
+    if not shape.is_pod:
+        _objects_on_the_way(obj, shape.pod_meta, where)
+        _check_meta(obj, shape.pod_meta, where)
+        if shape.kind == "CronJob":  # the Job template's own metadata is read too
+            _check_meta(obj, ("spec", "jobTemplate", "metadata"), where)
+    spec = _objects_on_the_way(obj, shape.pod_spec, where)
+    if spec is None:
+        return
+    _check_fields(spec, shape.pod_spec, POD_SPEC_FIELDS, where)
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for i, c in enumerate(_list_of_objects(spec, (*shape.pod_spec, key), where)):
+            _check_fields(c, (*shape.pod_spec, key, i), CONTAINER_FIELDS, where)
+            for j, m in enumerate(c.get("volumeMounts") or []):
+                _check_fields(m, (*shape.pod_spec, key, i, "volumeMounts", j), MOUNT_FIELDS, where)
+    for i, v in enumerate(spec.get("volumes") or []):
+        _check_fields(v, (*shape.pod_spec, "volumes", i), VOLUME_FIELDS, where)
+    for path, fields in POD_SPEC_ITEMS:
+        for i, item in enumerate(dig(spec, path) or []):
+            _check_fields(item, (*shape.pod_spec, *path, i), fields, where)
+
+
+def _check_fields(node: dict[str, Any], at: PathT, fields: tuple[tuple[PathT, str], ...], where: str) -> None:
+    by_key = _BY_FIRST_KEY[id(fields)]
+    for key in node.keys() & by_key.keys():  # most fields are absent: skip them in C
+        top = node[key]
+        for rest, kind in by_key[key]:
+            value = dig(top, rest) if rest else top
+            if value is not None:
+                ok, problem = CHECKS[kind]
+                if not ok(value):
+                    _bad(where, (*at, key, *rest), problem)
+
+
+def _check_meta(obj: dict[str, Any], path: PathT, where: str) -> None:
+    meta = dig(obj, path)
+    if meta is None:
+        return
+    if not isinstance(meta, dict):
+        _bad(where, path, "must be an object")
+    for key in ("labels", "annotations"):
+        if meta.get(key) is not None and not _string_map(meta[key]):
+            _bad(where, (*path, key), "must map strings to strings")
+    for key in ("name", "namespace", "generateName"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            _bad(where, (*path, key), "must be a string")
+    _list_of_objects(meta, (*path, "ownerReferences"), where)
+
+
+def _objects_on_the_way(obj: dict[str, Any], path: PathT, where: str) -> dict[str, Any] | None:
+    """The object at ``path``; None where the path ends early; BadReview where a step is not an object."""
+    node: dict[Any, Any] = obj
+    for i, key in enumerate(path):
+        step = node.get(key) if isinstance(key, str) else None
+        if step is None:
+            return None
+        if not isinstance(step, dict):
+            _bad(where, path[: i + 1], "must be an object")
+        node = step
+    return node
+
+
+def _list_of_objects(parent: dict[str, Any], path: PathT, where: str) -> list[dict[str, Any]]:
+    """The list at ``path`` (its last key in ``parent``); BadReview unless it holds objects only."""
+    value = parent.get(str(path[-1]))
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        _bad(where, path, "must be a list of objects")
+    return value
+
+
+def _bad(where: str, path: PathT, problem: str) -> NoReturn:
+    field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+    raise BadReview(f"{where}{field} {problem}")
+
+
+def make_ctx(req: AdmissionRequest, obj: dict[str, Any], bundle: Bundle, namespace: str) -> Ctx:
+    """What the policies get to see of a request whose shape :func:`check_shape` passed."""
     kind = req["kind"]
     group, version, kind_name = kind.get("group") or "", kind.get("version") or "", kind["kind"]
     shape = shape_of(group, kind_name)
-    meta = obj.get("metadata") or {}
+    meta: dict[str, Any] = obj.get("metadata") or {}
     user = req.get("userInfo") or {}
-    username = str(user.get("username") or "")
-    groups = tuple(str(g) for g in user.get("groups") or ())
+    username = user.get("username") or ""
+    groups = tuple(user.get("groups") or ())
 
     queue_name, explicit = bundle.queue_for(group, kind_name, requested_queue(obj, shape), namespace)
     # A Pod, or a workload (a Deployment's ReplicaSet, a CronJob's Job), that a controller made

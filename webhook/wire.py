@@ -8,8 +8,8 @@ Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
 
 class GroupVersionKind(TypedDict):
-    group: str
-    version: str
+    group: NotRequired[str]  # "" for the core group
+    version: NotRequired[str]
     kind: str
 
 

@@ -24,9 +24,10 @@ except AttributeError:  # pragma: no cover
 
 
 
-class _ManifestLoader(_Loader):  # type: ignore[misc,valid-type]
-    """Safe loading as the API server sees a manifest: YAML becomes JSON, so a value that YAML
-    reads as a date or time (``2024-01-01``) stays the string it is in JSON."""
+# Safe loading as the API server sees a manifest: YAML becomes JSON, so a value that YAML reads
+# as a date or time (``2024-01-01``) stays the string it is in JSON. (Made with type(): the
+# loader class is chosen at run time, and mypy strict refuses a class statement on it.)
+_ManifestLoader: Any = type("_ManifestLoader", (_Loader,), {})
 
 
 _ManifestLoader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)

@@ -234,3 +234,12 @@ def test_python_dash_m_and_help():
     assert r.returncode == 0
     for cmd in ("serve", "check", "test", "certs", "reconcile"):
         assert cmd in r.stdout
+
+
+def test_check_a_job_with_list_template_labels_is_a_usage_error_not_a_crash(capsys, tmp_path):
+    f = tmp_path / "job.yaml"
+    f.write_text("apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec:\n  template:\n"
+                 "    metadata: {labels: [app, sim]}\n    spec: {containers: [{name: c, image: busybox}]}\n")
+    code, _, err = run(capsys, "check", str(f))
+    assert code == 2, err
+    assert "spec.template.metadata.labels must map strings to strings" in err and "Traceback" not in err

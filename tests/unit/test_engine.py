@@ -118,6 +118,21 @@ BAD = [
     ("create-without-object", _with(GOOD, ["request", "object"], None), "required for CREATE"),
     ("labels-not-object", _with(GOOD, ["request", "object", "metadata", "labels"], ["x"]), "labels"),
     ("namespace-not-string", _with(GOOD, ["request", "namespace"], 7), "namespace"),
+    ("groups-not-a-list", _with(GOOD, ["request", "userInfo", "groups"], 5), r"userInfo\.groups"),
+    ("username-not-string", _with(GOOD, ["request", "userInfo", "username"], ["a"]), r"userInfo\.username"),
+    ("group-not-string", _with(GOOD, ["request", "kind", "group"], 1), r"request\.kind"),
+    ("label-value-not-string", _with(GOOD, ["request", "object", "metadata", "labels", "app"], ["x"]),
+     r"request\.object\.metadata\.labels must map strings to strings"),
+    ("owner-references-not-list", _with(GOOD, ["request", "object", "metadata", "ownerReferences"], {"a": 1}),
+     r"metadata\.ownerReferences must be a list of objects"),
+    ("containers-not-list", _with(GOOD, ["request", "object", "spec", "containers"], {"name": "c"}),
+     r"request\.object\.spec\.containers must be a list of objects"),
+    ("limits-not-quantities", _with(GOOD, ["request", "object", "spec", "containers", 0, "resources"],
+                                    {"limits": {"memory": ["1Gi"]}}),
+     r"spec\.containers\[0\]\.resources\.limits must map resource names to quantities"),
+    ("old-object-shape-checked-too", _with(_with(GOOD, ["request", "operation"], "UPDATE"),
+                                           ["request", "oldObject"], {"metadata": {"labels": []}}),
+     r"request\.oldObject\.metadata\.labels"),
 ]
 
 
@@ -165,3 +180,51 @@ def test_policy_exception_with_fail_denies_with_message(bundle):
 def test_subresource_requests_are_left_alone(bundle):
     body = _with(GOOD, ["request", "subResource"], "status")
     assert decide(body, bundle, phase="mutate").patch == []
+
+
+# -- the engine is total: any shape is a decision or a BadReview, never an exception ------
+def _job() -> dict:
+    return fixture("job-create.mutate.json")
+
+
+def test_job_whose_template_labels_are_a_list_is_a_bad_review(bundle):
+    body = _with(_job(), ["request", "object", "spec", "template", "metadata", "labels"], ["app", "sim"])
+    with pytest.raises(BadReview, match=r"request\.object\.spec\.template\.metadata\.labels must map strings"):
+        decide(body, bundle, phase="check")
+
+
+def _paths(node, path=()):
+    yield path
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _paths(v, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _paths(v, (*path, i))
+
+
+ODD = ([], "x", 7, None, {}, [{"a": 1}], True)
+
+
+@pytest.mark.parametrize("name", ["pod-create-by-user.mutate.json", "job-create.mutate.json",
+                                  "pod-create-kata-runtimeclass-overhead.mutate.json",
+                                  "pod-update-label.mutate.json"])
+def test_any_shape_is_a_decision_or_a_bad_review(name, bundle):
+    """Every field of a real request replaced by values of every other JSON type: each answer
+    is a decision in which no policy failed, or a BadReview; nothing raises anything else."""
+    body = fixture(name)
+    decided = refused = 0
+    for where in ("object", "oldObject"):
+        if body["request"].get(where) is None:
+            continue
+        for path in list(_paths(body["request"][where]))[1:]:
+            for value in ODD:
+                odd = _with(body, ["request", where, *path], value)
+                try:
+                    d = decide(odd, bundle, phase="check")
+                except BadReview:
+                    refused += 1
+                    continue
+                assert d.errors == [], (path, value, d.errors)
+                decided += 1
+    assert decided and refused  # both kinds of answer were exercised

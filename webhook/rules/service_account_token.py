@@ -174,7 +174,10 @@ def _token_volume(v: dict[str, Any], account: str) -> bool:
         if not isinstance(projected, dict) or not projected.keys() <= _PROJECTED_KEYS:
             return False
         kinds: set[str] = set()
-        for source in projected.get("sources") or []:
+        sources = projected.get("sources") or []
+        if not isinstance(sources, list):
+            return False
+        for source in sources:
             if not isinstance(source, dict) or len(source) != 1:
                 return False
             (kind, body), = source.items()

@@ -155,7 +155,7 @@ def _mounts(container: dict[str, Any], volume: str) -> bool:
 
 def _mounts_shm(container: dict[str, Any]) -> bool:
     for m in container.get("volumeMounts") or []:
-        if m.get("mountPath", "").rstrip("/") == MOUNT_PATH:
+        if (m.get("mountPath") or "").rstrip("/") == MOUNT_PATH:
             return True
     return False
 
