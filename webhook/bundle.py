@@ -315,12 +315,6 @@ class Bundle:
         controlled = isinstance(owners, list) and any(isinstance(o, dict) and o.get("controller") for o in owners)
         return controlled and self.controllers.contains(username, groups)
 
-    def user_classes(self) -> list[str]:
-        """The priority classes ordinary users may name (those of queues)."""
-        return sorted({q.priority_class for q in self.queues.values()} - {
-            n for n, pc in self.priority_classes.items() if pc.admin_only
-        })
-
 
 # -- loading ----------------------------------------------------------------
 def load_bundle(directory: str | os.PathLike[str], types: Mapping[str, PolicyType]) -> Bundle:

@@ -369,11 +369,8 @@ def cmd_certs(args: argparse.Namespace) -> int:
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
-    try:
-        from .reconciler.main import run as run_reconciler
-    except ImportError:  # pragma: no cover - until the reconciler lands
-        print("batchgate: the reconciler is not available in this build", file=sys.stderr)
-        return 2
+    from .reconciler.main import run as run_reconciler
+
     return int(run_reconciler(args))
 
 

@@ -1,4 +1,5 @@
-"""Names that are part of batchgate's public contract (PRODUCT.md): users and admins type these."""
+"""Names that are part of batchgate's public contract (labels, annotations, the API group): users and
+admins type these, so they never change."""
 
 GROUP = "batchgate.io"
 API_VERSION = f"{GROUP}/v1alpha1"

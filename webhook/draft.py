@@ -93,10 +93,6 @@ class Draft:
         """Forget every edit: back to the original object."""
         self.root, self._owned = self.original, set()
 
-    @property
-    def changed(self) -> bool:
-        return self.root is not self.original and self.root != self.original
-
     def patch(self) -> list[dict[str, Any]]:
         return make_patch(self.original, self.root)
 

@@ -316,14 +316,6 @@ def _convert(node: yaml.Node, constructor: yaml.SafeLoader, name: str) -> Any:
                           f"cannot read {node.value!r} as {node.tag.rsplit(':', 1)[-1]}: {problem}") from e
 
 
-def to_plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: to_plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [to_plain(v) for v in value]
-    return value
-
-
 def _kind(value: Any) -> str:
     if value is None:
         return "nothing"

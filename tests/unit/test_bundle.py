@@ -23,7 +23,11 @@ def test_shipped_bundle_loads(bundle):
     assert set(bundle.queues) >= {"interactive", "batch", "scavenger"}
     assert bundle.default_queue == "batch"
     assert "kube-system" in bundle.excluded_namespaces
-    assert all(p.rule is not None for p in bundle.policies)
+    from webhook.rules import REGISTRY
+
+    folders = sorted(p.parent.name for p in POLICIES.glob("*/policy.yaml"))
+    assert sorted(p.name for p in bundle.policies) == folders  # every folder is a policy
+    assert all(p.rule is REGISTRY[p.name] for p in bundle.policies)  # of the type it names
 
 
 def test_every_ordinary_class_ranks_above_every_scavenger_class(bundle):

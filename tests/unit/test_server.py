@@ -234,10 +234,38 @@ def test_certificate_rotation_is_picked_up(state):
     assert state.cert_stamp != first and state.cert_ok
 
 
+def _served_certificate(context: ssl.SSLContext) -> bytes:
+    """The certificate a TLS client gets from ``context`` (an in-memory handshake, no socket)."""
+    client = ssl.create_default_context()
+    client.check_hostname, client.verify_mode = False, ssl.CERT_NONE
+    c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    c = client.wrap_bio(c_in, c_out, server_hostname="batchgate-webhook")
+    s = context.wrap_bio(s_in, s_out, server_side=True)
+    for _ in range(10):
+        done = True
+        for side in (c, s):
+            try:
+                side.do_handshake()
+            except ssl.SSLWantReadError:
+                done = False
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+        if done:
+            cert = c.getpeercert(binary_form=True)
+            assert cert is not None
+            return cert
+    raise AssertionError("no TLS handshake")
+
+
 def test_broken_certificate_keeps_previous(state):
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    good = x509.load_pem_x509_certificate((state.cert_dir / "tls.crt").read_bytes()).public_bytes(Encoding.DER)
+    assert _served_certificate(state.ssl_context) == good
     (state.cert_dir / "tls.crt").write_text("garbage")
     assert reload_certificate(state) is False
-    assert isinstance(state.ssl_context, ssl.SSLContext)
+    assert _served_certificate(state.ssl_context) == good  # new handshakes still get the old one
 
 
 async def test_middleware_times_every_path_errors_included(aiohttp_client, state, monkeypatch):

@@ -54,7 +54,7 @@ def _rv_int(rv: str) -> int | None:
 
 
 class Store(Generic[V]):
-    """Views by key, thread-safe; ``version`` grows with every change."""
+    """Views by key, thread-safe."""
 
     def __init__(self, kind: Kind, convert: Callable[[Mapping[str, Any]], V]) -> None:
         self.kind = kind
@@ -65,7 +65,6 @@ class Store(Generic[V]):
         self._lock = threading.Lock()
         self.synced = False
         self.absent = False
-        self.version = 0
 
     def _key(self, obj: Mapping[str, Any]) -> Any:
         md = obj.get("metadata") or {}
@@ -90,13 +89,11 @@ class Store(Generic[V]):
         with self._lock:
             self._items, self._rvs, self._uids = items, rvs, uids
             self.synced, self.absent = True, False
-            self.version += 1
 
     def mark_absent(self) -> None:
         with self._lock:
             self._items, self._rvs, self._uids = {}, {}, {}
             self.synced, self.absent = True, True
-            self.version += 1
 
     def upsert(self, obj: Mapping[str, Any], *, only_newer: bool = False) -> bool:
         """Store ``obj``; with ``only_newer``, not when the stored version is newer (for write responses)."""
@@ -112,7 +109,6 @@ class Store(Generic[V]):
             self._items[k] = view
             self._rvs[k] = rv
             self._uids[k] = md.get("uid") or ""
-            self.version += 1
         return True
 
     def remove(self, obj: Mapping[str, Any]) -> bool:
@@ -122,7 +118,6 @@ class Store(Generic[V]):
             if k not in self._items or (md.get("uid") and self._uids.get(k) != md.get("uid")):
                 return False
             del self._items[k], self._rvs[k], self._uids[k]
-            self.version += 1
         return True
 
     def items(self) -> dict[Any, V]:
@@ -155,8 +150,6 @@ class Reflector(threading.Thread):
         self.namespace = settings.namespace if self.kind.namespaced else None
         self.resource_version: str | None = None
         self._stream: WatchStream | None = None
-        self.relists = 0
-        self.rewatches = 0
 
     def list_now(self) -> None:
         """List every object (paginated) into the store; absent if optional and unavailable."""
@@ -186,7 +179,6 @@ class Reflector(threading.Thread):
             self.on_change()
             return
         self.resource_version = meta.get("resourceVersion") or ""
-        self.relists += 1
         metrics.RELISTS.labels(self.kind.plural).inc()
         self.on_change()
 
@@ -224,7 +216,6 @@ class Reflector(threading.Thread):
         stream = self.api.watch(self.kind.path(self.namespace), resource_version=rv,
                                 timeout_seconds=self.settings.watch_timeout)
         self._stream = stream
-        self.rewatches += 1
         try:
             if self.stop_event.is_set():
                 return

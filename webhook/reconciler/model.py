@@ -353,11 +353,6 @@ def _state(ann: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def key_of(obj: Mapping[str, Any]) -> Key:
-    md = obj.get("metadata") or {}
-    return (md.get("namespace") or "", md.get("name") or "")
-
-
 def _quantity(value: Any, scale: int) -> int:
     """A resource quantity in whole units of 1/scale (millicores: 1000); 0 when absent or bad."""
     if value is None:

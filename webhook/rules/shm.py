@@ -99,7 +99,7 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     # The volume this policy made before (a workload's template admitted earlier, now
     # updated): reused, its size kept to what the containers now ask for.
     own = next((i for i, v in enumerate(volumes) if isinstance(v, dict) and v.get("name") == settings.volume_name
-                and (v.get("emptyDir") or {}).get("medium") == "Memory"), None)
+                and isinstance(v.get("emptyDir"), dict) and v["emptyDir"].get("medium") == "Memory"), None)
     if own is not None and not any(_mounts(c, settings.volume_name) for _, _, c in pod_spec_parts(spec)):
         own = None  # a user's volume of that name that nothing mounts at /dev/shm: not ours
     if own is not None:
@@ -149,7 +149,7 @@ def _mounts_dev(container: dict[str, Any]) -> bool:
 
 
 def _mounts(container: dict[str, Any], volume: str) -> bool:
-    return any(isinstance(m, dict) and m.get("name") == volume and m.get("mountPath", "").rstrip("/") == MOUNT_PATH
+    return any(isinstance(m, dict) and m.get("name") == volume and (m.get("mountPath") or "").rstrip("/") == MOUNT_PATH
                for m in container.get("volumeMounts") or [])
 
 
