@@ -327,15 +327,48 @@ def check_shape(obj: dict[str, Any], shape: Shape | None, where: str) -> None:
         return
     _check_fields(spec, shape.pod_spec, POD_SPEC_FIELDS, where)
     for key in ("initContainers", "containers", "ephemeralContainers"):
-        for i, c in enumerate(_list_of_objects(spec, (*shape.pod_spec, key), where)):
-            _check_fields(c, (*shape.pod_spec, key, i), CONTAINER_FIELDS, where)
-            for j, m in enumerate(c.get("volumeMounts") or []):
-                _check_fields(m, (*shape.pod_spec, key, i, "volumeMounts", j), MOUNT_FIELDS, where)
+        containers = _list_of_objects(spec, (*shape.pod_spec, key), where)
+        if not all(_container_ok(c) for c in containers):  # the fast path; on a miss, say where
+            for i, c in enumerate(containers):
+                _check_fields(c, (*shape.pod_spec, key, i), CONTAINER_FIELDS, where)
+                for j, m in enumerate(c.get("volumeMounts") or []):
+                    _check_fields(m, (*shape.pod_spec, key, i, "volumeMounts", j), MOUNT_FIELDS, where)
     for i, v in enumerate(spec.get("volumes") or []):
         _check_fields(v, (*shape.pod_spec, "volumes", i), VOLUME_FIELDS, where)
     for path, fields in POD_SPEC_ITEMS:
         for i, item in enumerate(dig(spec, path) or []):
             _check_fields(item, (*shape.pod_spec, *path, i), fields, where)
+
+
+_SCALARS = (str, int, float)
+
+
+def _container_ok(c: dict[str, Any]) -> bool:
+    """CONTAINER_FIELDS and MOUNT_FIELDS for one container, inlined: a review may carry
+    thousands of containers, and this runs inside its time budget."""
+    name = c.get("name")
+    if name is not None and name.__class__ is not str:
+        return False
+    res = c.get("resources")
+    if res is not None:
+        if res.__class__ is not dict:
+            return False
+        for part in (res.get("limits"), res.get("requests")):
+            if part is not None and (part.__class__ is not dict
+                                     or not all(v.__class__ in _SCALARS for v in part.values())):
+                return False
+    mounts = c.get("volumeMounts")
+    if mounts is not None:
+        if mounts.__class__ is not list:
+            return False
+        for m in mounts:
+            if m.__class__ is not dict:
+                return False
+            for k in ("name", "mountPath"):
+                v = m.get(k)
+                if v is not None and v.__class__ is not str:
+                    return False
+    return True
 
 
 def _check_fields(node: dict[str, Any], at: PathT, fields: tuple[tuple[PathT, str], ...], where: str) -> None:
