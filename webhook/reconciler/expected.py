@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .actions import Action
+from .actions import Action, EventType
 from .model import (
     ANN_EXPECTED_REASON,
     ANN_EXPECTED_START,
@@ -50,6 +50,7 @@ def plan_expected(snapshot: Snapshot, estimates: Iterable[Estimate], settings: S
             continue
         annotations = {ANN_EXPECTED_START: want, ANN_EXPECTED_REASON: e.reason[:512]}
         what = e.workload.kind
+        etype: EventType
         if e.never:
             reason, etype, message = "NeverFits", "Warning", f"this {what} can never start as it is: {e.reason}"
         elif e.start is None:
@@ -60,7 +61,7 @@ def plan_expected(snapshot: Snapshot, estimates: Iterable[Estimate], settings: S
         else:
             reason, etype, message = "ExpectedStart", "Normal", f"expected to start at {want}: {e.reason}"
         actions.append(Action(
-            kind="expected-start", target=obj.ref, reason=reason, event_type=etype,  # type: ignore[arg-type]
+            kind="expected-start", target=obj.ref, reason=reason, event_type=etype,
             message=message, key=f"{want}|{e.reason}" if e.start is None else want,
             annotations=annotations, resource_version=obj.resource_version,
         ))

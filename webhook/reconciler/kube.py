@@ -169,8 +169,8 @@ class KubeApi:
 
     def get_metadata(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any]:
         """Only the object's metadata (PartialObjectMetadata): whether a Secret exists, without its data."""
-        return self.request("GET", kind.path(namespace, name),  # type: ignore[no-any-return]
-                            accept="application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json")
+        return self.request_object("GET", kind.path(namespace, name),
+                                   accept="application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json")
 
     def list(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
              limit: int = 500, continue_: str | None = None) -> dict[str, Any]:

@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..units import format_duration, parse_duration
-from .actions import Action, Delete, Requirement
+from .actions import Action, ActionKind, Delete, Requirement
 from .model import (
     LABEL_GROUP,
     LABEL_GROUP_SIZE,
@@ -569,12 +569,12 @@ def _status(sj: SJView, now: float, *, phase: str, reason: str, message: str,
     return {"metadata": {"resourceVersion": sj.resource_version}, "status": st}
 
 
-def _act(kind: str, sj: SJView, reason: str, message: str, now: float, *, phase: str, key: str,
+def _act(kind: ActionKind, sj: SJView, reason: str, message: str, now: float, *, phase: str, key: str,
          warning: bool = False, quiet: bool = False, status: Mapping[str, Any] | None = None,
          deletes: tuple[Delete, ...] = (), create: Mapping[str, Any] | None = None,
          requires: tuple[Requirement, ...] = (), amount: float = 0.0, event_reason: str = "") -> Action:
     return Action(
-        kind=kind, target=sj.ref, reason=event_reason or reason, message=message,  # type: ignore[arg-type]
+        kind=kind, target=sj.ref, reason=event_reason or reason, message=message,
         event_type="Warning" if warning else "Normal", key=key, quiet=quiet,
         patch=_status(sj, now, phase=phase, reason=reason, message=message, **dict(status or {})),
         subresource="status", deletes=deletes, create=create, requires=requires, amount=amount,
