@@ -1,0 +1,871 @@
+"""Scavenger preemption: a day of ordinary work over a cluster kept full by checkpointing
+scavengers, and how much scavenger work each victim order throws away.
+
+    python bench/scavenger_sim.py                   # the comparison (5 seeds), then the planning pass
+    python bench/scavenger_sim.py --sweep           # the same under other checkpoint / segment / restart settings
+    python bench/scavenger_sim.py --planning-pass   # only the CPU time of one planning pass
+
+Orders compared, on the same cluster, the same ordinary arrivals, the same ScavengerJobs:
+
+  stock     (a) each ScavengerJob runs as one long pod per gang member that checkpoints every
+                C minutes inside; kube-scheduler picks the victims by its own rules.
+  segments  (b) batchgate's design (SCAVENGER-DESIGN.md): a pod boundary at a checkpoint every
+                S minutes, so a pod's status.startTime is its last checkpoint and the
+                scheduler's "latest start goes first" is "least progress since the checkpoint".
+  tiers     (c) segments, and a ScavengerJob interrupted k times gets scavenger class
+                min(k, T-1) of T `Never` classes (all below ordinary work) for its next pods.
+  oracle    (d) long pods as in (a), but the victims are the whole gangs, on one node, whose
+                loss (compute since their checkpoint plus the restart, all their pods on all
+                nodes) is least; it knows what no scheduler can see.
+
+The figure is scavenger work lost to preemption (core-hours of compute done since the last
+checkpoint of every gang torn down), and the waste: that plus the restarts it and the
+segment boundaries cost (R minutes of every pod of the gang per restart).
+
+The model (each assumption a flag where it matters):
+
+- Cluster: --nodes identical nodes (--node-cpu cores, 4 GiB memory per core, 110 pods);
+  no selectors, taints or affinity, no node failures.
+- Ordinary work: jobs arrive by a Poisson process whose rate follows the day (lowest at
+  midnight, 1.6x the mean at noon), sized so ordinary pods request --load of the cluster's
+  cpu on average (so about 0.9 at noon): 1-8 pods of 1-16 cores and 2-8 GiB per core,
+  lognormal run times (median 30 min, clipped to 1 min..12 h); 25 % interactive (priority
+  10000), 75 % batch (1000). A job's pods are scheduled one by one (a Job's pods, no gang);
+  a preempted ordinary pod is recreated by its Job and starts over.
+- kube-scheduler 1.20: one pod at a time, pending pods by priority then age; Filter = cpu,
+  memory and pod-count fit; Score = NodeResourcesLeastAllocated + BalancedAllocation, a
+  random pick among the best; PostFilter = DefaultPreemption: per node, every lower-priority
+  pod removed, then reprieved most important first (higher priority, then earlier start;
+  PDB-violating ones first); across nodes fewest PDB violations, lowest highest-victim
+  priority, smallest sum of priorities, fewest victims, latest start of the highest-priority
+  victims, then map order (random). All nodes are candidates (fewer than 100). Victims go at
+  once and the preemptor binds (the grace period is the same under every order and is not
+  modelled). Scavenger pods never preempt (preemptionPolicy Never).
+- batchgate: when one pod of a gang is preempted, the whole gang goes (an interruption) and
+  waits again. Every --planner-interval minutes the real planner
+  (webhook.reconciler.scavenger.choose_starts) picks what starts: highest interruptedCount
+  first, then oldest; all pods fit or none; all scavengers within --share of the cluster;
+  backfill. Its pods are then placed by the scheduler model above. ScavengerJobs: a backlog
+  that fills the share, and new ones arriving all day; 1-4 pods of 1-8 cores, 3-30 hours of
+  compute each.
+- Workloads: each (re)start costs --restart minutes before computing (container start,
+  reading the checkpoint); a checkpoint every --checkpoint minutes of compute, itself free.
+  Stopped from outside, a workload loses its compute since the last checkpoint: it cannot
+  save on SIGTERM (seed 002's black box; --sigterm-save gives that share of the workloads a
+  save on SIGTERM, which makes their interruptions free under every order).
+- Segments: a segment ends right after the workload's checkpoint number --segment/--checkpoint
+  of that segment (the workload exits with the agreed code after it, or saves on the
+  boundary's SIGTERM as the demo does), so a boundary costs the restart only; the next
+  segment starts at once where it fits, else waits (not an interruption).
+- The day: 24 hours measured after a --warmup (4 h) that fills the cluster and is not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import gc
+import heapq
+import math
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from webhook.reconciler.scavenger import Need, Room, Waiting, cap_room, choose_starts
+
+GI = 1 << 30
+MAX_INT32 = 2**31 - 1
+INTERACTIVE, BATCH, SCAVENGER = 10_000, 1_000, -1_000
+MAX_PODS = 110
+
+
+# == the victim model: kube-scheduler 1.20 DefaultPreemption ================================
+@dataclass(slots=True, eq=False)
+class SimPod:
+    """A bound (or pending) pod as the scheduler sees it. ``start`` is status.startTime."""
+
+    uid: int
+    owner: Hashable  # the gang (ScavengerJob) or the ordinary pod itself
+    cpu_m: int
+    mem_b: int
+    priority: int
+    start: float = 0.0
+    node: str = ""
+    pdb: str | None = None  # the PodDisruptionBudget that selects it, if any
+
+
+@dataclass(slots=True, eq=False)
+class SimNode:
+    name: str
+    cpu_m: int
+    mem_b: int
+    max_pods: int = MAX_PODS
+    pods: dict[int, SimPod] = field(default_factory=dict)
+    free_cpu: int = -1
+    free_mem: int = -1
+
+    def __post_init__(self) -> None:
+        if self.free_cpu < 0:
+            self.free_cpu = self.cpu_m - sum(p.cpu_m for p in self.pods.values())
+            self.free_mem = self.mem_b - sum(p.mem_b for p in self.pods.values())
+
+    def fits(self, pod: SimPod) -> bool:
+        return pod.cpu_m <= self.free_cpu and pod.mem_b <= self.free_mem and len(self.pods) < self.max_pods
+
+    def bind(self, pod: SimPod) -> None:
+        self.pods[pod.uid] = pod
+        self.free_cpu -= pod.cpu_m
+        self.free_mem -= pod.mem_b
+        pod.node = self.name
+
+    def unbind(self, pod: SimPod) -> None:
+        del self.pods[pod.uid]
+        self.free_cpu += pod.cpu_m
+        self.free_mem += pod.mem_b
+        pod.node = ""
+
+
+def importance(p: SimPod) -> tuple[int, float]:
+    """Sort key, most important first: higher priority, then earlier start (MoreImportantPod)."""
+    return (-p.priority, p.start)
+
+
+def pdb_split(pods: Sequence[SimPod], budgets: dict[str, int]) -> tuple[list[SimPod], list[SimPod]]:
+    """filterPodsWithPDBViolation: walking the pods in order, each takes one disruption from
+    its budget; those that take it below zero would violate it."""
+    left = dict(budgets)
+    violating: list[SimPod] = []
+    fine: list[SimPod] = []
+    for p in pods:
+        if p.pdb is not None and p.pdb in left:
+            left[p.pdb] -= 1
+            if left[p.pdb] < 0:
+                violating.append(p)
+                continue
+        fine.append(p)
+    return violating, fine
+
+
+def select_victims_on_node(node: SimNode, preemptor: SimPod,
+                           budgets: dict[str, int] | None = None) -> tuple[list[SimPod], int] | None:
+    """selectVictimsOnNode: the pods kube-scheduler would delete on ``node`` so ``preemptor``
+    fits, most important first, and how many of them violate a PDB; None if none would do."""
+    potential = [p for p in node.pods.values() if p.priority < preemptor.priority]
+    if not potential:
+        return None
+    cpu = node.free_cpu + sum(p.cpu_m for p in potential)
+    mem = node.free_mem + sum(p.mem_b for p in potential)
+    slots = node.max_pods - len(node.pods) + len(potential)
+    if preemptor.cpu_m > cpu or preemptor.mem_b > mem or slots < 1:
+        return None
+    potential.sort(key=importance)
+    violating, fine = pdb_split(potential, budgets or {})
+    victims: list[SimPod] = []
+    n_violating = 0
+    for group, violates in ((violating, True), (fine, False)):
+        for p in group:  # reprieve p if the preemptor still fits with p back on the node
+            if preemptor.cpu_m <= cpu - p.cpu_m and preemptor.mem_b <= mem - p.mem_b and slots - 1 >= 1:
+                cpu, mem, slots = cpu - p.cpu_m, mem - p.mem_b, slots - 1
+            else:
+                victims.append(p)
+                n_violating += violates
+    return victims, n_violating
+
+
+def earliest_start_of_highest(victims: Sequence[SimPod]) -> float:
+    """GetEarliestPodStartTime: the earliest start among the highest-priority victims."""
+    top = max(p.priority for p in victims)
+    return min(p.start for p in victims if p.priority == top)
+
+
+def pick_one_node(candidates: Sequence[tuple[str, list[SimPod], int]]) -> str:
+    """pickOneNodeForPreemption over (node, victims, PDB violations), in map order."""
+    best = list(candidates)
+    for key in (
+        lambda c: c[2],  # fewest PDB violations
+        lambda c: c[1][0].priority,  # lowest highest-priority victim (victims[0], as the scheduler reads it)
+        lambda c: sum(p.priority + MAX_INT32 + 1 for p in c[1]),  # smallest sum of priorities
+        lambda c: len(c[1]),  # fewest victims
+    ):
+        low = min(key(c) for c in best)
+        best = [c for c in best if key(c) == low]
+        if len(best) == 1:
+            return best[0][0]
+    chosen, latest = best[0][0], earliest_start_of_highest(best[0][1])
+    for name, victims, _ in best[1:]:  # the latest "earliest start of the highest-priority victims"
+        t = earliest_start_of_highest(victims)
+        if t > latest:
+            chosen, latest = name, t
+    return chosen
+
+
+def stock_preemption(nodes: Iterable[SimNode], preemptor: SimPod,
+                     budgets: dict[str, int] | None = None) -> tuple[str, list[SimPod]] | None:
+    """DefaultPreemption's choice: the node and the pods it deletes, or None."""
+    candidates = []
+    for n in nodes:
+        found = select_victims_on_node(n, preemptor, budgets)
+        if found is not None and found[0]:
+            candidates.append((n.name, found[0], found[1]))
+    if not candidates:
+        return None
+    name = pick_one_node(candidates)
+    return name, next(v for n, v, _ in candidates if n == name)
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    owner: Hashable
+    priority: int
+    cost: float
+    cpu_m: int
+    mem_b: int
+    pods: int
+
+
+def oracle_on_node(node: SimNode, preemptor: SimPod, cost: Callable[[Hashable], float],
+                   budget: list[int]) -> tuple[tuple[int, float, int], list[Hashable]] | None:
+    """The whole gangs on ``node`` (all below the preemptor's priority) whose removal makes
+    room at the least (highest victim priority, cost, number of gangs); exact search, up
+    to ``budget[0]`` steps (decremented; the caller counts exhausted budgets)."""
+    groups: dict[Hashable, list[SimPod]] = {}
+    for p in node.pods.values():
+        if p.priority < preemptor.priority:
+            groups.setdefault(p.owner, []).append(p)
+    if not groups:
+        return None
+    gs = [_Group(o, max(p.priority for p in ps), cost(o), sum(p.cpu_m for p in ps),
+                 sum(p.mem_b for p in ps), len(ps)) for o, ps in groups.items()]
+    need_cpu = preemptor.cpu_m - node.free_cpu
+    need_mem = preemptor.mem_b - node.free_mem
+    need_slots = len(node.pods) + 1 - node.max_pods
+    for top in sorted({g.priority for g in gs}):
+        allowed = sorted((g for g in gs if g.priority <= top), key=lambda g: (g.cost, g.cpu_m))
+        if sum(g.cpu_m for g in allowed) < need_cpu or sum(g.mem_b for g in allowed) < need_mem \
+                or sum(g.pods for g in allowed) < need_slots:
+            continue
+        best: list[tuple[float, int, list[Hashable]]] = []
+        suffix = [(0, 0, 0)] * (len(allowed) + 1)
+        for i in range(len(allowed) - 1, -1, -1):
+            c, m, s = suffix[i + 1]
+            suffix[i] = (c + allowed[i].cpu_m, m + allowed[i].mem_b, s + allowed[i].pods)
+
+        def dfs(i: int, cpu: int, mem: int, slots: int, spent: float, chosen: list[Hashable],
+                allowed: list[_Group] = allowed, suffix: list[tuple[int, int, int]] = suffix,
+                best: list[tuple[float, int, list[Hashable]]] = best) -> None:
+            if cpu <= 0 and mem <= 0 and slots <= 0:
+                if not best or (spent, len(chosen)) < best[0][:2]:
+                    best[:] = [(spent, len(chosen), list(chosen))]
+                return
+            if i == len(allowed) or budget[0] <= 0:
+                return
+            budget[0] -= 1
+            if best and spent + allowed[i].cost > best[0][0]:
+                return  # sorted by cost: nothing after i is cheaper
+            c, m, s = suffix[i]
+            if c < cpu or m < mem or s < slots:
+                return
+            g = allowed[i]
+            chosen.append(g.owner)
+            dfs(i + 1, cpu - g.cpu_m, mem - g.mem_b, slots - g.pods, spent + g.cost, chosen)
+            chosen.pop()
+            dfs(i + 1, cpu, mem, slots, spent, chosen)
+
+        dfs(0, need_cpu, need_mem, need_slots, 0.0, [])
+        if best:
+            spent, count, owners = best[0]
+            return (top, spent, count), owners
+    return None
+
+
+# == the workload model ========================================================================
+@dataclass(frozen=True, slots=True)
+class Params:
+    nodes: int = 48
+    node_cpu: int = 32  # cores; memory is 4 GiB per core
+    load: float = 0.55  # mean share of the cluster's cpu that ordinary pods request
+    hours: float = 24.0
+    warmup: float = 4.0  # hours before the day, not counted
+    checkpoint: float = 10.0  # minutes of compute between checkpoints
+    segment: float = 10.0  # minutes of compute per segment (a multiple of checkpoint)
+    restart: float = 0.5  # minutes lost at every (re)start before computing
+    tiers: int = 4
+    share: float = 0.7
+    sigterm_save: float = 0.0
+    planner_interval: float = 1.0  # minutes
+    sj_per_hour: float = 4.0
+    oracle_budget: int = 50_000  # search steps per node per preemption
+
+
+@dataclass(frozen=True, slots=True)
+class OrdinaryJob:
+    arrival: float  # minutes
+    pods: int
+    cpu_m: int
+    mem_b: int
+    duration: float
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class SJSpec:
+    id: int
+    arrival: float
+    pods: int
+    cpu_m: int
+    mem_b: int
+    work: float  # minutes of compute to finish
+    sigterm_save: bool
+
+
+def _weighted(rng: random.Random, table: Sequence[tuple[float, float]]) -> float:
+    r = rng.random() * sum(w for _, w in table)
+    for value, w in table:
+        r -= w
+        if r < 0:
+            return value
+    return table[-1][0]
+
+
+POD_COUNTS = ((1, 0.6), (2, 0.15), (4, 0.15), (8, 0.1))
+POD_CPUS = ((1, 0.3), (2, 0.25), (4, 0.2), (8, 0.15), (16, 0.1))
+GIB_PER_CPU = ((2, 1.0), (4, 1.0), (8, 1.0))
+SJ_PODS = ((1, 0.5), (2, 0.25), (4, 0.25))
+SJ_CPUS = ((1, 0.2), (2, 0.3), (4, 0.3), (8, 0.2))
+
+
+def _ordinary_job(rng: random.Random, arrival: float, node_mem_gib: int) -> OrdinaryJob:
+    interactive = rng.random() < 0.25
+    pods = int(_weighted(rng, POD_COUNTS))
+    cpu = int(_weighted(rng, POD_CPUS))
+    mem_gib = min(cpu * int(_weighted(rng, GIB_PER_CPU)), node_mem_gib * 3 // 4)
+    median = 20.0 if interactive else 30.0
+    duration = min(max(rng.lognormvariate(math.log(median), 1.0), 1.0), 720.0)
+    return OrdinaryJob(arrival, pods, cpu * 1000, mem_gib * GI, duration, INTERACTIVE if interactive else BATCH)
+
+
+def day_profile(minute: float) -> float:
+    """Arrival rate relative to the mean: 0.4 at midnight, 1.6 at noon."""
+    return 1.0 + 0.6 * math.sin(2 * math.pi * (minute / 1440.0 - 0.25))
+
+
+def ordinary_trace(p: Params, seed: int) -> list[OrdinaryJob]:
+    """The ordinary jobs of the warm-up and the day (thinning a Poisson process)."""
+    rng = random.Random(f"ordinary-{seed}")
+    node_mem_gib = p.node_cpu * 4
+    sample = [_ordinary_job(random.Random(f"size-{seed}-{i}"), 0.0, node_mem_gib) for i in range(4000)]
+    core_minutes = statistics.fmean(j.pods * j.cpu_m / 1000 * j.duration for j in sample)
+    rate = p.load * p.nodes * p.node_cpu / core_minutes  # jobs per minute, on average
+    out = []
+    t, end = -p.warmup * 60, p.hours * 60
+    peak = rate * 1.6
+    while True:
+        t += rng.expovariate(peak)
+        if t >= end:
+            return out
+        if rng.random() < day_profile(t) / 1.6:
+            out.append(_ordinary_job(rng, t, node_mem_gib))
+
+
+def scavenger_trace(p: Params, seed: int) -> list[SJSpec]:
+    """A backlog that more than fills the share at the start, then arrivals all day."""
+    rng = random.Random(f"scavengers-{seed}")
+    out: list[SJSpec] = []
+
+    def one(arrival: float) -> SJSpec:
+        cpu = int(_weighted(rng, SJ_CPUS))
+        return SJSpec(len(out), arrival, int(_weighted(rng, SJ_PODS)), cpu * 1000, cpu * 4 * GI,
+                      rng.uniform(180.0, 1800.0), rng.random() < p.sigterm_save)
+
+    cores = 0.0
+    while cores < 1.5 * p.share * p.nodes * p.node_cpu:
+        sj = one(-p.warmup * 60 + len(out) * 1e-3)
+        out.append(sj)
+        cores += sj.pods * sj.cpu_m / 1000
+    t = -p.warmup * 60
+    while True:
+        t += rng.expovariate(p.sj_per_hour / 60.0)
+        if t >= p.hours * 60:
+            return out
+        out.append(one(t))
+
+
+# == the simulation ============================================================================
+@dataclass(slots=True, eq=False)
+class SJ:
+    spec: SJSpec
+    interrupted: int = 0
+    saved: float = 0.0  # minutes of compute checkpointed
+    pods: list[SimPod] = field(default_factory=list)
+    run_start: float = 0.0  # the current pods' start
+    gen: int = 0  # invalidates scheduled stops
+    done: bool = False
+    stopped_by: str = ""  # why its last pods went: "", "boundary" or "interruption"
+
+    @property
+    def cores(self) -> float:
+        return self.spec.pods * self.spec.cpu_m / 1000
+
+
+@dataclass(slots=True)
+class Outcome:
+    lost: float = 0.0  # core-minutes of compute since the last checkpoint, thrown away
+    restart_interrupted: float = 0.0  # core-minutes of restarts after interruptions
+    restart_boundary: float = 0.0  # core-minutes of restarts at segment boundaries
+    useful: float = 0.0  # core-minutes of scavenger compute kept
+    interruptions: int = 0
+    preemptions: int = 0  # preemption decisions that hit at least one scavenger
+    completed: int = 0
+    ordinary_preempted: int = 0
+    ordinary_lost: float = 0.0  # core-minutes of ordinary pods preempted (they start over)
+    ordinary_wait: list[float] = field(default_factory=list)
+    interrupt_counts: list[int] = field(default_factory=list)
+    unplaced: int = 0  # planner said start, the scheduler could not place every pod
+    oracle_exhausted: int = 0
+
+    @property
+    def waste(self) -> float:
+        return self.lost + self.restart_interrupted + self.restart_boundary
+
+
+Order = str  # "stock" | "segments" | "tiers" | "oracle"
+ORDERS: tuple[Order, ...] = ("stock", "segments", "tiers", "oracle")
+
+
+class Sim:
+    """One day under one victim order."""
+
+    def __init__(self, p: Params, order: Order, seed: int, jobs: list[OrdinaryJob], sjs: list[SJSpec]) -> None:
+        self.p, self.order = p, order
+        self.segments = order in ("segments", "tiers")
+        self.rng = random.Random(f"scheduler-{seed}")
+        self.nodes = [SimNode(f"node-{i:03d}", p.node_cpu * 1000, p.node_cpu * 4 * GI) for i in range(p.nodes)]
+        self.by_name = {n.name: n for n in self.nodes}
+        self.alloc = {n.name: Room(n.name, n.cpu_m, n.mem_b, n.max_pods) for n in self.nodes}
+        self.total = (sum(n.cpu_m for n in self.nodes), sum(n.mem_b for n in self.nodes))
+        self.events: list[tuple[float, int, str, object, int]] = []
+        self.seq = 0
+        self.uid = 0
+        self.pending: list[tuple[int, float, int, SimPod, float]] = []  # (-priority, arrival, uid, pod, duration)
+        self.ends: dict[int, float] = {}  # ordinary pod uid -> end time
+        self.sjs = [SJ(s) for s in sjs]
+        self.waiting: set[int] = set()
+        self.scav_used = [0, 0]
+        self.out = Outcome()
+        self.counting = False
+        self.dirty = False  # something was freed since pending pods were last tried
+        self.plan_dirty = True  # something was freed or arrived since the planner's last pass
+        for j in jobs:
+            self._at(j.arrival, "arrive", j)
+        for s in self.sjs:
+            self._at(s.spec.arrival, "sj-arrive", s)
+        t = -p.warmup * 60
+        while t < p.hours * 60:
+            self._at(t, "plan", None)
+            t += p.planner_interval
+        self._at(0.0, "count", None)
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _at(self, t: float, kind: str, what: object, gen: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, self.seq, kind, what, gen))
+
+    def _pod(self, owner: Hashable, cpu_m: int, mem_b: int, priority: int) -> SimPod:
+        self.uid += 1
+        return SimPod(self.uid, owner, cpu_m, mem_b, priority)
+
+    def _score(self, n: SimNode, pod: SimPod) -> float:
+        cpu = (n.free_cpu - pod.cpu_m) / n.cpu_m
+        mem = (n.free_mem - pod.mem_b) / n.mem_b
+        return (cpu + mem) / 2 + 1 - abs(cpu - mem)  # LeastAllocated + BalancedAllocation
+
+    def _place(self, pod: SimPod) -> SimNode | None:
+        best: list[SimNode] = []
+        top = -1.0
+        for n in self.nodes:
+            if n.fits(pod):
+                s = self._score(n, pod)
+                if s > top + 1e-12:
+                    best, top = [n], s
+                elif s > top - 1e-12:
+                    best.append(n)
+        if not best:
+            return None
+        return best[0] if len(best) == 1 else self.rng.choice(best)
+
+    # -- scavengers -----------------------------------------------------------------------
+    def _priority(self, sj: SJ) -> int:
+        if self.order == "tiers":
+            return SCAVENGER + min(sj.interrupted, self.p.tiers - 1)
+        return SCAVENGER
+
+    def _start(self, sj: SJ, now: float) -> bool:
+        """Create and place the gang's pods (all or none); schedule its next stop."""
+        pods = [self._pod(sj, sj.spec.cpu_m, sj.spec.mem_b, self._priority(sj)) for _ in range(sj.spec.pods)]
+        placed: list[tuple[SimNode, SimPod]] = []
+        for pod in pods:
+            n = self._place(pod)
+            if n is None:
+                for m, q in placed:
+                    m.unbind(q)
+                return False
+            pod.start = now
+            n.bind(pod)
+            placed.append((n, pod))
+        sj.pods, sj.run_start = pods, now
+        self.scav_used[0] += sj.spec.pods * sj.spec.cpu_m
+        self.scav_used[1] += sj.spec.pods * sj.spec.mem_b
+        self.waiting.discard(sj.spec.id)
+        if self.counting and sj.stopped_by:
+            restart = self.p.restart * sj.cores
+            if sj.stopped_by == "boundary":
+                self.out.restart_boundary += restart
+            else:
+                self.out.restart_interrupted += restart
+        left = sj.spec.work - sj.saved
+        compute_from = now + self.p.restart
+        if self.segments and left > self.p.segment:
+            self._at(compute_from + self.p.segment, "boundary", sj, sj.gen)
+        else:
+            self._at(compute_from + left, "sj-done", sj, sj.gen)
+        return True
+
+    def _release(self, sj: SJ) -> None:
+        self.plan_dirty = True
+        for pod in sj.pods:
+            if pod.node:
+                self.by_name[pod.node].unbind(pod)
+        self.scav_used[0] -= sj.spec.pods * sj.spec.cpu_m
+        self.scav_used[1] -= sj.spec.pods * sj.spec.mem_b
+        sj.pods = []
+        sj.gen += 1
+
+    def _unsaved(self, sj: SJ, now: float) -> tuple[float, float]:
+        """(compute that a stop now would keep, compute it would lose)."""
+        progress = max(0.0, now - sj.run_start - self.p.restart)
+        if sj.spec.sigterm_save:
+            return progress, 0.0
+        kept = math.floor(progress / self.p.checkpoint + 1e-9) * self.p.checkpoint
+        return kept, progress - kept
+
+    def _interrupt(self, sj: SJ, now: float) -> None:
+        kept, lost = self._unsaved(sj, now)
+        sj.saved += kept
+        if self.counting:
+            self.out.lost += lost * sj.cores
+            self.out.useful += kept * sj.cores
+            self.out.interruptions += 1
+        sj.interrupted += 1
+        sj.stopped_by = "interruption"
+        self._release(sj)
+        self.waiting.add(sj.spec.id)
+        self.dirty = True
+
+    def _oracle_cost(self, owner: Hashable, now: float) -> float:
+        if isinstance(owner, SJ):
+            return (self._unsaved(owner, now)[1] + self.p.restart) * owner.cores
+        pod = owner
+        assert isinstance(pod, SimPod)
+        return (now - pod.start) * pod.cpu_m / 1000  # an ordinary pod starts over
+
+    # -- ordinary pods --------------------------------------------------------------------
+    def _preempt(self, pod: SimPod, now: float) -> SimNode | None:
+        order = self.nodes[:]
+        self.rng.shuffle(order)  # Go map order
+        victims_owners: list[Hashable]
+        if self.order == "oracle":
+            best: tuple[tuple[int, float, int], str, list[Hashable]] | None = None
+            for n in order:
+                budget = [self.p.oracle_budget]
+                found = oracle_on_node(n, pod, lambda o: self._oracle_cost(o, now), budget)
+                if budget[0] <= 0:
+                    self.out.oracle_exhausted += 1
+                if found is not None and (best is None or found[0] < best[0]):
+                    best = (found[0], n.name, found[1])
+            if best is None:
+                return None
+            node, victims_owners = self.by_name[best[1]], best[2]
+        else:
+            chosen = stock_preemption(order, pod)
+            if chosen is None:
+                return None
+            node = self.by_name[chosen[0]]
+            victims_owners = list(dict.fromkeys(v.owner for v in chosen[1]))
+        hit = False
+        for owner in victims_owners:
+            if isinstance(owner, SJ):
+                self._interrupt(owner, now)
+                hit = True
+            else:
+                assert isinstance(owner, SimPod)
+                self._evict_ordinary(owner, now)
+        if hit and self.counting:
+            self.out.preemptions += 1
+        return node
+
+    def _evict_ordinary(self, pod: SimPod, now: float) -> None:
+        self.by_name[pod.node].unbind(pod)
+        self.plan_dirty = True
+        duration = self.ends.pop(pod.uid) - pod.start
+        if self.counting:
+            self.out.ordinary_preempted += 1
+            self.out.ordinary_lost += (now - pod.start) * pod.cpu_m / 1000
+        again = self._pod(None, pod.cpu_m, pod.mem_b, pod.priority)
+        again.owner = again
+        bisect.insort(self.pending, (-again.priority, now, again.uid, again, duration))
+
+    def _schedule_pending(self, now: float) -> None:
+        keep = []
+        for item in self.pending:
+            _, arrival, _, pod, duration = item
+            node = self._place(pod) or self._preempt(pod, now)
+            if node is None:
+                keep.append(item)
+                continue
+            assert node.fits(pod)
+            pod.start = now
+            node.bind(pod)
+            self.ends[pod.uid] = now + duration
+            self._at(now + duration, "pod-end", pod)
+            if self.counting:
+                self.out.ordinary_wait.append(now - arrival)
+        self.pending = keep
+
+    # -- the run --------------------------------------------------------------------------
+    def _plan(self, now: float) -> None:
+        """The controller's pass. Skipped when it could not start anything (nothing freed or
+        arrived since the last pass, or no node with room for the smallest waiting pod):
+        choose_starts would decide the same, only slower."""
+        if not self.waiting or not self.plan_dirty:
+            return
+        self.plan_dirty = False
+        holes = [(n.free_cpu, n.free_mem, n.max_pods - len(n.pods)) for n in self.nodes
+                 if n.free_cpu > 0 and n.free_mem > 0 and len(n.pods) < n.max_pods]
+        cap_cpu, cap_mem = cap_room(self.total, (self.scav_used[0], self.scav_used[1]), self.p.share)
+
+        def could_start(s: SJSpec) -> bool:
+            if s.pods * s.cpu_m > cap_cpu or s.pods * s.mem_b > cap_mem:
+                return False
+            room = 0
+            for c, m, slots in holes:
+                room += min(c // s.cpu_m, m // s.mem_b, slots)
+                if room >= s.pods:
+                    return True
+            return False
+
+        # Only those under the cap whose pods all fit now: the others cannot start, and in
+        # choose_starts one that does not start changes nothing for the rest (backfill).
+        maybe = [i for i in self.waiting if could_start(self.sjs[i].spec)]
+        if not maybe:
+            return
+        free = {n.name: Room(n.name, n.free_cpu, n.free_mem, n.max_pods - len(n.pods)) for n in self.nodes}
+        by_key = {("sim", f"sj-{i:05d}"): self.sjs[i] for i in maybe}
+        waiting = [Waiting(k, s.interrupted, s.spec.arrival * 60, Need(s.spec.pods, s.spec.cpu_m, s.spec.mem_b))
+                   for k, s in by_key.items()]
+        for d in choose_starts(waiting, free, self.alloc, (self.scav_used[0], self.scav_used[1]), self.p.share):
+            if d.kind == "start" and not self._start(by_key[d.waiting.key], now):
+                self.out.unplaced += 1
+
+    def run(self) -> Outcome:
+        end = self.p.hours * 60
+        while self.events:
+            t, _, kind, what, gen = heapq.heappop(self.events)
+            if t >= end:
+                break
+            if kind == "arrive":
+                job = what
+                assert isinstance(job, OrdinaryJob)
+                for _ in range(job.pods):
+                    pod = self._pod(None, job.cpu_m, job.mem_b, job.priority)
+                    pod.owner = pod
+                    bisect.insort(self.pending, (-pod.priority, t, pod.uid, pod, job.duration))
+                self._schedule_pending(t)
+            elif kind == "pod-end":
+                pod = what
+                assert isinstance(pod, SimPod)
+                if self.ends.get(pod.uid) == t:
+                    del self.ends[pod.uid]
+                    self.by_name[pod.node].unbind(pod)
+                    self.dirty = self.plan_dirty = True
+            elif kind in ("boundary", "sj-done"):
+                sj = what
+                assert isinstance(sj, SJ)
+                if gen != sj.gen:
+                    continue
+                kept = t - sj.run_start - self.p.restart
+                sj.saved += kept
+                if self.counting:
+                    self.out.useful += kept * sj.cores
+                self._release(sj)
+                if kind == "sj-done" or sj.saved >= sj.spec.work - 1e-9:
+                    sj.done = True
+                    if self.counting:
+                        self.out.completed += 1
+                else:  # the next segment at once, where it fits; else it waits its turn
+                    sj.stopped_by = "boundary"
+                    self._schedule_pending(t)  # pending ordinary pods come first
+                    if not self._start(sj, t):
+                        self.waiting.add(sj.spec.id)
+                    continue
+                self.dirty = True
+            elif kind == "sj-arrive":
+                sj = what
+                assert isinstance(sj, SJ)
+                self.waiting.add(sj.spec.id)
+                self.plan_dirty = True
+            elif kind == "plan":
+                if self.dirty and self.pending:
+                    self._schedule_pending(t)
+                self.dirty = False
+                self._plan(t)
+            elif kind == "count":
+                self.counting = True
+        self.out.interrupt_counts = [s.interrupted for s in self.sjs if s.spec.arrival < end]
+        return self.out
+
+
+def simulate(p: Params, order: Order, seed: int) -> Outcome:
+    return Sim(p, order, seed, ordinary_trace(p, seed), scavenger_trace(p, seed)).run()
+
+
+# == reporting =================================================================================
+def _h(core_minutes: float) -> float:
+    return core_minutes / 60.0
+
+
+def compare(p: Params, seeds: Sequence[int], *, out: Callable[[str], None] = print) -> dict[Order, list[Outcome]]:
+    results: dict[Order, list[Outcome]] = {o: [] for o in ORDERS}
+    for seed in seeds:
+        for o in ORDERS:
+            results[o].append(simulate(p, o, seed))
+    stock_lost = sum(r.lost for r in results["stock"])
+    stock_waste = sum(r.waste for r in results["stock"])
+    out(f"{'order':<10} {'lost core-h':>11} {'vs stock':>8} {'restarts core-h':>15} {'waste core-h':>12} "
+        f"{'vs stock':>8} {'interruptions':>13} {'loss/interr. core-min':>21} {'useful core-h':>13} "
+        f"{'done':>5} {'max interr.':>11}")
+    for o in ORDERS:
+        rs = results[o]
+        n = len(rs)
+        lost = sum(r.lost for r in rs)
+        restarts = sum(r.restart_interrupted + r.restart_boundary for r in rs)
+        waste = sum(r.waste for r in rs)
+        interruptions = sum(r.interruptions for r in rs)
+        out(f"{o:<10} {_h(lost) / n:>11.1f} {lost / stock_lost if stock_lost else 0:>8.2f} "
+            f"{_h(restarts) / n:>15.1f} {_h(waste) / n:>12.1f} {waste / stock_waste if stock_waste else 0:>8.2f} "
+            f"{interruptions / n:>13.1f} {lost / interruptions if interruptions else 0:>21.1f} "
+            f"{_h(sum(r.useful for r in rs)) / n:>13.0f} {sum(r.completed for r in rs) / n:>5.1f} "
+            f"{max(max(r.interrupt_counts, default=0) for r in rs):>11}")
+    return results
+
+
+def per_seed(results: dict[Order, list[Outcome]], seeds: Sequence[int], *, out: Callable[[str], None] = print) -> None:
+    out("lost core-h per seed: " + "; ".join(
+        f"{o} " + " ".join(f"{_h(r.lost):.0f}" for r in results[o]) for o in ORDERS))
+    for o in ORDERS[1:]:
+        ratios = [r.lost / s.lost for r, s in zip(results[o], results["stock"], strict=True) if s.lost]
+        out(f"  {o} / stock, lost: {min(ratios):.2f}..{max(ratios):.2f} over {len(seeds)} seeds")
+
+
+# == one planning pass =========================================================================
+def planning_pass_fixture(n_sjs: int = 1000, n_pods: int = 10_000, n_nodes: int = 500) -> tuple[
+        list[Waiting], list[tuple[str, int, int]], dict[str, Room], tuple[int, int]]:
+    """1,000 ScavengerJobs (a third running, the rest waiting) and 10,000 pods on 500 nodes."""
+    rng = random.Random("planning-pass")
+    alloc = {f"node-{i:04d}": Room(f"node-{i:04d}", 64_000, 256 * GI, MAX_PODS) for i in range(n_nodes)}
+    names = list(alloc)
+    pods = [(rng.choice(names), rng.choice((500, 1000, 2000, 4000)), rng.choice((1, 2, 4, 8)) * GI)
+            for _ in range(n_pods)]
+    waiting = [Waiting((f"team-{i % 20}", f"sj-{i:05d}"), rng.choice((0, 0, 0, 1, 2, 5)), 1.7e9 + i,
+                       Need(rng.choice((1, 1, 2, 4)), rng.choice((1000, 2000, 4000, 8000)), rng.choice((2, 4, 8)) * GI))
+               for i in range(n_sjs * 2 // 3)]
+    used = (sum(c for _, c, _ in pods[: n_pods // 5]), sum(m for _, _, m in pods[: n_pods // 5]))
+    return waiting, pods, alloc, used
+
+
+def planning_pass(waiting: list[Waiting], pods: list[tuple[str, int, int]], alloc: dict[str, Room],
+                  used: tuple[int, int]) -> int:
+    """Free room per node from the pods' requests, then the start decisions."""
+    cpu = dict.fromkeys(alloc, 0)
+    mem = dict.fromkeys(alloc, 0)
+    count = dict.fromkeys(alloc, 0)
+    for node, c, m in pods:
+        cpu[node] += c
+        mem[node] += m
+        count[node] += 1
+    free = {n: Room(n, r.cpu_m - cpu[n], r.mem_b - mem[n], r.pods - count[n]) for n, r in alloc.items()}
+    return sum(d.kind == "start" for d in choose_starts(waiting, free, alloc, used, 0.7))
+
+
+def time_planning_pass(rounds: int = 30, *, out: Callable[[str], None] = print) -> float:
+    fixture = planning_pass_fixture()
+    started = planning_pass(*fixture)
+    samples = []
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            t0 = time.process_time()
+            planning_pass(*fixture)
+            samples.append((time.process_time() - t0) * 1000)
+    finally:
+        gc.enable()
+    out(f"planning pass, 1,000 ScavengerJobs (667 waiting, {started} start) and 10,000 pods on 500 nodes: "
+        f"{min(samples):.1f} ms CPU best, {statistics.median(samples):.1f} ms median of {rounds}")
+    return statistics.median(samples)
+
+
+# == CLI =======================================================================================
+def _params(a: argparse.Namespace) -> Params:
+    return Params(nodes=a.nodes, load=a.load, checkpoint=a.checkpoint, segment=a.segment, restart=a.restart,
+                  tiers=a.tiers, share=a.share, sigterm_save=a.sigterm_save, hours=a.hours, warmup=a.warmup)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=5, help="days simulated per order, seeds 1..N (default 5)")
+    ap.add_argument("--nodes", type=int, default=48)
+    ap.add_argument("--load", type=float, default=0.55, help="mean share of cpu ordinary pods request (default 0.55)")
+    ap.add_argument("--checkpoint", type=float, default=10.0, help="minutes of compute between checkpoints (10)")
+    ap.add_argument("--segment", type=float, default=10.0, help="minutes of compute per segment, a multiple of --checkpoint (10)")
+    ap.add_argument("--restart", type=float, default=0.5, help="minutes lost at each (re)start (0.5)")
+    ap.add_argument("--tiers", type=int, default=4, help="scavenger classes for the tiers order (4)")
+    ap.add_argument("--share", type=float, default=0.7, help="the scavengers' cap (0.7)")
+    ap.add_argument("--sigterm-save", type=float, default=0.0, help="share of workloads that save on SIGTERM (0)")
+    ap.add_argument("--hours", type=float, default=24.0)
+    ap.add_argument("--warmup", type=float, default=4.0)
+    ap.add_argument("--sweep", action="store_true", help="also run other checkpoint / segment / restart settings")
+    ap.add_argument("--planning-pass", action="store_true", help="only time one planning pass")
+    a = ap.parse_args(argv)
+    if a.planning_pass:
+        time_planning_pass()
+        return 0
+    if a.segment < a.checkpoint or abs(a.segment / a.checkpoint - round(a.segment / a.checkpoint)) > 1e-9:
+        ap.error("--segment must be a multiple of --checkpoint")
+    p = _params(a)
+    seeds = list(range(1, a.seeds + 1))
+    print(f"{p.nodes} nodes x {p.node_cpu} cores, ordinary load {p.load:.0%} of cpu on average, scavengers capped "
+          f"at {p.share:.0%}; checkpoint every {p.checkpoint:g} min, segments of {p.segment:g} min, restart "
+          f"{p.restart:g} min, {p.tiers} tiers; {p.hours:g} h after {p.warmup:g} h of warm-up; mean of "
+          f"{len(seeds)} seeds (per day)")
+    t0 = time.process_time()
+    results = compare(p, seeds)
+    per_seed(results, seeds)
+    if a.sweep:
+        for change in ({"checkpoint": 10.0, "segment": 30.0}, {"checkpoint": 30.0, "segment": 30.0},
+                       {"checkpoint": 5.0, "segment": 5.0}, {"restart": 2.0}, {"tiers": 2},
+                       {"load": 0.7}, {"sigterm_save": 1.0}):
+            q = replace(p, **change)  # type: ignore[arg-type]
+            print(f"\n-- {', '.join(f'{k}={v:g}' for k, v in change.items())}")
+            compare(q, seeds)
+    print(f"(simulation: {time.process_time() - t0:.1f} s CPU)")
+    time_planning_pass()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

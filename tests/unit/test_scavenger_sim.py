@@ -1,0 +1,175 @@
+"""The simulator's model of kube-scheduler 1.20's preemption (bench/scavenger_sim.py), on small
+cases worked out by hand from DefaultPreemption's rules, and the simulator on tiny days whose
+losses are computed by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("scavenger_sim", ROOT / "bench" / "scavenger_sim.py")
+assert _spec and _spec.loader
+sim: Any = importlib.util.module_from_spec(_spec)
+sys.modules["scavenger_sim"] = sim  # dataclasses look their module up
+_spec.loader.exec_module(sim)
+
+GI = 1 << 30
+SCAV, BATCH = sim.SCAVENGER, sim.BATCH
+
+
+def pod(uid: int, cpu: int, prio: int = SCAV, start: float = 0.0, owner: Any = None, pdb: str | None = None) -> Any:
+    return sim.SimPod(uid, owner if owner is not None else f"g{uid}", cpu * 1000, cpu * GI, prio, start, pdb=pdb)
+
+
+def node(name: str, cpu: int, *pods: Any) -> Any:
+    n = sim.SimNode(name, cpu * 1000, cpu * GI)
+    for p in pods:
+        n.bind(p)
+    return n
+
+
+def preemptor(cpu: int, prio: int = BATCH) -> Any:
+    return pod(999, cpu, prio)
+
+
+def uids(pods: Any) -> list[int]:
+    return [p.uid for p in pods]
+
+
+# -- selectVictimsOnNode ----------------------------------------------------------------------
+def test_latest_started_goes_first_among_equal_priority():
+    n = node("n", 8, pod(1, 2, start=10), pod(2, 2, start=20), pod(3, 2, start=30), pod(4, 2, prio=BATCH))
+    victims, violations = sim.select_victims_on_node(n, preemptor(2))
+    assert uids(victims) == [3] and violations == 0
+    # 4 cores: the earliest (1) is reprieved first, then 2 and 3 do not fit back.
+    assert uids(sim.select_victims_on_node(n, preemptor(4))[0]) == [2, 3]
+
+
+def test_lowest_priority_goes_first_however_old():
+    n = node("n", 4, pod(1, 2, prio=SCAV, start=5), pod(2, 2, prio=SCAV + 1, start=40))
+    assert uids(sim.select_victims_on_node(n, preemptor(2))[0]) == [1]
+
+
+def test_free_room_counts_and_equal_priority_is_never_a_victim():
+    n = node("n", 8, pod(1, 2, start=10), pod(2, 4, prio=BATCH))  # 2 cores free
+    assert uids(sim.select_victims_on_node(n, preemptor(4))[0]) == [1]
+    assert sim.select_victims_on_node(n, preemptor(8)) is None  # the batch pod stays: cannot fit
+    assert sim.select_victims_on_node(node("m", 4, pod(5, 4, prio=BATCH)), preemptor(2)) is None
+
+
+def test_pdb_violating_pods_are_reprieved_first():
+    # 2 is the latest and would go, but taking it violates its budget: 1 goes instead.
+    n = node("n", 4, pod(1, 2, start=10), pod(2, 2, start=20, pdb="p"))
+    assert uids(sim.select_victims_on_node(n, preemptor(2), {"p": 0})[0]) == [1]
+    assert uids(sim.select_victims_on_node(n, preemptor(2), {"p": 1})[0]) == [2]  # a disruption allowed
+    victims, violations = sim.select_victims_on_node(n, preemptor(4), {"p": 0})
+    assert uids(victims) == [2, 1] and violations == 1  # both must go: one violation counted
+
+
+# -- pickOneNodeForPreemption -----------------------------------------------------------------
+def cand(name: str, *victims: Any, violations: int = 0) -> tuple[str, list[Any], int]:
+    return (name, list(victims), violations)
+
+
+def test_pick_one_node_criteria_in_order():
+    a, b = pod(1, 1, start=50), pod(2, 1, start=60)
+    # 1. fewest PDB violations, over everything else
+    assert sim.pick_one_node([cand("x", a, b, violations=0), cand("y", pod(3, 1), violations=1)]) == "x"
+    # 2. lowest highest-victim priority
+    assert sim.pick_one_node([cand("x", pod(3, 1, prio=SCAV + 1, start=99)), cand("y", pod(4, 1, start=1))]) == "y"
+    # 3./4. smallest sum of priorities (+2^31 each), which with equal priorities is fewest victims
+    assert sim.pick_one_node([cand("x", a, b), cand("y", pod(5, 1, start=1))]) == "y"
+    # 3. sum of priorities before count: one high-tier victim each... two low ones cost more
+    assert sim.pick_one_node([cand("x", pod(6, 1, prio=SCAV + 1), pod(7, 1, prio=SCAV)),
+                              cand("y", pod(8, 1, prio=SCAV + 1))]) == "y"
+    # 5. latest start of the highest-priority victims
+    assert sim.pick_one_node([cand("x", pod(9, 1, start=30)), cand("y", pod(10, 1, start=45)),
+                              cand("z", pod(11, 1, start=40))]) == "y"
+    # 6. a full tie: the first in (map) order
+    assert sim.pick_one_node([cand("x", pod(12, 1, start=7)), cand("y", pod(13, 1, start=7))]) == "x"
+
+
+def test_fewer_victims_beat_a_later_start_across_nodes():
+    one = node("one", 4, pod(1, 2, start=50), pod(2, 2, start=10))
+    two = node("two", 4, pod(3, 1, start=60), pod(4, 1, start=70), pod(5, 2, start=0))
+    name, victims = sim.stock_preemption([two, one], preemptor(2))
+    assert name == "one" and uids(victims) == [1]
+    # with room for it on "two" after one victim, the later start there wins
+    two2 = node("two2", 4, pod(6, 2, start=60), pod(7, 2, start=0))
+    assert sim.stock_preemption([one, two2], preemptor(2))[0] == "two2"
+
+
+# -- the oracle ---------------------------------------------------------------------------------
+def test_oracle_takes_whole_gangs_at_least_cost():
+    n = node("n", 8, pod(1, 2, owner="gang"), pod(2, 2, owner="gang"), pod(3, 2, owner="a"), pod(4, 2, owner="b"))
+    cost = {"gang": 5.0, "a": 3.0, "b": 3.5}.__getitem__
+    key, owners = sim.oracle_on_node(n, preemptor(2), cost, [1000])
+    assert owners == ["a"] and key == (SCAV, 3.0, 1)
+    key, owners = sim.oracle_on_node(n, preemptor(4), cost, [1000])
+    assert owners == ["gang"] and key[1] == 5.0  # both pods of the gang free 4 cores, cheaper than a+b
+    key, owners = sim.oracle_on_node(n, preemptor(6), cost, [1000])
+    assert sorted(owners) == ["a", "gang"] and key[1] == 8.0
+
+
+def test_oracle_prefers_the_lowest_priority_class_to_the_cheapest():
+    n = node("n", 4, pod(1, 2, prio=SCAV, owner="old"), pod(2, 2, prio=BATCH - 1, owner="cheap"))
+    cost = {"old": 100.0, "cheap": 1.0}.__getitem__
+    assert sim.oracle_on_node(n, preemptor(2), cost, [1000])[1] == ["old"]
+
+
+# -- tiny days, worked out by hand --------------------------------------------------------------
+def tiny_day(order: str, *, saves: bool = False, **params: Any) -> Any:
+    """Two 4-core nodes; one ScavengerJob of two 4-core pods (one per node) from t=0; at t=25
+    an ordinary 4-core pod arrives and preempts one of them, so the whole gang goes."""
+    p = sim.Params(nodes=2, node_cpu=4, warmup=0.0, hours=1.0, checkpoint=10.0, segment=10.0, restart=0.5, share=1.0,
+                   **params)
+    sj = sim.SJSpec(0, 0.0, 2, 4000, 8 * GI, 600.0, saves)
+    job = sim.OrdinaryJob(25.0, 1, 4000, 8 * GI, 600.0, BATCH)
+    return sim.Sim(p, order, 1, [job], [sj]).run()
+
+
+def test_long_pods_lose_the_compute_since_the_last_inside_checkpoint():
+    out = tiny_day("stock")
+    # compute from 0.5; at 25: 24.5 minutes, checkpoints at 10 and 20 -> 4.5 min x 8 cores lost
+    assert out.interruptions == 1 and out.preemptions == 1
+    assert out.lost == pytest.approx(4.5 * 8)
+    assert out.useful == pytest.approx(20 * 8)
+    assert out.restart_boundary == 0
+
+
+def test_segments_lose_only_the_current_segment():
+    out = tiny_day("segments")
+    # segments: compute 0.5-10.5, restart, 11-21, restart, 21.5-25 -> 3.5 min x 8 cores lost;
+    # two boundaries cost 0.5 min x 8 cores each
+    assert out.interruptions == 1
+    assert out.lost == pytest.approx(3.5 * 8)
+    assert out.restart_boundary == pytest.approx(2 * 0.5 * 8)
+    assert out.useful == pytest.approx(20 * 8)
+
+
+def test_a_workload_that_saves_on_sigterm_loses_nothing():
+    out = tiny_day("stock", saves=True)
+    assert out.interruptions == 1 and out.lost == 0 and out.useful == pytest.approx(24.5 * 8)
+
+
+def test_tiers_rank_interrupted_scavengers_higher():
+    p = sim.Params(tiers=3)
+    s = sim.Sim(p, "tiers", 1, [], [])
+    job = sim.SJ(sim.SJSpec(0, 0.0, 1, 1000, GI, 60.0, False))
+    assert [s._priority(sim.SJ(job.spec, interrupted=k)) for k in (0, 1, 2, 5)] == [SCAV, SCAV + 1, SCAV + 2, SCAV + 2]
+    assert sim.Sim(p, "segments", 1, [], [])._priority(sim.SJ(job.spec, interrupted=5)) == SCAV
+
+
+def test_a_day_is_deterministic_for_a_seed():
+    p = sim.Params(nodes=6, hours=3.0, warmup=1.0)
+    first = sim.simulate(p, "segments", 7)
+    again = sim.simulate(p, "segments", 7)
+    other = sim.simulate(p, "segments", 8)
+    assert (first.lost, first.interruptions, first.useful) == (again.lost, again.interruptions, again.useful)
+    assert first.interruptions > 0  # the small day does preempt scavengers
+    assert (first.lost, first.useful) != (other.lost, other.useful)
