@@ -40,10 +40,11 @@ lint: $(STAMP)  ## ruff, mypy strict, and the import contracts of the layers (py
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-bench: $(STAMP)  ## webhook throughput vs a no-op handler, the engine stage by stage, and the reconciler planner
+bench: $(STAMP)  ## webhook throughput vs a no-op handler, the engine stage by stage, the reconciler planner, scavenger preemption
 	$(BIN)/python bench/bench_webhook.py
 	$(BIN)/python bench/bench_engine.py
 	$(BIN)/python bench/bench_planner.py
+	$(BIN)/python bench/scavenger_sim.py
 
 manifests: $(STAMP)  ## regenerate manifests/ parts derived from the bundle
 	$(BIN)/batchgate manifests
