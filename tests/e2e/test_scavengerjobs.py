@@ -166,7 +166,9 @@ def test_lifecycle_queued_started_running_completed(kube, webhook_server, namesp
     sj = kube.create(sj_path(ns), scavengerjob("md", pods=2))
     st = wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-1", "started", r=r)
     assert st["segment"] == 1 and st["interruptedCount"] == 0 and st["creationTimestamp"]
-    job = kube.get(jobs_path(ns, "md-1"))
+    # the status is written before the Job is created (so a crash in between is finished from it)
+    job = kube.wait_for(lambda: kube.exists(jobs_path(ns, "md-1")) and kube.get(jobs_path(ns, "md-1")), 30,
+                        message="Job md-1")
     (owner,) = job["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["uid"], owner["controller"]) == ("ScavengerJob", sj["metadata"]["uid"], True)
     assert job["spec"]["parallelism"] == job["spec"]["completions"] == 2
