@@ -53,6 +53,7 @@ Stable API (the simulator in ``bench/`` imports these; keep the signatures):
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -131,6 +132,24 @@ def place(need: Need, free: Mapping[str, Room]) -> dict[str, int] | None:
             continue
         n = min(n, left)
         out[room.name] = n
+        left -= n
+        if left == 0:
+            return out
+    return None
+
+
+def _place_sorted(need: Need, order: Sequence[tuple[int, int, str]], free: Mapping[str, Room]) -> dict[str, int] | None:
+    """``place`` over ``order``, the free rooms already sorted by (cpu, memory, name)."""
+    if need.pods <= 0:
+        return {}
+    left = need.pods
+    out: dict[str, int] = {}
+    for _c, _m, name in order:
+        n = _fits(free[name], need)
+        if n <= 0:
+            continue
+        n = min(n, left)
+        out[name] = n
         left -= n
         if left == 0:
             return out
@@ -216,6 +235,8 @@ def choose_starts(
     total = (sum(r.cpu_m for r in allocatable.values()), sum(r.mem_b for r in allocatable.values()))
     limit = (int(total[0] * share), int(total[1] * share))
     room = dict(free)
+    # the free rooms in best-fit order, kept sorted as starts take from them (no sort per start)
+    order = sorted((r.cpu_m, r.mem_b, r.name) for r in room.values())
     cur = used
     out: list[Decision] = []
     ever: dict[Need, bool] = {}  # need -> fits the empty nodes at all
@@ -242,12 +263,18 @@ def choose_starts(
                 f"waiting: it needs {_cpu(tc)} cpu and {_mem(tm)}, more than is left of the scavengers' share "
                 f"({share:.0%} of the cluster)")))
             continue
-        where = None if need in no_room else place(need, room)
+        where = None if need in no_room else _place_sorted(need, order, room)
         if where is None:
             no_room.add(need)
             out.append(Decision(w, "no-room", why=f"waiting: {describe(need)} do not all fit on the free capacity now"))
             continue
+        for name in where:
+            r = room[name]
+            order.pop(bisect.bisect_left(order, (r.cpu_m, r.mem_b, name)))
         room = take(room, where, need)
+        for name in where:
+            r = room[name]
+            bisect.insort(order, (r.cpu_m, r.mem_b, name))
         cur = (cur[0] + tc, cur[1] + tm)
         out.append(Decision(w, "start", placement=where))
     return out

@@ -130,3 +130,25 @@ def test_interruptions_on_1_20_and_newer():
     assert v.kind == "interrupted" and v.why == "node n1 of pod a is gone"
     # a finished pod being cleaned up is nobody's interruption
     assert classify([_v(name="a", phase="Succeeded", deleting=True, containers=[terminated(0)])], 1).kind == "succeeded"
+
+
+def test_choose_starts_places_exactly_as_place_does_one_by_one():
+    """choose_starts keeps the rooms sorted incrementally; the placements must be what place()
+    gives when called afresh for each start (random clusters, a fixed seed)."""
+    import random
+
+    rnd = random.Random(7)
+    for _ in range(200):
+        alloc = {f"n{i}": Room(f"n{i}", rnd.choice([4000, 8000, 16000]), rnd.choice([8, 16, 32]) * GI, rnd.choice([3, 110]))
+                 for i in range(rnd.randint(1, 12))}
+        free = {n: Room(n, r.cpu_m - rnd.randint(0, r.cpu_m // 1000) * 1000, r.mem_b, r.pods) for n, r in alloc.items()}
+        ws = [w(f"s{i}", rnd.randint(0, 2), rnd.random(), pods=rnd.randint(1, 4), cpu=rnd.choice([500, 1000, 2000]),
+                mem=rnd.choice([1, 2]) * GI) for i in range(rnd.randint(1, 15))]
+        got = choose_starts(ws, free, alloc, (0, 0), 1.0)
+        room = dict(free)
+        for d in got:
+            if d.kind == "start":
+                assert d.placement == place(d.waiting.need, room)
+                room = take(room, d.placement, d.waiting.need)
+            elif d.kind == "no-room":
+                assert place(d.waiting.need, room) is None
