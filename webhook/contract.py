@@ -11,6 +11,10 @@ POD_GROUP_LABEL = f"{GROUP}/pod-group"
 # On a Namespace, =disabled leaves it out of every webhook (set by cluster admins only).
 OPT_OUT_LABEL = f"{GROUP}/admission"
 POD_GROUP_SIZE_LABEL = f"{GROUP}/pod-group-size"
+# Job networking (policy job-network): users type the first two; the webhook stamps the label.
+CONNECT_TO_ANNOTATION = f"{GROUP}/connect-to"  # workloads this one may talk to (both sides must name each other)
+SLOTS_ANNOTATION = f"{GROUP}/slots"  # MPI slots per member in the hostfile
+NETWORK_LABEL = f"{GROUP}/network"  # the workload's headless Service; selects its members
 # Written by the reconciler only; users read them (kubectl get -o yaml shows the deadline).
 STARTED_AT_ANNOTATION = f"{GROUP}/started-at"
 DEADLINE_ANNOTATION = f"{GROUP}/deadline"

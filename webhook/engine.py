@@ -461,6 +461,7 @@ def make_ctx(req: AdmissionRequest, obj: dict[str, Any], bundle: Bundle, namespa
         admin=bundle.admins.contains(username, groups),
         from_controller=from_controller,
         old_object=req.get("oldObject"),
+        uid=req["uid"],
     )
 
 

@@ -105,7 +105,9 @@ def test_job_controller_pods_carry_batchgate_fields_without_own_patch(kube, webh
         assert_batchgate_pod(p, queue="interactive", klass="batchgate-interactive", priority=10000)
         assert p["metadata"]["annotations"][TIME_LIMIT] == "2h"
         assert p["metadata"]["labels"]["batchgate.io/pod-group"] == name
-    # the template was mutated once, as the Job; its Pods needed no patch of their own
+        assert p["spec"]["hostname"] == p["metadata"]["name"]  # job-network: the one per-pod field
+    # the template was mutated once, as the Job; each gang Pod's own patch is only its name and
+    # hostname (job-network), everything else came with the template
     target = before["mutated"] + before["allowed"] + 3
 
     def answered():
@@ -113,8 +115,8 @@ def test_job_controller_pods_carry_batchgate_fields_without_own_patch(kube, webh
         return m if m["mutated"] + m["allowed"] >= target else None
 
     after = wait_for(answered, 10, message="the webhook's answers for the Job and its Pods")
-    assert after["mutated"] - before["mutated"] == 1, (before, after)
-    assert after["allowed"] - before["allowed"] == 2, (before, after)
+    assert after["mutated"] - before["mutated"] == 3, (before, after)
+    assert after["allowed"] - before["allowed"] == 0, (before, after)
 
 
 @pytest.mark.parametrize(("obj", "webhook"), [

@@ -62,6 +62,7 @@ class Ctx:
     admin: bool  # in the bundle's admins
     from_controller: bool  # a Pod (or ReplicaSet, Job) a controller made from an admitted template
     old_object: dict[str, Any] | None
+    uid: str = ""  # the request's uid: unique per admission request (seeds names chosen at admission)
 
     @property
     def subject(self) -> str:

@@ -1,0 +1,89 @@
+"""Names of a multi-pod workload's network, shared by the webhook and the reconciler.
+
+The webhook stamps them on the pods at admission (``spec.subdomain``, the
+``batchgate.io/network`` label, the hostfile volume); the reconciler creates the
+objects they point at (headless Service, hostfile ConfigMap, NetworkPolicy).
+Both derive every name here, so they cannot drift apart. Pure functions: no
+I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from .contract import CONNECT_TO_ANNOTATION, NETWORK_LABEL, SLOTS_ANNOTATION
+
+__all__ = [
+    "CONNECT_TO_ANNOTATION", "HOSTFILE_KEY", "HOSTS_KEY", "NETWORK_LABEL", "PEERS_KEY", "SLOTS_ANNOTATION",
+    "generated_name", "hostfile_name", "hostname_for", "is_dns_label", "parse_peers", "service_name",
+]
+
+HOSTFILE_KEY = "hostfile"  # "<host>.<service> slots=<n>", one line per member
+HOSTS_KEY = "hosts"  # "<host>.<service>" comma-separated (the BATCHGATE_HOSTS variable)
+PEERS_KEY = "peers"  # "<host>.<peer service>" of connected workloads, one per line
+MAX_LABEL = 63
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+# The API server's generateName alphabet (no vowels, no look-alikes): a name picked here reads
+# like one it would have picked.
+_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def is_dns_label(text: str) -> bool:
+    return len(text) <= MAX_LABEL and bool(_DNS_LABEL.fullmatch(text))
+
+
+def _squash(text: str, *, pattern: re.Pattern[str], prefix: str) -> str:
+    """``text`` as a DNS label matching ``pattern``: unchanged when it already is one; otherwise
+    lower-cased, other characters made '-', cut, and suffixed with 8 hex digits of its SHA-256
+    so that two different inputs never meet."""
+    if len(text) <= MAX_LABEL and pattern.fullmatch(text):
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    head = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    if pattern is _DNS_1035 and not head[:1].isalpha():
+        head = f"{prefix}-{head}".strip("-")
+    head = head[: MAX_LABEL - len(digest) - 1].rstrip("-")
+    return f"{head}-{digest}"
+
+
+def service_name(group: str) -> str:
+    """The headless Service (and the pods' ``spec.subdomain``) of pod group ``group``: the group
+    name itself when it is a valid Service name (a DNS-1035 label), as for every Job name
+    without dots that starts with a letter."""
+    return _squash(group, pattern=_DNS_1035, prefix="w")
+
+
+def hostfile_name(service: str) -> str:
+    """The hostfile ConfigMap of the workload whose Service is ``service``."""
+    return f"{service}-hostfile"
+
+
+def hostname_for(pod_name: str) -> str:
+    """A pod's ``spec.hostname``: its name, when that is a DNS label (pods of Jobs always are)."""
+    return _squash(pod_name, pattern=_DNS_LABEL, prefix="h")
+
+
+def generated_name(generate_name: str, seed: str) -> str:
+    """What the API server would make of ``generateName`` (base cut to 58 characters, 5 characters
+    appended), with the 5 characters taken from ``seed`` (the admission request's uid, unique
+    per request) instead of a random source, so that the webhook knows the name it becomes."""
+    digest = int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "big")
+    suffix = ""
+    for _ in range(5):
+        digest, i = divmod(digest, len(_ALPHABET))
+        suffix += _ALPHABET[i]
+    return generate_name[: MAX_LABEL - 5] + suffix
+
+
+def parse_peers(text: str | None) -> tuple[str, ...]:
+    """``batchgate.io/connect-to: "solver, viz"`` -> ("solver", "viz"): workload names in the same
+    namespace, comma or space separated, in order, without repeats."""
+    if not text or not isinstance(text, str):
+        return ()
+    out: list[str] = []
+    for part in re.split(r"[\s,]+", text.strip()):
+        if part and part not in out:
+            out.append(part)
+    return tuple(out)
