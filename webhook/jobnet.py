@@ -11,12 +11,27 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
+from typing import Literal
 
 from .contract import CONNECT_TO_ANNOTATION, NETWORK_LABEL, SLOTS_ANNOTATION
 
 __all__ = [
-    "CONNECT_TO_ANNOTATION", "HOSTFILE_KEY", "HOSTS_KEY", "NETWORK_LABEL", "PEERS_KEY", "SLOTS_ANNOTATION",
-    "generated_name", "hostfile_name", "hostname_for", "is_dns_label", "parse_peers", "service_name",
+    "CONNECT_TO_ANNOTATION",
+    "HOSTFILE_KEY",
+    "HOSTS_KEY",
+    "NETWORK_LABEL",
+    "PEERS_KEY",
+    "SLOTS_ANNOTATION",
+    "Egress",
+    "Isolation",
+    "Proxy",
+    "generated_name",
+    "hostfile_name",
+    "hostname_for",
+    "is_dns_label",
+    "parse_peers",
+    "service_name",
 ]
 
 HOSTFILE_KEY = "hostfile"  # "<host>.<service> slots=<n>", one line per member
@@ -28,6 +43,25 @@ _DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 # The API server's generateName alphabet (no vowels, no look-alikes): a name picked here reads
 # like one it would have picked.
 _ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+Egress = Literal["open", "restricted"]
+
+
+@dataclass(frozen=True, slots=True)
+class Proxy:
+    """Who may reach every isolated workload from outside: pods matching ``pod_selector`` in the
+    namespaces matching ``namespace_selector`` (both as label maps)."""
+
+    namespace_selector: tuple[tuple[str, str], ...]
+    pod_selector: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Isolation:
+    """One namespace rule: workloads in ``namespaces`` (globs) get a NetworkPolicy."""
+
+    namespaces: tuple[str, ...]
+    proxy: Proxy | None = None
+    egress: Egress = "open"
 
 
 def is_dns_label(text: str) -> bool:

@@ -7,15 +7,25 @@ chose are accepted by the API server as the pods' names.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 pytest.register_assert_rewrite("server_fixtures")
-from cluster import require_components  # noqa: E402
+from cluster import require_components, tail, wait_for  # noqa: E402
 from server_fixtures import container, create, create_and_read, job, pod, unique  # noqa: E402
 
+from tests.netpolicy import Endpoint, connection_allowed  # noqa: E402
 from webhook.jobnet import service_name  # noqa: E402
 
 pytest_plugins = ["server_fixtures"]
@@ -89,3 +99,170 @@ def test_the_name_follows_the_request_uid_not_the_object(kube, webhook_server, n
     for p in (a, b):
         assert p["spec"]["hostname"] == p["metadata"]["name"]
         assert len(p["metadata"]["name"]) == len(group) + 1 + 5
+
+
+# -- the reconciler: Service, hostfile, NetworkPolicy from the stamps ------------------
+REPO = Path(__file__).resolve().parents[2]
+MANAGED = "app.kubernetes.io/managed-by=batchgate"
+PROXY_NS_LABELS = {"batchgate.io/role": "platform"}
+PROXY_POD_LABELS = {"app": "app-kubernetes"}
+
+
+class Reconciler:
+    def __init__(self, proc: subprocess.Popen[bytes], log: Path) -> None:
+        self.proc, self.log = proc, log
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def reconcile(kube, ns, tmp_path) -> Iterator[Callable[[], Reconciler]]:
+    """``batchgate reconcile`` on this namespace, with a bundle whose job-network policy isolates it
+    and names a proxy; every process started is killed by pid after the test."""
+    policies = tmp_path / "policies"
+    shutil.copytree(REPO / "policies", policies)
+    path = policies / "job-network" / "policy.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["settings"]["isolation"] = [{
+        "namespaces": [ns], "egress": "restricted",
+        "proxy": {"namespaceSelector": PROXY_NS_LABELS, "podSelector": PROXY_POD_LABELS},
+    }]
+    path.write_text(yaml.safe_dump(doc))
+    started: list[Reconciler] = []
+
+    def start() -> Reconciler:
+        log = tmp_path / f"reconciler-{len(started)}.log"
+        cmd = [sys.executable, "-m", "webhook", "--log-level", "INFO", "reconcile", "--policies", str(policies),
+               "--kubeconfig", kube.kubeconfig("admin"), "--namespace", ns, "--lease-namespace", ns,
+               "--identity", f"r{len(started)}", "--resync", "30s"]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
+        r = Reconciler(proc, log)
+        started.append(r)
+        return r
+
+    yield start
+    for r in started:
+        with contextlib.suppress(Exception):
+            r.kill()
+        print(f"--- {r.log.name} ---\n{tail(r.log, 60)}")
+
+
+def managed(kube, ns: str, plural: str, group: str = "api/v1") -> dict[str, dict[str, Any]]:
+    items = kube.get(f"/{group}/namespaces/{ns}/{plural}", labelSelector=MANAGED)["items"]
+    return {o["metadata"]["name"]: o for o in items}
+
+
+def net_objects(kube, ns: str) -> dict[str, dict[str, dict[str, Any]]]:
+    return {"Service": managed(kube, ns, "services"), "ConfigMap": managed(kube, ns, "configmaps"),
+            "NetworkPolicy": managed(kube, ns, "networkpolicies", "apis/networking.k8s.io/v1")}
+
+
+def start_job(kube, ns: str, name: str, *, size: int, connect: str | None = None) -> tuple[dict[str, Any], list]:
+    annotations = {"batchgate.io/connect-to": connect} if connect else None
+    created = create(kube, ns, job(name, parallelism=size, completions=size, annotations=annotations,
+                                   containers=[container(cpu="100m", memory="64Mi")]))
+    pods = kube.wait_for_pods(ns, label_selector=f"controller-uid={created['metadata']['uid']}", count=size)
+    return created, pods
+
+
+def endpoint(p: dict[str, Any], ns: str) -> Endpoint:
+    return Endpoint(ns, p["metadata"]["labels"])
+
+
+def test_reconciler_builds_each_jobs_network_and_isolation_holds(kube, webhook_server, ns, reconcile, request):
+    require_components(kube, "kube-controller-manager", "kube-scheduler")
+    node = unique("net-node")
+    kube.create_node(node, cpu="16", memory="32Gi")
+    request.addfinalizer(lambda: kube.delete_node(node))
+    solver_job, solver = start_job(kube, ns, "solver", size=2, connect="viz")
+    _, viz = start_job(kube, ns, "viz", size=2, connect="solver")
+    _, snoop = start_job(kube, ns, "snoop", size=2, connect="solver")  # solver does not name snoop back
+    # least privilege (manifests/base/rbac-reconciler.yaml): what the reconciler's account may do here
+    sa = "system:serviceaccount:batchgate-system:batchgate-reconciler"
+    for verb in ("create", "patch", "watch"):
+        assert kube.can_i(verb, "services", as_user=sa, namespace=ns)
+        assert kube.can_i(verb, "networkpolicies", group="networking.k8s.io", as_user=sa, namespace=ns)
+    assert not kube.can_i("delete", "services", as_user=sa, namespace=ns), "the garbage collector deletes them"
+    assert not kube.can_i("delete", "configmaps", as_user=sa, namespace=ns)
+    assert not kube.can_i("get", "secrets", as_user=sa, namespace=ns)
+    first = reconcile()
+
+    def complete():
+        objs = net_objects(kube, ns)
+        want = {"solver", "viz", "snoop"}
+        ok = (set(objs["Service"]) >= want and set(objs["NetworkPolicy"]) >= want
+              and {f"{w}-hostfile" for w in want} <= set(objs["ConfigMap"]))
+        return objs if ok else None
+
+    objs = wait_for(complete, 60, message="Services, hostfiles and NetworkPolicies of three Jobs")
+
+    # the headless Service, owned by its Job
+    svc = objs["Service"]["solver"]
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["spec"]["selector"] == {NET: "solver"}
+    assert [(o["kind"], o["name"], o["uid"]) for o in svc["metadata"]["ownerReferences"]] == [
+        ("Job", "solver", solver_job["metadata"]["uid"])]
+
+    # the hostfile lists every member once by <hostname>.<service>, and the agreed peer
+    cm = objs["ConfigMap"]["solver-hostfile"]["data"]
+    hosts = sorted(f"{p['spec']['hostname']}.solver" for p in solver)
+    assert cm["hosts"] == ",".join(hosts)
+    assert cm["hostfile"] == "".join(f"{h} slots=1\n" for h in hosts)
+    assert cm["peers"] == "".join(f"{p['spec']['hostname']}.viz\n" for p in sorted(viz, key=lambda p: p["metadata"]["name"]))
+    assert objs["ConfigMap"]["snoop-hostfile"]["data"]["peers"] == "", "a one-sided connection is none"
+
+    # DNS: the endpoints controller publishes every member by hostname, ready or not
+    for i, p in enumerate(solver):
+        name = p["metadata"]["name"]
+        wait_for(lambda name=name: kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")["spec"].get("nodeName"), 30,
+                 message=f"{name} to be scheduled")
+        kube.patch(f"/api/v1/namespaces/{ns}/pods/{name}/status",
+                   {"status": {"podIP": f"10.9.0.{i + 1}", "podIPs": [{"ip": f"10.9.0.{i + 1}"}]}})
+
+    def published():
+        ep = kube.get(f"/api/v1/namespaces/{ns}/endpoints/solver")
+        addrs = [a for s in ep.get("subsets") or [] for a in s.get("addresses") or []]
+        return addrs if len(addrs) == 2 else None
+
+    addrs = wait_for(published, 30, message="the endpoints of the headless Service")
+    assert sorted(a["hostname"] for a in addrs) == sorted(p["spec"]["hostname"] for p in solver)
+
+    # isolation, evaluated on the stored NetworkPolicies
+    pols = list(objs["NetworkPolicy"].values())
+    s, v, x = endpoint(solver[0], ns), endpoint(viz[0], ns), endpoint(snoop[0], ns)
+    proxy = Endpoint("platform", PROXY_POD_LABELS, PROXY_NS_LABELS)
+    assert connection_allowed(pols, endpoint(solver[1], ns), s), "inside the job"
+    assert connection_allowed(pols, v, s) and connection_allowed(pols, s, v), "connected both ways"
+    assert connection_allowed(pols, proxy, s) and connection_allowed(pols, proxy, x), "the proxy"
+    assert connection_allowed(pols, s, Endpoint("kube-system", {"k8s-app": "kube-dns"}), protocol="UDP", port=53)
+    assert not connection_allowed(pols, x, s), "snoop named solver, solver did not agree"
+    assert not connection_allowed(pols, s, x)
+    assert not connection_allowed(pols, Endpoint(ns, {"app": "other"}), s), "another app in the namespace"
+    assert not connection_allowed(pols, Endpoint("elsewhere", PROXY_POD_LABELS), s), "a proxy look-alike"
+    assert not connection_allowed(pols, s, Endpoint("elsewhere", {"app": "web"}), port=443), "restricted egress"
+
+    # restart: nothing duplicated, nothing rewritten
+    before = {(k, n): o["metadata"]["resourceVersion"] for k, d in objs.items() for n, o in d.items()}
+    first.kill()
+    reconcile()
+    start_job(kube, ns, "barrier", size=2)  # once its Service exists, the new run has planned everything
+    wait_for(lambda: "barrier" in managed(kube, ns, "services"), 60, message="the new run's first Service")
+    after = net_objects(kube, ns)
+    for (kind, name), rv in before.items():
+        assert after[kind][name]["metadata"]["resourceVersion"] == rv, f"{kind} {name} rewritten after restart"
+    assert sum(len(d) for d in after.values()) == len(before) + 3
+
+    # the garbage collector removes a Job's network with the Job
+    kube.delete(f"/apis/batch/v1/namespaces/{ns}/jobs/viz", body={"propagationPolicy": "Background"})
+
+    def viz_gone():
+        o = net_objects(kube, ns)
+        return "viz" not in o["Service"] and "viz-hostfile" not in o["ConfigMap"] and "viz" not in o["NetworkPolicy"]
+
+    wait_for(viz_gone, 60, message="viz's Service, hostfile and NetworkPolicy to go with the Job")
+    wait_for(lambda: net_objects(kube, ns)["ConfigMap"]["solver-hostfile"]["data"]["peers"] == "", 60,
+             message="solver's hostfile to drop the peer that is gone")

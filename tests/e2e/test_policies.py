@@ -788,9 +788,11 @@ def test_exclusive_job_pods_get_no_patch_of_their_own(kube, webhook_server, ns, 
     1.22 the API server drops namespaceSelector from the stored template; node-selection
     must treat that as the same term, or it would re-patch every Pod forever."""
     pods, answered = exclusive_job_pods
-    assert answered["mutated"] == 1, answered  # the Job only
+    # the Job, and each gang Pod for its name and hostname only (job-network: per pod by nature)
+    assert answered["mutated"] == 3, answered
     for p in pods:
-        assert controller_patch(webhook_server, p, ns) == []
+        assert p["spec"]["hostname"] == p["metadata"]["name"]
+        assert controller_patch(webhook_server, p, ns) == []  # with its hostname, nothing else to patch
 
 
 def webhook_answers(hook, before: dict[str, float], n: int) -> dict[str, float]:

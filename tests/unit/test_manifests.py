@@ -53,9 +53,11 @@ RECONCILER_RIGHTS = {
     ("batchgate.io", "scavengerjobs"): {"get", "list", "watch"},
     ("batchgate.io", "scavengerjobs/status"): {"patch"},
     ("", "persistentvolumeclaims"): {"get"},
-    ("", "configmaps"): {"get"},
     ("", "secrets"): {"get"},
     ("scheduling.x-k8s.io", "podgroups"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "services"): {"get", "list", "watch", "create", "patch"},
+    ("", "configmaps"): {"get", "list", "watch", "create", "patch"},  # get: ScavengerJob volumes too
+    ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "delete"},
 }
 VARIANTS = {"default": MANIFESTS, "k8s-1.20": MANIFESTS / "k8s-1.20"}
 

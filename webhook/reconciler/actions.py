@@ -50,6 +50,10 @@ ActionKind = Literal[
     "sj-failed",  # a pod failed by itself, a volume is missing, or the spec is unusable: for good
     "sj-completed",  # all pods exited 0
     "sj-cleanup",  # a Job of an earlier segment is still there: delete it
+    # job networking (network.py): a workload's Service, hostfile ConfigMap, NetworkPolicy
+    "create-network",
+    "update-network",
+    "delete-network",
 ]
 KIND_ORDER: dict[str, int] = {k: i for i, k in enumerate(get_args(ActionKind))}
 EventType = Literal["Normal", "Warning"]
@@ -78,6 +82,16 @@ class Requirement(NamedTuple):
 
     ref: Ref  # api_version, kind, namespace, name; uid unused
     otherwise: Any
+class NetWrite(NamedTuple):
+    """Write one of a workload's network objects (``kind``: Service, ConfigMap, NetworkPolicy)."""
+
+    op: Literal["create", "update", "delete"]
+    kind: str
+    namespace: str
+    name: str
+    body: Mapping[str, Any] | None = None  # create / update: the whole desired object
+    uid: str = ""  # update / delete: precondition
+    resource_version: str = ""  # update: optimistic concurrency
 
 
 class Action(NamedTuple):
@@ -101,6 +115,7 @@ class Action(NamedTuple):
     create: Mapping[str, Any] | None = None  # an object to create after the patch and deletes (AlreadyExists: done)
     requires: tuple[Requirement, ...] = ()  # checked first; a missing one runs its ``otherwise`` instead
     amount: float = 0.0  # for metrics: seconds waited (sj-running), core-seconds lost (sj-interrupted)
+    net: NetWrite | None = None
 
     def event_name(self) -> str:
         digest = hashlib.sha256(f"{self.target.uid}|{self.reason}|{self.key}".encode()).hexdigest()[:16]

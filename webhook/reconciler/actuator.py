@@ -64,6 +64,10 @@ class Outcome:
     error: str = ""
 
 
+class Taken(KubeError):
+    """A network object's name is held by an object batchgate did not make."""
+
+
 class StillInUse(KubeError):
     """A PodGroup's workload turned out to exist after all (the cache was behind)."""
 
@@ -91,6 +95,7 @@ class Actuator:
         self.changes = 0  # writes that succeeded (2xx)
         self.write_log: list[tuple[str, str]] = []  # (verb, resource/name) of each
         self._known_events: OrderedDict[str, None] = OrderedDict()
+        self._foreign: OrderedDict[tuple[str, str, str], None] = OrderedDict()  # names others hold
         self._host = socket.gethostname()
 
     # -- plumbing ------------------------------------------------------------------
@@ -273,6 +278,46 @@ class Actuator:
         else:
             self._delete(Delete(Ref(POD_GROUP.api_version, "PodGroup", w.namespace, w.name, w.uid)))
 
+    def _net(self, a: Action) -> None:
+        """A workload's Service / hostfile ConfigMap / NetworkPolicy. Create; if the name is taken,
+        adopt the object only when batchgate made it (a run that crashed before its cache saw
+        it), else leave it to its owner. Update with the resourceVersion as fence."""
+        w = a.net
+        assert w is not None
+        kind = KINDS[w.kind]
+        if w.op == "delete":
+            self._delete(Delete(Ref(kind.api_version, w.kind, w.namespace, w.name, w.uid)))
+            return
+        assert w.body is not None
+        body = dict(w.body)
+        if w.op == "create":
+            if (w.kind, w.namespace, w.name) in self._foreign:
+                return
+            try:
+                self.observe(self._write("create", kind.plural, w.name,
+                                         lambda: self.api.create(kind, w.namespace, body)))
+                return
+            except AlreadyExists:
+                have = self.api.get(kind, w.namespace, w.name)
+                md = have.get("metadata") or {}
+                if (md.get("labels") or {}).get(LABEL_MANAGED_BY) != MANAGED_BY:
+                    self._foreign[(w.kind, w.namespace, w.name)] = None
+                    if len(self._foreign) > 10_000:
+                        self._foreign.popitem(last=False)
+                    raise Taken(f"{w.kind} {w.namespace}/{w.name} exists and is not managed by batchgate; "
+                                f"left alone") from None
+                rv = str(md.get("resourceVersion") or "")
+        else:
+            rv = w.resource_version
+        patch = {"metadata": {**body["metadata"], "resourceVersion": rv}}
+        for key in ("spec", "data"):
+            if key in body:
+                patch[key] = body[key]
+        if w.kind == "NetworkPolicy" and "egress" not in body["spec"]:
+            patch["spec"] = {**body["spec"], "egress": None}
+        self.observe(self._write("patch", kind.plural, w.name,
+                                 lambda: self.api.merge_patch(kind, w.namespace, w.name, patch)))
+
     # -- the whole -------------------------------------------------------------------
     def execute(self, actions: Iterable[Action]) -> list[Outcome]:
         outcomes: list[Outcome] = []
@@ -308,6 +353,8 @@ class Actuator:
                     self._create(a.create)
                 if a.pod_group is not None:
                     self._pod_group(a)
+                if a.net is not None:
+                    self._net(a)
                 outcomes.append(self._done(a, "done"))
             except (Conflict, StillInUse) as e:
                 conflicted.add(uid)

@@ -34,6 +34,7 @@ from .kube import KubeApi, WatchStream
 from .model import (
     JOB,
     MAINTENANCE_WINDOW,
+    NET_KINDS,
     NODE,
     POD,
     POD_GROUP,
@@ -158,7 +159,8 @@ class Reflector(threading.Thread):
         def pages() -> Iterator[list[Mapping[str, Any]]]:
             cont: str | None = None
             while True:
-                page = self.api.list(self.kind, self.namespace, limit=500, continue_=cont)
+                selected = {"label_selector": self.kind.selector} if self.kind.selector else {}
+                page = self.api.list(self.kind, self.namespace, limit=500, continue_=cont, **selected)
                 meta.clear()
                 meta.update(page.get("metadata") or {})
                 yield page.get("items") or []
@@ -213,8 +215,9 @@ class Reflector(threading.Thread):
                 backoff = min(backoff * 2, 30.0)
 
     def _watch(self, rv: str) -> None:
+        selected = {"query": {"labelSelector": self.kind.selector}} if self.kind.selector else {}
         stream = self.api.watch(self.kind.path(self.namespace), resource_version=rv,
-                                timeout_seconds=self.settings.watch_timeout)
+                                timeout_seconds=self.settings.watch_timeout, **selected)
         self._stream = stream
         try:
             if self.stop_event.is_set():
@@ -258,8 +261,10 @@ class Cache:
         self.pod_groups: Store[Any] = Store(POD_GROUP, VIEW_OF["PodGroup"])
         self.windows: Store[Any] = Store(MAINTENANCE_WINDOW, VIEW_OF["MaintenanceWindow"])
         self.scavenger_jobs: Store[Any] = Store(SCAVENGER_JOB, sj_view)
+        # Job networking: batchgate's own Services, ConfigMaps, NetworkPolicies (label-selected)
+        self.net: dict[str, Store[Any]] = {k.kind: Store(k, VIEW_OF[k.kind]) for k in NET_KINDS}
         self.stores = {"Pod": self.pods, "Job": self.jobs, "Node": self.nodes, "PodGroup": self.pod_groups,
-                       "MaintenanceWindow": self.windows, "ScavengerJob": self.scavenger_jobs}
+                       "MaintenanceWindow": self.windows, "ScavengerJob": self.scavenger_jobs, **self.net}
         self.reflectors = [
             Reflector(api, self.pods, settings=settings, on_change=self._changed, stop=self._stop),
             Reflector(api, self.jobs, settings=settings, on_change=self._changed, stop=self._stop),
@@ -268,6 +273,8 @@ class Cache:
             Reflector(api, self.windows, settings=settings, on_change=self._changed, stop=self._stop, optional=True),
             Reflector(api, self.scavenger_jobs, settings=settings, on_change=self._changed, stop=self._stop,
                       optional=True),
+            *(Reflector(api, st, settings=settings, on_change=self._changed, stop=self._stop, optional=True)
+              for st in self.net.values()),
         ]
         self._synced = threading.Condition()
 
@@ -306,6 +313,8 @@ class Cache:
             pod_groups=None if self.pod_groups.absent else self.pod_groups.items(),
             windows=None if self.windows.absent else self.windows.items(),
             scavenger_jobs=None if self.scavenger_jobs.absent else self.scavenger_jobs.items(),
+            net_objects=None if any(st.absent for st in self.net.values()) else {
+                (kind, ns, name): v for kind, st in self.net.items() for (ns, name), v in st.items().items()},
         )
 
     def observe(self, obj: Mapping[str, Any] | None) -> None:

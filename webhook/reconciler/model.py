@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import calendar
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 from ..contract import (
@@ -29,6 +29,7 @@ from ..contract import (
     TIME_LIMIT_ANNOTATION,
     WARNED_FOR_ANNOTATION,
 )
+from ..jobnet import CONNECT_TO_ANNOTATION, NETWORK_LABEL, SLOTS_ANNOTATION
 from ..units import parse_duration, parse_quantity
 from ..windows import Window, parse_window
 
@@ -47,6 +48,7 @@ LABEL_GROUP_SIZE = f"{GROUP}/pod-group-size"
 LABEL_COSCHEDULING = "scheduling.x-k8s.io/pod-group"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "batchgate"
+SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
 
 # Pod ``status.reason`` values that mean the pod was stopped from outside (its
 # node went away, the kubelet evicted or shut it down, the scheduler preempted
@@ -65,6 +67,7 @@ class Kind:
     kind: str
     plural: str
     namespaced: bool = True
+    selector: str = ""  # the cache lists and watches only objects matching this label selector
 
     def path(self, namespace: str | None = None, name: str | None = None) -> str:
         """The REST path: all namespaces when ``namespace`` is None."""
@@ -88,8 +91,15 @@ SCAVENGER_JOB = Kind("batchgate.io/v1alpha1", "ScavengerJob", "scavengerjobs")
 CONFIG_MAP = Kind("v1", "ConfigMap", "configmaps")
 SECRET = Kind("v1", "Secret", "secrets")
 PVC = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
+# Job networking (see ``network``): only the objects batchgate made are cached (ConfigMaps too,
+# while reads of a ScavengerJob's ConfigMaps go to CONFIG_MAP directly).
+SERVICE = Kind("v1", "Service", "services", selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}")
+NET_CONFIG_MAP = Kind("v1", "ConfigMap", "configmaps", selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}")
+NETWORK_POLICY = Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies",
+                      selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}")
+NET_KINDS = (SERVICE, NET_CONFIG_MAP, NETWORK_POLICY)
 KINDS = {k.kind: k for k in (POD, JOB, NODE, POD_GROUP, EVENT, LEASE, MAINTENANCE_WINDOW, NAMESPACE,
-                             SCAVENGER_JOB, CONFIG_MAP, SECRET, PVC)}
+                             SCAVENGER_JOB, CONFIG_MAP, SECRET, PVC, SERVICE, NETWORK_POLICY)}
 LABEL_SJ = f"{GROUP}/scavengerjob"  # on a ScavengerJob's Jobs and pods: its name
 LABEL_SEGMENT = f"{GROUP}/segment"  # on a ScavengerJob's Jobs and pods: the segment number
 
@@ -151,6 +161,28 @@ class PodSched:
 
 
 @dataclass(frozen=True, slots=True)
+class NetMember:
+    """What the job-network policy stamped on a pod (``spec.subdomain`` == ``service``)."""
+
+    service: str  # batchgate.io/network
+    hostname: str  # spec.hostname
+    slots: int  # batchgate.io/slots, 1 when absent or malformed
+    connect_to: tuple[str, ...]  # batchgate.io/connect-to: peer Services
+    index: int | None  # an Indexed Job's completion index, for the hostfile's order
+
+
+@dataclass(frozen=True, slots=True)
+class NetObjectView:
+    """A Service, ConfigMap or NetworkPolicy batchgate made for a workload's network."""
+
+    ref: Ref
+    resource_version: str
+    managed: bool
+    digest: str  # batchgate.io/spec-hash: the desired state it was last written from
+    deleting: bool
+
+
+@dataclass(frozen=True, slots=True)
 class PodView:
     ref: Ref
     resource_version: str
@@ -187,6 +219,7 @@ class PodView:
     @property
     def mem_b(self) -> int:
         return self.sched.mem if self.sched is not None else 0
+    network: NetMember | None = None  # job-network stamps, for members of a multi-pod workload
 
     @property
     def terminal(self) -> bool:
@@ -273,6 +306,8 @@ class Snapshot:
     pod_groups: Mapping[Key, PodGroupView] | None = None
     windows: Mapping[str, WindowView] | None = None  # None: the MaintenanceWindow CRD is not installed
     scavenger_jobs: Mapping[Key, Any] | None = None  # scavenger.SJView; None: the CRD is not installed
+    # batchgate's Services, ConfigMaps and NetworkPolicies by (kind, namespace, name); None: not known
+    net_objects: Mapping[tuple[str, str, str], NetObjectView] | None = None
 
     @staticmethod
     def of(
@@ -492,6 +527,23 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         sched=_sched(md, obj.get("spec") or {}),
         expected_start=ann.get(ANN_EXPECTED_START),
         segment=_segment(labels),
+        network=_net_member(labels, ann, obj.get("spec") or {}),
+    )
+
+
+def _net_member(labels: Mapping[str, Any], ann: Mapping[str, Any], spec: Mapping[str, Any]) -> NetMember | None:
+    service = labels.get(NETWORK_LABEL)
+    if not service or not isinstance(service, str) or spec.get("subdomain") != service:
+        return None  # not stamped, or the user runs their own Service
+    hostname = spec.get("hostname")
+    index = ann.get("batch.kubernetes.io/job-completion-index")
+    slots = _size(ann.get(SLOTS_ANNOTATION)) or 1
+    return NetMember(
+        service=service,
+        hostname=hostname if isinstance(hostname, str) else "",
+        slots=slots,
+        connect_to=tuple(p for p in str(ann.get(CONNECT_TO_ANNOTATION) or "").split(",") if p),
+        index=int(index) if isinstance(index, str) and index.isdigit() else None,
     )
 
 
@@ -581,5 +633,19 @@ def pod_group_view(obj: Mapping[str, Any]) -> PodGroupView:
     )
 
 
-VIEW_OF = {"Pod": pod_view, "Job": job_view, "Node": node_view, "PodGroup": pod_group_view,
-           "MaintenanceWindow": window_view}
+def net_object_view(obj: Mapping[str, Any], kind: Kind = SERVICE) -> NetObjectView:
+    """List items come without ``kind``: the store says which kind it holds."""
+    md = obj.get("metadata") or {}
+    return NetObjectView(
+        ref=_ref(kind, md),
+        resource_version=md.get("resourceVersion") or "",
+        managed=(md.get("labels") or {}).get(LABEL_MANAGED_BY) == MANAGED_BY,
+        digest=(md.get("annotations") or {}).get(SPEC_HASH_ANNOTATION) or "",
+        deleting=bool(md.get("deletionTimestamp")),
+    )
+
+
+VIEW_OF: dict[str, Callable[[Mapping[str, Any]], Any]] = {"Pod": pod_view, "Job": job_view, "Node": node_view, "PodGroup": pod_group_view,
+           "MaintenanceWindow": window_view, "Service": net_object_view,
+           "ConfigMap": partial(net_object_view, kind=NET_CONFIG_MAP),
+           "NetworkPolicy": partial(net_object_view, kind=NETWORK_POLICY)}

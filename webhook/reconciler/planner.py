@@ -35,6 +35,9 @@ and finished with the same cause (and the same Event names).
 PodGroup also gets it as ownerReference), or any member pod of a bare group.
 Only PodGroups batchgate created (``app.kubernetes.io/managed-by``) are ever
 changed or deleted.
+
+**Job networking** (``network``): per multi-pod workload a headless Service,
+the hostfile ConfigMap and, in isolated namespaces, a NetworkPolicy.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from .model import (
     Snapshot,
     format_time,
 )
+from .network import plan_network
 from .scavenger import plan_scavengers
 from .settings import Settings
 from .shadow import shadow_schedule
@@ -168,6 +172,11 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
         p.actions += m_actions
         if m_wake is not None and (p.wake_at is None or m_wake < p.wake_at):
             p.wake_at = m_wake
+
+    if snapshot.net_objects is not None:
+        for a in plan_network(snapshot, isolation_for=queues.isolation_for, excluded=excluded):
+            if a.kind == "delete-network" or p.spend():
+                p.actions.append(a)
 
     # Order matters and is kept: an object's actions in the order they were planned
     # (record before warn), a teardown's cause last.

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..globs import matches
+from ..jobnet import Isolation
 
 if TYPE_CHECKING:
     from ..bundle import Bundle
@@ -32,6 +33,8 @@ class QueuePolicy:
     scavenger_share: float = 0.7
     unschedulable_timeout: int = 300
     scavenger_grace: int = 60
+    # the job-network policy's namespace rules: which namespaces get NetworkPolicies (none: off)
+    isolation: tuple[Isolation, ...] = ()
 
     @staticmethod
     def from_bundle(bundle: Bundle) -> QueuePolicy:
@@ -48,7 +51,12 @@ class QueuePolicy:
             default_queue=bundle.default_queue,
             namespace_defaults=tuple((r.names, r.default_queue) for r in bundle.namespaces),
             excluded_namespaces=tuple(bundle.excluded_namespaces),
+            isolation=next((tuple(p.settings.isolation) for p in bundle.policies
+                            if p.rule.name == "job-network"), ()),
         )
+
+    def isolation_for(self, namespace: str) -> Isolation | None:
+        return next((r for r in self.isolation if matches(r.namespaces, namespace)), None)
 
     def queue_for(self, namespace: str, label: str | None) -> str:
         if label:

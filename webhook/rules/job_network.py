@@ -57,6 +57,8 @@ from ..jobnet import (
     HOSTS_KEY,
     NETWORK_LABEL,
     SLOTS_ANNOTATION,
+    Isolation,
+    Proxy,
     generated_name,
     hostfile_name,
     hostname_for,
@@ -78,25 +80,6 @@ MAX_SLOTS = 4096
 _SERVICE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _WORKLOAD_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 _LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-Egress = Literal["open", "restricted"]
-
-
-@dataclass(frozen=True, slots=True)
-class Proxy:
-    """Who may reach every isolated workload from outside: pods matching ``pod_selector`` in the
-    namespaces matching ``namespace_selector`` (both as label maps)."""
-
-    namespace_selector: tuple[tuple[str, str], ...]
-    pod_selector: tuple[tuple[str, str], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Isolation:
-    """One namespace rule: workloads in ``namespaces`` (globs) get a NetworkPolicy."""
-
-    namespaces: tuple[str, ...]
-    proxy: Proxy | None = None
-    egress: Egress = "open"
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,7 +79,8 @@ class FakeApi:
             items = [o for o in items if (o["metadata"].get("labels") or {}).get(k) == v]
         return {"metadata": {"resourceVersion": str(next(self._rv))}, "items": items}
 
-    def watch(self, path: str, *, resource_version: str, timeout_seconds: int) -> _QuietWatch:
+    def watch(self, path: str, *, resource_version: str, timeout_seconds: int,
+              query: Mapping[str, Any] | None = None) -> _QuietWatch:
         """A watch on which nothing ever happens (tests feed changes through the cache)."""
         self.calls.append(("watch", path, "", resource_version))
         return _QuietWatch()

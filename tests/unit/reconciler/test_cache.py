@@ -197,6 +197,11 @@ def test_cache_waits_for_every_store_before_a_snapshot() -> None:
     c.windows.mark_absent()  # no MaintenanceWindow CRD
     assert not c.wait_synced(timeout=0.01)
     c.scavenger_jobs.mark_absent()  # no ScavengerJob CRD
+    assert not c.wait_synced(timeout=0.01)
+    c.net["Service"].replace([])
+    c.net["ConfigMap"].replace([])
+    c.net["NetworkPolicy"].mark_absent()  # e.g. not allowed to list them
     assert c.wait_synced(timeout=0.01)
     snap = c.snapshot()
     assert snap.nodes is None and snap.pod_groups == {} and snap.windows is None and snap.scavenger_jobs is None
+    assert snap.net_objects is None, "one kind unknown: the network is not planned at all"
