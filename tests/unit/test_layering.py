@@ -12,10 +12,11 @@ import pytest
 PKG = Path(__file__).resolve().parents[2] / "webhook"
 PURE = sorted(
     [PKG / n for n in ("engine.py", "draft.py", "bundle.py", "yamlsrc.py", "units.py",
-                       "globs.py", "contract.py", "wire.py", "windows.py", "workloads.py")]
+                       "globs.py", "contract.py", "wire.py", "windows.py", "workloads.py", "jobnet.py")]
     + list((PKG / "rules").glob("*.py"))
     + [PKG / "reconciler" / n for n in ("planner.py", "maintenance.py", "scavenger.py", "expected.py",
-                                             "shadow.py", "report.py", "model.py", "actions.py", "settings.py")]
+                                             "shadow.py", "report.py", "network.py", "model.py", "actions.py",
+                                             "settings.py")]
 )
 EVERY = sorted(PKG.rglob("*.py"))
 CLOCK_CALLS = {("time", "time"), ("time", "monotonic"), ("datetime", "now"), ("datetime", "utcnow"), ("date", "today")}

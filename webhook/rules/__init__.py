@@ -13,6 +13,7 @@ import os
 from ..bundle import Bundle
 from ..bundle import load_bundle as _load_bundle_of
 from . import (
+    job_network,
     kata_cpu,
     maintenance_affinity,
     maintenance_window,
@@ -31,6 +32,7 @@ from . import (
 from .base import RuleType
 
 REGISTRY: dict[str, RuleType] = {m.TYPE.name: m.TYPE for m in (
+    job_network,
     kata_cpu,
     maintenance_affinity,
     maintenance_window,

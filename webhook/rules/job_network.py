@@ -66,7 +66,6 @@ from ..jobnet import (
     service_name,
 )
 from ..units import parse_quantity
-from . import register
 from .base import Ctx, Finding, Path, RuleType, deny, dig, pod_spec_parts, warn
 
 if TYPE_CHECKING:
@@ -301,7 +300,7 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
     return findings
 
 
-register(RuleType(
+TYPE = RuleType(
     name="job-network",
     doc=(
         "Multi-pod workloads: hostname = pod name, `spec.subdomain` = the workload's headless "
@@ -312,4 +311,4 @@ register(RuleType(
     mutate=mutate,
     validate=validate,
     order=45,
-))
+)
