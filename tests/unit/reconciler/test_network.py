@@ -242,3 +242,41 @@ def test_creates_count_against_the_bookkeeping_budget(budget: int) -> None:
     s = snap(MPI, [job("mpi")])
     p = plan(s, 0.0, Settings(max_bookkeeping_per_pass=budget))
     assert len([a for a in p.actions if a.net]) == budget and p.deferred == 2 - budget
+
+
+# -- the actuator: create, adopt its own, leave others' alone ------------------------------
+def _api_and_actions() -> tuple[Any, list[Action]]:
+    from tests.unit.reconciler.fakeapi import FakeApi
+
+    return FakeApi(), run(snap(MPI, [job("mpi")]))
+
+
+def test_actuator_creates_then_a_crashed_runs_leftover_is_adopted() -> None:
+    from webhook.reconciler.actuator import Actuator
+
+    api, actions = _api_and_actions()
+    out = Actuator(api, Settings(api_backoff=0)).execute(actions)
+    assert [o.result for o in out] == ["done", "done"]
+    assert api.objects[("services", NS, "mpi")]["spec"]["clusterIP"] == "None"
+    # a run that created the ConfigMap but crashed before its cache saw it: create again -> adopt
+    del api.objects[("services", NS, "mpi")]
+    api.objects[("configmaps", NS, "mpi-hostfile")]["data"] = {"hosts": "stale"}
+    out = Actuator(api, Settings(api_backoff=0)).execute(actions)
+    assert [o.result for o in out] == ["done", "done"]
+    assert api.objects[("configmaps", NS, "mpi-hostfile")]["data"]["hosts"] == "mpi-bk2.mpi,mpi-f7d.mpi,mpi-zz9.mpi"
+    assert ("patch", "configmaps", NS, "mpi-hostfile") in api.calls
+
+
+def test_actuator_never_takes_over_a_name_someone_else_holds() -> None:
+    from webhook.reconciler.actuator import Actuator
+
+    api, actions = _api_and_actions()
+    api.put({"kind": "Service", "metadata": {"name": "mpi", "namespace": NS, "labels": {"app": "theirs"}},
+             "spec": {"clusterIP": "10.0.0.7"}})
+    act = Actuator(api, Settings(api_backoff=0))
+    out = act.execute(actions)
+    assert out[0].result == "failed" and "not managed by batchgate" in out[0].error
+    assert api.objects[("services", NS, "mpi")]["spec"] == {"clusterIP": "10.0.0.7"}
+    n = len(api.calls)
+    act.execute(actions[:1])
+    assert len(api.calls) == n, "remembered: no second try on every pass"
