@@ -248,7 +248,8 @@ class Reflector(threading.Thread):
 
 
 class Cache:
-    """Pods, Jobs, Nodes, PodGroups and MaintenanceWindows (the last three optional), each behind a reflector."""
+    """Pods, Jobs, Nodes, PodGroups and MaintenanceWindows (the last three optional), and batchgate's
+    own Services, ConfigMaps and NetworkPolicies (optional, label-selected), each behind a reflector."""
 
     def __init__(self, api: KubeApi, settings: Settings, *, on_change: Callable[[], None] | None = None) -> None:
         self.api = api

@@ -90,12 +90,8 @@ class Settings:
     wait_for_hostfile: bool = True
     """Containers start only once the hostfile exists (non-optional ConfigMap references)."""
     isolation: tuple[Isolation, ...] = ()
-    """Namespace rules, first match wins; none: no NetworkPolicies (the default)."""
-
-    def isolation_for(self, namespace: str) -> Isolation | None:
-        from ..globs import matches
-
-        return next((r for r in self.isolation if matches(r.namespaces, namespace)), None)
+    """Namespace rules, first match wins; none: no NetworkPolicies (the default). Only the
+    reconciler acts on them (``QueuePolicy.isolation_for``)."""
 
 
 def parse(node: Node, bundle: Bundle) -> Settings:

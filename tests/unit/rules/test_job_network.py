@@ -27,6 +27,7 @@ from webhook.jobnet import (
     service_name,
 )
 from webhook.offline import Caller, synthetic_review
+from webhook.reconciler.settings import QueuePolicy
 
 CONTROLLER = Caller(username="system:kube-controller-manager", namespace="demo")
 NET = "batchgate.io/network"
@@ -200,16 +201,20 @@ def test_forged_network_label_is_denied(jn: Bundle) -> None:
 
 
 # -- settings ---------------------------------------------------------------------------
+def test_isolation_is_off_in_the_shipped_bundle(bundle: Bundle) -> None:
+    assert QueuePolicy.from_bundle(bundle).isolation == ()
+
+
 def test_isolation_rules_parse(tmp_path: Path) -> None:
     b = with_settings(tmp_path, "job-network", {"isolation": [
         {"namespaces": ["hpc-*"], "egress": "restricted",
          "proxy": {"namespaceSelector": {"batchgate.io/role": "platform"}, "podSelector": {"app": "proxy"}}},
     ]})
-    s = b.policies[0].settings
-    rule = s.isolation_for("hpc-7")
+    qp = QueuePolicy.from_bundle(b)  # what the reconciler reads from the bundle
+    rule = qp.isolation_for("hpc-7")
     assert rule is not None and rule.egress == "restricted"
-    assert rule.proxy.pod_selector == (("app", "proxy"),)
-    assert s.isolation_for("demo") is None
+    assert rule.proxy is not None and rule.proxy.pod_selector == (("app", "proxy"),)
+    assert qp.isolation_for("demo") is None
 
 
 @pytest.mark.parametrize(("settings_yaml", "needle"), [
