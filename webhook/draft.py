@@ -82,6 +82,12 @@ class Draft:
         *path, key, value = path_and_value
         self.edit(*path)[key] = value
 
+    def ensure(self, *path_and_value: Any) -> None:
+        """``set`` unless the value is already there, so no parent is copied for nothing."""
+        *path, value = path_and_value
+        if self.get(*path) != value:
+            self.set(*path, value)
+
     def delete(self, *path: str | int) -> None:
         *parent, key = path
         if self.get(*path, default=_MISSING) is _MISSING:

@@ -116,3 +116,19 @@ def test_edit_through_a_scalar_is_an_error():
     d = Draft({"spec": {"priority": 1}})
     with pytest.raises(TypeError):
         d.edit("spec", "priority", "x")
+
+
+def test_ensure_leaves_an_equal_value_alone_and_sets_a_different_one():
+    original = copy.deepcopy(BASE)
+    same = Draft(original)
+    same.ensure("metadata", "labels", "a", "1")
+    assert same.patch() == []
+    assert same.get("metadata") is original["metadata"]  # nothing copied for nothing
+
+    other = Draft(original)
+    other.ensure("metadata", "labels", "a", "2")
+    other.ensure("metadata", "annotations", "new", "x")
+    patch = other.patch()
+    assert jsonpatch.apply_patch(original, patch) == {
+        **original, "metadata": {"name": "p", "labels": {"a": "2"}, "annotations": {"new": "x"}}}
+    assert original == BASE

@@ -223,10 +223,10 @@ def _name_host(draft: Draft, ctx: Ctx) -> None:
 
 def _stamp(settings: Settings, draft: Draft, *, meta_path: Path, spec_path: Path, service: str, size: int,
            slots: str, peers: str | None) -> None:
-    _put(draft, (*meta_path, "labels"), NETWORK_LABEL, service)
-    _put(draft, (*meta_path, "annotations"), SLOTS_ANNOTATION, slots)
+    draft.ensure(*meta_path, "labels", NETWORK_LABEL, service)
+    draft.ensure(*meta_path, "annotations", SLOTS_ANNOTATION, slots)
     if peers is not None:
-        _put(draft, (*meta_path, "annotations"), CONNECT_TO_ANNOTATION, peers)
+        draft.ensure(*meta_path, "annotations", CONNECT_TO_ANNOTATION, peers)
     if draft.get(*spec_path, "subdomain") != service:
         draft.set(*spec_path, "subdomain", service)
     spec = draft.get(*spec_path)
@@ -256,10 +256,6 @@ def _stamp(settings: Settings, draft: Draft, *, meta_path: Path, spec_path: Path
             draft.edit(*spec_path, key, i, "volumeMounts", create=list).append(
                 {"name": VOLUME, "mountPath": mount, "readOnly": True})
 
-
-def _put(draft: Draft, path: Path, key: str, value: str) -> None:
-    if draft.get(*path, key) != value:
-        draft.set(*path, key, value)
 
 
 # -- validation ---------------------------------------------------------------------

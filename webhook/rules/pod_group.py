@@ -170,7 +170,7 @@ def _mutate_job(settings: Settings, draft: Draft, ctx: Ctx, labels: dict[str, An
         group = group_name(ctx.name)
     meta_path = ("spec", "template", "metadata")
     if group is None:  # generateName: the Pod mutation names the group after the Job
-        _set(draft, (*meta_path, "labels"), SIZE_LABEL, str(size))
+        draft.ensure(*meta_path, "labels", SIZE_LABEL, str(size))
     else:
         _write(settings, draft, meta_path, str(group), size)
     return findings
@@ -186,23 +186,19 @@ def _mutate_cronjob(draft: Draft, labels: dict[str, Any]) -> list[Finding]:
             f"the CronJob's pod template names the pod group {labels[GROUP_LABEL]!r}: every run shares "
             f"it; leave {GROUP_LABEL} out and each run's group is named after its Job"
         ))
-    _set(draft, ("spec", "jobTemplate", "spec", "template", "metadata", "labels"), SIZE_LABEL, str(size))
+    draft.ensure("spec", "jobTemplate", "spec", "template", "metadata", "labels", SIZE_LABEL, str(size))
     return findings
 
 
 def _write(settings: Settings, draft: Draft, meta: Path, group: str, size: int) -> None:
-    _set(draft, (*meta, "labels"), GROUP_LABEL, group)
-    _set(draft, (*meta, "labels"), SIZE_LABEL, str(size))
+    draft.ensure(*meta, "labels", GROUP_LABEL, group)
+    draft.ensure(*meta, "labels", SIZE_LABEL, str(size))
     for scheduler in settings.schedulers:
         for where, key in _NAME_KEYS[scheduler]:
-            _set(draft, (*meta, where), key, group)
+            draft.ensure(*meta, where, key, group)
         if scheduler == "kueue":
-            _set(draft, (*meta, "annotations"), KUEUE_COUNT_ANNOTATION, str(size))
+            draft.ensure(*meta, "annotations", KUEUE_COUNT_ANNOTATION, str(size))
 
-
-def _set(draft: Draft, path: Path, key: str, value: str) -> None:
-    if draft.get(*path, key) != value:
-        draft.set(*path, key, value)
 
 
 # -- validation -----------------------------------------------------------------
