@@ -152,3 +152,54 @@ def test_choose_starts_places_exactly_as_place_does_one_by_one():
                 room = take(room, d.placement, d.waiting.need)
             elif d.kind == "no-room":
                 assert place(d.waiting.need, room) is None
+
+
+def _reference_choose_starts(ws: list[Waiting], free: dict[str, Room], alloc: dict[str, Room],
+                             used: tuple[int, int], share: float) -> list[tuple[str, str, dict[str, int] | None]]:
+    """choose_starts written the slow, obvious way: every check from scratch, for every waiting one."""
+    total = (sum(r.cpu_m for r in alloc.values()), sum(r.mem_b for r in alloc.values()))
+    room, cur, out = dict(free), used, []
+    for x in start_order(ws):
+        tc, tm = x.need.total
+        if tc > int(total[0] * share) or tm > int(total[1] * share) or place(x.need, alloc) is None:
+            out.append((x.key[1], "never-fits", None))
+            continue
+        cap_c, cap_m = cap_room(total, cur, share)
+        if tc > cap_c or tm > cap_m:
+            out.append((x.key[1], "over-cap", None))
+            continue
+        where = place(x.need, room)
+        if where is None:
+            out.append((x.key[1], "no-room", None))
+            continue
+        room, cur = take(room, where, x.need), (cur[0] + tc, cur[1] + tm)
+        out.append((x.key[1], "start", where))
+    return out
+
+
+def test_choose_starts_decides_as_the_obvious_reference_does():
+    """The shortcuts in choose_starts (rooms with too little cpu skipped by bisection, a need at
+    least as big as one that found no room is not placed again, "can ever fit" counted over node
+    shapes) change no decision: random clusters with full, over-committed and slot-bound nodes,
+    zero-sized needs, a fixed seed."""
+    import random
+
+    rnd = random.Random(14)
+    kinds: set[str] = set()
+    for _ in range(400):
+        shapes = [(rnd.choice([4000, 8000, 64000]), rnd.choice([8, 32, 256]) * GI, rnd.choice([2, 10, 110]))
+                  for _ in range(rnd.randint(1, 3))]
+        alloc = {f"n{i}": Room(f"n{i}", *rnd.choice(shapes)) for i in range(rnd.randint(1, 30))}
+        free = {n: Room(n, r.cpu_m - rnd.randint(-500, r.cpu_m), r.mem_b - rnd.randint(-GI, r.mem_b),
+                        r.pods - rnd.randint(0, r.pods)) for n, r in alloc.items()}
+        ws = [w(f"s{i}", rnd.choice([0, 0, 1, 3]), rnd.choice([1.0, 2.0, float(i)]), pods=rnd.choice([0, 1, 1, 2, 4, 9]),
+                cpu=rnd.choice([0, 500, 1000, 4000, 8000, 70000]), mem=rnd.choice([0, 1, 2, 8, 300]) * GI)
+              for i in range(rnd.randint(1, 60))]
+        tot = (sum(r.cpu_m for r in alloc.values()), sum(r.mem_b for r in alloc.values()))
+        used = (int(tot[0] * rnd.random() * 0.8), int(tot[1] * rnd.random() * 0.8))
+        share = rnd.choice([0.3, 0.7, 1.0])
+        got = [(d.waiting.key[1], d.kind, dict(d.placement) if d.placement is not None else None)
+               for d in choose_starts(ws, free, alloc, used, share)]
+        assert got == _reference_choose_starts(ws, free, alloc, used, share)
+        kinds.update(k for _, k, _ in got)
+    assert kinds == {"start", "no-room", "over-cap", "never-fits"}
