@@ -27,6 +27,7 @@ nothing matches), or it waits for work that has no time limit.
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,23 @@ from .model import JobView, PodSched, PodView, Ref, Snapshot
 
 INF = float("inf")
 HORIZON = 60 * 86400  # beyond this, "unknown"
+
+
+def _added(steps: list[tuple[float, int, int]], start: float, end: float, cpu: int,
+           mem: int) -> list[tuple[float, int, int]]:
+    """A new step function of usage: ``steps`` plus ``cpu``/``mem`` from ``start`` to ``end``. The
+    same list ``_Node.steps`` would build from scratch (a breakpoint at every start and finite end),
+    without sorting every reservation again; ``steps`` itself is left as it was."""
+    out = steps[:]
+    for t in (start, end) if end < INF else (start,):
+        k = bisect.bisect_left(out, (t,))
+        if k == len(out) or out[k][0] != t:
+            _, uc, um = out[k - 1] if k > 0 else (t, 0, 0)
+            out.insert(k, (t, uc, um))
+    ks = bisect.bisect_left(out, (start,))
+    ke = bisect.bisect_left(out, (end,)) if end < INF else len(out)
+    out[ks:ke] = [(t, uc + cpu, um + mem) for t, uc, um in out[ks:ke]]
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +77,30 @@ class _Node:
     blocked: list[tuple[float, float]]  # maintenance windows (start, end), sorted
     res: list[tuple[float, float, int, int]] = field(default_factory=list)  # (start, end, cpu, mem)
     _steps: list[tuple[float, int, int]] | None = None  # (from, cpu used, mem used), sorted; cached
+    _undo: list[list[tuple[float, int, int]] | None] = field(default_factory=list)  # steps before each tentative reserve
+    log: list[_Node] | None = None  # where changes are told (the indexes of earliest starts read it)
 
-    def reserve(self, start: float, end: float, cpu: int, mem: int) -> None:
+    def reserve(self, start: float, end: float, cpu: int, mem: int, *, tentative: bool = False) -> None:
+        """Hold ``cpu``/``mem`` from ``start`` to ``end``; a ``tentative`` one can be taken back
+        (``unreserve``, last first) or kept (``keep``)."""
         self.res.append((start, end, cpu, mem))
-        self._steps = None
+        steps = self._steps
+        if tentative:
+            self._undo.append(steps)
+        if steps is not None:
+            self._steps = _added(steps, start, end, cpu, mem)
+        if self.log is not None:
+            self.log.append(self)
 
     def unreserve(self) -> None:
+        """Take back the last tentative reservation."""
         self.res.pop()
-        self._steps = None
+        self._steps = self._undo.pop()
+        if self.log is not None:
+            self.log.append(self)
+
+    def keep(self) -> None:
+        self._undo.clear()
 
     def steps(self) -> list[tuple[float, int, int]]:
         """Usage as a step function of time: from each breakpoint on, until the next."""
@@ -202,6 +236,79 @@ class _Work:
     gang: bool
 
 
+class _Earliest:
+    """For one pod shape (candidate nodes, size, duration): the earliest start from ``now`` on each
+    node, kept from one workload to the next, so a placement does not mean asking every node
+    again. A placement only adds reservations, and that can only make a node's earliest start later
+    (or none): so a node that changed (the nodes tell the shared ``log``) keeps its old time as a
+    lower bound, marked stale, and is asked again only when it comes to the top of the heap. The
+    answer is what a scan of every node gives: the earliest time, and among equals the first node
+    in the candidates' order (``tests/unit/reconciler/test_shadow.py`` checks it against a scan)."""
+
+    __slots__ = ("cpu", "duration", "heap", "log", "margin", "mem", "nodes", "now", "pos", "seen", "stale", "times")
+
+    def __init__(self, nodes: list[_Node], log: list[_Node], now: float, duration: float, cpu: int, mem: int,
+                 margin: float) -> None:
+        self.nodes, self.log = nodes, log
+        self.now, self.duration, self.cpu, self.mem, self.margin = now, duration, cpu, mem, margin
+        self.pos = {n.name: i for i, n in enumerate(nodes)}
+        self.times: list[float | None] = [n.earliest(now, duration, cpu, mem, margin) for n in nodes]
+        self.stale = [False] * len(nodes)
+        self.heap = [(t, i) for i, t in enumerate(self.times) if t is not None]
+        heapq.heapify(self.heap)
+        self.seen = len(log)
+
+    def _ask(self, i: int) -> float | None:
+        t = self.nodes[i].earliest(self.now, self.duration, self.cpu, self.mem, self.margin)
+        self.times[i] = t
+        self.stale[i] = False
+        if t is not None:
+            heapq.heappush(self.heap, (t, i))
+        return t
+
+    def _note_changes(self) -> None:
+        log = self.log
+        if self.seen < len(log):
+            pos, stale, times = self.pos, self.stale, self.times
+            for n in log[self.seen:]:
+                i = pos.get(n.name)
+                if i is not None and times[i] is not None:
+                    stale[i] = True  # None stays None: more reserved never makes room
+            self.seen = len(log)
+
+    def all_times(self) -> list[float | None]:
+        """Every node's earliest start, up to date."""
+        self._note_changes()
+        for i, st in enumerate(self.stale):
+            if st:
+                self._ask(i)
+        return self.times
+
+    def best(self) -> tuple[float, _Node] | None:
+        self._note_changes()
+        times, stale, heap = self.times, self.stale, self.heap
+        while heap:
+            t, i = heap[0]
+            if times[i] != t:
+                heapq.heappop(heap)  # an old entry: that node was asked again since
+            elif stale[i]:
+                heapq.heappop(heap)
+                self._ask(i)
+            else:
+                return t, self.nodes[i]
+        return None
+
+
+@dataclass(slots=True)
+class _Placer:
+    nodes: dict[str, _Node]
+    now: float
+    margin: float
+    log: list[_Node]
+    candidates: dict[Any, list[_Node]] = field(default_factory=dict)  # per (selector, affinity, tolerations)
+    indexes: dict[Any, _Earliest] = field(default_factory=dict)  # per pod shape
+
+
 def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *,
                     margin: float = 300.0) -> list[Estimate]:
     """Estimates for every pending workload, in kube-scheduler's order."""
@@ -253,45 +360,41 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
                 w.sched = pod.sched
 
     order = sorted(pending.values(), key=lambda w: (-w.sched.priority, w.sched.created, w.ref.namespace, w.ref.name))
-    out: list[Estimate] = []
-    memo: dict[Any, list[_Node]] = {}  # candidate nodes per (selector, affinity, tolerations)
-    for position, work in enumerate(order, 1):
-        out.append(_place(work, nodes, now, margin, position, memo))
-    return out
+    log: list[_Node] = []  # from here on, each node tells its changes
+    for node in nodes.values():
+        node.log = log
+    placer = _Placer(nodes, now, margin, log)
+    return [_place(work, placer, position) for position, work in enumerate(order, 1)]
 
 
-def _place(work: _Work, nodes: dict[str, _Node], now: float, margin: float, position: int,
-           _memo: dict[Any, list[_Node]] | None = None) -> Estimate:
+def _place(work: _Work, placer: _Placer, position: int) -> Estimate:
     s = work.sched
     size = len(work.pods)
+    now, margin = placer.now, placer.margin
 
     def est(start: float | None, reason: str, never: bool = False) -> Estimate:
         return Estimate(work.ref, start, reason, never, s.priority, position, size)
 
     key = (s.node_selector, s.terms, s.tolerations)
-    candidates = _memo.get(key) if _memo is not None else None
+    candidates = placer.candidates.get(key)
     if candidates is None:
-        candidates = [n for n in nodes.values() if matches(n, s)]
-        if _memo is not None:
-            _memo[key] = candidates
+        candidates = placer.candidates[key] = [n for n in placer.nodes.values() if matches(n, s)]
     if not candidates:
         return est(None, "no node matches its node selector, node affinity and tolerations", never=True)
-    big = [n for n in candidates if n.cpu >= s.cpu and n.mem >= s.mem]
-    if not big:
+    duration = float(work.limit) if work.limit is not None else INF
+    shape = (key, s.cpu, s.mem, duration)
+    index = placer.indexes.get(shape)
+    if index is None:
+        big = [n for n in candidates if n.cpu >= s.cpu and n.mem >= s.mem]
+        index = placer.indexes[shape] = _Earliest(big, placer.log, now, duration, s.cpu, s.mem, margin)
+    if not index.nodes:
         largest = max(candidates, key=lambda n: (n.cpu, n.mem))
         return est(None, (f"each pod asks for cpu {_fmt_cpu(s.cpu)}, memory {_fmt_mem(s.mem)}; the largest node it "
                           f"may use ({largest.name}) has cpu {_fmt_cpu(largest.cpu)}, memory {_fmt_mem(largest.mem)}"),
                    never=True)
-    duration = float(work.limit) if work.limit is not None else INF
     if work.gang and size > 1:
-        return _place_gang(work, big, now, duration, margin, est)
-    best: tuple[float, _Node] | None = None
-    for n in big:
-        t = n.earliest(now, duration, s.cpu, s.mem, margin, best[0] if best is not None else INF)
-        if t is not None and (best is None or t < best[0]):
-            best = (t, n)
-            if t <= now:
-                break  # nothing starts sooner than now
+        return _place_gang(work, index, now, duration, margin, est)
+    best = index.best()
     if best is None:
         if duration == INF:
             return est(None, "it has no time limit, and a maintenance window or work without one is ahead on every "
@@ -310,30 +413,44 @@ def _why(node: _Node, t: float) -> str:
     return f"resources on node {node.name} are free then"
 
 
-def _place_gang(work: _Work, nodes: list[_Node], now: float, duration: float, margin: float,
+def _place_gang(work: _Work, index: _Earliest, now: float, duration: float, margin: float,
                 est: Callable[..., Estimate]) -> Estimate:
     """All pods of the group at one time: the candidate times are when single pods could start
     on each node; at each, count how many fit together (several per node if room)."""
     s = work.sched
     size = len(work.pods)
+    nodes = index.nodes
+    # A node can only take a pod at t if one could start there at t or sooner (more reserved never
+    # makes room): the others are not asked, with the same outcome.
+    soonest = list(index.all_times())
     t0 = now
     for _ in range(50):
-        firsts = sorted({t for n in nodes if (t := n.earliest(t0, duration, s.cpu, s.mem, margin)) is not None})
+        if t0 == now:
+            firsts = sorted({t for t in soonest if t is not None})
+        else:
+            firsts = sorted({t for n in nodes if (t := n.earliest(t0, duration, s.cpu, s.mem, margin)) is not None})
         if not firsts:
             break
+        log = index.log
         for t in firsts:
             placed: list[_Node] = []
-            for n in nodes:
+            mark = len(log)
+            for n, first in zip(nodes, soonest, strict=True):
+                if first is None or first > t:
+                    continue
                 while len(placed) < size and n.earliest(t, duration, s.cpu, s.mem, margin, t + 1) == t:
-                    n.reserve(t, t + duration, s.cpu, s.mem)  # tentatively, so the next pod sees it
+                    n.reserve(t, t + duration, s.cpu, s.mem, tentative=True)  # so the next pod sees it
                     placed.append(n)
                 if len(placed) == size:
                     break
             if len(placed) == size:
+                for n in placed:
+                    n.keep()
                 return est(t, "fits now, all pods together" if t <= now else
                            f"all {size} pods of the group fit together then")
             for n in reversed(placed):  # undo
                 n.unreserve()
+            del log[mark:]  # nothing changed in the end: no index needs to ask these nodes again
         t0 = firsts[-1] + 1
     return est(None, f"its {size} pods (one group) never fit together on the nodes they may use"
                if duration < INF else "waits for work without a time limit")

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
+import pytest
+
 from tests.unit.reconciler.reconbuild import HOUR, T0, job, pod, ts
+from webhook.reconciler import shadow
 from webhook.reconciler.expected import plan_expected
 from webhook.reconciler.model import (
     ANN_EXPECTED_START,
@@ -143,3 +147,71 @@ def test_never_fitting_work_gets_a_warning_and_started_work_loses_its_estimate()
     assert actions["huge"].annotations == {ANN_EXPECTED_START: "unknown", "batchgate.io/expected-start-reason": (
         "each pod asks for cpu 64, memory 1Gi; the largest node it may use (n1) has cpu 4, memory 16Gi")}
     assert actions["started"].quiet and actions["started"].annotations[ANN_EXPECTED_START] is None  # type: ignore[index]
+
+
+# -- the index of earliest starts: the same answers as asking every node --------------------
+def _nodes(rng: random.Random, log: list[Any]) -> list[Any]:
+    out = []
+    for i in range(rng.randint(1, 12)):
+        blocked = sorted((s, s + rng.choice((600.0, 3600.0))) for s in
+                         (T0 + rng.uniform(0, 6 * HOUR) for _ in range(rng.randint(0, 2))))
+        n = shadow._Node(f"n{i}", rng.choice((4000, 8000)), 2**34, {}, (), blocked)
+        for _ in range(rng.randint(0, 6)):
+            n.reserve(T0, T0 + rng.choice((600.0, 1800.0, 3600.0, float("inf"))), rng.choice((1000, 2000)), 2**30)
+        n.log = log
+        out.append(n)
+    return out
+
+
+def _scan(nodes: list[Any], duration: float, cpu: int) -> tuple[float, str] | None:
+    best: tuple[float, str] | None = None
+    for n in nodes:
+        t = n.earliest(T0, duration, cpu, 2**30, 300.0)
+        if t is not None and (best is None or t < best[0]):
+            best = (t, n.name)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_index_of_earliest_starts_answers_as_a_scan_of_every_node_does(seed: int) -> None:
+    rng = random.Random(seed)
+    log: list[Any] = []
+    nodes = _nodes(rng, log)
+    shapes = [(rng.choice((1800.0, 3600.0, 7200.0)), rng.choice((1000, 2000, 4000))) for _ in range(3)]
+    indexes = {sh: shadow._Earliest(nodes, log, T0, sh[0], sh[1], 2**30, 300.0) for sh in shapes}
+    for _ in range(30):
+        duration, cpu = sh = rng.choice(shapes)
+        got = indexes[sh].best()
+        assert (None if got is None else (got[0], got[1].name)) == _scan(nodes, duration, cpu)
+        assert indexes[sh].all_times() == [n.earliest(T0, duration, cpu, 2**30, 300.0) for n in nodes]
+        if got is None:
+            continue
+        t, n = got
+        if rng.random() < 0.3:  # a gang's try that is taken back leaves no trace
+            mark = len(log)
+            other = rng.choice(nodes)
+            other.reserve(t, t + duration, cpu, 2**30, tentative=True)
+            other.unreserve()
+            del log[mark:]
+        n.reserve(t, t + duration, cpu, 2**30)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_reservation_added_to_the_steps_gives_the_steps_built_from_scratch(seed: int) -> None:
+    rng = random.Random(seed)
+    n = shadow._Node("n", 8000, 2**34, {}, (), [])
+    for _ in range(25):
+        start = T0 + rng.choice((0, 600, 1200, 3600))
+        end = rng.choice((start, start + 600, start + 3600, float("inf")))
+        tentative = rng.random() < 0.3
+        n.steps()
+        n.reserve(start, end, rng.choice((500, 1000)), 2**20, tentative=tentative)
+        incremental = n.steps()
+        n._steps = None
+        assert incremental == n.steps()
+        if tentative and rng.random() < 0.5:
+            n.unreserve()
+            after_undo = n.steps()
+            n._steps = None
+            assert after_undo == n.steps()
+        n.keep()

@@ -1,0 +1,136 @@
+"""Before/after check for a change to the shadow schedule that must not change its answers.
+
+    python bench/shadow_equivalence.py [--against main] [--snapshots 300] [--passes 10]
+
+Loads ``webhook/reconciler/shadow.py`` as it is at ``--against`` (a git revision), runs both
+versions on generated snapshots (random nodes, racks, running pods, pending pods with priorities,
+node selectors and gangs, maintenance windows) and on the planning benchmark's cluster
+(bench_shadow.py: 10,000 pods, 20 windows), checks that every estimate is the same, then times
+both on the benchmark's cluster, interleaved in one run (a loaded machine slows both alike).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import bench_shadow as b  # noqa: E402
+
+from webhook.reconciler import shadow as current  # noqa: E402
+from webhook.reconciler.model import Snapshot, format_time, job_view, pod_view, window_view  # noqa: E402
+from webhook.reconciler.planner import plan  # noqa: E402
+from webhook.reconciler.settings import Settings  # noqa: E402
+
+
+def load_at(rev: str) -> ModuleType:
+    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:webhook/reconciler/shadow.py"],
+                          check=True, capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp()) / "shadow_before.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location("webhook.reconciler.shadow_before", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def generated(rng: random.Random) -> Snapshot:
+    nn = rng.randint(1, 30)
+    nodes = [b.node(f"n{i}", rng.choice((4, 8, 16, 64)), f"r{i % 4}") for i in range(nn)]
+    pods: list[dict[str, Any]] = []
+    jobs: list[dict[str, Any]] = []
+    for i in range(rng.randint(0, 150)):
+        limit = rng.choice((600, 3600, 7200, 4 * 3600))
+        pods.append(b.pod(f"run-{i}", cpu=rng.choice((1, 2, 4)), limit=limit, node_name=f"n{rng.randrange(nn)}",
+                          started=b.NOW - rng.uniform(0, limit)))
+    for i in range(rng.randint(0, 120)):
+        prio, created = rng.choice((0, 0, 1000)), b.NOW - rng.uniform(0, 3600)
+        if rng.random() < 0.2:
+            size = rng.randint(2, 5)
+            j = {"apiVersion": "batch/v1", "kind": "Job",
+                 "metadata": {"name": f"g{i}", "namespace": "bench", "uid": f"uid-g{i}", "resourceVersion": "1",
+                              "annotations": {"batchgate.io/time-limit": "2h"}}}
+            jobs.append(j)
+            for k in range(size):
+                pods.append(b.pod(f"g{i}-{k}", cpu=rng.choice((2, 8)), limit=7200, priority=prio, created=created,
+                                  owner=j, labels={"batchgate.io/pod-group": f"g{i}",
+                                                   "batchgate.io/pod-group-size": str(size)}))
+            continue
+        p = b.pod(f"w{i}", cpu=rng.choice((1, 2, 4, 8, 16, 80)), limit=rng.choice((600, 3600, 3 * 3600)),
+                  priority=prio, created=created)
+        if rng.random() < 0.2:
+            p["spec"]["nodeSelector"] = {"rack": rng.choice(("r0", "r1", "nowhere"))}
+        pods.append(p)
+    windows = []
+    for k in range(rng.randint(0, 3)):
+        start = b.NOW + rng.uniform(-3600, 5 * 3600)
+        windows.append(b.window(f"w{k}", start, start + rng.choice((1800, 7200)), rack=f"r{k}"))
+    return Snapshot.of(pods=[pod_view(p) for p in pods], jobs=[job_view(j) for j in jobs], nodes=nodes,
+                       windows=[window_view(w) for w in windows])
+
+
+def windows_of(snap: Snapshot) -> list[Any]:
+    return [w.window for w in (snap.windows or {}).values() if w.window is not None]
+
+
+def answers(mod: ModuleType, snap: Snapshot) -> list[tuple[Any, ...]]:
+    return [dataclasses.astuple(e) for e in mod.shadow_schedule(snap, b.NOW, windows_of(snap))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--against", default="main", help="git revision of the shadow schedule to compare with")
+    ap.add_argument("--snapshots", type=int, default=300)
+    ap.add_argument("--passes", type=int, default=10)
+    args = ap.parse_args()
+    before = load_at(args.against)
+    rng = random.Random(7)
+    n = 0
+    for k in range(args.snapshots):
+        snap = generated(rng)
+        a, c = answers(before, snap), answers(current, snap)
+        if a != c:
+            print(f"snapshot {k}: estimates differ, first: {next((x, y) for x, y in zip(a, c, strict=False) if x != y)}")
+            return 1
+        n += len(a)
+    big = b.big_cluster(random.Random(1))
+    big = b.settle(big, plan(big, b.NOW, Settings()).actions)
+    if answers(before, big) != answers(current, big):
+        print("the benchmark's cluster: estimates differ")
+        return 1
+    print(f"same estimates for {n} workloads in {args.snapshots} generated snapshots and "
+          f"{len(answers(current, big))} in the benchmark's cluster ({format_time(b.NOW)})")
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    wins = windows_of(big)
+    for _ in range(args.passes):
+        for name, mod in (("before", before), ("after", current)):
+            t = time.process_time()
+            mod.shadow_schedule(big, b.NOW, wins)
+            times[name].append((time.process_time() - t) * 1000)
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; shadow schedule, 10,000 pods, "
+          f"20 windows, ms of CPU, best / median over {args.passes} interleaved passes:")
+    for name in ("before", "after"):
+        ts = sorted(times[name])
+        print(f"  {name} ({args.against if name == 'before' else 'this tree'}): {ts[0]:7.1f} / "
+              f"{statistics.median(ts):7.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
