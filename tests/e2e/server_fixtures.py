@@ -56,9 +56,10 @@ from cluster import (
     wait_for,
 )
 
+from tests.conftest import kustomize
 from webhook.bundle import Bundle
 from webhook.engine import Decision
-from webhook.generate import build_kustomization, webhook_configurations
+from webhook.generate import webhook_configurations
 from webhook.offline import Caller, check_object
 from webhook.rules import load_bundle
 from webhook.units import parse_quantity
@@ -269,7 +270,7 @@ def apply_object(kube: Any, obj: Mapping[str, Any]) -> dict[str, Any]:
 def apply_manifests(kube: Any) -> list[dict[str, Any]]:
     """The cluster-side objects of the manifests/ variant for this API server version."""
     variant = "k8s-1.20" if kube.server_version() < (1, 21) else ""
-    objects = build_kustomization(REPO_ROOT / "manifests" / variant)
+    objects = kustomize(REPO_ROOT / "manifests" / variant)
     kinds = {o["kind"] for o in objects}
     unknown = kinds - set(APPLIED_KINDS) - NOT_APPLIED
     assert not unknown, f"manifests/ has kinds the e2e fixture does not know how to apply: {unknown}"
