@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import cluster  # noqa: E402
 from bench_webhook import STDLIB_NOOP, free_port, wait_ready  # noqa: E402
-from server_fixtures import (  # noqa: E402
+from harness import (  # noqa: E402
     WebhookServer,
     apply_manifests,
     label_system_namespaces,

@@ -6,6 +6,12 @@
 * ``namespace`` (function): a fresh namespace name where ``alice`` and ``bob``
   have the ``edit`` ClusterRole; deleted after the test.
 * ``admin_client`` / ``alice_client`` / ``bob_client``: ``kubernetes.client.ApiClient``.
+* ``webhook_server`` (session): the real ``batchgate serve`` registered with the API server
+  as a deployment would have it (``harness.py`` says what it brings);
+* ``module_namespace`` (module): one ordinary user namespace shared by a module's tests.
+
+Test modules import their helpers from ``cluster.py`` (the control plane) and
+``harness.py`` (the webhook, object builders, predictions); both are assertion-rewritten.
 
 Without binaries the tests are skipped with a message saying how to get
 them, except with ``CI=true``, where that is an error.
@@ -13,15 +19,31 @@ them, except with ``CI=true``, where that is an error.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+pytest.register_assert_rewrite("cluster", "harness")
 
-import cluster as _cluster
+import cluster as _cluster  # noqa: E402
+from cluster import REPO_ROOT, wait_for  # noqa: E402
+from harness import (  # noqa: E402
+    Webhook,
+    WebhookServer,
+    apply_manifests,
+    label_system_namespaces,
+    wait_crd_established,
+)
+
+from webhook.generate import webhook_configurations  # noqa: E402
+from webhook.rules import load_bundle  # noqa: E402
 
 E2E_DIR = Path(__file__).resolve().parent
 
@@ -99,6 +121,52 @@ def alice_client(kube):
 @pytest.fixture
 def bob_client(kube):
     return kube.api_client("bob")
+
+
+@pytest.fixture(scope="session")
+def webhook_server(kube: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
+    workdir = tmp_path_factory.mktemp("webhook")
+    policies = workdir / "policies"
+    shutil.copytree(REPO_ROOT / "policies", policies)
+    bundle = load_bundle(policies)
+
+    if kube.server_version() < (1, 21):
+        label_system_namespaces(kube)
+    apply_manifests(kube)
+    wait_crd_established(kube, "scavengerjobs.batchgate.io")
+
+    probe_ns = kube.create_namespace(prefix="e2e-probe")
+    # The aggregated ClusterRole (rbac-users.yaml) lets `edit` users manage ScavengerJobs.
+    wait_for(lambda: kube.can_i("create", "scavengerjobs", as_user="alice",
+                                namespace=probe_ns, group="batchgate.io"),
+             30, message="alice to be allowed to create ScavengerJobs (role aggregation)")
+
+    server = WebhookServer(workdir, policies=policies).start()
+    mutating, validating = webhook_configurations(server.ca_bundle, url=server.url)
+    hook = Webhook(kube, server, bundle, mutating, validating, probe_ns)
+    try:
+        hook.register()
+        hook.wait_effective()
+        yield hook
+    finally:
+        with contextlib.suppress(Exception):
+            kube.delete_webhooks(mutating=mutating["metadata"]["name"],
+                                 validating=validating["metadata"]["name"])
+        server.stop()
+        with contextlib.suppress(Exception):
+            kube.delete_namespace(probe_ns)
+
+
+@pytest.fixture(scope="module")
+def module_namespace(kube: Any, webhook_server: Webhook, request: pytest.FixtureRequest) -> Iterator[str]:
+    """An ordinary user namespace for the whole module (tests use unique object names)."""
+    stem = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_").replace("_", "-")
+    name = kube.create_namespace(prefix=f"e2e-{stem}"[:40])
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(Exception):
+            kube.delete_namespace(name)
 
 
 @pytest.hookimpl(hookwrapper=True)

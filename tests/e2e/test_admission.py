@@ -13,10 +13,8 @@ import copy
 from typing import Any
 
 import pytest
-
-pytest.register_assert_rewrite("server_fixtures")  # imported here before it loads as a plugin
-from cluster import KubeApiError, require_components, wait_for  # noqa: E402
-from server_fixtures import (  # noqa: E402
+from cluster import KubeApiError, require_components, wait_for
+from harness import (
     DISABLED_LABEL,
     QUEUE_LABEL,
     TIME_LIMIT,
@@ -30,8 +28,6 @@ from server_fixtures import (  # noqa: E402
     predict,
     unique,
 )
-
-pytest_plugins = ["server_fixtures"]
 
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 VOLATILE_META = ("resourceVersion", "managedFields", "labels")

@@ -20,15 +20,12 @@ from typing import Any
 
 import pytest
 import yaml
+from cluster import require_components, tail, wait_for
+from harness import container, create, create_and_read, job, pod, unique
 
-pytest.register_assert_rewrite("server_fixtures")
-from cluster import require_components, tail, wait_for  # noqa: E402
-from server_fixtures import container, create, create_and_read, job, pod, unique  # noqa: E402
+from tests.netpolicy import Endpoint, connection_allowed
+from webhook.jobnet import service_name
 
-from tests.netpolicy import Endpoint, connection_allowed  # noqa: E402
-from webhook.jobnet import service_name  # noqa: E402
-
-pytest_plugins = ["server_fixtures"]
 NET = "batchgate.io/network"
 
 

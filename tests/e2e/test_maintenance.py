@@ -20,13 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.register_assert_rewrite("server_fixtures")  # imported here before it loads as a plugin
-import yaml  # noqa: E402
-from cluster import KubeApiError, now_rfc3339, require_components, tail, wait_for  # noqa: E402
-from server_fixtures import container, create, pod, pods_path, unique  # noqa: E402
-
-pytest_plugins = ["server_fixtures"]
+import yaml
+from cluster import KubeApiError, now_rfc3339, require_components, tail, wait_for
+from harness import container, create, pod, pods_path, unique
 
 REPO = Path(__file__).resolve().parents[2]
 MW = "/apis/batchgate.io/v1alpha1/maintenancewindows"

@@ -1,5 +1,5 @@
 """Opting a namespace out is an admin act, enforced by the API server calling the webhook
-(issue 11 item 4; policy namespace-opt-out, webhook namespaces.validate.batchgate.io).
+(policy namespace-opt-out, webhook namespaces.validate.batchgate.io).
 
 alice gets a ClusterRole that lets her create and relabel Namespaces (as a namespace
 self-service setup would), but she is not one of the bundle's admins.
@@ -13,12 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-pytest.register_assert_rewrite("server_fixtures")  # imported here before it loads as a plugin
-from cluster import KubeApiError, wait_for  # noqa: E402
-from server_fixtures import QUEUE_LABEL, create, pod, pods_path, unique  # noqa: E402
-
-pytest_plugins = ["server_fixtures"]
+from cluster import KubeApiError, wait_for
+from harness import QUEUE_LABEL, create, pod, pods_path, unique
 
 HOOK = "namespaces.validate.batchgate.io"
 OPT_OUT = "batchgate.io/admission"

@@ -18,11 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.register_assert_rewrite("server_fixtures")  # imported here before it loads as a plugin
-import yaml  # noqa: E402
-from cluster import KubeApiError, require_components, wait_for  # noqa: E402
-from server_fixtures import (  # noqa: E402
+import yaml
+from cluster import KubeApiError, require_components, wait_for
+from harness import (
     QUEUE_LABEL,
     TIME_LIMIT,
     assert_matches_prediction,
@@ -39,8 +37,6 @@ from server_fixtures import (  # noqa: E402
     predict,
     unique,
 )
-
-pytest_plugins = ["server_fixtures"]
 
 REPO = Path(__file__).resolve().parents[2]
 CREATE_HOOK = "create.validate.batchgate.io"

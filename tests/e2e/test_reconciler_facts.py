@@ -1,4 +1,4 @@
-"""The reconciler acts only on confirmed facts, against a real API server (issue 11 item 3).
+"""The reconciler acts only on confirmed facts, against a real API server.
 
 These tests drive the reconciler's own Controller in-process against kube-apiserver, so that
 what its cache holds at the moment of a pass is under the test's control: a forged

@@ -21,9 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from cluster import KubeApiError, require_components, tail
-from server_fixtures import container, pod, pods_path, unique
-
-pytest_plugins = ["server_fixtures"]
+from harness import container, pod, pods_path, unique
 
 REPO = Path(__file__).resolve().parents[2]
 API = "/apis/batchgate.io/v1alpha1"

@@ -15,11 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.register_assert_rewrite("server_fixtures")  # imported here before it loads as a plugin
-import yaml  # noqa: E402
-from cluster import KubeApiError, require_components, wait_for  # noqa: E402
-from server_fixtures import (  # noqa: E402
+import yaml
+from cluster import KubeApiError, require_components, wait_for
+from harness import (
     QUEUE_LABEL,
     TIME_LIMIT,
     Webhook,
@@ -30,8 +28,6 @@ from server_fixtures import (  # noqa: E402
     pods_path,
     unique,
 )
-
-pytest_plugins = ["server_fixtures"]
 
 REPO = Path(__file__).resolve().parents[2]
 MUTATE = "mutate.batchgate.io"

@@ -10,10 +10,8 @@ import time
 from typing import Any
 
 import pytest
-
-pytest.register_assert_rewrite("server_fixtures")  # imported here before it loads as a plugin
-from cluster import KubeApiError, require_components, wait_for  # noqa: E402
-from server_fixtures import (  # noqa: E402
+from cluster import KubeApiError, require_components, wait_for
+from harness import (
     QUEUE_LABEL,
     assert_matches_prediction,
     container,
@@ -24,7 +22,6 @@ from server_fixtures import (  # noqa: E402
     unique,
 )
 
-pytest_plugins = ["server_fixtures"]
 SHM = "/dev/shm"
 
 

@@ -1,11 +1,5 @@
-"""The real batchgate webhook, wired into the e2e API server as a cluster would have it.
-
-Use from a test module with ``pytest_plugins = ["server_fixtures"]`` (a plugin is
-loaded once, so the session fixtures below exist once per session; a
-``from server_fixtures import *`` would make one server per importing module).
-A module that also imports the helpers calls
-``pytest.register_assert_rewrite("server_fixtures")`` before that import (the
-module is then imported before pytest loads it as a plugin).
+"""The real batchgate webhook, wired into the e2e API server as a cluster would have it, and
+the helpers the tests share. The fixtures that use it are in ``conftest.py``:
 
 * ``webhook_server`` (session): ``python -m webhook serve`` on a free loopback
   port, with a temporary copy of ``policies/`` and a generated CA; the cluster
@@ -34,13 +28,12 @@ import copy
 import http.client
 import json
 import os
-import shutil
 import ssl
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +52,7 @@ from cluster import (
 from tests.conftest import kustomize
 from webhook.bundle import Bundle
 from webhook.engine import Decision
-from webhook.generate import webhook_configurations
 from webhook.offline import Caller, check_object
-from webhook.rules import load_bundle
 from webhook.units import parse_quantity
 
 PAUSE = "registry.k8s.io/pause:3.2"
@@ -297,52 +288,6 @@ def label_system_namespaces(kube: Any) -> None:
         with contextlib.suppress(KubeApiError):  # kube-public may not exist yet
             kube.patch(f"/api/v1/namespaces/{ns}",
                        {"metadata": {"labels": {DISABLED_LABEL: "disabled"}}})
-
-
-@pytest.fixture(scope="session")
-def webhook_server(kube: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
-    workdir = tmp_path_factory.mktemp("webhook")
-    policies = workdir / "policies"
-    shutil.copytree(REPO_ROOT / "policies", policies)
-    bundle = load_bundle(policies)
-
-    if kube.server_version() < (1, 21):
-        label_system_namespaces(kube)
-    apply_manifests(kube)
-    wait_crd_established(kube, "scavengerjobs.batchgate.io")
-
-    probe_ns = kube.create_namespace(prefix="e2e-probe")
-    # The aggregated ClusterRole (rbac-users.yaml) lets `edit` users manage ScavengerJobs.
-    wait_for(lambda: kube.can_i("create", "scavengerjobs", as_user="alice",
-                                namespace=probe_ns, group="batchgate.io"),
-             30, message="alice to be allowed to create ScavengerJobs (role aggregation)")
-
-    server = WebhookServer(workdir, policies=policies).start()
-    mutating, validating = webhook_configurations(server.ca_bundle, url=server.url)
-    hook = Webhook(kube, server, bundle, mutating, validating, probe_ns)
-    try:
-        hook.register()
-        hook.wait_effective()
-        yield hook
-    finally:
-        with contextlib.suppress(Exception):
-            kube.delete_webhooks(mutating=mutating["metadata"]["name"],
-                                 validating=validating["metadata"]["name"])
-        server.stop()
-        with contextlib.suppress(Exception):
-            kube.delete_namespace(probe_ns)
-
-
-@pytest.fixture(scope="module")
-def module_namespace(kube: Any, webhook_server: Webhook, request: pytest.FixtureRequest) -> Iterator[str]:
-    """An ordinary user namespace for the whole module (tests use unique object names)."""
-    stem = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_").replace("_", "-")
-    name = kube.create_namespace(prefix=f"e2e-{stem}"[:40])
-    try:
-        yield name
-    finally:
-        with contextlib.suppress(Exception):
-            kube.delete_namespace(name)
 
 
 # --------------------------------------------------------------------------
