@@ -155,7 +155,7 @@ def test_match_selects_by_namespace_label_user(tmp_bundle):
     assert not mutated("team-a", user="robot")
 
 
-# -- every way a bundle can fail is file:line, never a crash (issue 11 item 5) --------------
+# -- every way a bundle can fail is file:line, never a crash ------------------------------
 def _deep(levels: int) -> str:
     return "[" * levels + "]" * levels
 

@@ -1,4 +1,4 @@
-"""The webhook edge is bounded: each attack from issue 12, replayed.
+"""The webhook edge is bounded: each attack on it, replayed.
 
 Absurd quantities and durations are refused in microseconds; deep nesting and
 wrong types are 4xx; memos keep no attacker strings; a dense body is refused

@@ -228,3 +228,25 @@ def test_any_shape_is_a_decision_or_a_bad_review(name, bundle):
                 assert d.errors == [], (path, value, d.errors)
                 decided += 1
     assert decided and refused  # both kinds of answer were exercised
+
+
+def test_the_unit_tiers_oracle_catches_a_patch_the_object_does_not_show(monkeypatch, bundle):
+    """tests/unit/conftest.decided, which every rule test decides through, must be able to fail:
+    a patch that jsonpatch applies to something else than the engine's object, or a second
+    pass that patches again."""
+    import tests.unit.conftest as unit
+
+    body = fixture("pod-create-by-user.mutate.json")
+    real = unit.decide(copy.deepcopy(body), bundle, phase="mutate")
+    assert real.patch, "the fixture is patched: the oracle has something to check"
+    unit.decided(copy.deepcopy(body), bundle, phase="mutate")  # the real engine passes
+
+    lying = dataclasses.replace(real, patch=real.patch[:-1])
+    monkeypatch.setattr(unit, "decide", lambda *a, **k: lying)
+    with pytest.raises(AssertionError, match="differs from the engine's object"):
+        unit.decided(copy.deepcopy(body), bundle, phase="mutate")
+
+    restless = [real, dataclasses.replace(real, patch=[{"op": "add", "path": "/x", "value": 1}])]
+    monkeypatch.setattr(unit, "decide", lambda *a, **k: restless.pop(0))
+    with pytest.raises(AssertionError, match="second pass must be a no-op"):
+        unit.decided(copy.deepcopy(body), bundle, phase="mutate")

@@ -1,4 +1,5 @@
-"""Pods batchgate must not touch, or touch differently (issue 13, item 4)."""
+"""Pods batchgate must not touch, or touch differently: Windows pods, host IPC or /dev,
+operators' service accounts, pods of operator custom resources."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import copy
 
 import pytest
 
-from tests.unit.test_workloads import check, workload
+from tests.unit.conftest import check, workload
 
 SHM = "/dev/shm"
 

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from webhook.engine import decide
-from webhook.offline import Caller, synthetic_review
+from tests.unit.conftest import SPEC, check, workload
 from webhook.workloads import (
     SHAPES,
     controller_kind,
@@ -23,44 +22,6 @@ from webhook.workloads import (
 )
 
 CM = "system:kube-controller-manager"
-SPEC = {"containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}
-
-
-def workload(kind: str, *, name: str = "w", labels: dict[str, str] | None = None,
-             spec: dict[str, Any] | None = None) -> dict[str, Any]:
-    template = {"metadata": {"labels": {"app": name, **(labels or {})}}, "spec": copy.deepcopy(spec or SPEC)}
-    if kind == "Pod":
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, **template["metadata"]},
-                "spec": template["spec"]}
-    if kind in ("Job", "CronJob"):
-        template["spec"]["restartPolicy"] = "Never"
-        job = {"template": template}
-        if kind == "Job":
-            return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": job}
-        return {"apiVersion": "batch/v1beta1", "kind": "CronJob", "metadata": {"name": name},
-                "spec": {"schedule": "*/5 * * * *", "jobTemplate": {"spec": job}}}
-    spec_ = {"selector": {"matchLabels": {"app": name}}, "template": template}
-    if kind == "StatefulSet":
-        spec_["serviceName"] = name
-    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name}, "spec": spec_}
-
-
-def check(obj, *, user="alice", groups=("system:authenticated",), namespace="demo", operation="CREATE", old=None):
-    caller = Caller(operation=operation, username=user, groups=tuple(groups), namespace=namespace)
-    return decide(synthetic_review(obj, caller, old_object=old), _bundle(), phase="check")
-
-
-_B: list[Any] = []
-
-
-def _bundle():
-    if not _B:
-        from tests.conftest import POLICIES
-        from webhook.rules import load_bundle
-        _B.append(load_bundle(POLICIES))
-    return _B[0]
-
-
 def pod_from(obj: dict[str, Any], owner_kind: str) -> dict[str, Any]:
     """The Pod a controller makes from the admitted workload's template."""
     shape = shape_of(*{"Job": ("batch", "Job"), "CronJob": ("batch", "CronJob")}.get(
@@ -110,7 +71,7 @@ def test_update_of_the_template_is_decided(kind):
     new = copy.deepcopy(old)
     shape = SHAPES[("batch" if kind == "CronJob" else "apps", kind)]
     spec = dig(new, shape.pod_spec)
-    spec["priorityClassName"] = "batchgate-urgent"  # issue 11: an admin-only class via UPDATE
+    spec["priorityClassName"] = "batchgate-urgent"  # an admin-only class via UPDATE
     d = check(new, operation="UPDATE", old=old)
     assert not d.allowed and "reserved for admins" in d.message
     spec["priorityClassName"] = "batchgate-batch"

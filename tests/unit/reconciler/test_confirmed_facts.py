@@ -1,4 +1,4 @@
-"""The reconciler acts only on what it has confirmed (issue 11 item 3): owners in the pod's own
+"""The reconciler acts only on what it has confirmed: owners in the pod's own
 namespace, nodes confirmed gone by a live read, start times not before creation, a lowered queue
 maximum warned about first, and ``--once`` saying what is wrong with its namespace or lease."""
 

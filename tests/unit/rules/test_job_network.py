@@ -9,15 +9,16 @@ from typing import Any
 import pytest
 
 from tests.conftest import fixture
-from tests.unit.rules.helpers import (
+from tests.unit.conftest import (
     checked_decide,
+    decided,
     load_sample,
     only,
     settings_error,
     with_settings,
 )
 from webhook.bundle import Bundle
-from webhook.engine import Decision, decide
+from webhook.engine import Decision
 from webhook.jobnet import (
     generated_name,
     hostfile_name,
@@ -94,7 +95,7 @@ def test_generate_name_pod_gets_a_name_and_the_same_hostname(bundle: Bundle) -> 
     """Full bundle, as the cluster runs it: pod-group names the group after the owner Job, then
     job-network picks the pod's name from the request uid and makes it the hostname."""
     obj = pod_of_generate_name_job()
-    d = decide(with_uid(obj, "dacd21f1-732d-4369-9c06-0d61ea09518b", CONTROLLER), bundle, phase="check")
+    d = decided(with_uid(obj, "dacd21f1-732d-4369-9c06-0d61ea09518b", CONTROLLER), bundle, phase="check")
     assert d.allowed and not d.errors
     assert d.obj is not None
     name = d.obj["metadata"]["name"]
@@ -108,10 +109,10 @@ def test_generate_name_pod_gets_a_name_and_the_same_hostname(bundle: Bundle) -> 
     assert env["BATCHGATE_HOSTS"]["valueFrom"]["configMapKeyRef"] == {
         "name": "mpi-sim2-hostfile", "key": "hosts", "optional": False}
     # a second request (another pod of the same Job) gets another name
-    other = decide(with_uid(obj, "0f0c3a55-0000-4000-8000-000000000001", CONTROLLER), bundle, phase="check")
+    other = decided(with_uid(obj, "0f0c3a55-0000-4000-8000-000000000001", CONTROLLER), bundle, phase="check")
     assert other.obj is not None and other.obj["metadata"]["name"] != name
     # reinvocation: the named pod passes unchanged
-    again = decide(synthetic_review(d.obj, CONTROLLER), bundle, phase="mutate")
+    again = decided(synthetic_review(d.obj, CONTROLLER), bundle, phase="mutate")
     assert again.patch == []
 
 
@@ -170,7 +171,7 @@ def test_indexed_job_on_current_kubernetes(bundle: Bundle) -> None:
     assert "hostname" not in t["spec"], "the Job controller gives each index its hostname"
     assert t["metadata"]["annotations"]["batchgate.io/slots"] == "2"  # slots: cpu in the shipped bundle
     pod = load_sample("job-network", "pod-indexed-job.yaml")
-    p = decide(synthetic_review(pod, CONTROLLER), bundle, phase="check")
+    p = decided(synthetic_review(pod, CONTROLLER), bundle, phase="check")
     assert p.obj is not None
     assert p.obj["spec"]["hostname"] == "lattice-2" and "name" not in p.obj["metadata"]
 

@@ -10,15 +10,16 @@ from typing import Any
 import pytest
 
 from tests.conftest import fixture
-from tests.unit.rules.helpers import (
+from tests.unit.conftest import (
     checked_decide,
+    decided,
     load_sample,
     only,
     settings_error,
     with_settings,
 )
 from webhook.bundle import Bundle
-from webhook.engine import Decision, decide
+from webhook.engine import Decision
 from webhook.offline import Caller, synthetic_review
 from webhook.rules.kata_cpu import ANNOTATION, Infeasible, Settings, millis, plan, shrink
 from webhook.yamlsrc import BundleError
@@ -168,7 +169,7 @@ def test_millis_rounds_up_like_the_api_server(text, want):
 # -- the rule on requests --------------------------------------------------------------
 def test_real_fixture_loses_the_overhead(bundle):
     body = fixture("pod-create-kata-runtimeclass-overhead.mutate.json")
-    d = decide(body, bundle, phase="mutate")
+    d = decided(body, bundle, phase="mutate")
     c = d.obj["spec"]["containers"][0]["resources"]
     assert c["requests"]["cpu"] == c["limits"]["cpu"] == "3750m"
     assert json.loads(d.obj["metadata"]["annotations"][ANNOTATION]) == {"c": {"limits": "4", "requests": "4"}}
@@ -178,7 +179,7 @@ def test_real_fixture_loses_the_overhead(bundle):
 
 
 def test_fixture_without_runtime_class_is_untouched(kata):
-    d = decide(fixture("pod-create-by-user.mutate.json"), kata, phase="mutate")
+    d = decided(fixture("pod-create-by-user.mutate.json"), kata, phase="mutate")
     assert d.patch == [] and d.warnings == []
 
 
@@ -229,7 +230,7 @@ def test_zero_overhead_or_none(kata):
 
 def test_only_create(kata):
     pod = kata_pod([("4", "4")])
-    d = decide(synthetic_review(pod, Caller(operation="UPDATE", username="alice", namespace="demo"), old_object=pod),
+    d = decided(synthetic_review(pod, Caller(operation="UPDATE", username="alice", namespace="demo"), old_object=pod),
                kata, phase="check")
     assert d.patch == []
 

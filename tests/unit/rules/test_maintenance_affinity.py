@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.rules.helpers import checked_decide, only, settings_error, with_settings
+from tests.unit.conftest import checked_decide, only, settings_error, with_settings
 from webhook.bundle import Bundle
 from webhook.offline import Caller
 from webhook.rules.maintenance_affinity import terms_for

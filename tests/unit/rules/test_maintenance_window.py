@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.unit.rules.helpers import load_sample, settings_error, with_settings
+from tests.unit.conftest import decided, load_sample, settings_error, with_settings
 from webhook.bundle import Bundle
-from webhook.engine import Decision, decide
+from webhook.engine import Decision
 from webhook.offline import Caller, synthetic_review
 
 ADMIN = Caller(username="root", groups=("batchgate:admins",))
@@ -16,7 +16,7 @@ ADMIN = Caller(username="root", groups=("batchgate:admins",))
 
 def run(b: Bundle, obj: dict[str, Any], *, op: str = "CREATE", old: dict[str, Any] | None = None) -> Decision:
     caller = Caller(operation=op, username=ADMIN.username, groups=ADMIN.groups)
-    d = decide(synthetic_review(obj, caller, old_object=old), b, phase="check")
+    d = decided(synthetic_review(obj, caller, old_object=old), b, phase="check")
     assert d.errors == [] and d.patch == []
     return d
 

@@ -1,5 +1,5 @@
 """namespace-opt-out: only admins (and `writers`) set or remove batchgate.io/admission on a
-Namespace, or give it a kubernetes.io/metadata.name other than its name (issue 11 item 4)."""
+Namespace, or give it a kubernetes.io/metadata.name other than its name."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.unit.rules.helpers import load_sample, settings_error, with_settings
+from tests.unit.conftest import decided, load_sample, settings_error, with_settings
 from webhook.bundle import Bundle
-from webhook.engine import Decision, decide
+from webhook.engine import Decision
 from webhook.offline import Caller, synthetic_review
 
 POLICY = "namespace-opt-out"
@@ -25,7 +25,7 @@ def run(b: Bundle, obj: dict[str, Any], old: dict[str, Any] | None, *, user: str
     review = synthetic_review(obj, caller, old_object=old)
     review["request"]["kind"] = {"group": "", "version": "v1", "kind": "Namespace"}
     review["request"]["resource"] = {"group": "", "version": "v1", "resource": "namespaces"}
-    d = decide(review, b, phase="validate")
+    d = decided(review, b, phase="validate")
     assert d.errors == [] and d.patch == []
     return d
 

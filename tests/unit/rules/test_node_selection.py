@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from tests.conftest import POLICIES, fixture
-from tests.unit.rules.helpers import checked_decide, load_sample, only, settings_error
+from tests.unit.conftest import checked_decide, decided, load_sample, only, settings_error
 from webhook.bundle import Bundle, LabelSelector
-from webhook.engine import Decision, decide
+from webhook.engine import Decision
 from webhook.offline import Caller, synthetic_review
 from webhook.rules import load_bundle
 from webhook.rules.node_selection import EXCLUSIVE_GROUP_LABEL, REQUIRED, is_exclusive_term
@@ -175,7 +175,7 @@ def test_update_is_not_touched(tmp_path):
     b = make_bundle(tmp_path, spec=pools)
     obj = sample("pod-plain.yaml")
     obj["metadata"]["namespace"] = "gpu-lab"
-    d = decide(synthetic_review(obj, Caller(operation="UPDATE", username="alice"), old_object=obj), b, phase="check")
+    d = decided(synthetic_review(obj, Caller(operation="UPDATE", username="alice"), old_object=obj), b, phase="check")
     assert d.patch == []
 
 
@@ -218,7 +218,7 @@ def test_job_and_its_controller_pods_share_one_group(bundle):
     """The real Job and the real Pod the Job controller made for it (shared fixtures)."""
     job = fixture("job-create.mutate.json")
     job["request"]["object"]["metadata"]["labels"]["batchgate.io/exclusive"] = "true"
-    dj = decide(job, bundle, phase="check")
+    dj = decided(job, bundle, phase="check")
     assert dj.allowed
     template = dj.obj["spec"]["template"]
     group = template["metadata"]["labels"][EXCLUSIVE_GROUP_LABEL]
@@ -230,7 +230,7 @@ def test_job_and_its_controller_pods_share_one_group(bundle):
     req["userInfo"] = {"username": "system:kube-controller-manager", "groups": ["system:authenticated"]}
     req["object"]["metadata"]["labels"].update(template["metadata"]["labels"])
     req["object"]["spec"]["affinity"] = template["spec"]["affinity"]
-    dp = decide(pod, bundle, phase="check")
+    dp = decided(pod, bundle, phase="check")
     assert dp.allowed
     assert dp.obj["metadata"]["labels"][EXCLUSIVE_GROUP_LABEL] == group
     assert terms(dp.obj) == terms(dj.obj, "Job")

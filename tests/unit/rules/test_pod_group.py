@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import POLICIES, fixture
+from tests.unit.conftest import decided
 from webhook.bundle import Bundle
-from webhook.engine import Decision, decide
+from webhook.engine import Decision
 from webhook.offline import Caller, synthetic_review
 from webhook.rules import load_bundle
 from webhook.rules.pod_group import Settings, gang_size, group_name
@@ -39,7 +40,7 @@ def pg(bundle: Bundle) -> Bundle:
 
 
 def run(b: Bundle, obj: dict[str, Any], *, user: str = "alice", phase: str = "check") -> Decision:
-    d = decide(synthetic_review(obj, Caller(username=user, namespace="demo")), b, phase=phase)  # type: ignore[arg-type]
+    d = decided(synthetic_review(obj, Caller(username=user, namespace="demo")), b, phase=phase)  # type: ignore[arg-type]
     assert not d.errors, d.errors
     return d
 

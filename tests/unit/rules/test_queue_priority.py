@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from tests.conftest import POLICIES, fixture
-from tests.unit.rules.helpers import checked_decide, load_sample, only, settings_error
+from tests.unit.conftest import checked_decide, decided, load_sample, only, settings_error
 from webhook.bundle import Bundle
-from webhook.engine import Decision, decide
+from webhook.engine import Decision
 from webhook.offline import Caller
 from webhook.rules import load_bundle
 
@@ -84,7 +84,7 @@ def test_templates_get_label_and_class_but_no_integer(qp, sample_name, path):
 
 
 def test_real_job_fixture(qp):
-    d = decide(fixture("job-create.mutate.json"), qp, phase="check")
+    d = decided(fixture("job-create.mutate.json"), qp, phase="check")
     assert d.allowed
     assert d.obj["spec"]["template"]["spec"]["priorityClassName"] == "batchgate-batch"
     assert d.obj["metadata"]["labels"]["batchgate.io/queue"] == "batch"
@@ -137,9 +137,9 @@ def test_admin_only_class(qp, user, groups, allowed):
 def test_real_fixture_with_a_foreign_class(qp):
     """prio-pod names class "scavenger" (not batchgate's): fine for the admin who sent it, not for alice."""
     body = fixture("pod-create-user-priorityclass-shm-initcontainer.mutate.json")
-    assert decide(body, qp, phase="check").allowed
+    assert decided(body, qp, phase="check").allowed
     body["request"]["userInfo"] = {"username": "alice", "groups": ["devs", "system:authenticated"]}
-    d = decide(body, qp, phase="check")
+    d = decided(body, qp, phase="check")
     assert not d.allowed and "'scavenger' is not one batchgate manages" in d.message
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.unit.rules.helpers import load_sample, settings_error, with_settings
+from tests.unit.conftest import decided, load_sample, settings_error, with_settings
 from webhook.bundle import Bundle
-from webhook.engine import Decision, decide
+from webhook.engine import Decision
 from webhook.offline import Caller, synthetic_review
 
 POLICY = "reconciler-annotations"
@@ -20,7 +20,7 @@ RECONCILER = "system:serviceaccount:batchgate-system:batchgate-reconciler"
 
 def run(b: Bundle, obj: dict[str, Any], old: dict[str, Any] | None, *, user: str = "alice") -> Decision:
     caller = Caller(operation="UPDATE" if old is not None else "CREATE", username=user, namespace="demo")
-    d = decide(synthetic_review(obj, caller, old_object=old), b, phase="check")
+    d = decided(synthetic_review(obj, caller, old_object=old), b, phase="check")
     assert d.errors == [] and d.patch == []
     return d
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import fixture
-from tests.unit.rules.helpers import only, settings_error
+from tests.unit.conftest import decided, only, settings_error
 from webhook.bundle import Bundle
-from webhook.engine import Decision, decide
+from webhook.engine import Decision
 from webhook.offline import Caller, synthetic_review
 from webhook.rules.scavenger_qos import container_problems
 
@@ -23,7 +23,7 @@ def qos(bundle: Bundle) -> Bundle:
 
 def run(b: Bundle, obj: dict[str, Any], *, op: str = "CREATE", old: dict[str, Any] | None = None,
         user: str = "alice") -> Decision:
-    d = decide(synthetic_review(obj, Caller(operation=op, username=user, namespace="demo"), old_object=old),
+    d = decided(synthetic_review(obj, Caller(operation=op, username=user, namespace="demo"), old_object=old),
                b, phase="check")
     assert not d.errors, d.errors
     assert d.patch == []  # validation only

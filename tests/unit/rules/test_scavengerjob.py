@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.conftest import POLICIES
-from tests.unit.rules.helpers import only, settings_error
+from tests.unit.conftest import only, settings_error
 from tests.unit.rules.test_scavenger_qos import pod, run
 from webhook.bundle import Bundle
 from webhook.rules.scavengerjob import scavengerjob_problems

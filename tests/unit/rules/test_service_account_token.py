@@ -9,15 +9,16 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES, fixture
-from tests.unit.rules.helpers import (
+from tests.unit.conftest import (
     checked_decide,
+    decided,
     load_sample,
     only,
     settings_error,
     with_settings,
 )
 from webhook.bundle import Bundle
-from webhook.engine import Decision, decide
+from webhook.engine import Decision
 from webhook.offline import Caller, synthetic_review
 from webhook.rules.service_account_token import MOUNT_PATH
 
@@ -54,7 +55,7 @@ def test_every_real_pod_loses_its_injected_token(sat, name):
     body = fixture(name)
     before = body["request"]["object"]["spec"]
     assert mounts_at_token_path(before), "the API server injected a token into this fixture"
-    d = decide(body, sat, phase="mutate")
+    d = decided(body, sat, phase="mutate")
     spec = d.obj["spec"]
     assert spec["automountServiceAccountToken"] is False
     assert mounts_at_token_path(spec) == []
@@ -66,7 +67,7 @@ def test_every_real_pod_loses_its_injected_token(sat, name):
 
 
 def test_the_users_shm_volume_and_mount_survive(sat):
-    d = decide(fixture("pod-create-user-priorityclass-shm-initcontainer.mutate.json"), sat, phase="mutate")
+    d = decided(fixture("pod-create-user-priorityclass-shm-initcontainer.mutate.json"), sat, phase="mutate")
     assert d.obj["spec"]["volumes"] == [{"name": "shm", "emptyDir": {"medium": "Memory"}}]
     assert d.obj["spec"]["containers"][1]["volumeMounts"] == [{"name": "shm", "mountPath": "/dev/shm"}]
     assert "volumeMounts" not in d.obj["spec"]["containers"][0], "an emptied list is dropped, not left []"
@@ -74,7 +75,7 @@ def test_the_users_shm_volume_and_mount_survive(sat):
 
 
 def test_job_template_gets_only_the_field(sat):
-    d = decide(fixture("job-create.mutate.json"), sat, phase="mutate")
+    d = decided(fixture("job-create.mutate.json"), sat, phase="mutate")
     assert d.patch == [{"op": "add", "path": "/spec/template/spec/automountServiceAccountToken", "value": False}]
 
 
@@ -182,7 +183,7 @@ def test_automount_true_is_overridden_with_a_warning(sat):
 
 def test_update_is_not_touched(sat):
     pod = sample("pod-legacy-token.yaml")
-    d = decide(synthetic_review(pod, Caller(operation="UPDATE", username="alice"), old_object=pod), sat, phase="check")
+    d = decided(synthetic_review(pod, Caller(operation="UPDATE", username="alice"), old_object=pod), sat, phase="check")
     assert d.patch == []
 
 

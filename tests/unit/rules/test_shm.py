@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from tests.conftest import FIXTURES, POLICIES, fixture
-from tests.unit.rules.helpers import checked_decide, only, settings_error, with_settings
+from tests.unit.conftest import checked_decide, decided, only, settings_error, with_settings
 from webhook.bundle import Bundle
-from webhook.engine import Decision, decide
+from webhook.engine import Decision
 from webhook.offline import Caller
 
 SAMPLES = POLICIES / "shm" / "samples"
@@ -106,7 +106,7 @@ def test_a_users_own_dev_shm_is_left_alone(shm, mount_path):
 
 
 def test_real_fixture_with_a_user_volume_named_shm(shm):
-    d = decide(fixture("pod-create-user-priorityclass-shm-initcontainer.mutate.json"), shm, phase="mutate")
+    d = decided(fixture("pod-create-user-priorityclass-shm-initcontainer.mutate.json"), shm, phase="mutate")
     spec = d.obj["spec"]
     assert [v["name"] for v in spec["volumes"]] == ["shm", "default-token-svfng", "batchgate-shm"]
     assert spec["volumes"][0] == {"name": "shm", "emptyDir": {"medium": "Memory"}}
@@ -117,7 +117,7 @@ def test_real_fixture_with_a_user_volume_named_shm(shm):
 
 @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*create*.mutate.json")))
 def test_every_real_create_gets_dev_shm_everywhere(shm, name):
-    d = decide(fixture(name), shm, phase="mutate")
+    d = decided(fixture(name), shm, phase="mutate")
     obj = d.obj
     spec = obj["spec"]["template"]["spec"] if obj["kind"] == "Job" else obj["spec"]
     for c in (spec.get("initContainers") or []) + spec["containers"]:

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import POLICIES, fixture
-from tests.unit.rules.helpers import only
+from tests.unit.conftest import decided, only
 from webhook.bundle import Bundle
-from webhook.engine import Decision, decide
+from webhook.engine import Decision
 from webhook.offline import Caller, synthetic_review
 from webhook.rules import load_bundle
 from webhook.yamlsrc import BundleError
@@ -33,7 +33,7 @@ def tl(bundle: Bundle) -> Bundle:
 def run(b: Bundle, obj: dict[str, Any], *, op: str = "CREATE", user: str = "alice",
         old: dict[str, Any] | None = None, phase: str = "check") -> Decision:
     review = synthetic_review(obj, Caller(operation=op, username=user, namespace="demo"), old_object=old)
-    d = decide(review, b, phase=phase)  # type: ignore[arg-type]
+    d = decided(review, b, phase=phase)  # type: ignore[arg-type]
     assert not d.errors, d.errors
     return d
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import fixture
-from tests.unit.rules.helpers import only
+from tests.unit.conftest import only
 from tests.unit.rules.test_time_limit import ANN, cronjob, job, pod, run
 from webhook.bundle import Bundle
 
