@@ -9,7 +9,7 @@ Orders compared, on the same cluster, the same ordinary arrivals, the same Scave
 
   stock     (a) each ScavengerJob runs as one long pod per gang member that checkpoints every
                 C minutes inside; kube-scheduler picks the victims by its own rules.
-  segments  (b) batchgate's design (SCAVENGER-DESIGN.md): a pod boundary at a checkpoint every
+  segments  (b) batchgate's design (docs/reconciler.md, "Scavenger jobs"): a pod boundary at a checkpoint every
                 S minutes, so a pod's status.startTime is its last checkpoint and the
                 scheduler's "latest start goes first" is "least progress since the checkpoint".
   tiers     (c) segments, and a ScavengerJob interrupted k times gets scavenger class
@@ -51,7 +51,7 @@ The model (each assumption a flag where it matters):
 - Workloads: each (re)start costs --restart minutes before computing (container start,
   reading the checkpoint); a checkpoint every --checkpoint minutes of compute, itself free.
   Stopped from outside, a workload loses its compute since the last checkpoint: it cannot
-  save on SIGTERM (seed 002's black box; --sigterm-save gives that share of the workloads a
+  save on SIGTERM (a workload is a black box to batchgate; --sigterm-save gives that share of the workloads a
   save on SIGTERM, which makes their interruptions free under every order).
 - Segments: a segment ends right after the workload's checkpoint number --segment/--checkpoint
   of that segment (the workload exits with the agreed code after it, or saves on the

@@ -1,7 +1,7 @@
 """What batchgate knows about workloads: for every kind it handles, where the pod template,
 the queue, the time limit, the gang and the controlling owner live.
 
-One pure module (no I/O, no clock), asked by the engine, the policy types and (for issue 11)
+One pure module (no I/O, no clock), asked by the engine, the policy types and (for the owner of a pod)
 the reconciler, so that nothing else re-derives these places. A kind that makes pods keeps
 one pod template; every pod-level policy decides on that template, at CREATE and at UPDATE
 where the template can change, so that what the workload's pods will get - and any denial -

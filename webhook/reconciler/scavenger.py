@@ -1,6 +1,6 @@
 """ScavengerJobs: pure planning (no I/O, no clock, no ``kubernetes``).
 
-The mechanism (design brief, docs/reconciler.md "Scavenger jobs"): a
+The mechanism (docs/reconciler.md "Scavenger jobs", the README's "Scavenger preemption"): a
 ScavengerJob runs as a sequence of ``batch/v1`` Jobs it owns, one per
 *segment*. A segment lasts at most ``spec.duration``; at its end the status
 records the boundary (``priorityStartOverTimestamp``) *before* the segment's
@@ -37,8 +37,9 @@ Stable API (the simulator in ``bench/`` imports these; keep the signatures):
     Backfill, like Kueue's BestEffortFIFO: when the head does not fit now, a
     later (smaller) one may start; nothing is reserved for the head.
 ``segment_end(start_over, duration)`` / ``standing(now, start_over, duration)``
-    when the running segment ends; seed 002's "running priority" as the share
-    (0..1) of ``duration`` done since the last checkpoint.
+    when the running segment ends; how far the running segment has got, as the share
+    (0..1) of ``duration`` done since the last checkpoint (the protection a longer
+    run has earned).
 ``victim_key(start_over)``
     how kube-scheduler ranks equal-priority victims: the largest key (the
     latest start, i.e. the least progress since the checkpoint) goes first.
@@ -318,7 +319,7 @@ def segment_end(start_over: float, duration: float) -> float:
 
 
 def standing(now: float, start_over: float, duration: float) -> float:
-    """Seed 002's "running priority" as a number: the share (0..1) of ``duration`` done since
+    """The "running priority" a segment has earned, as a number: the share (0..1) of ``duration`` done since
     the last checkpoint. It grows with the segment and starts over at each boundary."""
     if duration <= 0:
         return 0.0
