@@ -22,5 +22,11 @@ WARNED_FOR_ANNOTATION = f"{GROUP}/warned-for"
 # The next maintenance window on the nodes a running job uses (JSON: window, start, node), so that
 # the webhook, which has no API access, can refuse an extension that would run into it.
 NEXT_MAINTENANCE_ANNOTATION = f"{GROUP}/next-maintenance"
+# The admission record: the queue and time limit a Pod or Job was admitted with, written by the
+# webhook at CREATE into every container's environment (spec fields Kubernetes never lets anyone
+# change afterwards, unlike labels and annotations). The workload may read them, as Slurm's
+# SLURM_JOB_PARTITION; an extension of the limit shows in the annotation, not here.
+RECORD_QUEUE_ENV = "BATCHGATE_QUEUE"
+RECORD_TIME_LIMIT_ENV = "BATCHGATE_TIME_LIMIT"
 RECONCILER_ANNOTATIONS = (STARTED_AT_ANNOTATION, DEADLINE_ANNOTATION, WARNED_FOR_ANNOTATION,
                           NEXT_MAINTENANCE_ANNOTATION)

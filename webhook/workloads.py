@@ -14,7 +14,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .contract import POD_GROUP_LABEL, POD_GROUP_SIZE_LABEL, QUEUE_LABEL, TIME_LIMIT_ANNOTATION
+from .contract import (
+    POD_GROUP_LABEL,
+    POD_GROUP_SIZE_LABEL,
+    QUEUE_LABEL,
+    RECORD_QUEUE_ENV,
+    RECORD_TIME_LIMIT_ENV,
+    TIME_LIMIT_ANNOTATION,
+)
 
 Path = tuple[str | int, ...]
 Kind = tuple[str, str, str]  # group, version ("*": any), kind
@@ -41,6 +48,16 @@ class Shape:
     # The Kubernetes API accepts spec.activeDeadlineSeconds in this kind's pods: not in the
     # pod templates of Deployments, ReplicaSets, StatefulSets, DaemonSets (services).
     runs_to_completion: bool = True
+    # Where the webhook records, at CREATE, the queue and time limit the workload was admitted
+    # with (``Record``): a pod spec nobody can change afterwards. A Pod's spec is immutable
+    # (but for images, added tolerations, a lowered activeDeadlineSeconds). A Job's template is
+    # immutable too, except that Kubernetes 1.23+ lets anyone who may update a *suspended Job
+    # that never started* change the template's labels, annotations, nodeSelector, node
+    # affinity, tolerations and schedulingGates (and 1.35 its resources): so the record is
+    # in the containers' env, which stays immutable, not in template annotations. None: kinds
+    # whose template may change (CronJob, apps kinds); the Jobs and Pods they make are recorded
+    # at their own CREATE.
+    record_at: Path | None = None
 
     def template(self, obj: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         """(metadata, spec) of the pod or pod template; empty dicts where absent."""
@@ -55,9 +72,10 @@ class Shape:
 
 SHAPES: dict[tuple[str, str], Shape] = {
     ("", "Pod"): Shape("Pod", ("metadata",), ("spec",), is_pod=True,
-                       time_limit_at=((("metadata",), True),)),
+                       time_limit_at=((("metadata",), True),), record_at=("spec",)),
     ("batch", "Job"): Shape("Job", (*_TEMPLATE, "metadata"), (*_TEMPLATE, "spec"),
-                            time_limit_at=((("metadata",), True), ((*_TEMPLATE, "metadata"), True))),
+                            time_limit_at=((("metadata",), True), ((*_TEMPLATE, "metadata"), True)),
+                            record_at=(*_TEMPLATE, "spec")),
     # A CronJob's own metadata is read but not written: the CronJob controller copies
     # spec.jobTemplate.metadata into each Job, never the CronJob's.
     ("batch", "CronJob"): Shape("CronJob", (*_CRON_TEMPLATE, "metadata"), (*_CRON_TEMPLATE, "spec"),
@@ -111,6 +129,44 @@ def time_limits(obj: Any, shape: Shape | None) -> Iterator[tuple[Path, bool, Any
     """(metadata path, written there, value or None) of the time limit, outermost first."""
     for path, writable in shape.time_limit_at if shape is not None else ():
         yield path, writable, (dig(obj, (*path, "annotations", TIME_LIMIT_ANNOTATION)))
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """What a workload was admitted with: its queue and time limit (as written, e.g. ``4h``)."""
+
+    queue: str
+    time_limit: str
+
+    def env(self) -> list[dict[str, str]]:
+        return [{"name": RECORD_QUEUE_ENV, "value": self.queue},
+                {"name": RECORD_TIME_LIMIT_ENV, "value": self.time_limit}]
+
+
+RECORD_ENV = (RECORD_QUEUE_ENV, RECORD_TIME_LIMIT_ENV)
+
+
+def admission_record(obj: Any, shape: Shape | None) -> Record | None:
+    """The queue and time limit recorded when the workload was admitted; None when this kind
+    keeps no record or this object has none (created before batchgate recorded admissions, or
+    while the webhook was bypassed). The webhook writes both into every container at CREATE,
+    replacing what the user wrote there; the first container that has both holds the record
+    (containers a later mutating webhook adds may lack it)."""
+    spec = dig(obj, shape.record_at) if shape is not None and shape.record_at is not None else None
+    containers = spec.get("containers") if isinstance(spec, dict) else None
+    for c in containers if isinstance(containers, list) else ():
+        env = c.get("env") if isinstance(c, dict) else None
+        queue = limit = None
+        for e in env if isinstance(env, list) else ():
+            if isinstance(e, dict) and "valueFrom" not in e:
+                name, value = e.get("name"), e.get("value")
+                if name == RECORD_QUEUE_ENV:
+                    queue = value
+                elif name == RECORD_TIME_LIMIT_ENV:
+                    limit = value
+        if isinstance(queue, str) and queue and isinstance(limit, str) and limit:
+            return Record(queue, limit)
+    return None
 
 
 def pod_group(obj: Any, shape: Shape | None) -> tuple[Any, Any]:

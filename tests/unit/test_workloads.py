@@ -53,7 +53,10 @@ def test_the_template_gets_what_the_pods_get(kind):
     # but what only a Pod has (the integer priority the Priority plugin would have written)
     pod = check(pod_from(d.obj, OWNER[kind]), user=CM, groups=("system:authenticated",))
     assert pod.allowed and not pod.warnings, (pod.message, pod.warnings)
-    assert {op["path"] for op in pod.patch} <= {"/spec/priority", "/spec/preemptionPolicy"}, pod.patch
+    # (a CronJob's pods come from its Job, whose CREATE records the admission: here the pod
+    # is made from the CronJob's template directly, so the record is written on the pod)
+    record = {"/spec/containers/0/env"} if kind == "CronJob" else set()
+    assert {op["path"] for op in pod.patch} <= {"/spec/priority", "/spec/preemptionPolicy", *record}, pod.patch
 
 
 @pytest.mark.parametrize("kind", TEMPLATE_KINDS)
@@ -130,3 +133,21 @@ def test_where_things_live():
     assert all(shape_of("apps", k).template_mutable and not shape_of("apps", k).runs_to_completion
                for k in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet"))
     assert shape_of("batchgate.io", "ScavengerJob") is None
+
+
+def test_admission_records_live_where_nobody_can_change_them():
+    """Pods and Jobs keep the record in their containers' env (immutable, also in a suspended
+    Job's template on Kubernetes 1.27+, whose labels and annotations are not); kinds whose
+    template may change keep none."""
+    from webhook.workloads import Record, admission_record
+
+    assert {k for k, s in SHAPES.items() if s.record_at is not None} == {("", "Pod"), ("batch", "Job")}
+    env = Record("batch", "4h").env()
+    pod_obj = {"spec": {"containers": [{"name": "a"}, {"name": "b", "env": [{"name": "X", "value": "1"}, *env]}]}}
+    assert admission_record(pod_obj, SHAPES[("", "Pod")]) == Record("batch", "4h")
+    assert admission_record({"spec": {"template": {"spec": pod_obj["spec"]}}}, SHAPES[("batch", "Job")]) == Record(
+        "batch", "4h")
+    assert admission_record(pod_obj, SHAPES[("apps", "Deployment")]) is None
+    half = {"spec": {"containers": [{"env": env[:1]}]}}
+    assert admission_record(half, SHAPES[("", "Pod")]) is None
+    assert admission_record({"spec": {"containers": "nonsense"}}, SHAPES[("", "Pod")]) is None

@@ -32,6 +32,7 @@ from ..contract import (
 from ..jobnet import CONNECT_TO_ANNOTATION, NETWORK_LABEL, SLOTS_ANNOTATION
 from ..units import parse_duration, parse_quantity
 from ..windows import Window, parse_window
+from ..workloads import SHAPES, admission_record
 
 # -- the names on objects --------------------------------------------------
 ANN_TIME_LIMIT = TIME_LIMIT_ANNOTATION  # set by users / defaulted by the webhook
@@ -183,6 +184,27 @@ class NetObjectView:
 
 
 @dataclass(frozen=True, slots=True)
+class Admitted:
+    """The queue and time limit a Pod or Job was admitted with, as the webhook recorded them
+    where nobody can change them afterwards (the containers' env: ``webhook.workloads``)."""
+
+    queue: str
+    time_limit: str
+    limit: int | None  # seconds; None when malformed
+
+
+def _admitted(obj: Mapping[str, Any], shape_key: tuple[str, str]) -> Admitted | None:
+    record = admission_record(obj, SHAPES[shape_key])
+    return None if record is None else _admitted_of(record.queue, record.time_limit)
+
+
+@lru_cache(maxsize=4096)
+def _admitted_of(queue: str, time_limit: str) -> Admitted:
+    """One instance per distinct record (a cluster has few): views stay small."""
+    return Admitted(queue, time_limit, limit_seconds(time_limit))
+
+
+@dataclass(frozen=True, slots=True)
 class PodView:
     ref: Ref
     resource_version: str
@@ -210,6 +232,7 @@ class PodView:
     sched: PodSched | None = None
     expected_start: str | None = None  # batchgate.io/expected-start as written
     segment: int | None = None  # batchgate.io/segment label (ScavengerJob pods)
+    admitted: Admitted | None = None  # what the webhook recorded at CREATE (webhook.workloads)
 
     @property
     def cpu_m(self) -> int:
@@ -250,6 +273,7 @@ class JobView:
     owner: Ref | None = None  # the controlling ownerReference
     created: float | None = None
     segment: int | None = None  # batchgate.io/segment label
+    admitted: Admitted | None = None  # what the webhook recorded at CREATE, in the pod template
 
 
 @dataclass(frozen=True, slots=True)
@@ -528,6 +552,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         expected_start=ann.get(ANN_EXPECTED_START),
         segment=_segment(labels),
         network=_net_member(labels, ann, obj.get("spec") or {}),
+        admitted=_admitted(obj, ("", "Pod")),
     )
 
 
@@ -577,6 +602,7 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         owner=_controller(md),
         created=parse_time(md.get("creationTimestamp")),
         segment=_segment(labels),
+        admitted=_admitted(obj, ("batch", "Job")),
     )
 
 

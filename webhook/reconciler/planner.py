@@ -52,6 +52,7 @@ from .maintenance import plan_maintenance
 from .model import (
     ANN_DEADLINE,
     ANN_STARTED,
+    ANN_TIME_LIMIT,
     ANN_WARNED,
     JobView,
     PodGroupView,
@@ -117,7 +118,7 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
             continue
         owner = pod.owner
         if owner is None:
-            if pod.time_limit is not None:
+            if pod.time_limit is not None or pod.admitted is not None:
                 bare_timed.append(pod)
             owner_uid = ""
         else:
@@ -128,6 +129,12 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
                     pods_of_job[owner_uid] = [pod]
                 else:
                     lst.append(pod)
+            elif pod.admitted is not None:
+                # Admitted with a time limit, and no Job of ours runs it: a Pod a user made
+                # claiming some owner, an operator's Pod with a limit of its own. The webhook
+                # records no limit for the Pods of services (ReplicaSets, StatefulSets,
+                # DaemonSets made by their controllers), so those never come here.
+                bare_timed.append(pod)
         group = pod.group
         if group is not None:
             gkey = (ns, group, owner_uid)
@@ -140,7 +147,8 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
     no_pods: tuple[PodView, ...] = ()
     for job in jobs_by_uid.values():
         # A ScavengerJob's Jobs are its segments; its controller (scavenger.py) runs them.
-        if job.time_limit is not None and not job.deleting and not job.finished and not _sj_owned(job):
+        if ((job.time_limit is not None or job.admitted is not None) and not job.deleting and not job.finished
+                and not _sj_owned(job)):
             _deadline(p, job, pods_of_job.get(job.ref.uid, no_pods), True)
     for pod in bare_timed:
         if not pod.deleting and not pod.terminal:
@@ -199,10 +207,49 @@ def _sj_owned(job: JobView) -> bool:
 
 
 # -- deadlines -------------------------------------------------------------
-def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job: bool) -> None:
+def _limit(obj: JobView | PodView, settings: Settings) -> tuple[int, int, str, str] | None:
+    """(limit, effective limit, queue, note) of a job, or None when it has none we may enforce.
+
+    The limit is the annotation (users extend it there; the webhook keeps it within the
+    queue's maximum), else - removed, or made malformed while UPDATE validation was
+    unreachable - the limit recorded at admission. The queue whose maximum caps it is the one
+    recorded at admission: relabelling cannot move a job under another queue's maximum. A
+    workload without a record (admitted before batchgate recorded admissions, or while its
+    webhook was bypassed) is judged by its labels and annotation, as it always was; one with
+    neither a record nor a valid annotation is not ours to guess about."""
+    admitted = obj.admitted
     limit = obj.limit
+    note = ""
     if limit is None:
+        if admitted is None or admitted.limit is None:
+            return None
+        limit = admitted.limit
+        now_says = "gone" if obj.time_limit is None else f"not a duration ({obj.time_limit!r})"
+        note = f" (its {ANN_TIME_LIMIT} annotation is {now_says}: the {admitted.time_limit} it was admitted with applies)"
+    qp = settings.queues
+    if admitted is not None and admitted.queue in qp.max_time_limit:
+        queue = admitted.queue
+    else:
+        queue = qp.queue_for(obj.ref.namespace, obj.queue)
+    effective = limit
+    if settings.enforce_queue_max:
+        cap = qp.max_time_limit.get(queue)
+        if cap is not None and limit > cap:
+            effective = cap
+            asked = format_duration(limit) if obj.limit is None else obj.time_limit
+            relabelled = (f", the queue it was admitted to (its label says {obj.queue})"
+                          if admitted is not None and obj.queue and obj.queue != queue else "")
+            note += (f" (the requested {asked} is over the maximum {format_duration(cap)} of queue "
+                     f"{queue}{relabelled}; {format_duration(cap)} applies)")
+    return limit, effective, queue, note
+
+
+def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job: bool) -> None:
+    limits = _limit(obj, p.settings)
+    if limits is None:
         return  # the webhook denies malformed limits; one that slipped by is not ours to guess
+    limit, effective, _queue, note = limits
+    capped = effective < limit
     now = p.now
     # The hot path compares numbers only; strings are made when there is something to say.
     started = obj.started_at_t
@@ -222,18 +269,7 @@ def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job:
         return  # not started: nothing counts yet
     started = float(int(started))
 
-    effective = limit
-    note = ""
     settings = p.settings
-    if settings.enforce_queue_max:
-        qp = settings.queues
-        if qp.max_time_limit:
-            queue = qp.queue_for(obj.ref.namespace, obj.queue)
-            cap = qp.max_time_limit.get(queue)
-            if cap is not None and limit > cap:
-                effective = cap
-                note = (f" (the requested {obj.time_limit} is over the maximum {format_duration(cap)} of queue "
-                        f"{queue}; {format_duration(cap)} applies)")
     deadline = started + effective
     what = "Job" if is_job else "Pod"
     # A queue maximum lowered in the bundle never ends a job without the usual warning:
@@ -241,7 +277,7 @@ def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job:
     # maximum (``queues_since``), and never later than it was. The grace hangs on when the
     # policy changed, not on annotations, so editing them cannot renew it.
     since = settings.queues_since
-    if note and since is not None and deadline < since + settings.warning_lead:
+    if capped and since is not None and deadline < since + settings.warning_lead:
         before = obj.deadline_t if obj.deadline_t is not None else started + limit
         if deadline < before:
             deadline = float(int(min(before, since + settings.warning_lead)))
@@ -271,6 +307,12 @@ def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job:
             reason, message = "DeadlineSet", (
                 f"time limit {format_duration(effective)} counts from {started_s}, when the first pod "
                 f"started running; the {what} will be stopped at {deadline_s}{note}")
+            if obj.admitted is None:
+                reason = "AdmissionUnrecorded"
+                message += (f". It carries no admission record (BATCHGATE_QUEUE, BATCHGATE_TIME_LIMIT in its "
+                            f"{'pod template' if is_job else 'containers'}): it was admitted before batchgate "
+                            f"recorded admissions or while its webhook was bypassed, so its labels and "
+                            f"annotations count, and removing the annotation would end the limit")
         elif deadline != old:
             reason = "TimeLimitExtended" if deadline > old else "TimeLimitReduced"
             message = (f"time limit is now {format_duration(effective)}{note}: the deadline moves from "
@@ -284,6 +326,7 @@ def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job:
             changes[ANN_DEADLINE] = deadline_s
         p.actions.append(Action(
             kind="record-deadline", target=obj.ref, reason=reason, message=message,
+            event_type="Warning" if reason == "AdmissionUnrecorded" else "Normal",
             key=deadline_s, annotations=changes, resource_version=rv,
         ))
 

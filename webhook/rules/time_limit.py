@@ -7,6 +7,13 @@ pods inherit nothing from the Job's own annotations), sets a kubelet-enforced
 backstop, and denies malformed or over-long limits. Later changes of the limit
 are :mod:`webhook.rules.time_limit_extension`'s business.
 
+It also records what the workload was admitted with - the queue and the limit - where
+nobody can change it afterwards (``BATCHGATE_QUEUE`` and ``BATCHGATE_TIME_LIMIT`` in every
+container of a Pod or a Job's template; where, per kind, is :mod:`webhook.workloads`'s
+knowledge). Labels and annotations stay editable by whoever may update the object, and
+UPDATE validation fails open; the record is what the reconciler and the extension check
+trust: relabelling the queue or removing the annotation cannot raise the limit.
+
 The backstop is the pod's ``activeDeadlineSeconds`` at the queue's *maximum*
 plus a margin, not at the job's own limit: the kubelet enforces it even while
 the reconciler is down, and on a running Pod it may only be lowered, so a
@@ -20,7 +27,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..contract import TIME_LIMIT_ANNOTATION
 from ..units import format_duration, parse_duration
-from ..workloads import SERVICE_OWNER_KINDS, SHAPES, controller_kind, owned_by_custom_resource
+from ..workloads import (
+    RECORD_ENV,
+    SERVICE_OWNER_KINDS,
+    SHAPES,
+    Record,
+    Shape,
+    controller_kind,
+    owned_by_custom_resource,
+)
 from .base import Ctx, Finding, Path, RuleType, deny, dig, warn
 
 if TYPE_CHECKING:
@@ -94,7 +109,10 @@ def read_limits(obj: dict[str, Any], kind: str) -> list[tuple[Path, bool, Any]]:
 
 def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     queue, shape = ctx.queue, ctx.shape
-    if queue is None or shape is None or shape.kind not in LOCATIONS or _exempt(settings, draft.root, ctx):
+    if shape is None or shape.kind not in LOCATIONS:
+        return []
+    if queue is None or _exempt(settings, draft.root, ctx):
+        _record(draft, shape, None)  # no limit here: nor may the pod carry a record someone wrote
         return []
     findings: list[Finding] = []
     places = read_limits(draft.root, shape.kind)
@@ -106,15 +124,49 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
                 f"no {ANNOTATION} annotation: queue {queue.name!r} default {chosen} applies"
                 + (f" (the maximum is {format_duration(queue.max_time_limit)})" if queue.max_time_limit else "")
             ))
+    record = None
     if isinstance(chosen, str) and seconds_or_none(chosen) is not None:
         for path, writable, value in places:
             if writable and value != chosen:
                 if value is not None:
                     findings.append(warn(f"{_where(path)} {value!r} replaced by {chosen!r} set on the {ctx.kind}"))
                 draft.edit(*path, "annotations")[ANNOTATION] = chosen
+        record = Record(queue.name, chosen)
+    _record(draft, shape, record)
     if settings.backstop and queue.max_time_limit is not None:
         findings += _backstop(settings, draft, ctx, queue)
     return findings
+
+
+def _record(draft: Draft, shape: Shape, record: Record | None) -> None:
+    """Write the admission record (webhook.workloads) into every container, replacing entries of
+    the same names that the request carried; with ``record`` None, remove such entries. A
+    controller's copy of an admitted template already carries it: nothing changes then."""
+    if shape.record_at is None:
+        return
+    containers = draft.get(*shape.record_at, "containers")
+    if not isinstance(containers, list):
+        return
+    want = {e["name"]: e for e in record.env()} if record is not None else {}
+    for i, c in enumerate(containers):
+        env = c.get("env") if isinstance(c, dict) else None
+        if not isinstance(c, dict) or not isinstance(env, list | None):
+            continue  # not a container: the API server refuses the object anyway
+        have = env or []
+        # In place where the entries are (a reinvocation, or a controller's copy, changes
+        # nothing), once each, appended where missing.
+        new, seen = [], set()
+        for e in have:
+            name = e.get("name") if isinstance(e, dict) else None
+            if name in RECORD_ENV:
+                if name in want and name not in seen:
+                    new.append(dict(want[name]))
+                seen.add(name)
+            else:
+                new.append(e)
+        new += [dict(e) for name, e in want.items() if name not in seen]
+        if new != have:
+            draft.edit(*shape.record_at, "containers", i)["env"] = new
 
 
 def _backstop(settings: Settings, draft: Draft, ctx: Ctx, queue: Queue) -> list[Finding]:

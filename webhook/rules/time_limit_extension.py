@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..contract import NEXT_MAINTENANCE_ANNOTATION, QUEUE_LABEL, STARTED_AT_ANNOTATION
 from ..windows import parse_time, read_next_maintenance, utc
-from .base import Ctx, Finding, RuleType, deny, dig, no_settings
+from ..workloads import admission_record, requested_queue
+from .base import Ctx, Finding, RuleType, deny, dig, no_settings, warn
 from .time_limit import ANNOTATION, EXAMPLE, LOCATIONS, limit_problem, read_limits, seconds_or_none
 
 if TYPE_CHECKING:
@@ -28,6 +29,13 @@ def validate_extension(settings: None, obj: dict[str, Any], ctx: Ctx) -> list[Fi
         return []
     queue = _admitted_queue(old, ctx)
     findings: list[Finding] = []
+    record = admission_record(old, ctx.shape)
+    label = requested_queue(obj, ctx.shape)
+    if record is not None and label != requested_queue(old, ctx.shape) and label != record.queue:
+        findings.append(warn(
+            f"this {ctx.kind} was admitted to queue {record.queue!r} (recorded in its containers' "
+            f"environment, BATCHGATE_QUEUE): its time limit stays within that queue's maximum "
+            f"whatever the {QUEUE_LABEL} label says"))
     for (path, _, new), (_, _, before) in zip(read_limits(obj, ctx.kind), read_limits(old, ctx.kind), strict=True):
         if new == before:
             continue  # unrelated updates (labels, finalizers, ...) are none of our business
@@ -73,10 +81,12 @@ def _into_window(old: dict[str, Any], new: Any, before: Any) -> str | None:
 
 
 def _admitted_queue(old: dict[str, Any], ctx: Ctx) -> Queue | None:
-    """The queue the object was admitted to (a later relabel does not raise its maximum)."""
-    name = (dig(old, ("metadata", "labels")) or {}).get(QUEUE_LABEL)
-    if name is None and ctx.shape is not None and not ctx.shape.is_pod:
-        name = (dig(old, (*ctx.shape.pod_meta, "labels")) or {}).get(QUEUE_LABEL)
+    """The queue the object was admitted to: as recorded at CREATE (webhook.workloads), which
+    no relabelling changes; for objects without a record (admitted before batchgate recorded
+    admissions), the label as it was before this request. A queue no longer in the bundle:
+    the one the request resolves to."""
+    record = admission_record(old, ctx.shape)
+    name = record.queue if record is not None else requested_queue(old, ctx.shape)
     queue = ctx.bundle.queues.get(name) if isinstance(name, str) else None
     return queue or ctx.queue
 

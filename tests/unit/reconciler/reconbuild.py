@@ -6,7 +6,7 @@ minutes before now" rather than as timestamps.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from webhook.reconciler.model import (
     ANN_DEADLINE,
@@ -82,13 +82,33 @@ def group_labels(group: str, size: int, cosched: bool = True) -> dict[str, str]:
     return labels
 
 
+AUTO: Any = object()
+
+
+def record_env(queue: str, limit: str) -> list[dict[str, str]]:
+    """The admission record the webhook writes into every container (webhook.workloads)."""
+    return [{"name": "BATCHGATE_QUEUE", "value": queue}, {"name": "BATCHGATE_TIME_LIMIT", "value": limit}]
+
+
+def _record(admitted: Any, annotations: dict[str, str] | None, labels: dict[str, str] | None,
+            ) -> tuple[str, str] | None:
+    """``AUTO``: what the webhook would have recorded - the annotation's limit, the label's queue
+    (else the shipped default, batch) - when there is a limit; else ``admitted`` itself."""
+    if admitted is not AUTO:
+        return cast("tuple[str, str] | None", admitted)
+    limit = (annotations or {}).get(ANN_TIME_LIMIT)
+    return ((labels or {}).get("batchgate.io/queue") or "batch", limit) if limit else None
+
+
 def pod(name: str, *, ns: str = "demo", uid: str | None = None, phase: str = "Running",
         containers: list[dict[str, Any]] | None = None, started: float | None = 0,
         owner: dict[str, Any] | None = None, annotations: dict[str, str] | None = None,
         labels: dict[str, str] | None = None, node: str = "node-1", deleting: bool = False,
         reason: str | None = None, message: str | None = None,
-        conditions: list[dict[str, Any]] | None = None, rv: str = "10") -> dict[str, Any]:
-    """A pod; ``owner`` is a raw Job from ``job()`` (becomes the controlling ownerReference)."""
+        conditions: list[dict[str, Any]] | None = None, rv: str = "10",
+        admitted: tuple[str, str] | None = AUTO) -> dict[str, Any]:
+    """A pod; ``owner`` is a raw Job from ``job()`` (becomes the controlling ownerReference);
+    ``admitted``: the (queue, limit) recorded at admission, None for none (see ``_record``)."""
     md = _meta(name, ns, uid, rv, annotations, labels, deleting)
     if owner is not None:
         md["ownerReferences"] = [{
@@ -106,14 +126,17 @@ def pod(name: str, *, ns: str = "demo", uid: str | None = None, phase: str = "Ru
         status["message"] = message
     if conditions:
         status["conditions"] = conditions
+    container: dict[str, Any] = {"name": "main", "image": "busybox"}
+    if (record := _record(admitted, annotations, labels)) is not None:
+        container["env"] = record_env(*record)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": md,
-            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]}, "status": status}
+            "spec": {"nodeName": node, "containers": [container]}, "status": status}
 
 
 def job(name: str, *, ns: str = "demo", uid: str | None = None, annotations: dict[str, str] | None = None,
         labels: dict[str, str] | None = None, template_labels: dict[str, str] | None = None,
         template_annotations: dict[str, str] | None = None, finished: str | None = None,
-        deleting: bool = False, rv: str = "20") -> dict[str, Any]:
+        deleting: bool = False, rv: str = "20", admitted: tuple[str, str] | None = AUTO) -> dict[str, Any]:
     md = _meta(name, ns, uid, rv, annotations, labels, deleting)
     tmd: dict[str, Any] = {}
     if template_labels:
@@ -123,8 +146,13 @@ def job(name: str, *, ns: str = "demo", uid: str | None = None, annotations: dic
     status: dict[str, Any] = {}
     if finished:
         status["conditions"] = [{"type": finished, "status": "True"}]
+    containers: list[dict[str, Any]] = []
+    record = _record(admitted, {**(template_annotations or {}), **(annotations or {})},
+                     {**(template_labels or {}), **(labels or {})})
+    if record is not None:
+        containers.append({"name": "main", "image": "busybox", "env": record_env(*record)})
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": md,
-            "spec": {"parallelism": 2, "template": {"metadata": tmd, "spec": {"containers": []}}},
+            "spec": {"parallelism": 2, "template": {"metadata": tmd, "spec": {"containers": containers}}},
             "status": status}
 
 

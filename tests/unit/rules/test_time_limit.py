@@ -167,6 +167,8 @@ def test_the_patch_is_what_the_api_server_gets(tl):
     d = run(tl, job({ANN: "6h"}), phase="mutate")
     assert d.patch == [
         {"op": "add", "path": "/spec/template/metadata/annotations", "value": {ANN: "6h"}},
+        {"op": "add", "path": "/spec/template/spec/containers/0/env", "value": [
+            {"name": "BATCHGATE_QUEUE", "value": "batch"}, {"name": "BATCHGATE_TIME_LIMIT", "value": "6h"}]},
         {"op": "add", "path": "/spec/template/spec/activeDeadlineSeconds", "value": BATCH_BACKSTOP},
     ]
 
@@ -294,3 +296,59 @@ def test_bad_settings_name_file_line_and_field(tmp_path, settings, pattern):
     bad_line = next(i for i, line in enumerate(f.read_text().splitlines(), 1) if line == settings.rstrip("\n"))
     assert e.value.line == bad_line, msg
     assert re.search(pattern, msg), msg
+
+
+# -- the admission record (issue 11): queue and limit in every container's env ------------------
+def env_of(c: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in c.get("env") or []}
+
+
+RECORD = ("BATCHGATE_QUEUE", "BATCHGATE_TIME_LIMIT")
+
+
+def test_every_container_gets_the_record_init_containers_do_not(tl):
+    obj = job({ANN: "6h"}, queue="interactive")
+    spec = obj["spec"]["template"]["spec"]
+    spec["containers"].append({"name": "side", "image": "busybox", "env": [{"name": "X", "value": "1"}]})
+    spec["initContainers"] = [{"name": "init", "image": "busybox"}]
+    d = run(tl, obj)
+    got = d.obj["spec"]["template"]["spec"]
+    for c in got["containers"]:
+        assert {k: env_of(c)[k] for k in RECORD} == {"BATCHGATE_QUEUE": "interactive", "BATCHGATE_TIME_LIMIT": "6h"}
+    assert env_of(got["containers"][1])["X"] == "1" and got["containers"][1]["env"][0]["name"] == "X"
+    assert "env" not in got["initContainers"][0]
+
+
+def test_a_record_in_the_request_is_replaced_not_trusted(tl):
+    obj = pod({ANN: "2h"})
+    obj["spec"]["containers"][0]["env"] = [
+        {"name": "BATCHGATE_QUEUE", "value": "scavenger"}, {"name": "A", "value": "a"},
+        {"name": "BATCHGATE_TIME_LIMIT", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "BATCHGATE_QUEUE", "value": "scavenger"}]
+    d = run(tl, obj)
+    assert d.obj["spec"]["containers"][0]["env"] == [
+        {"name": "BATCHGATE_QUEUE", "value": "batch"}, {"name": "A", "value": "a"},
+        {"name": "BATCHGATE_TIME_LIMIT", "value": "2h"}]
+
+
+def test_a_pod_from_an_admitted_template_is_not_changed_by_the_record(tl):
+    admitted = run(tl, job({ANN: "6h"})).obj
+    pod_obj = pod({ANN: "6h"}, owner="Job")
+    pod_obj["spec"]["containers"] = copy.deepcopy(admitted["spec"]["template"]["spec"]["containers"])
+    pod_obj["spec"]["activeDeadlineSeconds"] = BATCH_BACKSTOP
+    d = run(tl, pod_obj, user=CONTROLLER, phase="mutate")
+    assert d.patch == []
+
+
+def test_service_pods_lose_a_record_someone_wrote(tl):
+    obj = pod(owner="ReplicaSet")
+    obj["spec"]["containers"][0]["env"] = [{"name": "BATCHGATE_QUEUE", "value": "batch"},
+                                           {"name": "BATCHGATE_TIME_LIMIT", "value": "1h"}]
+    d = run(tl, obj, user=CONTROLLER)
+    assert d.obj["spec"]["containers"][0]["env"] == []
+
+
+def test_cronjobs_carry_no_record_their_jobs_do(tl):
+    d = run(tl, cronjob({ANN: "6h"}))
+    spec = d.obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert all(not set(RECORD) & set(env_of(c)) for c in spec["containers"])

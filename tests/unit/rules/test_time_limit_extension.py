@@ -111,3 +111,34 @@ def test_extensions_that_run_into_a_window(ext: Bundle, old: dict[str, Any], new
     if denied:
         assert "into maintenance window fw, which starts at 2026-11-23T06:00:00Z on node n1" in d.message
         assert "its limit can be at most 6h" in d.message
+
+
+# -- the admission record decides the queue, not the label as it is now (issue 11) --------
+def _admitted_job(queue: str, label: str) -> dict[str, Any]:
+    """A Job admitted to ``queue`` (recorded in its containers' env) whose label now says ``label``:
+    relabelled by an earlier UPDATE, e.g. while UPDATE validation was unreachable."""
+    obj = job({ANN: "2h"}, {ANN: "2h"}, queue=label)
+    for c in obj["spec"]["template"]["spec"]["containers"]:
+        c["env"] = [{"name": "BATCHGATE_QUEUE", "value": queue}, {"name": "BATCHGATE_TIME_LIMIT", "value": "2h"}]
+    return obj
+
+
+@pytest.mark.parametrize("label", ["scavenger", "no-such-queue"])
+def test_relabelled_earlier_then_raised_is_judged_by_the_recorded_queue(ext, label):
+    old = _admitted_job("interactive", label)
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"][ANN] = "20d"
+    d = run(ext, new, op="UPDATE", old=old)
+    assert not d.allowed and "exceeds the maximum of queue 'interactive', which is 12h" in d.message
+    new["metadata"]["annotations"][ANN] = "12h"
+    assert run(ext, new, op="UPDATE", old=old).allowed
+
+
+def test_relabelling_a_recorded_workload_says_what_still_counts(ext):
+    old = _admitted_job("interactive", "interactive")
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"]["batchgate.io/queue"] = "scavenger"
+    d = run(ext, new, op="UPDATE", old=old)
+    assert d.allowed
+    assert any("was admitted to queue 'interactive'" in w for w in d.warnings), d.warnings
+    assert run(ext, copy.deepcopy(old), op="UPDATE", old=old).warnings == []
