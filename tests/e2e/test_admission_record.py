@@ -90,7 +90,7 @@ def refused(call: Any) -> tuple[int, str]:
 
 
 def test_relabelled_or_removed_limits_are_still_enforced_from_the_record(
-        kube, webhook_server, namespace, node, reconciler, outage, lowered_bundle):
+        kube, webhook_server, namespace, node, reconciler, outage, lowered_bundle):  # noqa: F811
     require_components(kube, "kube-controller-manager", "kube-scheduler")
     ns = namespace
     on_node = {"nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 5}

@@ -228,7 +228,8 @@ TYPE = RuleType(
     name="time-limit",
     doc=(
         "`batchgate.io/time-limit` defaulted per queue, denied above the queue maximum or when "
-        "malformed; kubelet backstop via `activeDeadlineSeconds`."
+        "malformed; kubelet backstop via `activeDeadlineSeconds`; the admitted queue and limit "
+        "recorded in the containers' env (`BATCHGATE_QUEUE`, `BATCHGATE_TIME_LIMIT`)."
     ),
     parse=parse,
     mutate=mutate,
