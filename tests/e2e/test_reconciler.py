@@ -98,8 +98,13 @@ def node(kube: Any) -> Iterator[str]:
 
 def pod_body(name: str, *, node: str | None = None, annotations: dict[str, str] | None = None,
              labels: dict[str, str] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": "main", "image": PAUSE}], "restartPolicy": "Never",
-                            "terminationGracePeriodSeconds": 5}
+    """A pod as the webhook admits it: with a limit, also the admission record (queue and limit
+    in the env, webhook.workloads), so the reconciler sees what it sees in production."""
+    main: dict[str, Any] = {"name": "main", "image": PAUSE}
+    if (annotations or {}).get(TL):
+        main["env"] = [{"name": "BATCHGATE_QUEUE", "value": (labels or {}).get("batchgate.io/queue", "batch")},
+                       {"name": "BATCHGATE_TIME_LIMIT", "value": (annotations or {})[TL]}]
+    spec: dict[str, Any] = {"containers": [main], "restartPolicy": "Never", "terminationGracePeriodSeconds": 5}
     if node:
         spec["nodeName"] = node
     return {"apiVersion": "v1", "kind": "Pod",
@@ -233,6 +238,21 @@ def test_extension_moves_the_deadline_and_is_recorded(kube, namespace, node, rec
     barrier(kube, namespace, node)  # ... and the reconciler has looked since
     assert not kube.get(path)["metadata"].get("deletionTimestamp")
     assert "TimeLimitExceeded" not in reasons(kube, namespace, uid)
+
+
+def test_unrecorded_pod_gets_a_warning_with_its_deadline(kube, namespace, node, reconciler):
+    """A Pod without the admission record (admitted before batchgate recorded admissions): its
+    annotation still counts, and its first deadline comes as a Warning that says so."""
+    reconciler()
+    body = pod_body("old", node=node, annotations={TL: "1h"})
+    del body["spec"]["containers"][0]["env"]
+    created = kube.create(f"/api/v1/namespaces/{namespace}/pods", body)
+    kube.set_pod_phase(namespace, "old", "Running", {"main": {"running": {"startedAt": now_rfc3339()}}})
+    path = pod_path(namespace, "old")
+    ann = kube.wait_for(lambda: (a := annotations(kube, path)).get(DEADLINE) and a, 30, message="deadline")
+    assert epoch(ann[DEADLINE]) - epoch(ann[STARTED]) == 3600
+    (ev,) = events(kube, namespace, uid=created["metadata"]["uid"], reason="AdmissionUnrecorded")
+    assert ev["type"] == "Warning" and "no admission record" in ev["message"]
 
 
 # -- restarts -------------------------------------------------------------------
