@@ -17,11 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.register_assert_rewrite("server_fixtures")
-from cluster import KubeApiError, now_rfc3339, require_components  # noqa: E402
-from server_fixtures import QUEUE_LABEL, TIME_LIMIT, Webhook, create, job, jobs_path, pod, pods_path  # noqa: E402
-from test_reconciler import (  # noqa: E402, F401  (fixtures: node, reconciler)
+from cluster import KubeApiError, now_rfc3339, require_components
+from harness import QUEUE_LABEL, TIME_LIMIT, Webhook, create, job, jobs_path, pod, pods_path
+from test_reconciler import (  # noqa: F401  (fixtures: node, reconciler)
     DEADLINE,
     STARTED,
     epoch,
@@ -30,8 +28,6 @@ from test_reconciler import (  # noqa: E402, F401  (fixtures: node, reconciler)
     node,
     reconciler,
 )
-
-pytest_plugins = ["server_fixtures"]
 
 REPO = Path(__file__).resolve().parents[2]
 
