@@ -215,14 +215,19 @@ async def test_health_probes_are_answered_while_a_large_review_is_decided(aiohtt
     assert len(raw) > server.INLINE_BODY
     big = asyncio.create_task(client.post("/mutate", data=raw, headers={"Content-Type": "application/json"}))
     await asyncio.sleep(0.05)
-    worst = 0.0
+    worst, answered = 0.0, 0
     while not big.done():
         started = time.perf_counter()
         assert (await client.get("/healthz")).status == 200
         worst = max(worst, time.perf_counter() - started)
+        answered += not big.done()
         await asyncio.sleep(0.01)
     assert (await big).status == 200
-    assert worst < 1.0  # the kubelet's probe timeout is 2 s
+    # Probes were answered while the review was still being decided: a blocked loop answers
+    # its first probe only after the review. The bound is the kubelet's probe timeout (2 s),
+    # not a speed figure: this suite also runs on loaded machines.
+    assert answered >= 2
+    assert worst < 2.0
 
 
 def test_a_large_review_stuck_in_one_policy_is_interrupted_at_its_budget(bundle):
