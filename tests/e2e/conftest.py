@@ -169,6 +169,34 @@ def module_namespace(kube: Any, webhook_server: Webhook, request: pytest.Fixture
             kube.delete_namespace(name)
 
 
+def runtime_class(kube: Any, name: str, cpu: str) -> Iterator[dict[str, Any]]:
+    """A RuntimeClass ``name`` whose pods carry ``cpu`` of VM overhead (no runtime behind it:
+    the RuntimeClass admission plugin copies the overhead into each Pod it stores)."""
+    api = "node.k8s.io/v1beta1"
+    body = {"apiVersion": api, "kind": "RuntimeClass", "metadata": {"name": name},
+            "handler": name, "overhead": {"podFixed": {"cpu": cpu, "memory": "160Mi"}}}
+    try:
+        kube.create(f"/apis/{api}/runtimeclasses", body)
+    except _cluster.KubeApiError as exc:
+        if exc.status != 409:
+            raise
+    yield body
+    with contextlib.suppress(Exception):
+        kube.delete(f"/apis/{api}/runtimeclasses/{name}")
+
+
+@pytest.fixture(scope="session")
+def kata_runtime_class(kube: Any) -> Iterator[dict[str, Any]]:
+    """RuntimeClass ``kata``, 250m CPU overhead: what the shipped kata-cpu policy declares."""
+    yield from runtime_class(kube, "kata", "250m")
+
+
+@pytest.fixture(scope="session")
+def kata_big_runtime_class(kube: Any) -> Iterator[dict[str, Any]]:
+    """RuntimeClass ``kata-big``, 300m CPU overhead: more than the policy declares for kata*."""
+    yield from runtime_class(kube, "kata-big", "300m")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """On a failing e2e test, attach the control-plane log tails to the report."""

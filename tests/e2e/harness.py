@@ -437,8 +437,10 @@ def predict(hook: Webhook, obj: Mapping[str, Any], *, user: str = "alice",
 
 
 # Label and annotation keys the API server and controllers (not batchgate) add: a Job's
-# template labels, a Deployment's revision, a ReplicaSet's pod-template-hash.
-SERVER_KEYS = {"controller-uid", "job-name", "deployment.kubernetes.io/revision", "pod-template-hash"}
+# template labels, a Deployment's revision, a ReplicaSet's pod-template-hash, the generation a
+# DaemonSet's strategy records.
+SERVER_KEYS = {"controller-uid", "job-name", "deployment.kubernetes.io/revision", "pod-template-hash",
+               "deprecated.daemonset.template.generation"}
 
 
 def batchgate_fields(obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -188,20 +188,6 @@ def test_service_account_token_job_template(kube, webhook_server, ns):
 # kata-cpu
 
 
-@pytest.fixture(scope="module")
-def kata_runtime_class(kube):
-    api = "node.k8s.io/v1beta1"
-    body = {"apiVersion": api, "kind": "RuntimeClass", "metadata": {"name": "kata"},
-            "handler": "kata", "overhead": {"podFixed": {"cpu": "250m", "memory": "160Mi"}}}
-    try:
-        kube.create(f"/apis/{api}/runtimeclasses", body)
-    except KubeApiError as exc:
-        if exc.status != 409:
-            raise
-    yield body
-    kube.delete(f"/apis/{api}/runtimeclasses/kata")
-
-
 def test_kata_cpu_gives_back_the_vm_overhead(kube, webhook_server, ns, kata_runtime_class):
     obj = pod(unique("kata"), runtimeClassName="kata",
               containers=[container("c", cpu="4", memory="4Gi")])

@@ -34,14 +34,27 @@ The original values go into the annotation ``batchgate.io/kata-requested-cpu``
 (JSON, per container). Its presence marks the pod as adjusted: a second pass,
 or a pod that already carries it, is left alone.
 
-Only Pods (templates have no overhead yet; their Pods are adjusted when
-created) and only CREATE (container resources are immutable afterwards).
+Pod templates (Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs,
+CronJobs) at CREATE and at UPDATE of the template: a template has no
+``spec.overhead`` (the RuntimeClass plugin fills it in each Pod), and a webhook
+cannot read RuntimeClasses, so ``overheads`` declares the CPU overhead of the
+runtime classes as installed. The template is adjusted with it exactly as its
+Pods would be (a CPU limit without a request counts as both, as the API server
+defaults each Pod), a template whose Pods would be denied is denied, and
+``batchgate.io/kata-overhead-cpu`` records the overhead taken out. A Pod made
+from such a template is adjusted already; if its real ``spec.overhead`` differs
+from the recorded one, it is adjusted again from the original values in the
+annotation. A template updated with other CPU values is adjusted from those.
+A runtime class with no declared overhead leaves templates alone (their Pods
+are still adjusted when created).
+
+Pods only on CREATE (container resources are immutable afterwards).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -50,12 +63,13 @@ from ..draft import Draft
 from ..globs import matches
 from ..units import format_cpu, parse_quantity
 from ..yamlsrc import Node
-from .base import Ctx, Finding, RuleType, deny, warn
+from .base import ALL_POD_TEMPLATE_KINDS, Ctx, Finding, RuleType, deny, dig, pod_spec_parts, warn
 
 if TYPE_CHECKING:
     from ..bundle import Bundle
 
 ANNOTATION = f"{GROUP}/kata-requested-cpu"
+OVERHEAD_ANNOTATION = f"{GROUP}/kata-overhead-cpu"  # the overhead a template's adjustment took out
 Kind = Literal["requests", "limits"]
 KINDS: tuple[Kind, Kind] = ("limits", "requests")  # limits first: they cap the requests
 
@@ -65,10 +79,28 @@ class Settings:
     runtime_classes: tuple[str, ...] = ("kata*",)
     mode: Literal["subtract", "wholeVCPU"] = "subtract"
     min_cpu: int = 100  # millicores
+    # (runtime class name or glob, CPU overhead in millicores) for pod templates
+    overheads: tuple[tuple[str, int], ...] = field(default_factory=tuple)
+
+    def declared(self, runtime: str) -> int | None:
+        """The overhead declared for ``runtime``: its own name's, else the first glob's."""
+        exact = dict(self.overheads).get(runtime)
+        return exact if exact is not None else next(
+            (m for glob, m in self.overheads if matches((glob,), runtime)), None)
+
+
+def _overheads(node: Node) -> tuple[tuple[str, int], ...]:
+    out = []
+    for glob, value in node.items():
+        m = value.parsed(parse_quantity, expected="a CPU quantity like 250m") * 1000
+        if m.denominator != 1 or m < 0:
+            value.fail(f"expected a CPU quantity >= 0 in whole millicores, got {value.value!r}")
+        out.append((glob, int(m)))
+    return tuple(out)
 
 
 def parse(node: Node, bundle: Bundle) -> Settings:
-    node.mapping(allowed=("runtimeClasses", "mode", "minCPU"))
+    node.mapping(allowed=("runtimeClasses", "mode", "minCPU", "overheads"))
     rc = node.get("runtimeClasses")
     mode = node.get("mode")
     min_node = node.get("minCPU")
@@ -86,6 +118,7 @@ def parse(node: Node, bundle: Bundle) -> Settings:
         runtime_classes=classes,
         mode=mode.enum("subtract", "wholeVCPU") if mode else "subtract",
         min_cpu=min_cpu,
+        overheads=node.opt("overheads", _overheads, ()),
     )
 
 
@@ -213,57 +246,161 @@ def plan(spec: dict[str, Any], overhead: int, settings: Settings) -> Plan:
 
 # -- the rule ----------------------------------------------------------------------
 def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
-    if ctx.shape is None or not ctx.shape.is_pod or ctx.operation != "CREATE":
+    shape = ctx.shape
+    if shape is None or (shape.is_pod and ctx.operation != "CREATE"):
         return []
-    spec = draft.get("spec")
+    spec = draft.get(*shape.pod_spec)
     if not isinstance(spec, dict):
         return []
     runtime = spec.get("runtimeClassName")
     if not isinstance(runtime, str) or not matches(settings.runtime_classes, runtime):
         return []
-    if draft.get("metadata", "annotations", ANNOTATION) is not None:
-        return []  # adjusted already (or the user opted out by setting it)
-    cpu = (spec.get("overhead") or {}).get("cpu")
-    if cpu is None:
-        return []
+    annotations = draft.get(*shape.pod_meta, "annotations")
+    annotations = annotations if isinstance(annotations, dict) else {}
+    recorded, taken = annotations.get(ANNOTATION), annotations.get(OVERHEAD_ANNOTATION)
+    if recorded is not None and taken is None:
+        return []  # adjusted already (a Pod reinvoked), or the user opted out by setting it
     try:
-        overhead = millis(cpu)
-        if overhead <= 0:
+        if shape.is_pod:
+            cpu = (spec.get("overhead") or {}).get("cpu")
+            overhead = None if cpu is None else millis(cpu)
+        else:
+            overhead = settings.declared(runtime)
+        if overhead is None or overhead <= 0:
             return []
-        p = plan(spec, overhead, settings)
+        asked = _as_pod(spec)
+        if recorded is not None:
+            old = dig(ctx.old_object, shape.pod_spec) if ctx.old_object is not None else None
+            asked = _asked(asked, _as_pod(old) if isinstance(old, dict) else None, recorded,
+                           millis(taken), settings)
+        p = plan(asked, overhead, settings)
     except Infeasible as e:
-        return [deny(f"runtimeClassName {runtime}: {e}")]
+        return [deny(f"{_whose(shape.is_pod)}runtimeClassName {runtime}: {e}")]
     except ValueError as e:  # a CPU quantity out of bounds (1e999999999) or malformed
-        return [deny(f"runtimeClassName {runtime}: cannot take the VM overhead out of the containers' CPU: {e}")]
-    if not p.new:
-        return []
+        return [deny(f"{_whose(shape.is_pod)}runtimeClassName {runtime}: cannot take the VM overhead "
+                     f"out of the containers' CPU: {e}")]
     record: dict[str, dict[str, str]] = {}
+    writes: list[tuple[str, int, Kind, int]] = []
     changes = []
-    for (key, i, kind), value in sorted(p.new.items()):
-        container = spec[key][i]
-        name = str(container.get("name", f"{key}[{i}]"))
-        for k in ("requests", "limits"):  # record both, so the user sees the whole original
-            if (key, i, k) in p.old:
-                record.setdefault(name, {})[k] = format_cpu(Fraction(p.old[(key, i, k)], 1000))
-        draft.set("spec", key, i, "resources", kind, "cpu", format_cpu(Fraction(value, 1000)))
-        changes.append(f"{name} {kind} {format_cpu(Fraction(p.old[(key, i, kind)], 1000))} -> "
-                       f"{format_cpu(Fraction(value, 1000))}")
-    draft.set("metadata", "annotations", ANNOTATION, json.dumps(record, sort_keys=True, separators=(",", ":")))
+    for (key, i, kind), was in sorted(p.old.items()):
+        name = str(asked[key][i].get("name", f"{key}[{i}]"))
+        want = p.new.get((key, i, kind), was)
+        if (key, i, kind) in p.new:
+            changes.append(f"{name} {kind} {_cpu(was)} -> {_cpu(want)}")
+            for k in ("requests", "limits"):  # record both, so the user sees the whole original
+                if (key, i, k) in p.old:
+                    record.setdefault(name, {})[k] = _cpu(p.old[(key, i, k)])
+        have = _cpu_of(spec, key, i, kind)
+        if (have is None and (key, i, kind) in p.new) or (have is not None and millis(have) != want):
+            writes.append((key, i, kind, want))
+    if not record:
+        return []
+    for key, i, kind, want in writes:
+        draft.set(*shape.pod_spec, key, i, "resources", kind, "cpu", _cpu(want))
+    meta = (*shape.pod_meta, "annotations")
+    draft.ensure(*meta, ANNOTATION, json.dumps(record, sort_keys=True, separators=(",", ":")))
+    if not shape.is_pod or taken is not None:
+        draft.ensure(*meta, OVERHEAD_ANNOTATION, _cpu(overhead))
+    if not writes:
+        return []
+    source = "" if shape.is_pod else " (as the kata-cpu policy declares it)"
     return [warn(
-        f"runtimeClassName {runtime} adds {format_cpu(Fraction(overhead, 1000))} CPU of VM overhead; "
-        f"CPU lowered so the pod costs what it asked for ({'; '.join(changes)}); "
+        f"{_whose(shape.is_pod)}runtimeClassName {runtime} adds {_cpu(overhead)} CPU of VM overhead"
+        f"{source}; CPU lowered so the pod costs what it asked for ({'; '.join(changes)}); "
         f"the original values are in the annotation {ANNOTATION}"
     )]
+
+
+def _cpu(m: int) -> str:
+    return format_cpu(Fraction(m, 1000))
+
+
+def _whose(is_pod: bool) -> str:
+    return "" if is_pod else "pod template: "
+
+
+def _as_pod(spec: dict[str, Any]) -> dict[str, Any]:
+    """The containers as the API server stores each Pod made from ``spec``: a CPU limit
+    without a request is both (the Pod defaulting; a template is not defaulted)."""
+    out = dict(spec)
+    for key in ("initContainers", "containers"):
+        if not isinstance(spec.get(key), list):
+            continue
+        out[key] = []
+        for c in spec[key]:
+            res = c.get("resources") if isinstance(c, dict) else None
+            if isinstance(res, dict) and isinstance(res.get("limits"), dict) and "cpu" in res["limits"] \
+                    and "cpu" not in (res.get("requests") or {}):
+                c = {**c, "resources": {**res, "requests": {**(res.get("requests") or {}),
+                                                            "cpu": res["limits"]["cpu"]}}}
+            out[key].append(c)
+    return out
+
+
+def _cpu_of(spec: Any, key: str, i: int, kind: str) -> Any:
+    items = spec.get(key) if isinstance(spec, dict) else None
+    c = items[i] if isinstance(items, list) and i < len(items) else None
+    res = c.get("resources") if isinstance(c, dict) else None
+    values = res.get(kind) if isinstance(res, dict) else None
+    return values.get("cpu") if isinstance(values, dict) else None
+
+
+def _asked(spec: dict[str, Any], old: Any, recorded: Any, taken: int, settings: Settings) -> dict[str, Any]:
+    """What the user asks for in a template (or its Pod) that this policy adjusted before,
+    taking ``taken`` CPU out: a recorded container's original value wherever its value is
+    still the adjusted one (as in ``old``, the object before this UPDATE, or as the earlier
+    adjustment makes it), the value as it is wherever the user has changed it."""
+    try:
+        originals = json.loads(recorded) if isinstance(recorded, str) else None
+    except ValueError:
+        originals = None
+    if not isinstance(originals, dict):
+        raise ValueError(f"the annotation {ANNOTATION} is not what this policy writes")
+    restored = {k: list(spec[k]) for k in ("initContainers", "containers") if isinstance(spec.get(k), list)}
+    ours: list[tuple[str, int, Kind]] = []
+    for key, i, c in pod_spec_parts(spec):
+        was = originals.get(c.get("name")) if isinstance(c, dict) else None
+        if not isinstance(was, dict):
+            continue
+        res = dict(c.get("resources") or {})
+        for kind in KINDS:
+            if isinstance(was.get(kind), str):
+                res[kind] = {**(res.get(kind) or {}), "cpu": was[kind]}
+                ours.append((key, i, kind))
+        restored[key][i] = {**c, "resources": res}
+    out = {**spec, **restored}
+    try:
+        made = plan(out, taken, settings)
+    except Infeasible:
+        made = None
+    for key, i, kind in ours:
+        have = _cpu_of(spec, key, i, kind)
+        if have is not None and old is not None and have == _cpu_of(old, key, i, kind):
+            continue  # unchanged by this UPDATE: still the adjusted value
+        if have is not None and made is not None and \
+                millis(have) == made.new.get((key, i, kind), made.old.get((key, i, kind))):
+            continue  # what the earlier adjustment made of the original (a reinvocation)
+        if old is None and have is not None:
+            continue  # created adjusted (a Pod from an adjusted template)
+        res = dict(restored[key][i]["resources"])
+        rest = {k: v for k, v in (res.get(kind) or {}).items() if k != "cpu"}
+        res[kind] = rest if have is None else {**rest, "cpu": have}
+        restored[key][i] = {**restored[key][i], "resources": res}
+    return {**spec, **restored}
 
 
 TYPE = RuleType(
     name="kata-cpu",
     doc=(
         "Pods on a Kata runtime class get container CPU reduced by the VM overhead "
-        "(`spec.overhead`), so pod total = what the user asked; or limits rounded to whole vCPUs."
+        "(`spec.overhead`), so pod total = what the user asked; or limits rounded to whole vCPUs. "
+        "Pod templates of every workload kind get the same, with the overhead declared in the settings."
     ),
     parse=parse,
     mutate=mutate,
-    default_kinds=(("", "v1", "Pod"),),
+    default_kinds=ALL_POD_TEMPLATE_KINDS,
+    default_operations=("CREATE", "UPDATE"),
+    mutate_operations=("CREATE", "UPDATE"),
+    decides_pod=True,
     order=45,
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 from pathlib import Path
@@ -11,17 +12,28 @@ import pytest
 
 from tests.conftest import fixture
 from tests.unit.conftest import (
+    check,
     checked_decide,
     decided,
     load_sample,
     only,
     settings_error,
     with_settings,
+    workload,
 )
 from webhook.bundle import Bundle
 from webhook.engine import Decision
 from webhook.offline import Caller, synthetic_review
-from webhook.rules.kata_cpu import ANNOTATION, Infeasible, Settings, millis, plan, shrink
+from webhook.rules.kata_cpu import (
+    ANNOTATION,
+    OVERHEAD_ANNOTATION,
+    Infeasible,
+    Settings,
+    millis,
+    plan,
+    shrink,
+)
+from webhook.workloads import shape_of
 from webhook.yamlsrc import BundleError
 
 
@@ -268,9 +280,141 @@ def _bad(tmp_path: Path, settings_yaml: str) -> BundleError:
     pytest.param("    runtimeClasses: kata\n", 8, "spec.settings.runtimeClasses", "expected a list", id="classes-not-list"),
     pytest.param("    runtimeClasses: []\n", 8, "spec.settings.runtimeClasses", "at least one", id="classes-empty"),
     pytest.param("    overhead: 1\n", 8, "spec.settings.overhead", "unknown field", id="unknown-field"),
+    pytest.param("    overheads: [kata]\n", 8, "spec.settings.overheads", "expected a mapping", id="overheads-list"),
+    pytest.param("    overheads:\n      kata: lots\n", 9, "spec.settings.overheads.kata", "expected a CPU quantity",
+                 id="overheads-garbage"),
+    pytest.param("    overheads:\n      kata: 0.5m\n", 9, "spec.settings.overheads.kata", "whole millicores",
+                 id="overheads-fraction"),
 ])
 def test_bad_settings_name_file_line_field(tmp_path, settings, line, field, text):
     err = _bad(tmp_path, settings)
     assert err.file.endswith("kata-cpu/policy.yaml")
     assert (err.line, err.field) == (line, field)
     assert text in err.message
+
+
+# -- pod templates ---------------------------------------------------------------------------
+TEMPLATE_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob")
+
+
+def _kata_spec(containers: list[tuple[str | None, str | None]], runtime: str = "kata") -> dict[str, Any]:
+    spec = copy.deepcopy(kata_pod(containers, runtime=runtime)["spec"])
+    for key in ("overhead", "volumes", "tolerations", "priority", "serviceAccount", "serviceAccountName"):
+        spec.pop(key, None)
+    for c in spec["containers"]:
+        c.pop("volumeMounts", None)
+    return spec
+
+
+def pod_made_from(obj: dict[str, Any], overhead: str) -> dict[str, Any]:
+    """The Pod a controller makes from ``obj``'s template, as the API server stores it before
+    webhooks: requests defaulted from limits, spec.overhead from the RuntimeClass."""
+    group = obj["apiVersion"].rpartition("/")[0]
+    shape = shape_of(group, obj["kind"])
+    assert shape is not None
+    meta, spec = shape.template(obj)
+    spec = copy.deepcopy(spec)
+    for c in spec["containers"]:
+        res = c.setdefault("resources", {})
+        for k, v in (res.get("limits") or {}).items():
+            res.setdefault("requests", {}).setdefault(k, v)
+    spec["overhead"] = {"cpu": overhead}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **copy.deepcopy(meta)}, "spec": spec}
+
+
+def _cpus(pod: dict[str, Any]) -> list[tuple[str | None, str | None]]:
+    return [(cpu(pod, "containers", i, "requests"), cpu(pod, "containers", i, "limits"))
+            for i in range(len(pod["spec"]["containers"]))]
+
+
+@pytest.mark.parametrize("kind", TEMPLATE_KINDS)
+def test_every_template_kind_gets_what_its_pods_would(kata, kind):
+    """The template is adjusted with the declared overhead exactly as a Pod made from the
+    unadjusted template is; a Pod made from the adjusted template is left as it is."""
+    obj = workload(kind, spec=_kata_spec([("3", "3"), (None, "1")]))
+    d = check(obj, bundle=kata)
+    assert d.allowed and d.obj is not None
+    assert any("pod template: runtimeClassName kata adds 250m" in w for w in d.warnings)
+    direct = check(pod_made_from(obj, "250m"), bundle=kata)
+    from_template = pod_made_from(d.obj, "250m")
+    assert _cpus(from_template) == _cpus(direct.obj) == [("2813m", "2813m"), ("937m", "937m")]
+    again = check(from_template, bundle=kata, user="system:serviceaccount:kube-system:replicaset-controller")
+    assert again.patch == [] and again.warnings == []
+
+
+@pytest.mark.parametrize("kind", TEMPLATE_KINDS)
+def test_a_template_whose_pods_would_be_denied_is_denied(kata, kind):
+    d = check(workload(kind, spec=_kata_spec([("300m", "300m")])), bundle=kata)
+    assert not d.allowed
+    assert "pod template: runtimeClassName kata: the runtime class adds 250m CPU" in d.message
+    assert "at least 350m" in d.message
+
+
+def test_pods_of_adjusted_templates_match_direct_adjustment_on_random_templates(kata):
+    """Whatever the containers: a Pod made from the adjusted template ends (after its own
+    admission, with the real overhead, equal to or other than the declared one) with the CPU
+    the Pod made from the unadjusted template gets, and a second pass changes nothing."""
+    rnd = random.Random(13)
+    compared = 0
+    for _ in range(300):
+        containers = []
+        for _ in range(rnd.randint(1, 3)):
+            r = rnd.choice([None, "150m", "500m", "1", "2500m", "4"])
+            lim = rnd.choice([None, r, "4", "6"]) if r is not None else rnd.choice(["1", "3"])
+            if r is not None and lim is not None and millis(lim) < millis(r):
+                lim = r
+            containers.append((r, lim))
+        obj = workload(rnd.choice(TEMPLATE_KINDS), spec=_kata_spec(containers))
+        real = rnd.choice(["250m", "250m", "300m", "100m"])
+        direct = check(pod_made_from(obj, real), bundle=kata)
+        d = check(obj, bundle=kata)
+        if not d.allowed:
+            assert real != "250m" or not direct.allowed
+            continue
+        made = check(pod_made_from(d.obj, real), bundle=kata)
+        assert made.allowed == direct.allowed, (containers, real, made.message, direct.message)
+        if made.allowed:
+            compared += 1
+            assert _cpus(made.obj) == _cpus(direct.obj), (containers, real)
+    assert compared > 150
+
+
+def test_templates_without_a_declared_overhead_are_left_to_their_pods(tmp_path):
+    b = make_bundle(tmp_path, {"runtimeClasses": ["kata*"], "overheads": {"kata-qemu": "300m", "kata*": "250m"}})
+    dep = workload("Deployment", spec=_kata_spec([("4", "4")], runtime="kata-clh"))
+    assert cpu_of_template(check(dep, bundle=b).obj) == "3750m"  # kata*: 250m
+    dep = workload("Deployment", spec=_kata_spec([("4", "4")], runtime="kata-qemu"))
+    assert cpu_of_template(check(dep, bundle=b).obj) == "3700m"  # its own name beats the glob
+    plain = make_bundle(tmp_path / "2", {"runtimeClasses": ["kata*"]})
+    d = check(dep, bundle=plain)
+    assert d.patch == [] and d.warnings == []
+
+
+def cpu_of_template(obj: dict[str, Any]) -> str | None:
+    return obj["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"]  # type: ignore[no-any-return]
+
+
+def test_a_forged_overhead_marker_with_a_bad_record_is_denied(kata):
+    pod = kata_pod([("4", "4")])
+    pod["metadata"]["annotations"] = {ANNOTATION: "not json", OVERHEAD_ANNOTATION: "250m"}
+    d = run(kata, pod)
+    assert not d.allowed and ANNOTATION in d.message
+
+
+def test_the_opt_out_still_holds_for_templates(kata):
+    """The annotation without the overhead marker: set by hand, the workload is left alone."""
+    dep = workload("Deployment", spec=_kata_spec([("4", "4")]))
+    dep["spec"]["template"]["metadata"]["annotations"] = {ANNOTATION: "{}"}
+    d = check(dep, bundle=kata)
+    assert d.patch == [] and d.warnings == []
+
+
+def test_a_template_update_that_drops_the_cpu_request_is_adjusted_from_the_limit(kata):
+    first = check(workload("Deployment", spec=_kata_spec([("2", "2")])), bundle=kata).obj
+    assert first is not None
+    updated = copy.deepcopy(first)
+    del updated["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+    updated["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "3"
+    d = check(updated, bundle=kata, operation="UPDATE", old=first)
+    c = d.obj["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert (c["requests"]["cpu"], c["limits"]["cpu"]) == ("2750m", "2750m")
