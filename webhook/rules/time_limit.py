@@ -33,6 +33,7 @@ from ..workloads import (
     SHAPES,
     Record,
     Shape,
+    admission_record,
     controller_kind,
     owned_by_custom_resource,
 )
@@ -132,6 +133,13 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
                     findings.append(warn(f"{_where(path)} {value!r} replaced by {chosen!r} set on the {ctx.kind}"))
                 draft.edit(*path, "annotations")[ANNOTATION] = chosen
         record = Record(queue.name, chosen)
+    if shape.is_pod and ctx.from_controller and controller_kind(draft.root) == "Job":
+        # The Job controller copied the Job's record, written by this webhook at the Job's
+        # CREATE into a template nobody can change; the Pod's labels and annotations, copied
+        # from template metadata that a suspended, never-started Job lets anyone edit
+        # (Kubernetes 1.23+), are not a better source. (A CronJob's Jobs, by contrast, are
+        # recorded afresh: a CronJob's template is anyone's to edit.)
+        record = admission_record(draft.root, shape) or record
     _record(draft, shape, record)
     if settings.backstop and queue.max_time_limit is not None:
         findings += _backstop(settings, draft, ctx, queue)

@@ -352,3 +352,20 @@ def test_cronjobs_carry_no_record_their_jobs_do(tl):
     d = run(tl, cronjob({ANN: "6h"}))
     spec = d.obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     assert all(not set(RECORD) & set(env_of(c)) for c in spec["containers"])
+
+
+def test_a_job_controllers_pod_keeps_the_jobs_record_not_its_edited_labels(tl):
+    """Kubernetes 1.23+: a suspended Job that never started may have its template's labels and
+    annotations edited (not its env). The Job controller's Pod then carries the edited limit,
+    and the record from the Job's CREATE: the record stays."""
+    admitted = run(tl, job({ANN: "2h"}, queue="interactive")).obj
+    pod_obj = pod({ANN: "30d"}, queue="scavenger", owner="Job")
+    pod_obj["spec"]["containers"] = copy.deepcopy(admitted["spec"]["template"]["spec"]["containers"])
+    d = run(tl, pod_obj, user=CONTROLLER)
+    assert {k: env_of(d.obj["spec"]["containers"][0])[k] for k in RECORD} == {
+        "BATCHGATE_QUEUE": "interactive", "BATCHGATE_TIME_LIMIT": "2h"}
+    # a user's Pod claiming a Job owner is recorded from what it asks for
+    mine = copy.deepcopy(pod_obj)
+    d = run(tl, mine)
+    assert d.allowed and {k: env_of(d.obj["spec"]["containers"][0])[k] for k in RECORD} == {
+        "BATCHGATE_QUEUE": "scavenger", "BATCHGATE_TIME_LIMIT": "30d"}
