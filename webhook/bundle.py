@@ -92,6 +92,50 @@ class PriorityClass:
 
 
 @dataclass(frozen=True, slots=True)
+class Grant:
+    """One entry of a queue's ``access``: callers in ``namespaces`` (names/globs; empty: any)
+    who are one of ``users``, ``groups`` or ``serviceAccounts`` (globs; all empty: anyone)."""
+
+    namespaces: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    service_accounts: tuple[str, ...] = ()  # "namespace/name" globs
+
+    def admits(self, namespace: str, user: str, groups: tuple[str, ...]) -> bool:
+        if self.namespaces and not matches(self.namespaces, namespace):
+            return False
+        if not (self.users or self.groups or self.service_accounts):
+            return True
+        return (matches(self.users, user) or matches_any(self.groups, groups)
+                or matches(self.service_accounts, _service_account(user)))
+
+    def describe(self) -> str:
+        """``groups hpc-gpu or users bob in namespaces gpu-*``."""
+        who = " or ".join(f"{what} {', '.join(names)}" for what, names in (
+            ("users", self.users), ("groups", self.groups), ("service accounts", self.service_accounts)) if names)
+        where = f"namespaces {', '.join(self.namespaces)}" if self.namespaces else ""
+        if who and where:
+            return f"{who} in {where}"
+        return who or where or "everyone"
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """Who may use a queue (or whole nodes in it), as Slurm's AllowGroups/AllowAccounts: any
+    one grant admits. No grants (``none`` in bundle.yaml): only the bundle's admins."""
+
+    grants: tuple[Grant, ...] = ()
+
+    def admits(self, namespace: str, user: str, groups: tuple[str, ...]) -> bool:
+        return any(g.admits(namespace, user, groups) for g in self.grants)
+
+    def describe(self) -> str:
+        if not self.grants:
+            return "the bundle's admins only"
+        return "; or ".join(g.describe() for g in self.grants)
+
+
+@dataclass(frozen=True, slots=True)
 class Queue:
     name: str
     priority_class: str
@@ -99,6 +143,8 @@ class Queue:
     default_time_limit: int | None  # seconds
     max_time_limit: int | None
     node_selector: dict[str, str]
+    access: Access | None = None  # who may use the queue; None: everyone
+    exclusive_access: Access | None = None  # who may take whole nodes in it; None: whoever may use it
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,7 +454,8 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
 
     queues: dict[str, Queue] = {}
     for node in spec.req("queues").seq():
-        node.mapping(allowed=("name", "priorityClass", "scavenger", "timeLimit", "nodeSelector"))
+        node.mapping(allowed=("name", "priorityClass", "scavenger", "timeLimit", "nodeSelector", "access",
+                              "exclusiveAccess"))
         name = node.req("name").str(pattern=NAME, hint="a lowercase DNS name")
         if name in queues:
             node.req("name").fail("duplicate queue")
@@ -433,6 +480,8 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
             default_time_limit=default,
             max_time_limit=maximum,
             node_selector=_label_map(sel) if sel else {},
+            access=parse_access(node, "access"),
+            exclusive_access=parse_access(node, "exclusiveAccess"),
         )
     if not queues:
         spec.req("queues").fail("declare at least one queue")
@@ -475,6 +524,7 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
         ))
 
     _check_node_selectors(spec, namespaces, queues)
+    _check_default_queues(spec, dq, namespaces, queues, default_queue)
 
     excluded: tuple[str, ...] = DEFAULT_EXCLUDED_NAMESPACES
     if (ex := spec.get("exclude")) is not None:
@@ -589,8 +639,91 @@ def _check_node_selectors(spec: Node, namespaces: list[NamespaceRule], queues: d
                     )
 
 
+def _check_default_queues(spec: Node, dq: Node | None, namespaces: list[NamespaceRule],
+                          queues: dict[str, Queue], default_queue: str) -> None:
+    """A default queue that is closed to the namespaces it is the default of would deny every
+    workload there that names no queue: refused at load, at the line to fix. Namespaces named
+    exactly are checked; a glob matches names the loader cannot list."""
+    for i, rule in enumerate(namespaces):
+        name = rule.default_queue or default_queue
+        access = queues[name].access
+        if access is None:
+            continue
+        for ns in rule.names:
+            if any(c in ns for c in "*?[") or any(not g.namespaces or matches(g.namespaces, ns)
+                                                   for g in access.grants):
+                continue
+            where = spec.req("namespaces").seq()[i]
+            (where.get("defaultQueue") or where.req("names")).fail(
+                f"namespace {ns} defaults to queue {name!r}, which is open to {access.describe()}; "
+                "open the queue to the namespace or give it another defaultQueue")
+    closed = queues[default_queue].access
+    if closed is not None and not closed.grants:
+        (dq or spec).fail(f"the default queue {default_queue!r} is open to the bundle's admins only "
+                          "(access: none): every workload that names no queue would be denied")
+
+
 def _queue_node(spec: Node, name: str) -> Node:
     return next(n for n in spec.req("queues").seq() if n.get("name") and n.req("name").value == name)
+
+
+ACCESS_FIELDS = ("namespaces", "users", "groups", "serviceAccounts")
+NAMESPACE_GLOB = r"[a-z0-9*?\[\]-]+"
+
+
+def parse_access(queue: Node, key: str) -> Access | None:
+    """A queue's ``access`` or ``exclusiveAccess``: absent (None: no restriction), the string
+    ``none`` (the bundle's admins only), one grant, or a list of grants (any one admits)."""
+    if key not in queue.value:
+        return None
+    if queue.value[key] is None:
+        dict(queue.items())[key].fail(
+            "names nobody; leave the field out to open the queue to everyone, or write `none` to "
+            "keep it to the bundle's admins")
+    node = queue.req(key)
+    if node.value == "none":
+        return Access(())
+    if isinstance(node.value, str):
+        node.fail("expected `none`, a grant {namespaces, users, groups, serviceAccounts} or a list of grants")
+    items = node.seq() if isinstance(node.value, list) else [node]
+    if not items:
+        node.fail("names nobody; leave the field out to open the queue to everyone, or write `none` "
+                  "to keep it to the bundle's admins")
+    return Access(tuple(_parse_grant(g) for g in items))
+
+
+def _parse_grant(node: Node) -> Grant:
+    if isinstance(node.value, dict) and "namespaceSelector" in node.value:
+        node.req("namespaceSelector").fail(
+            "namespace label selectors are not supported: an AdmissionReview carries no namespace "
+            "labels and the webhook has no API access to read them; list namespaces by name or glob")
+    node.mapping(allowed=ACCESS_FIELDS)
+    for key in ACCESS_FIELDS:
+        if key in node.value and not node.value[key]:
+            dict(node.items())[key].fail("empty: list at least one entry, or leave the field out")
+    if not node.value:
+        node.fail(f"names nobody; give at least one of {', '.join(ACCESS_FIELDS)}")
+    for n in node.each("namespaces"):
+        n.str(pattern=NAMESPACE_GLOB, hint="a namespace name or glob (lowercase letters, digits, '-', '*', '?')")
+    for n in node.each("users"):
+        user = n.str()
+        if user.startswith("system:serviceaccount:"):
+            n.fail("a service account: list it under serviceAccounts as namespace/name")
+        if user != user.strip():
+            n.fail("leading or trailing spaces")
+    for n in node.each("groups"):
+        if n.str() != n.value.strip():
+            n.fail("leading or trailing spaces")
+    for n in node.each("serviceAccounts"):
+        ns, _, name = n.str().partition("/")
+        if not ns or not name or "/" in name:
+            n.fail("expected namespace/name (globs allowed, e.g. ci/* or team-*/runner)")
+    return Grant(
+        namespaces=node.opt("namespaces", Node.str_list, ()),
+        users=node.opt("users", Node.str_list, ()),
+        groups=node.opt("groups", Node.str_list, ()),
+        service_accounts=node.opt("serviceAccounts", Node.str_list, ()),
+    )
 
 
 def parse_principals(node: Node | None) -> Principals | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .contract import (
+    EXCLUSIVE_LABEL,
     POD_GROUP_LABEL,
     POD_GROUP_SIZE_LABEL,
     QUEUE_LABEL,
@@ -123,6 +124,25 @@ def requested_queue(obj: Any, shape: Shape | None) -> Any:
     if value is None and shape is not None and not shape.is_pod:
         value = _labels(dig(obj, shape.pod_meta)).get(QUEUE_LABEL)
     return value
+
+
+def label_places(shape: Shape | None) -> tuple[Path, ...]:
+    """Every metadata whose labels reach the workload or its pods, outermost first: the object's,
+    a CronJob's Job template's (copied into each Job), the pod template's."""
+    if shape is None or shape.is_pod:
+        return (("metadata",),)
+    middle: tuple[Path, ...] = ((*_CRON_TEMPLATE[:2], "metadata"),) if shape.kind == "CronJob" else ()
+    return (("metadata",), *middle, shape.pod_meta)
+
+
+def labels_everywhere(obj: Any, shape: Shape | None, key: str) -> list[Any]:
+    """The values of label ``key`` wherever the object keeps one (:func:`label_places`)."""
+    return [v for path in label_places(shape) if (v := _labels(dig(obj, path)).get(key)) is not None]
+
+
+def asks_exclusive(obj: Any, shape: Shape | None) -> bool:
+    """The workload asks for whole nodes (``batchgate.io/exclusive: "true"`` on it or its template)."""
+    return "true" in labels_everywhere(obj, shape, EXCLUSIVE_LABEL)
 
 
 def time_limits(obj: Any, shape: Shape | None) -> Iterator[tuple[Path, bool, Any]]:

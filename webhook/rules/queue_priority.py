@@ -64,12 +64,7 @@ def validate(settings: None, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
             f"queue {ctx.queue_name!r} does not exist; set the label {QUEUE_LABEL} to one of: "
             f"{', '.join(bundle.queues)}"
         )]
-    rule = ctx.namespace_rule
-    if rule and rule.allowed_queues is not None and ctx.queue.name not in rule.allowed_queues and not ctx.admin:
-        return [deny(
-            f"queue {ctx.queue.name!r} is not available in namespace {ctx.namespace}; "
-            f"use {QUEUE_LABEL}: one of {', '.join(rule.allowed_queues)}"
-        )]
+    # Whether this caller may use the queue is the policy queue-access's to say.
     if ctx.shape is None:
         return []
     spec = dig(obj, ctx.shape.pod_spec) or {}
@@ -117,7 +112,8 @@ TYPE = RuleType(
         "Every workload runs in a queue (`batchgate.io/queue`: interactive, batch, scavenger; "
         "else the namespace's or bundle's default) and gets the queue's PriorityClass; Pods also "
         "get the class's integer `priority` and `preemptionPolicy` (the Priority admission plugin "
-        "wrote 0 before the webhook ran). Users may not pick other classes (admins may)."
+        "wrote 0 before the webhook ran). Users may not pick other classes (admins may); who may use "
+        "which queue is `queue-access`."
     ),
     parse=no_settings,
     mutate=mutate,

@@ -101,18 +101,6 @@ def test_namespace_default_queue(tmp_path):
     assert d.obj["metadata"]["labels"]["batchgate.io/queue"] == "batch", "the bundle-wide default elsewhere"
 
 
-def test_queue_closed_in_a_namespace(tmp_path):
-    b = make_bundle(tmp_path, namespaces)
-    d = run(b, queued(sample("pod-no-queue.yaml"), "batch"), namespace="overnight")
-    assert not d.allowed
-    assert d.message == ("queue-priority: queue 'batch' is not available in namespace overnight; "
-                         "use batchgate.io/queue: one of scavenger")
-    admin = run(b, queued(sample("pod-no-queue.yaml"), "batch"), namespace="overnight",
-                user="carol", groups=("batchgate:admins",))
-    assert admin.allowed
-    assert run(b, sample("pod-no-queue.yaml"), namespace="overnight").obj["spec"]["priority"] == -1000
-
-
 def test_unknown_queue_lists_the_queues(qp):
     d = run(qp, queued(sample("pod-no-queue.yaml"), "gpu"))
     assert not d.allowed

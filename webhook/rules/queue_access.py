@@ -1,0 +1,151 @@
+"""``queue-access``: who may use a queue, and who may take whole nodes in it.
+
+Two checks, both must pass (the bundle's admins pass both):
+
+- the namespace's ``allowedQueues`` (bundle ``namespaces:``), Kueue's LocalQueue-per-namespace;
+- the queue's ``access`` (bundle ``queues[].access``), Slurm's AllowGroups/AllowAccounts: grants
+  of namespaces (names, globs) and users, groups, service accounts; absent, the queue is open to
+  all. ``exclusiveAccess`` says the same for ``batchgate.io/exclusive: "true"`` in that queue.
+
+Who is judged is whoever creates or updates the workload: a Pod, or any kind that makes pods
+(templates are judged as the pods they will make), and a ScavengerJob (its scavenger queue).
+Objects that a controller made from an owner admitted here (the bundle's ``controllers``, and
+this policy's ``controllers``: the reconciler, which makes a ScavengerJob's Jobs) are not judged
+again, since their creator is not the user. On UPDATE only what the update adds is judged: a
+queue the object did not name before, or whole nodes it did not ask for before (or in a queue
+newly named), so that a queue closed later does not stall updates of running work, while
+relabelling a workload or its template into a closed queue is denied like a CREATE.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..bundle import Access, Principals, parse_principals
+from ..contract import EXCLUSIVE_LABEL, QUEUE_LABEL
+from ..workloads import asks_exclusive, labels_everywhere, requested_queue
+from ..yamlsrc import Node
+from .base import ALL_POD_TEMPLATE_KINDS, Ctx, Finding, RuleType, deny
+
+if TYPE_CHECKING:
+    from ..bundle import Bundle
+
+RECONCILER = "batchgate-system/batchgate-reconciler"
+SHOWN_GROUPS = 8  # a caller's groups named in a denial; the rest are counted
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # Besides the bundle's controllers: identities that make workloads (with a controlling
+    # owner) from an object this policy already judged.
+    controllers: Principals = field(default_factory=lambda: Principals(service_accounts=(RECONCILER,)))
+
+
+def parse(node: Node, bundle: Bundle) -> Settings:
+    node.mapping(allowed=("controllers",))
+    controllers = parse_principals(node.get("controllers"))
+    return Settings(controllers=controllers) if controllers is not None else Settings()
+
+
+def queues_named(obj: Any, ctx: Ctx) -> set[str]:
+    """Every queue the object names (its label, a CronJob's Job template's, the pod template's),
+    or the queue it defaults to when it names none."""
+    named = ({v for v in labels_everywhere(obj, ctx.shape, QUEUE_LABEL) if isinstance(v, str)}
+             if ctx.shape is not None else set())  # a ScavengerJob runs in the scavenger queue, whatever its labels
+    if not named:
+        named.add(ctx.bundle.queue_for(ctx.group, ctx.kind, requested_queue(obj, ctx.shape), ctx.namespace)[0])
+    return named
+
+
+def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
+    if ctx.admin or ctx.from_controller or _made_by(settings, obj, ctx):
+        return []
+    bundle = ctx.bundle
+    named = queues_named(obj, ctx)
+    exclusive = ctx.shape is not None and asks_exclusive(obj, ctx.shape)
+    if ctx.operation == "UPDATE" and ctx.old_object is not None:
+        before = queues_named(ctx.old_object, ctx)
+        was_exclusive = ctx.shape is not None and asks_exclusive(ctx.old_object, ctx.shape)
+        judged = named - before
+        exclusive_in = named if exclusive and not was_exclusive else (judged if exclusive else set())
+    else:
+        judged, exclusive_in = named, (named if exclusive else set())
+    findings: list[Finding] = []
+    rule = ctx.namespace_rule
+    for name in sorted(judged):
+        queue = bundle.queues.get(name)
+        if queue is None:
+            if name != ctx.queue_name:  # the queue the workload runs in: queue-priority says it
+                findings.append(deny(f"queue {name!r} does not exist; set the label {QUEUE_LABEL} to one "
+                                     f"of: {', '.join(bundle.queues)}"))
+            continue
+        if rule and rule.allowed_queues is not None and name not in rule.allowed_queues:
+            findings.append(deny(
+                f"queue {name!r} is not available in namespace {ctx.namespace}; "
+                f"use {QUEUE_LABEL}: one of {', '.join(rule.allowed_queues)}"
+            ))
+        elif queue.access is not None and not queue.access.admits(ctx.namespace, ctx.username, ctx.groups):
+            findings.append(deny(
+                f"queue {name!r} is open to {queue.access.describe()}; {_you(ctx)}; "
+                f"{_open_here(ctx)}"
+            ))
+    for name in sorted(exclusive_in):
+        queue = bundle.queues.get(name)
+        access = queue.exclusive_access if queue is not None else None
+        if access is not None and not access.admits(ctx.namespace, ctx.username, ctx.groups):
+            findings.append(deny(
+                f"whole nodes ({EXCLUSIVE_LABEL}: \"true\") in queue {name!r} are open to "
+                f"{access.describe()}; {_you(ctx)}; leave {EXCLUSIVE_LABEL} out"
+            ))
+    return findings
+
+
+def _made_by(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> bool:
+    """An object with a controlling owner, made by one of this policy's own controllers."""
+    owners = (obj.get("metadata") or {}).get("ownerReferences")
+    controlled = isinstance(owners, list) and any(isinstance(o, dict) and o.get("controller") is True
+                                                  for o in owners)
+    return controlled and settings.controllers.contains(ctx.username, ctx.groups)
+
+
+def _you(ctx: Ctx) -> str:
+    prefix = "system:serviceaccount:"
+    who = (f"service account {ctx.username[len(prefix):].replace(':', '/', 1)}"
+           if ctx.username.startswith(prefix) else ctx.username or "an anonymous caller")
+    groups = [g for g in ctx.groups if g != "system:authenticated"]
+    shown = ", ".join(groups[:SHOWN_GROUPS]) + (f" and {len(groups) - SHOWN_GROUPS} more"
+                                                 if len(groups) > SHOWN_GROUPS else "")
+    return f"you are {who} ({'groups ' + shown if groups else 'no groups'}) in namespace {ctx.namespace}"
+
+
+def _open_here(ctx: Ctx) -> str:
+    """The queues this caller may use in this namespace, for the denial."""
+    rule = ctx.namespace_rule
+    usable = [q.name for q in ctx.bundle.queues.values()
+              if (rule is None or rule.allowed_queues is None or q.name in rule.allowed_queues)
+              and _admits(q.access, ctx)]
+    if not usable:
+        return "no queue is open to you here; ask an admin"
+    return f"ask an admin for access, or use {QUEUE_LABEL}: one of {', '.join(usable)}"
+
+
+def _admits(access: Access | None, ctx: Ctx) -> bool:
+    return access is None or access.admits(ctx.namespace, ctx.username, ctx.groups)
+
+
+TYPE = RuleType(
+    name="queue-access",
+    doc=(
+        "Who may use a queue: the namespace's `allowedQueues` and the queue's `access` (namespaces, "
+        "users, groups, service accounts; Slurm's AllowGroups/AllowAccounts), and who may take whole "
+        "nodes in it (`exclusiveAccess` for `batchgate.io/exclusive`). Judged on CREATE and on every "
+        "UPDATE that names a new queue or asks for whole nodes; admins may use every queue."
+    ),
+    parse=parse,
+    validate=validate,
+    default_kinds=(*ALL_POD_TEMPLATE_KINDS, ("batchgate.io", "v1alpha1", "ScavengerJob")),
+    default_operations=("CREATE", "UPDATE"),
+    default_failure_policy="Fail",
+    order=10,
+)
