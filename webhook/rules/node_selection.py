@@ -222,6 +222,12 @@ def place_exclusive(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]
         return findings
 
     group = exclusive_group(ctx, draft)
+    kept = labels.get(EXCLUSIVE_GROUP_LABEL)
+    if ctx.from_controller and shape.template_mutable and isinstance(kept, str) and kept:
+        # A Deployment's ReplicaSet: its template is the Deployment's, admitted with the group
+        # written there. The deployment controller finds its ReplicaSet by comparing templates;
+        # a template rewritten here would make it create another ReplicaSet, and so on.
+        group = kept
     changed = False
     if labels.get(EXCLUSIVE_LABEL) != "true":
         draft.set(*shape.pod_meta, "labels", EXCLUSIVE_LABEL, "true")

@@ -350,3 +350,24 @@ def test_each_job_of_a_cronjob_gets_its_own_group(bundle):
     assert group != cron_group and group.startswith("job-nightly-27301440-")
     assert terms(d.obj, "Job")[-1]["labelSelector"]["matchExpressions"][-1]["values"] == [group]
     assert sum(is_exclusive_term(t) for t in terms(d.obj, "Job")) == 1
+
+
+def test_a_deployments_replicaset_keeps_the_admitted_template(bundle):
+    """The deployment controller finds its ReplicaSet by comparing templates: the ReplicaSet it
+    makes from an exclusive Deployment's template must not be regrouped, or it makes another
+    ReplicaSet, and another (seen on a real controller-manager). Its Pods get their own group."""
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "demo"},
+           "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "template": {
+               "metadata": {"labels": {"app": "web", "batchgate.io/exclusive": "true"}},
+               "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}
+    admitted = run(bundle, dep).obj["spec"]["template"]
+    rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+          "metadata": {"name": "web-5d8f9", "namespace": "demo", "labels": dict(admitted["metadata"]["labels"]),
+                       "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                                            "uid": "9c1d", "controller": True}]},
+          "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "template": copy.deepcopy(admitted)}}
+    d = run(bundle, rs, **CONTROLLER)
+    assert d.obj["spec"]["template"] == admitted and d.patch == []
+    # a user's ReplicaSet claiming the same owner is regrouped by its own name
+    mine = run(bundle, rs).obj["spec"]["template"]["metadata"]["labels"][EXCLUSIVE_GROUP_LABEL]
+    assert mine.startswith("replicaset-web-5d8f9-")
