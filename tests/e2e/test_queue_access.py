@@ -25,12 +25,9 @@ from typing import Any
 
 import pytest
 import yaml
-
-pytest.register_assert_rewrite("server_fixtures")  # imported here before it loads as a plugin
-from cluster import KubeApiError, require_components, wait_for  # noqa: E402
-from server_fixtures import (  # noqa: E402
+from cluster import REPO_ROOT, KubeApiError, require_components, wait_for
+from harness import (
     QUEUE_LABEL,
-    REPO_ROOT,
     WebhookServer,
     container,
     create,
@@ -43,9 +40,7 @@ from server_fixtures import (  # noqa: E402
     unique,
 )
 
-from webhook.generate import webhook_configurations  # noqa: E402
-
-pytest_plugins = ["server_fixtures"]
+from webhook.generate import webhook_configurations
 
 EXCLUSIVE = "batchgate.io/exclusive"
 SCOPE = "batchgate-e2e/queue-access"

@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from tests.conftest import POLICIES
-from tests.unit.rules.helpers import checked_decide, settings_error
+from tests.unit.conftest import checked_decide, decided, settings_error
 from webhook.bundle import Bundle
 from webhook.engine import Decision
-from webhook.offline import Caller
+from webhook.offline import Caller, synthetic_review
 from webhook.rules import load_bundle
 from webhook.yamlsrc import BundleError
 
@@ -72,11 +72,9 @@ def run(bundle: Bundle, obj: dict[str, Any], who: tuple[str, tuple[str, ...]] = 
                     namespace=namespace)
     if old is None:
         return checked_decide(bundle, obj, caller)
-    from webhook.engine import decide
-    from webhook.offline import synthetic_review
     old = copy.deepcopy(old)
     old["metadata"]["namespace"] = namespace
-    d = decide(synthetic_review(obj, caller, old_object=old), bundle, phase="check")
+    d = decided(synthetic_review(obj, caller, old_object=old), bundle)
     assert d.errors == []
     return d
 
