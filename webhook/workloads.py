@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .contract import (
-    EXCLUSIVE_LABEL,
     POD_GROUP_LABEL,
     POD_GROUP_SIZE_LABEL,
     QUEUE_LABEL,
@@ -135,14 +134,9 @@ def label_places(shape: Shape | None) -> tuple[Path, ...]:
     return (("metadata",), *middle, shape.pod_meta)
 
 
-def labels_everywhere(obj: Any, shape: Shape | None, key: str) -> list[Any]:
-    """The values of label ``key`` wherever the object keeps one (:func:`label_places`)."""
-    return [v for path in label_places(shape) if (v := _labels(dig(obj, path)).get(key)) is not None]
-
-
-def asks_exclusive(obj: Any, shape: Shape | None) -> bool:
-    """The workload asks for whole nodes (``batchgate.io/exclusive: "true"`` on it or its template)."""
-    return "true" in labels_everywhere(obj, shape, EXCLUSIVE_LABEL)
+def label_maps(obj: Any, shape: Shape | None) -> list[dict[str, Any]]:
+    """The labels of every metadata in :func:`label_places` (empty dicts where absent)."""
+    return [_labels(dig(obj, path)) for path in label_places(shape)]
 
 
 def time_limits(obj: Any, shape: Shape | None) -> Iterator[tuple[Path, bool, Any]]:

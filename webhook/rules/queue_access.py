@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..bundle import Access, Principals, parse_principals
 from ..contract import EXCLUSIVE_LABEL, QUEUE_LABEL
-from ..workloads import asks_exclusive, labels_everywhere, requested_queue
+from ..workloads import label_maps
 from ..yamlsrc import Node
 from .base import ALL_POD_TEMPLATE_KINDS, Ctx, Finding, RuleType, deny
 
@@ -48,25 +48,24 @@ def parse(node: Node, bundle: Bundle) -> Settings:
     return Settings(controllers=controllers) if controllers is not None else Settings()
 
 
-def queues_named(obj: Any, ctx: Ctx) -> set[str]:
+def asked(obj: Any, ctx: Ctx) -> tuple[set[str], bool]:
     """Every queue the object names (its label, a CronJob's Job template's, the pod template's),
-    or the queue it defaults to when it names none."""
-    named = ({v for v in labels_everywhere(obj, ctx.shape, QUEUE_LABEL) if isinstance(v, str)}
-             if ctx.shape is not None else set())  # a ScavengerJob runs in the scavenger queue, whatever its labels
-    if not named:
-        named.add(ctx.bundle.queue_for(ctx.group, ctx.kind, requested_queue(obj, ctx.shape), ctx.namespace)[0])
-    return named
+    or the queue it defaults to when it names none; and whether it asks for whole nodes."""
+    if ctx.shape is None:  # a ScavengerJob runs in the scavenger queue, whatever its labels
+        return {ctx.queue_name}, False
+    maps = label_maps(obj, ctx.shape)
+    named = {q for m in maps if isinstance(q := m.get(QUEUE_LABEL), str)}
+    return (named or {ctx.bundle.default_queue_for(ctx.namespace)},
+            any(m.get(EXCLUSIVE_LABEL) == "true" for m in maps))
 
 
 def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
     if ctx.admin or ctx.from_controller or _made_by(settings, obj, ctx):
         return []
     bundle = ctx.bundle
-    named = queues_named(obj, ctx)
-    exclusive = ctx.shape is not None and asks_exclusive(obj, ctx.shape)
+    named, exclusive = asked(obj, ctx)
     if ctx.operation == "UPDATE" and ctx.old_object is not None:
-        before = queues_named(ctx.old_object, ctx)
-        was_exclusive = ctx.shape is not None and asks_exclusive(ctx.old_object, ctx.shape)
+        before, was_exclusive = asked(ctx.old_object, ctx)
         judged = named - before
         exclusive_in = named if exclusive and not was_exclusive else (judged if exclusive else set())
     else:
