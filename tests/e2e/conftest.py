@@ -9,6 +9,10 @@
 * ``webhook_server`` (session): the real ``batchgate serve`` registered with the API server
   as a deployment would have it (``harness.py`` says what it brings);
 * ``module_namespace`` (module): one ordinary user namespace shared by a module's tests.
+* ``reconciler`` (function): starts ``batchgate reconcile`` processes for the test's namespace
+  (killed after it; their logs printed, shown when it fails); ``node``: a big fake Node.
+* ``kata_runtime_class`` / ``kata_big_runtime_class`` (session): RuntimeClasses with 250m / 300m
+  CPU overhead.
 
 Test modules import their helpers from ``cluster.py`` (the control plane) and
 ``harness.py`` (the webhook, object builders, predictions); both are assertion-rewritten.
@@ -22,8 +26,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
 import sys
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +41,7 @@ pytest.register_assert_rewrite("cluster", "harness")
 import cluster as _cluster  # noqa: E402
 from cluster import REPO_ROOT, wait_for  # noqa: E402
 from harness import (  # noqa: E402
+    Reconciler,
     Webhook,
     WebhookServer,
     apply_manifests,
@@ -167,6 +174,41 @@ def module_namespace(kube: Any, webhook_server: Webhook, request: pytest.Fixture
     finally:
         with contextlib.suppress(Exception):
             kube.delete_namespace(name)
+
+
+@pytest.fixture
+def reconciler(kube: Any, namespace: str, tmp_path: Path) -> Iterator[Callable[..., Reconciler]]:
+    """Start ``batchgate reconcile`` processes for this test's namespace; all are killed after it."""
+    started: list[Reconciler] = []
+
+    def start(identity: str = "r1", *, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> Reconciler:
+        log = tmp_path / f"reconciler-{identity}-{len(started)}.log"
+        cmd = [sys.executable, "-m", "webhook", "--log-level", "INFO", "reconcile",
+               "--kubeconfig", kube.kubeconfig("admin"), "--namespace", namespace,
+               "--lease-namespace", namespace, "--identity", identity,
+               "--warning-lead", "4s", "--resync", "30s", *args]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                    env={**os.environ, **(env or {})})
+        r = Reconciler(proc, log, identity)
+        started.append(r)
+        return r
+
+    yield start
+    for r in started:
+        with contextlib.suppress(Exception):
+            r.kill()
+        print(f"--- {r.log.name} (exit {r.proc.returncode}) ---\n{r.logs()}")  # shown when the test fails
+
+
+@pytest.fixture
+def node(kube: Any) -> Iterator[str]:
+    """A fake Node with room for anything (64 CPUs, 256Gi), deleted after the test."""
+    name = f"bg-node-{uuid.uuid4().hex[:6]}"
+    kube.create_node(name, cpu="64", memory="256Gi")
+    yield name
+    with contextlib.suppress(Exception):
+        kube.delete_node(name)
 
 
 def runtime_class(kube: Any, name: str, cpu: str) -> Iterator[dict[str, Any]]:

@@ -28,6 +28,7 @@ import copy
 import http.client
 import json
 import os
+import signal
 import ssl
 import subprocess
 import sys
@@ -288,6 +289,24 @@ def label_system_namespaces(kube: Any) -> None:
         with contextlib.suppress(KubeApiError):  # kube-public may not exist yet
             kube.patch(f"/api/v1/namespaces/{ns}",
                        {"metadata": {"labels": {DISABLED_LABEL: "disabled"}}})
+
+
+class Reconciler:
+    """A ``batchgate reconcile`` process the ``reconciler`` fixture started."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], log: Path, identity: str) -> None:
+        self.proc, self.log, self.identity = proc, log, identity
+
+    def kill(self, sig: int = signal.SIGKILL) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=30)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def logs(self) -> str:
+        return tail(self.log, 60)
 
 
 # --------------------------------------------------------------------------

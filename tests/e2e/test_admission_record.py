@@ -19,15 +19,7 @@ from typing import Any
 import pytest
 from cluster import KubeApiError, now_rfc3339, require_components
 from harness import QUEUE_LABEL, TIME_LIMIT, Webhook, create, job, jobs_path, pod, pods_path
-from test_reconciler import (  # noqa: F401  (fixtures: node, reconciler)
-    DEADLINE,
-    STARTED,
-    epoch,
-    events,
-    gone_or_deleting,
-    node,
-    reconciler,
-)
+from test_reconciler import DEADLINE, STARTED, epoch, events, gone_or_deleting
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,7 +78,7 @@ def refused(call: Any) -> tuple[int, str]:
 
 
 def test_relabelled_or_removed_limits_are_still_enforced_from_the_record(
-        kube, webhook_server, namespace, node, reconciler, outage, lowered_bundle):  # noqa: F811
+        kube, webhook_server, namespace, node, reconciler, outage, lowered_bundle):
     require_components(kube, "kube-controller-manager", "kube-scheduler")
     ns = namespace
     on_node = {"nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 5}

@@ -14,19 +14,18 @@ planned on everything that came before it.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import free_port, now_rfc3339, require_components, tail
+from cluster import free_port, now_rfc3339, require_components
 
 # The reconciler is under test here, not the webhook: should an earlier module of the
 # session have registered the webhook, it leaves these namespaces alone (the reconciler
@@ -44,56 +43,8 @@ SIZE = "batchgate.io/pod-group-size"
 COSCHED = "scheduling.x-k8s.io/pod-group"
 
 
-# -- processes ---------------------------------------------------------------
-class Reconciler:
-    def __init__(self, proc: subprocess.Popen[bytes], log: Path, identity: str) -> None:
-        self.proc, self.log, self.identity = proc, log, identity
-
-    def kill(self, sig: int = signal.SIGKILL) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout=30)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def logs(self) -> str:
-        return tail(self.log, 60)
-
-
-@pytest.fixture
-def reconciler(kube: Any, namespace: str, tmp_path: Path) -> Iterator[Callable[..., Reconciler]]:
-    """Start ``batchgate reconcile`` processes for this test's namespace; all are killed after it."""
-    started: list[Reconciler] = []
-
-    def start(identity: str = "r1", *, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> Reconciler:
-        log = tmp_path / f"reconciler-{identity}-{len(started)}.log"
-        cmd = [sys.executable, "-m", "webhook", "--log-level", "INFO", "reconcile",
-               "--kubeconfig", kube.kubeconfig("admin"), "--namespace", namespace,
-               "--lease-namespace", namespace, "--identity", identity,
-               "--warning-lead", "4s", "--resync", "30s", *args]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **(env or {})})
-        r = Reconciler(proc, log, identity)
-        started.append(r)
-        return r
-
-    yield start
-    for r in started:
-        with contextlib.suppress(Exception):
-            r.kill()
-        print(f"--- {r.log.name} (exit {r.proc.returncode}) ---\n{r.logs()}")  # shown when the test fails
-
-
-# -- objects ------------------------------------------------------------------
-@pytest.fixture
-def node(kube: Any) -> Iterator[str]:
-    name = f"bg-node-{uuid.uuid4().hex[:6]}"
-    kube.create_node(name, cpu="64", memory="256Gi")
-    yield name
-    with contextlib.suppress(Exception):
-        kube.delete_node(name)
+# The reconciler processes (the ``reconciler`` fixture) and a big fake node (``node``) are in
+# conftest.py: other modules start reconcilers the same way.
 
 
 def pod_body(name: str, *, node: str | None = None, annotations: dict[str, str] | None = None,
