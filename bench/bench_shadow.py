@@ -151,27 +151,81 @@ def cpu_ms(fn: Any, passes: int) -> tuple[float, float, float]:
 
 
 # -- 2. the replay ---------------------------------------------------------------------------
-def replay(rng: random.Random, *, hours: float = 24, rate_per_min: float = 0.6, n_nodes: int = 20,
-           node_cpu: int = 64, margin: float = 300.0) -> list[float]:
-    nodes = [node(f"n{i}", node_cpu, "a" if i < 4 else "b") for i in range(n_nodes)]
-    mw = window("mw", NOW + 10 * HOUR, NOW + 12 * HOUR, rack="a")
-    mw_view = window_view(mw)
-    assert mw_view.window is not None
-    win = mw_view.window
-    jobs: list[dict[str, Any]] = []
+LIMITS = (15, 30, 60, 120, 240, 480)  # minutes: the round values users pick as limits
+SIZES = (1, 2, 4, 8, 16, 32)  # CPUs per job (one pod)
+SIGMA = 0.5  # spread of one program's runtimes around its typical one (lognormal sigma)
+
+
+@dataclasses.dataclass(slots=True)
+class Job:
+    id: int
+    user: str
+    program: str
+    arrive: float
+    cpu: int
+    limit: float
+    runtime: float
+    ends_well: bool  # Complete: not failed, not stopped at its limit (only such runs teach the predictor)
+    prio: int
+    start: float | None = None
+    node: str | None = None
+    estimates: dict[str, float | None] = dataclasses.field(default_factory=dict)
+
+
+def workload(rng: random.Random, *, model: str, hours: float, rate_per_min: float, sigma: float) -> list[Job]:
+    """A day of arrivals. ``model`` "repeat": users run the same programs again and again (each
+    program: a size, a limit, a typical share of the limit, and runs that scatter around it);
+    "iid": every job's runtime is drawn afresh (50-100 % of its limit), so history says nothing."""
+    users = [f"u{i}" for i in range(30)]
+    weights = [1 / (i + 1) for i in range(len(users))]  # a few users submit most jobs
+    programs: dict[str, list[tuple[str, int, float, float]]] = {}
+    for u in users:
+        programs[u] = [(f"{u}/app{k}:1", rng.choice(SIZES), rng.choice(LIMITS) * 60.0, rng.uniform(0.05, 1.0))
+                       for k in range(rng.randint(1, 3))]
+    last: dict[str, int] = {}
+    jobs: list[Job] = []
     t = NOW
-    while t < NOW + hours * HOUR:
+    while True:
         t += rng.expovariate(rate_per_min / 60)
-        limit = rng.choice((30, 60, 120, 240, 480)) * 60.0
-        jobs.append({"id": len(jobs), "arrive": t, "cpu": rng.choice((1, 2, 4, 8, 16, 32)), "limit": limit,
-                     "runtime": limit * rng.uniform(0.5, 1.0), "prio": 1000 if rng.random() < 1 / 3 else 0,
-                     "start": None, "node": None, "estimate": None})
-    free = {n.name: node_cpu for n in nodes}
-    running: list[dict[str, Any]] = []
-    pending: list[dict[str, Any]] = []
-    events = sorted((j["arrive"], 0, j["id"]) for j in jobs)
+        if t >= NOW + hours * HOUR:
+            return jobs
+        user = rng.choices(users, weights)[0]
+        mine = programs[user]
+        k = last.get(user, 0) if rng.random() < 0.8 else rng.randrange(len(mine))  # mostly what they ran last
+        last[user] = k
+        program, cpu, limit, share = mine[k]
+        fate = rng.random()
+        if model == "iid":
+            runtime, ends_well = limit * rng.uniform(0.5, 1.0), True
+        elif fate < 0.10:  # runs into its limit and is stopped there
+            runtime, ends_well = limit, False
+        elif fate < 0.20:  # fails early
+            runtime, ends_well = limit * rng.uniform(0.0, 0.05), False
+        else:
+            runtime = min(limit * share * rng.lognormvariate(0.0, sigma), limit)
+            ends_well = runtime < limit
+        jobs.append(Job(len(jobs), user, program, t, cpu, limit, max(runtime, 1.0), ends_well,
+                        1000 if rng.random() < 1 / 3 else 0))
+
+
+def replay(rng: random.Random, *, model: str = "repeat", hours: float = 24, rate_per_min: float = 1.5,
+           sigma: float = SIGMA, n_nodes: int = 20, node_cpu: int = 64, margin: float = 300.0) -> dict[str, Any]:
+    """Replay a day; the estimate each waiting job got on arrival, with and without predictions,
+    against its true start. Returns the errors (share of the wait) per variant and the load."""
     import heapq
 
+    from webhook.reconciler.runtimes import Predictor, Run, key_of, remember
+
+    nodes = [node(f"n{i}", node_cpu, "a" if i < 4 else "b") for i in range(n_nodes)]
+    mw_view = window_view(window("mw", NOW + 10 * HOUR, NOW + 12 * HOUR, rack="a"))
+    assert mw_view.window is not None
+    win = mw_view.window
+    jobs = workload(rng, model=model, hours=hours, rate_per_min=rate_per_min, sigma=sigma)
+    free = {n.name: node_cpu for n in nodes}
+    running: list[Job] = []
+    pending: list[Job] = []
+    history: dict[Any, Any] = {}
+    events = [(j.arrive, 0, j.id) for j in jobs]
     heapq.heapify(events)
 
     def fits_window(n: str, at: float, limit: float) -> bool:
@@ -179,42 +233,80 @@ def replay(rng: random.Random, *, hours: float = 24, rate_per_min: float = 0.6, 
                     and at < win.end)
 
     def schedule(at: float) -> None:
-        pending.sort(key=lambda j: (-j["prio"], j["arrive"]))
+        pending.sort(key=lambda j: (-j.prio, j.arrive))
         for j in list(pending):
             for n in sorted(free, key=lambda x: -free[x]):
-                if free[n] >= j["cpu"] and fits_window(n, at, j["limit"]):
-                    free[n] -= j["cpu"]
-                    j["start"], j["node"] = at, n
+                if free[n] >= j.cpu and fits_window(n, at, j.limit):
+                    free[n] -= j.cpu
+                    j.start, j.node = at, n
                     running.append(j)
                     pending.remove(j)
-                    heapq.heappush(events, (at + j["runtime"], 1, j["id"]))
+                    heapq.heappush(events, (at + j.runtime, 1, j.id))
                     break
 
-    def snapshot(at: float) -> Snapshot:
-        pods = [pod(f"j{j['id']}", cpu=j["cpu"], limit=j["limit"], node_name=j["node"], started=j["start"])
-                for j in running]
-        pods += [pod(f"j{j['id']}", cpu=j["cpu"], limit=j["limit"], priority=j["prio"], created=j["arrive"])
-                 for j in pending]
-        return Snapshot.of(pods=[pod_view(p) for p in pods], nodes=nodes, windows=[mw_view])
+    def as_pod(j: Job) -> dict[str, Any]:
+        p = pod(f"j{j.id}", cpu=j.cpu, limit=j.limit, node_name=j.node or "", started=j.start, priority=j.prio,
+                created=j.arrive)
+        p["metadata"]["namespace"] = j.user
+        p["spec"]["containers"][0]["image"] = j.program
+        return p
 
+    views: dict[tuple[int, str], Any] = {}  # (job, its node or "") -> its pod as the reconciler sees it
+
+    def view(j: Job, oracle: bool) -> Any:
+        key = (j.id, (j.node or "") + ("/oracle" if oracle else ""))
+        v = views.get(key)
+        if v is None:
+            p = as_pod(j)
+            if oracle:  # a program of its own, whose one earlier run took exactly as long as this one will
+                p["spec"]["containers"][0]["image"] = f"oracle/j{j.id}"
+            v = views[key] = pod_view(p)
+        return v
+
+    busy = 0.0
     while events:
         at, kind, jid = heapq.heappop(events)
         j = jobs[jid]
         if kind == 1:
             running.remove(j)
-            free[j["node"]] += j["cpu"]
+            assert j.node is not None and j.start is not None
+            free[j.node] += j.cpu
+            busy += j.cpu * j.runtime
+            if j.ends_well:  # a Complete Job: what the reconciler learns from
+                history = remember(history, [Run(key_of(j.user, None, j.program), f"j{jid}", j.start, at)])
             schedule(at)
             continue
         pending.append(j)
         schedule(at)
         if j in pending:  # it waits: what does the shadow schedule say?
-            est = {e.workload.name: e.start for e in shadow_schedule(snapshot(at), at, [win], margin=margin)}
-            j["estimate"] = est.get(f"j{jid}")
-    errors = []
+            snap = Snapshot.of(pods=[view(x, False) for x in running + pending], nodes=nodes, windows=[mw_view])
+            exact = Snapshot.of(pods=[view(x, True) for x in running + pending], nodes=nodes, windows=[mw_view])
+            truth = Predictor.of({key_of(x.user, None, f"oracle/j{x.id}"): ((0.0, "", x.runtime),)
+                                  for x in running + pending})
+            for variant, sn, predictor in (("limits", snap, None), ("predicted", snap, Predictor.of(history)),
+                                           ("exact", exact, truth)):
+                est = {e.workload.name: e.start for e in shadow_schedule(sn, at, [win], margin=margin,
+                                                                          runtimes=predictor)}
+                j.estimates[variant] = est.get(f"j{jid}")
+    errors: dict[str, list[float]] = {"limits": [], "predicted": [], "exact": []}
     for j in jobs:
-        if j["estimate"] is not None and j["start"] is not None and j["start"] > j["arrive"]:
-            errors.append(abs(j["estimate"] - j["start"]) / (j["start"] - j["arrive"]))
-    return errors
+        if j.start is None or j.start <= j.arrive:
+            continue
+        for variant, e in j.estimates.items():
+            if e is not None:
+                errors[variant].append(abs(e - j.start) / (j.start - j.arrive))
+    span = max(j.start + j.runtime for j in jobs if j.start is not None) - NOW
+    return {"errors": errors, "jobs": len(jobs), "utilisation": busy / (span * n_nodes * node_cpu),
+            "waited": sum(1 for j in jobs if j.start is not None and j.start > j.arrive),
+            "median_wait": statistics.median([j.start - j.arrive for j in jobs
+                                              if j.start is not None and j.start > j.arrive] or [0.0])}
+
+
+def quantiles(xs: list[float]) -> tuple[float, float]:
+    xs = sorted(xs)
+    if not xs:
+        return float("nan"), float("nan")
+    return statistics.median(xs), xs[max(int(len(xs) * 0.9) - 1, 0)]
 
 
 def main() -> int:
@@ -222,6 +314,11 @@ def main() -> int:
     ap.add_argument("--passes", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--skip-replay", action="store_true")
+    ap.add_argument("--sigma", type=float, default=SIGMA,
+                    help="spread of one program's runtimes around its typical one (lognormal sigma; repeat model)")
+    ap.add_argument("--seeds", type=int, default=5, help="replays per scenario (seeds from --seed on)")
+    ap.add_argument("--scenarios", default="repeat:1.5,repeat:2.0,iid:0.6,iid:1.0",
+                    help="workload model (repeat, iid) : arrivals per minute, comma-separated")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     snap = big_cluster(rng)
@@ -239,12 +336,16 @@ def main() -> int:
     print(f"  plan(), without (estimates off):     {without[0]:7.1f} / {without[1]:7.1f} / {without[2]:7.1f}")
     print(f"  shadow schedule alone ({n_est} workloads): {shadow[0]:7.1f} / {shadow[1]:7.1f} / {shadow[2]:7.1f}")
     if not args.skip_replay:
-        errors = replay(random.Random(args.seed))
-        errors.sort()
-        med = statistics.median(errors)
-        p90 = errors[int(len(errors) * 0.9) - 1]
-        print(f"replay of a day ({len(errors)} jobs that waited): error of the estimate made on arrival, as a share "
-              f"of the real wait: median {med:.0%}, p90 {p90:.0%}")
+        print("replay of a generated day (estimate on arrival vs the true start, as a share of the wait): "
+              "median / p90 error")
+        for scenario in args.scenarios.split(","):
+            model, rate = scenario.split(":")
+            for seed in range(args.seed, args.seed + args.seeds):
+                r = replay(random.Random(seed), model=model, rate_per_min=float(rate), sigma=args.sigma)
+                q = {k: quantiles(v) for k, v in r["errors"].items()}
+                print(f"  {model:6} {float(rate):.1f}/min seed {seed}: {r['jobs']} jobs, utilisation "
+                      f"{r['utilisation']:.0%}, {r['waited']} waited (median wait {r['median_wait'] / 60:.0f} min); "
+                      + ", ".join(f"{k} {a:.0%} / {b:.0%}" for k, (a, b) in q.items()), flush=True)
     return 0
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from cluster import KubeApiError, now_rfc3339, require_components, tail, wait_for
-from harness import container, create, pod, pods_path, unique
+from harness import container, create, job, pod, pods_path, unique
 
 REPO = Path(__file__).resolve().parents[2]
 MW = "/apis/batchgate.io/v1alpha1/maintenancewindows"
@@ -400,6 +400,78 @@ def test_pending_work_gets_an_expected_start_and_never_fitting_work_a_warning(
     assert rows[running]["state"] == "Running" and rows[running]["deadline"] == deadline
     table = cli(kube, "queue", "--namespace", ns, raw=True)
     assert table.splitlines()[0].split()[:4] == ["NAMESPACE", "NAME", "QUEUE", "PRIORITY"] and waiting in table
+
+
+# -- 5b. expected start times from how long earlier runs took ---------------------------
+def test_an_expected_start_goes_by_how_long_a_finished_job_of_the_same_program_ran(
+        kube, webhook_server, module_namespace, nodes, reconciler):
+    """Slurm's squeue --start would say the waiting job starts when the running one's hour is up;
+    a Job of the same program that finished a moment ago took seconds, and the estimate says so.
+    The reconciler starts after that Job finished: what it knows, it reads from the API server."""
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns = module_namespace
+    n = nodes("mw-hist", cpu="2")
+    jobs = f"/apis/batch/v1/namespaces/{ns}/jobs"
+
+    def sim(stem: str) -> tuple[str, str]:
+        body = job(unique(stem), annotations={"batchgate.io/time-limit": "1h"},
+                   containers=[container(cpu="2", memory="1Gi", image="registry.example/e2e/sim:1")],
+                   nodeSelector={"kubernetes.io/hostname": n}, tolerations=TOLERATE)
+        made = kube.create(jobs, body)
+        return made["metadata"]["name"], made["metadata"]["uid"]
+
+    def pod_of(uid: str) -> dict[str, Any]:
+        (p,) = kube.wait_for_pods(ns, label_selector=f"controller-uid={uid}",
+                                  predicate=lambda p: p["spec"].get("nodeName") == n, timeout=60)
+        return p
+
+    def job_ann(name: str, key: str) -> Any:
+        return (kube.get(f"{jobs}/{name}")["metadata"].get("annotations") or {}).get(key)
+
+    made: list[str] = []
+    try:
+        first, first_uid = sim("first")
+        made.append(first)
+        p = pod_of(first_uid)["metadata"]["name"]
+        began = now_rfc3339()
+        kube.set_pod_phase(ns, p, "Running", {"main": {"running": {"startedAt": began}}})
+        time.sleep(15)
+        kube.set_pod_phase(ns, p, "Succeeded", {"main": {"terminated": {
+            "exitCode": 0, "reason": "Completed", "startedAt": began, "finishedAt": now_rfc3339()}}})
+        done = wait_for(lambda: kube.get(f"{jobs}/{first}").get("status", {}).get("completionTime"), 60,
+                        message="the Job controller to complete the first Job")
+        took = epoch(done) - epoch(began)
+        assert 15 <= took < 120, took
+
+        holder, holder_uid = sim("holder")
+        made.append(holder)
+        kube.set_pod_phase(ns, pod_of(holder_uid)["metadata"]["name"], "Running",
+                           {"main": {"running": {"startedAt": now_rfc3339()}}})
+        waiting, _ = sim("next")
+        made.append(waiting)
+        reconciler()
+
+        deadline = wait_for(lambda: job_ann(holder, "batchgate.io/deadline"), 30, message="the holder's deadline")
+        started = job_ann(holder, "batchgate.io/started-at")
+        expected = wait_for(lambda: job_ann(waiting, "batchgate.io/expected-start"), 30,
+                            message="an expected start on the waiting Job")
+        # Not the holder's deadline (an hour after its start) but soon after the first Job's runtime
+        # from the holder's start: a prediction outlived is raised a minute, then five, at each pass.
+        assert epoch(expected) < epoch(deadline) - 45 * 60, (expected, deadline)
+        assert epoch(started) + took <= epoch(expected) <= epoch(started) + took + 60 + 300 + 900, (expected, started)
+        assert "resources on node" in job_ann(waiting, "batchgate.io/expected-start-reason")
+        # `batchgate queue` reads the same history from the API server
+        row = next(r for r in cli(kube, "queue", "--namespace", ns, "-o", "json") if r["name"] == waiting)
+        assert row["state"] == "Pending" and epoch(row["start"]) < epoch(deadline) - 45 * 60, row
+    finally:
+        for name in made:  # no history left behind for the module's other tests
+            with contextlib.suppress(Exception):
+                kube.delete(f"{jobs}/{name}", body={"apiVersion": "v1", "kind": "DeleteOptions",
+                                                    "propagationPolicy": "Background"})
+
+
+def epoch(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def cli(kube: Any, *args: str, raw: bool = False) -> Any:

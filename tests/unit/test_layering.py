@@ -15,7 +15,7 @@ PURE = sorted(
                        "globs.py", "contract.py", "wire.py", "windows.py", "workloads.py", "jobnet.py")]
     + list((PKG / "rules").glob("*.py"))
     + [PKG / "reconciler" / n for n in ("planner.py", "maintenance.py", "scavenger.py", "expected.py",
-                                             "shadow.py", "report.py", "network.py", "model.py", "actions.py",
+                                             "shadow.py", "runtimes.py", "report.py", "network.py", "model.py", "actions.py",
                                              "settings.py")]
 )
 EVERY = sorted(PKG.rglob("*.py"))

@@ -29,6 +29,7 @@ from .errors import KubeError, NotFound
 from .lease import LeaderElector
 from .model import NAMESPACE, NODE, NodeView, Snapshot, node_view
 from .planner import plan
+from .runtimes import History, finished_runs, remember
 from .scavenger import phase_counts
 from .settings import QueuePolicy, Settings
 
@@ -63,6 +64,7 @@ class Controller:
         self.passes = 0
         self.bundle_stale = False
         self._estimated_at = float("-inf")  # when the shadow schedule last ran (expected starts)
+        self.history: History = {}  # runs seen since start (runtimes.py): predictions outlive deleted Jobs
         self.last_plan: Plan | None = None
         self._printed: set[tuple[str, str, str]] = set()
 
@@ -124,7 +126,9 @@ class Controller:
         t = time.perf_counter()
         now = self.clock()
         estimate = now - self._estimated_at >= self.settings.expected_start_interval
-        result = plan(snapshot, now, self.settings, estimate=estimate)
+        if estimate and self.settings.runtime_prediction:
+            self.history = remember(self.history, finished_runs(snapshot))
+        result = plan(snapshot, now, self.settings, estimate=estimate, history=self.history)
         if estimate:
             self._estimated_at = now
         metrics.PLAN_SECONDS.observe(time.perf_counter() - t)

@@ -233,6 +233,8 @@ class PodView:
     expected_start: str | None = None  # batchgate.io/expected-start as written
     segment: int | None = None  # batchgate.io/segment label (ScavengerJob pods)
     admitted: Admitted | None = None  # what the webhook recorded at CREATE (webhook.workloads)
+    program: str = ""  # the containers' images, comma-separated: what runs (runtime history's key)
+    finished: float | None = None  # Succeeded: when its last container finished (node clock)
 
     @property
     def cpu_m(self) -> int:
@@ -274,6 +276,8 @@ class JobView:
     created: float | None = None
     segment: int | None = None  # batchgate.io/segment label
     admitted: Admitted | None = None  # what the webhook recorded at CREATE, in the pod template
+    program: str = ""  # the pod template's images, comma-separated
+    completed: float | None = None  # status.completionTime, when condition Complete is True
 
 
 @dataclass(frozen=True, slots=True)
@@ -523,8 +527,13 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
                 why = c.get("reason") or "DisruptionTarget"
                 interrupted = f"{why}: {c['message']}" if c.get("message") else why
                 break
+    finished: float | None = None
     if phase == "Succeeded":
         failure = failed_at = None  # a container restarted on the way, but the pod made it
+        for cs in st.get("containerStatuses") or ():
+            t = parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+            if t is not None and (finished is None or t > finished):
+                finished = t
     elif failure is None and phase == "Failed":
         failure = "pod phase Failed" + (f" ({reason}: {message})" if reason or message else "")
 
@@ -553,7 +562,14 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         segment=_segment(labels),
         network=_net_member(labels, ann, obj.get("spec") or {}),
         admitted=_admitted(obj, ("", "Pod")),
+        program=_program(obj.get("spec") or {}),
+        finished=finished,
     )
+
+
+def _program(spec: Mapping[str, Any]) -> str:
+    """What a pod runs, for the runtime history: its containers' images, in order."""
+    return ",".join(str(c.get("image") or "") for c in spec.get("containers") or () if isinstance(c, dict))
 
 
 def _net_member(labels: Mapping[str, Any], ann: Mapping[str, Any], spec: Mapping[str, Any]) -> NetMember | None:
@@ -579,10 +595,10 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
     template_md = ((obj.get("spec") or {}).get("template") or {}).get("metadata") or {}
     t_ann = template_md.get("annotations") or {}
     t_labels = template_md.get("labels") or {}
-    finished = any(
-        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-        for c in (obj.get("status") or {}).get("conditions") or ()
-    )
+    status = obj.get("status") or {}
+    conditions = [c for c in status.get("conditions") or () if isinstance(c, dict) and c.get("status") == "True"]
+    finished = any(c.get("type") in ("Complete", "Failed") for c in conditions)
+    complete = any(c.get("type") == "Complete" for c in conditions)
     group = t_labels.get(LABEL_GROUP) or None
     time_limit = ann.get(ANN_TIME_LIMIT) or t_ann.get(ANN_TIME_LIMIT)
     return JobView(
@@ -603,6 +619,8 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         created=parse_time(md.get("creationTimestamp")),
         segment=_segment(labels),
         admitted=_admitted(obj, ("batch", "Job")),
+        program=_program(((obj.get("spec") or {}).get("template") or {}).get("spec") or {}),
+        completed=parse_time(status.get("completionTime")) if complete else None,
     )
 
 

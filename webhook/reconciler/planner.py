@@ -62,6 +62,7 @@ from .model import (
     format_time,
 )
 from .network import plan_network
+from .runtimes import History, Predictor, finished_runs, remember
 from .scavenger import plan_scavengers
 from .settings import Settings
 from .shadow import shadow_schedule
@@ -86,10 +87,12 @@ class _Pass:
         return False
 
 
-def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool = True) -> Plan:
+def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool = True,
+         history: History | None = None) -> Plan:
     """Everything due at ``now`` (epoch seconds), and when to look again. ``estimate``: also run
     the shadow schedule for expected start times (the controller does so at most every
-    ``expected_start_interval``: it costs more than the rest of a pass on a busy cluster)."""
+    ``expected_start_interval``: it costs more than the rest of a pass on a busy cluster).
+    ``history``: the runs the controller remembers (runtimes.py), besides those the snapshot shows."""
     p = _Pass(now=now, settings=settings, actions=[], stopped=set(), budget=settings.max_bookkeeping_per_pass)
     queues = settings.queues
     excluded_cache: dict[str, bool] = {}
@@ -167,7 +170,10 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
 
     if estimate and settings.expected_start and snapshot.nodes is not None:
         windows = [w.window for w in (snapshot.windows or {}).values() if w.window is not None]
-        p.actions += plan_expected(snapshot, shadow_schedule(snapshot, now, windows), settings)
+        predictor = None
+        if settings.runtime_prediction:
+            predictor = Predictor.of(remember(history or {}, finished_runs(snapshot)))
+        p.actions += plan_expected(snapshot, shadow_schedule(snapshot, now, windows, runtimes=predictor), settings)
 
     if snapshot.scavenger_jobs:
         s_actions, s_wake = plan_scavengers(snapshot, now, settings)

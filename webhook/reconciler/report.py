@@ -20,12 +20,18 @@ from typing import Any
 
 from ..windows import Window
 from .model import JobView, PodView, Snapshot, format_time
+from .runtimes import Predictor, finished_runs, remember
 from .settings import QueuePolicy
 from .shadow import shadow_schedule
 
 
 def _windows(snapshot: Snapshot) -> list[Window]:
     return [w.window for w in (snapshot.windows or {}).values() if w.window is not None]
+
+
+def _predictor(snapshot: Snapshot) -> Predictor:
+    """Runtime predictions from the runs the cluster still shows (what the reconciler starts from)."""
+    return Predictor.of(remember({}, finished_runs(snapshot)))
 
 
 def _t(t: float | None) -> str:
@@ -37,7 +43,7 @@ def queue_rows(snapshot: Snapshot, now: float, *, namespace: str | None = None,
     """One row per workload (a Job, or a Pod without a controller): pending first, in order."""
     qp = queues or QueuePolicy()
     rows: list[dict[str, Any]] = []
-    estimates = shadow_schedule(snapshot, now, _windows(snapshot))
+    estimates = shadow_schedule(snapshot, now, _windows(snapshot), runtimes=_predictor(snapshot))
     objects: dict[str, JobView | PodView] = {j.ref.uid: j for j in snapshot.jobs.values()}
     for p in snapshot.pods.values():
         if p.owner is None:
@@ -84,7 +90,8 @@ def maintenance_rows(snapshot: Snapshot, now: float) -> list[dict[str, Any]]:
     """One row per window, with the jobs it will stop and those it holds back."""
     windows = _windows(snapshot)
     nodes = snapshot.nodes or {}
-    with_all = {e.workload.uid: e for e in shadow_schedule(snapshot, now, windows)}
+    predictor = _predictor(snapshot)
+    with_all = {e.workload.uid: e for e in shadow_schedule(snapshot, now, windows, runtimes=predictor)}
     out: list[dict[str, Any]] = []
     jobs_by_uid = {j.ref.uid: j for j in snapshot.jobs.values()}
     for wv in sorted((snapshot.windows or {}).values(), key=lambda v: (v.window.start if v.window else 0, v.ref.name)):
@@ -103,7 +110,8 @@ def maintenance_rows(snapshot: Snapshot, now: float) -> list[dict[str, Any]]:
                 obj: JobView | PodView = job if job is not None else p
                 if obj.deadline_t is None or obj.deadline_t > w.start:
                     stops.add(f"{obj.ref.kind} {obj.ref.namespace}/{obj.ref.name}")
-        without = {e.workload.uid: e for e in shadow_schedule(snapshot, now, [x for x in windows if x is not w])}
+        without = {e.workload.uid: e for e in shadow_schedule(snapshot, now, [x for x in windows if x is not w],
+                                                              runtimes=predictor)}
         holds = sorted(
             f"{e.workload.kind} {e.workload.namespace}/{e.workload.name}"
             for uid, e in with_all.items()

@@ -101,6 +101,9 @@ class Settings:
     """The countdown is rewritten this many seconds before it would overstate the time left."""
     expected_start: bool = True
     """Keep batchgate.io/expected-start on pending workloads (the shadow schedule)."""
+    runtime_prediction: bool = True
+    """Expect work to run as long as earlier runs of the same kind did (runtimes.py), not to its
+    time limit, in the shadow schedule (deadlines always use the limit)."""
     expected_start_interval: float = 60.0
     """The shadow schedule runs in at most one pass per this many seconds."""
     expected_start_slack: float = 300.0

@@ -34,6 +34,7 @@ from typing import Any
 
 from ..windows import COUNTDOWN_LABEL, Window
 from .model import JobView, PodSched, PodView, Ref, Snapshot
+from .runtimes import Predictor, corrected, job_key, pod_key
 
 INF = float("inf")
 HORIZON = 60 * 86400  # beyond this, "unknown"
@@ -124,10 +125,12 @@ class _Node:
         return self._steps
 
     def earliest(self, t0: float, duration: float, cpu: int, mem: int, margin: float,
-                 before: float = INF) -> float | None:
+                 before: float = INF, hold: float | None = None) -> float | None:
         """The first time >= t0 (and < ``before``) at which one more pod of this size can run for
-        ``duration`` without running into a maintenance window (plus ``margin``): a sweep over
-        the step function of what is reserved here."""
+        ``duration`` without its time limit (``hold``, else ``duration``) plus ``margin`` running
+        into a maintenance window: a sweep over the step function of what is reserved here."""
+        if hold is None:
+            hold = duration
         if cpu > self.cpu or mem > self.mem:
             return None
         steps = self.steps()
@@ -141,7 +144,7 @@ class _Node:
                 until = t + duration
                 clash = 0.0
                 for ws, we in self.blocked:
-                    if ws < until + margin and t < we:
+                    if ws < t + hold + margin and t < we:
                         clash = we
                         break
                 if clash:
@@ -234,6 +237,7 @@ class _Work:
     sched: PodSched
     limit: int | None
     gang: bool
+    predicted: float | None = None  # its runtime as predicted from earlier runs (runtimes.py)
 
 
 class _Earliest:
@@ -245,21 +249,23 @@ class _Earliest:
     answer is what a scan of every node gives: the earliest time, and among equals the first node
     in the candidates' order (``tests/unit/reconciler/test_shadow.py`` checks it against a scan)."""
 
-    __slots__ = ("cpu", "duration", "heap", "log", "margin", "mem", "nodes", "now", "pos", "seen", "stale", "times")
+    __slots__ = ("cpu", "duration", "heap", "hold", "log", "margin", "mem", "nodes", "now", "pos", "seen", "stale",
+                 "times")
 
     def __init__(self, nodes: list[_Node], log: list[_Node], now: float, duration: float, cpu: int, mem: int,
-                 margin: float) -> None:
+                 margin: float, hold: float | None = None) -> None:
         self.nodes, self.log = nodes, log
         self.now, self.duration, self.cpu, self.mem, self.margin = now, duration, cpu, mem, margin
+        self.hold = hold
         self.pos = {n.name: i for i, n in enumerate(nodes)}
-        self.times: list[float | None] = [n.earliest(now, duration, cpu, mem, margin) for n in nodes]
+        self.times: list[float | None] = [n.earliest(now, duration, cpu, mem, margin, INF, hold) for n in nodes]
         self.stale = [False] * len(nodes)
         self.heap = [(t, i) for i, t in enumerate(self.times) if t is not None]
         heapq.heapify(self.heap)
         self.seen = len(log)
 
     def _ask(self, i: int) -> float | None:
-        t = self.nodes[i].earliest(self.now, self.duration, self.cpu, self.mem, self.margin)
+        t = self.nodes[i].earliest(self.now, self.duration, self.cpu, self.mem, self.margin, INF, self.hold)
         self.times[i] = t
         self.stale[i] = False
         if t is not None:
@@ -310,8 +316,10 @@ class _Placer:
 
 
 def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *,
-                    margin: float = 300.0) -> list[Estimate]:
-    """Estimates for every pending workload, in kube-scheduler's order."""
+                    margin: float = 300.0, runtimes: Predictor | None = None) -> list[Estimate]:
+    """Estimates for every pending workload, in kube-scheduler's order. With ``runtimes``, work
+    is expected to run as long as predicted from earlier runs (never past its limit), not to its
+    limit; see runtimes.py."""
     if snapshot.nodes is None:
         return []
     ws = list(windows)
@@ -344,6 +352,12 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
                 end = max((pod.started or now) + limit, now)
             else:
                 end = INF
+            if runtimes is not None and end < INF and not pod.deleting:
+                predicted = runtimes.predict(job_key(job) if job is not None else pod_key(pod), limit)
+                if predicted is not None:
+                    recorded = job.started_at_t if job is not None else pod.started_at_t
+                    started = min(recorded if recorded is not None else INF, pod.started or INF, now)
+                    end = min(end, started + corrected(predicted, now - started))
             node.reserve(now, end, pod.sched.cpu, pod.sched.mem)
             continue
         if pod.deleting:
@@ -353,7 +367,10 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
         ref = job.ref if job is not None else pod.ref
         w = pending.get(ref.uid)
         if w is None:
-            pending[ref.uid] = _Work(ref, [pod], pod.sched, limit, gang=pod.group is not None)
+            predicted = None
+            if runtimes is not None and limit is not None:
+                predicted = runtimes.predict(job_key(job) if job is not None else pod_key(pod), limit)
+            pending[ref.uid] = _Work(ref, [pod], pod.sched, limit, gang=pod.group is not None, predicted=predicted)
         else:
             w.pods.append(pod)
             if pod.sched.priority > w.sched.priority or pod.sched.created < w.sched.created:
@@ -381,19 +398,20 @@ def _place(work: _Work, placer: _Placer, position: int) -> Estimate:
         candidates = placer.candidates[key] = [n for n in placer.nodes.values() if matches(n, s)]
     if not candidates:
         return est(None, "no node matches its node selector, node affinity and tolerations", never=True)
-    duration = float(work.limit) if work.limit is not None else INF
-    shape = (key, s.cpu, s.mem, duration)
+    hold = float(work.limit) if work.limit is not None else INF  # the limit keeps it off nodes before a window
+    duration = work.predicted if work.predicted is not None else hold  # how long it holds its resources
+    shape = (key, s.cpu, s.mem, duration, hold)
     index = placer.indexes.get(shape)
     if index is None:
         big = [n for n in candidates if n.cpu >= s.cpu and n.mem >= s.mem]
-        index = placer.indexes[shape] = _Earliest(big, placer.log, now, duration, s.cpu, s.mem, margin)
+        index = placer.indexes[shape] = _Earliest(big, placer.log, now, duration, s.cpu, s.mem, margin, hold)
     if not index.nodes:
         largest = max(candidates, key=lambda n: (n.cpu, n.mem))
         return est(None, (f"each pod asks for cpu {_fmt_cpu(s.cpu)}, memory {_fmt_mem(s.mem)}; the largest node it "
                           f"may use ({largest.name}) has cpu {_fmt_cpu(largest.cpu)}, memory {_fmt_mem(largest.mem)}"),
                    never=True)
     if work.gang and size > 1:
-        return _place_gang(work, index, now, duration, margin, est)
+        return _place_gang(work, index, now, duration, margin, est, hold)
     best = index.best()
     if best is None:
         if duration == INF:
@@ -414,7 +432,7 @@ def _why(node: _Node, t: float) -> str:
 
 
 def _place_gang(work: _Work, index: _Earliest, now: float, duration: float, margin: float,
-                est: Callable[..., Estimate]) -> Estimate:
+                est: Callable[..., Estimate], hold: float) -> Estimate:
     """All pods of the group at one time: the candidate times are when single pods could start
     on each node; at each, count how many fit together (several per node if room)."""
     s = work.sched
@@ -428,7 +446,8 @@ def _place_gang(work: _Work, index: _Earliest, now: float, duration: float, marg
         if t0 == now:
             firsts = sorted({t for t in soonest if t is not None})
         else:
-            firsts = sorted({t for n in nodes if (t := n.earliest(t0, duration, s.cpu, s.mem, margin)) is not None})
+            firsts = sorted({t for n in nodes
+                             if (t := n.earliest(t0, duration, s.cpu, s.mem, margin, INF, hold)) is not None})
         if not firsts:
             break
         log = index.log
@@ -438,7 +457,7 @@ def _place_gang(work: _Work, index: _Earliest, now: float, duration: float, marg
             for n, first in zip(nodes, soonest, strict=True):
                 if first is None or first > t:
                     continue
-                while len(placed) < size and n.earliest(t, duration, s.cpu, s.mem, margin, t + 1) == t:
+                while len(placed) < size and n.earliest(t, duration, s.cpu, s.mem, margin, t + 1, hold) == t:
                     n.reserve(t, t + duration, s.cpu, s.mem, tentative=True)  # so the next pod sees it
                     placed.append(n)
                 if len(placed) == size:

@@ -1,0 +1,170 @@
+"""Runtime predictions from finished work (runtimes.py), and the shadow schedule using them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.unit.reconciler.reconbuild import HOUR, T0, job, pod, terminated, ts
+from tests.unit.reconciler.test_shadow import node, running, snap, waiting
+from webhook.reconciler import runtimes
+from webhook.reconciler.model import ANN_EXPECTED_START, Snapshot, job_view, pod_view
+from webhook.reconciler.planner import plan
+from webhook.reconciler.runtimes import Predictor, Run, corrected, finished_runs, key_of, remember
+from webhook.reconciler.settings import Settings
+from webhook.reconciler.shadow import shadow_schedule
+
+MIN = 60
+
+
+def done_job(name: str, *, started: float | None, completed: float, image: str = "sim:1", ns: str = "demo",
+             condition: str = "Complete", queue: str | None = None, owner_kind: str | None = None) -> dict[str, Any]:
+    ann = {"batchgate.io/time-limit": "2h"}
+    if started is not None:
+        ann["batchgate.io/started-at"] = ts(started)
+    j = job(name, ns=ns, annotations=ann, finished=condition, labels={"batchgate.io/queue": queue} if queue else None)
+    j["spec"]["template"]["spec"]["containers"] = [{"name": "main", "image": image}]
+    j["status"]["completionTime"] = ts(completed)
+    if owner_kind:
+        j["metadata"]["ownerReferences"] = [{"apiVersion": "batchgate.io/v1alpha1", "kind": owner_kind, "name": "s",
+                                             "uid": "uid-s", "controller": True}]
+    return j
+
+
+def a_job(name: str, *, limit: str = "2h", image: str = "sim:1", started: float | None = None,
+          annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    ann = {"batchgate.io/time-limit": limit, **(annotations or {})}
+    if started is not None:
+        ann["batchgate.io/started-at"] = ts(started)
+    j = job(name, uid=f"uid-{name}", annotations=ann)
+    j["spec"]["template"]["spec"]["containers"] = [{"name": "main", "image": image}]
+    return j
+
+
+def of(*objs: dict[str, Any]) -> Snapshot:
+    return Snapshot.of(pods=[pod_view(o) for o in objs if o["kind"] == "Pod"],
+                       jobs=[job_view(o) for o in objs if o["kind"] == "Job"])
+
+
+# -- what counts as a run -------------------------------------------------------------------
+def test_a_complete_job_is_a_run_from_its_recorded_start_to_its_completion_time() -> None:
+    (r,) = finished_runs(of(done_job("a", started=-3 * HOUR, completed=-2 * HOUR)))
+    assert (r.key, r.seconds) == (("demo", "", "sim:1"), HOUR)
+
+
+def test_without_a_recorded_start_the_earliest_pod_start_counts_and_without_either_nothing() -> None:
+    j = done_job("a", started=None, completed=-HOUR)
+    p = pod("a-1", owner=j, phase="Succeeded", containers=[terminated(0, started=-HOUR - 20 * MIN, finished=-HOUR)])
+    (r,) = finished_runs(of(j, p))
+    assert r.seconds == 20 * MIN
+    assert finished_runs(of(done_job("b", started=None, completed=-HOUR))) == []
+
+
+def test_failed_and_unfinished_jobs_and_scavenger_segments_teach_nothing() -> None:
+    assert finished_runs(of(done_job("f", started=-HOUR, completed=0, condition="Failed"),
+                            done_job("s", started=-HOUR, completed=0, owner_kind="ScavengerJob"),
+                            a_job("r", started=-HOUR))) == []
+
+
+def test_a_succeeded_bare_pod_is_a_run_and_a_failed_one_is_not() -> None:
+    ok = pod("ok", phase="Succeeded", containers=[terminated(0, started=-HOUR, finished=-HOUR + 7 * MIN)])
+    bad = pod("bad", phase="Failed", containers=[terminated(1, started=-HOUR, finished=-HOUR + 2 * MIN)])
+    (r,) = finished_runs(of(ok, bad))
+    assert (r.key, r.seconds) == (("demo", "", "busybox"), 7 * MIN)
+
+
+def test_a_node_clock_ahead_of_the_control_plane_never_makes_a_run_negative() -> None:
+    (r,) = finished_runs(of(done_job("a", started=-HOUR, completed=-2 * HOUR)))
+    assert r.seconds == 0
+
+
+# -- the history and the prediction ---------------------------------------------------------
+K = key_of("demo", None, "sim:1")
+
+
+def test_the_history_keeps_the_last_two_runs_per_key_each_once() -> None:
+    h = remember({}, [Run(K, "a", 0, 100), Run(K, "b", 0, 300), Run(K, "c", 0, 200)])
+    assert [uid for _, uid, _ in h[K]] == ["c", "b"]  # by end time: a ended first, and is forgotten
+    assert remember(h, [Run(K, "b", 0, 300)]) == h
+
+
+def test_the_history_forgets_the_keys_that_ended_longest_ago_past_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtimes, "MAX_KEYS", 2)
+    h = remember({}, [Run(key_of("ns", None, p), p, 0, end) for p, end in (("x", 30), ("y", 10), ("z", 20))])
+    assert sorted(k[2] for k in h) == ["x", "z"]
+
+
+def test_the_prediction_is_the_average_of_the_last_two_runs_never_past_the_limit() -> None:
+    p = Predictor.of(remember({}, [Run(K, "a", 0, 10 * MIN), Run(K, "b", 0, 30 * MIN), Run(K, "c", 0, 50 * MIN)]))
+    assert p.predict(K, 2 * HOUR) == 40 * MIN
+    assert p.predict(K, 30 * MIN) == 30 * MIN
+    assert p.predict(K, None) == 40 * MIN
+
+
+def test_another_program_in_the_same_namespace_and_queue_is_the_fallback_and_else_there_is_none() -> None:
+    p = Predictor.of(remember({}, [Run(K, "a", 0, 10 * MIN), Run(key_of("other", None, "sim:1"), "b", 0, HOUR)]))
+    assert p.predict(key_of("demo", None, "new:2"), 2 * HOUR) == 10 * MIN
+    assert p.predict(key_of("demo", "gpu", "sim:1"), 2 * HOUR) is None
+    assert p.predict(key_of("nobody", None, "sim:1"), 2 * HOUR) is None
+
+
+def test_a_prediction_a_job_outlives_grows_step_by_step() -> None:
+    assert corrected(10 * MIN, 5 * MIN) == 10 * MIN
+    assert corrected(10 * MIN, 10 * MIN) == 11 * MIN  # proved wrong: a minute more
+    assert corrected(10 * MIN, 13 * MIN) == 16 * MIN  # then five
+    assert corrected(10 * MIN, 40 * MIN) == 61 * MIN  # then fifteen, thirty
+    assert corrected(0, 1000 * HOUR) > 1000 * HOUR
+
+
+# -- the shadow schedule with predictions ---------------------------------------------------
+def history(seconds: float, image: str = "busybox") -> Predictor:
+    return Predictor.of(remember({}, [Run(key_of("demo", None, image), "r", T0 - 2 * HOUR, T0 - 2 * HOUR + seconds)]))
+
+
+def starts(s: Snapshot, predictor: Predictor | None, windows: list[Any] = ()) -> dict[str, float | None]:  # type: ignore[assignment]
+    return {e.workload.name: None if e.start is None else e.start - T0
+            for e in shadow_schedule(s, T0, windows, runtimes=predictor)}
+
+
+def test_running_work_frees_its_node_when_predicted_and_pending_work_holds_it_as_long_as_predicted() -> None:
+    s = snap(running("r1", "n1", limit="2h", cpu="4", started=-HOUR),
+             waiting("w1", cpu="4", limit="2h", created=-2 * HOUR), waiting("w2", cpu="4", limit="2h"), nodes=[node("n1")])
+    assert starts(s, None) == {"w1": HOUR, "w2": 3 * HOUR}  # to the limit, as Slurm's squeue --start
+    assert starts(s, history(70 * MIN)) == {"w1": 10 * MIN, "w2": 80 * MIN}
+
+
+def test_a_prediction_is_never_past_the_deadline() -> None:
+    s = snap(running("r1", "n1", limit="2h", cpu="4", started=-HOUR), waiting("w1", cpu="4"), nodes=[node("n1")])
+    assert starts(s, history(5 * HOUR)) == {"w1": HOUR}
+
+
+def test_a_job_that_outlives_its_prediction_is_expected_a_little_later_at_each_pass() -> None:
+    s = snap(running("r1", "n1", limit="2h", cpu="4", started=-75 * MIN, created=-2 * HOUR), waiting("w1", cpu="4"), nodes=[node("n1")])
+    assert starts(s, history(70 * MIN)) == {"w1": MIN}  # 70 + 1 + 5 = 76 minutes after its start
+
+
+def test_windows_still_go_by_the_time_limit() -> None:
+    from webhook.windows import parse_window
+    w, _ = parse_window({"metadata": {"name": "fw"}, "spec": {"start": ts(2 * HOUR), "end": ts(3 * HOUR),
+                                                              "nodes": ["n1"]}})
+    s = snap(waiting("long", limit="4h", cpu="4"), nodes=[node("n1")])
+    assert starts(s, history(10 * MIN), [w]) == {"long": 3 * HOUR}  # predicted 10 min, but may run 4 h
+
+
+def test_the_estimate_written_uses_the_history_of_a_finished_job_in_the_snapshot() -> None:
+    finished = done_job("before", started=-3 * HOUR, completed=-3 * HOUR + 20 * MIN, image="busybox")
+    s0 = snap(running("r1", "n1", limit="2h", cpu="4", started=-10 * MIN), waiting("w1", cpu="4"), nodes=[node("n1")])
+    s = Snapshot(pods=s0.pods, jobs={("demo", "before"): job_view(finished)}, nodes=s0.nodes)
+    est = {a.target.name: a.annotations for a in plan(s, T0, Settings()).actions if a.kind == "expected-start"}
+    assert est["w1"][ANN_EXPECTED_START] == ts(10 * MIN)  # type: ignore[index]
+    est = {a.target.name: a.annotations for a in plan(s, T0, Settings(runtime_prediction=False)).actions
+           if a.kind == "expected-start"}
+    assert est["w1"][ANN_EXPECTED_START] == ts(110 * MIN)  # type: ignore[index]
+
+
+def test_the_history_the_controller_remembers_counts_when_the_job_is_gone() -> None:
+    s = snap(running("r1", "n1", limit="2h", cpu="4", started=-10 * MIN), waiting("w1", cpu="4"), nodes=[node("n1")])
+    h = remember({}, [Run(key_of("demo", None, "busybox"), "gone", T0 - HOUR, T0 - HOUR + 30 * MIN)])
+    (a,) = [a for a in plan(s, T0, Settings(), history=h).actions if a.kind == "expected-start"]
+    assert a.annotations[ANN_EXPECTED_START] == ts(20 * MIN)  # type: ignore[index]

@@ -1,0 +1,155 @@
+"""How long work will really run: runtime predictions from what finished before.
+
+Slurm's ``squeue --start`` assumes that every running job runs to its time limit. Jobs rarely do:
+in the logs of the Parallel Workloads Archive a job's runtime is spread over the whole range
+below its limit (Mu'alem and Feitelson 2001), so start estimates built on limits run far
+ahead of reality. Tsafrir, Etsion and Feitelson ("Backfilling using system-generated predictions
+rather than user runtime estimates", IEEE TPDS 18(6), 2007) predict a job's runtime as the average
+of the last two jobs of the same user that finished, never more than the job's own limit, and
+raise a prediction that a running job outlives step by step, up to the limit. This module does
+the same with facts the reconciler has seen:
+
+- A **run** is a workload that ended well: a Job with condition ``Complete`` (its start as the
+  reconciler recorded it, ``batchgate.io/started-at``, else its pods' earliest start; its end,
+  ``status.completionTime``), or a bare pod that ``Succeeded`` (first container start, last
+  container finish). Failed work and work stopped at its deadline say little of how long a
+  good run takes and are left out; a ScavengerJob's segments are stopped on purpose and left
+  out too.
+- The **key** of a workload stands for Tsafrir's "same user": its namespace and queue, and what
+  it runs (its containers' images). A prediction uses the last two runs with the same key, else
+  the last two in the same namespace and queue, else there is none (the time limit stands).
+- The **history** holds, per key, the last runs by end time. It is built from the Jobs and pods
+  still in the cluster at each pass, and the controller keeps it in memory too, so runs whose
+  objects were since deleted (a Job's ``ttlSecondsAfterFinished``) still count for as long as the
+  reconciler runs. It is not written anywhere: a restarted reconciler starts from what the
+  cluster still shows, and predictions are only ever estimates (deadlines use the time limit).
+
+Everything here is a pure function of its inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from .model import JobView, PodView, Snapshot
+
+KEEP = 2  # runs kept per key: Tsafrir et al. average the last two
+MAX_KEYS = 20_000  # keys kept in memory; past that, those that ended longest ago are forgotten
+# After a running job outlives its prediction, the prediction grows by these steps in turn (a minute
+# first, then longer and longer), never past the job's limit: a prediction proved wrong is corrected at
+# the next pass, a little at first, in the manner of Tsafrir et al.
+STEPS = (60, 300, 900, 1800, 3600, 2 * 3600, 5 * 3600, 10 * 3600, 20 * 3600, 50 * 3600, 100 * 3600)
+
+Key = tuple[str, str, str]  # (namespace, queue, program)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    key: Key
+    uid: str
+    started: float
+    finished: float
+
+    @property
+    def seconds(self) -> float:
+        return self.finished - self.started
+
+
+# per key: the last runs, oldest first, as (finished, uid, seconds)
+History = Mapping[Key, tuple[tuple[float, str, float], ...]]
+
+
+def key_of(namespace: str, queue: str | None, program: str) -> Key:
+    return (namespace, queue or "", program)
+
+
+def job_key(job: JobView) -> Key:
+    return key_of(job.ref.namespace, job.queue, job.program)
+
+
+def pod_key(pod: PodView) -> Key:
+    return key_of(pod.ref.namespace, pod.queue, pod.program)
+
+
+def finished_runs(snapshot: Snapshot) -> list[Run]:
+    """The runs the cluster still shows."""
+    runs: list[Run] = []
+    first_start: dict[str, float] = {}
+    for pod in snapshot.pods.values():
+        owner = pod.owner
+        if owner is not None:
+            if owner.kind == "Job" and pod.started is not None:
+                t = first_start.get(owner.uid)
+                if t is None or pod.started < t:
+                    first_start[owner.uid] = pod.started
+            continue
+        if pod.phase == "Succeeded" and pod.started is not None and pod.finished is not None \
+                and pod.finished >= pod.started and pod.segment is None:
+            runs.append(Run(pod_key(pod), pod.ref.uid, pod.started, pod.finished))
+    for job in snapshot.jobs.values():
+        if job.completed is None or job.segment is not None or (job.owner is not None
+                                                                 and job.owner.kind == "ScavengerJob"):
+            continue
+        started = job.started_at_t if job.started_at_t is not None else first_start.get(job.ref.uid)
+        if started is None:
+            continue  # when it started is not known: no fact to learn from
+        # completionTime is the control plane's clock, container starts a node's: a node clock ahead
+        # must not make a run negative
+        runs.append(Run(job_key(job), job.ref.uid, started, max(job.completed, started)))
+    return runs
+
+
+def remember(history: History, runs: Iterable[Run]) -> dict[Key, tuple[tuple[float, str, float], ...]]:
+    """``history`` with ``runs`` added (each once, by uid), the last ``KEEP`` per key."""
+    out = dict(history)
+    for r in runs:
+        have = out.get(r.key, ())
+        if any(uid == r.uid for _, uid, _ in have):
+            continue
+        out[r.key] = tuple(sorted((*have, (r.finished, r.uid, r.seconds))))[-KEEP:]
+    if len(out) > MAX_KEYS:
+        for k in sorted(out, key=lambda k: out[k][-1][0])[: len(out) - MAX_KEYS]:
+            del out[k]
+    return out
+
+
+def by_queue(history: History) -> dict[tuple[str, str], tuple[tuple[float, str, float], ...]]:
+    """The same history per (namespace, queue), whatever runs: the fallback when a program has no runs."""
+    out: dict[tuple[str, str], tuple[tuple[float, str, float], ...]] = {}
+    for (ns, queue, _), runs in history.items():
+        have = out.get((ns, queue), ())
+        out[(ns, queue)] = tuple(sorted((*have, *runs)))[-KEEP:]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Predictor:
+    """Predicted runtimes for one pass. ``predict`` is what the shadow schedule asks."""
+
+    history: History
+    queues: Mapping[tuple[str, str], tuple[tuple[float, str, float], ...]]
+
+    @staticmethod
+    def of(history: History) -> Predictor:
+        return Predictor(history, by_queue(history))
+
+    def predict(self, key: Key, limit: float | None) -> float | None:
+        """The predicted runtime in seconds (never more than ``limit``), or None: no runs to go by."""
+        runs = self.history.get(key) or self.queues.get((key[0], key[1]))
+        if not runs:
+            return None
+        seconds = sum(s for _, _, s in runs) / len(runs)
+        return min(seconds, limit) if limit is not None else seconds
+
+
+def corrected(predicted: float, elapsed: float) -> float:
+    """A prediction for a job that has run ``elapsed`` seconds: as predicted while it holds; once
+    the job outlives it, raised by ``STEPS`` in turn until it lies ahead again (the caller keeps it
+    within the job's limit)."""
+    p = predicted
+    i = 0
+    while p <= elapsed:
+        p += STEPS[min(i, len(STEPS) - 1)]
+        i += 1
+    return p
