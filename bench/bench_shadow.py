@@ -1,6 +1,6 @@
 """Benchmark: maintenance windows and expected start times.
 
-    python bench/bench_shadow.py [--passes 20] [--seed 1]
+    python bench/bench_shadow.py [--passes 20] [--seed 1] [--seeds 5] [--scenarios repeat:1.5,...]
 
 Two figures:
 
@@ -11,16 +11,26 @@ Two figures:
    Jobs). CPU time of ``plan()`` (deadlines, gangs, countdowns, drains, the shadow
    schedule and the estimates), best / median / p90, and of the shadow schedule alone.
 
-2. **Accuracy of the estimates**: a generated day of arrivals (Poisson, 0.6 a minute,
-   sizes 1-32 CPU, time limits 30 m to 8 h, each job really running 50-100 % of its
-   limit, a third of jobs high priority) replayed on 20 nodes of 64 CPU with one 2-hour
-   maintenance window on 4 of them. A greedy list scheduler, like kube-scheduler (at each
-   arrival or completion, the pending jobs in priority-then-age order, each placed now if
-   it fits, keeping long jobs off nodes whose window they would run into), gives the
-   true start times; at each arrival the shadow schedule is asked for that job's
-   estimate, from the state at that moment (running work frees its node at its
-   deadline, not at its unknown real end). The error of a job that waited is
-   |estimate - true start| / true wait; median and p90 over those jobs.
+2. **Accuracy of the estimates**: generated days of arrivals (Poisson) replayed on 20 nodes of
+   64 CPU with one 2-hour maintenance window on 4 of them. A greedy list scheduler, like
+   kube-scheduler (at each arrival or completion, the pending jobs in priority-then-age order,
+   each placed now if it fits, keeping long jobs off nodes whose window they would run into),
+   gives the true start times; at each arrival the shadow schedule is asked for that job's
+   estimate, from the state at that moment, three ways: every job running to its limit (as
+   Slurm's ``squeue --start``), runtimes predicted from the runs that ended well so far
+   (runtimes.py, as the reconciler does), and each job's exact runtime (the floor: what no
+   predictor can do better than). The error of a job that waited is
+   |estimate - true start| / true wait; median and p90 over those jobs, per seed.
+
+   Workload models (``--scenarios model:rate,...``; see ``workload``): ``repeat``, 30 users
+   with weights 1/rank, each running 1-3 programs (a size 1-32 CPU, a limit 15 m-8 h, a typical
+   share of the limit uniform in 5-100 %), 80 % of a user's jobs the program they ran last;
+   per run, 10 % stopped at the limit, 10 % failing in the first 5 % of it, the rest lognormal
+   around the program's share (``--sigma``, 0.5); ``iid``, each runtime 50-100 % of the limit
+   afresh, so history carries nothing. A third of jobs are high priority. The shapes follow
+   published workload-archive observations (runtimes spread below the limit with spikes at
+   both ends, Mu'alem and Feitelson 2001; few round limits and repeated jobs, Tsafrir, Etsion
+   and Feitelson 2005/2007); the numbers are assumptions, not fitted to a log.
 """
 
 from __future__ import annotations
