@@ -11,7 +11,7 @@ Two figures:
    Jobs). CPU time of ``plan()`` (deadlines, gangs, countdowns, drains, the shadow
    schedule and the estimates), best / median / p90, and of the shadow schedule alone.
 
-2. **Accuracy of the estimates**: generated days of arrivals (Poisson) replayed on 20 nodes of
+2. **Accuracy of the estimates**: generated days of arrivals (Poisson, at the rate that offers a given load) replayed on 20 nodes of
    64 CPU with one 2-hour maintenance window on 4 of them. A greedy list scheduler, like
    kube-scheduler (at each arrival or completion, the pending jobs in priority-then-age order,
    each placed now if it fits, keeping long jobs off nodes whose window they would run into),
@@ -22,7 +22,7 @@ Two figures:
    predictor can do better than). The error of a job that waited is
    |estimate - true start| / true wait; median and p90 over those jobs, per seed.
 
-   Workload models (``--scenarios model:rate,...``; see ``workload``): ``repeat``, 30 users
+   Workload models (``--scenarios model:load,...``, load: the CPU-time offered as a share of the cluster; see ``workload``): ``repeat``, 30 users
    with weights 1/rank, each running 1-3 programs (a size 1-32 CPU, a limit 15 m-8 h, a typical
    share of the limit uniform in 5-100 %), 80 % of a user's jobs the program they ran last;
    per run, 10 % stopped at the limit, 10 % failing in the first 5 % of it, the rest lognormal
@@ -182,10 +182,11 @@ class Job:
     estimates: dict[str, float | None] = dataclasses.field(default_factory=dict)
 
 
-def workload(rng: random.Random, *, model: str, hours: float, rate_per_min: float, sigma: float) -> list[Job]:
-    """A day of arrivals. ``model`` "repeat": users run the same programs again and again (each
-    program: a size, a limit, a typical share of the limit, and runs that scatter around it);
-    "iid": every job's runtime is drawn afresh (50-100 % of its limit), so history says nothing."""
+def workload(rng: random.Random, *, model: str, hours: float, load: float, capacity: int, sigma: float) -> list[Job]:
+    """A day of arrivals offering ``load`` (a share of ``capacity``, in CPU-seconds per second).
+    ``model`` "repeat": users run the same programs again and again (each program: a size, a limit,
+    a typical share of the limit, and runs that scatter around it); "iid": every job's runtime is
+    drawn afresh (50-100 % of its limit), so history says nothing."""
     users = [f"u{i}" for i in range(30)]
     weights = [1 / (i + 1) for i in range(len(users))]  # a few users submit most jobs
     programs: dict[str, list[tuple[str, int, float, float]]] = {}
@@ -193,32 +194,41 @@ def workload(rng: random.Random, *, model: str, hours: float, rate_per_min: floa
         programs[u] = [(f"{u}/app{k}:1", rng.choice(SIZES), rng.choice(LIMITS) * 60.0, rng.uniform(0.05, 1.0))
                        for k in range(rng.randint(1, 3))]
     last: dict[str, int] = {}
-    jobs: list[Job] = []
-    t = NOW
-    while True:
-        t += rng.expovariate(rate_per_min / 60)
-        if t >= NOW + hours * HOUR:
-            return jobs
-        user = rng.choices(users, weights)[0]
+
+    def draw(r: random.Random) -> tuple[str, str, int, float, float, bool, int]:
+        user = r.choices(users, weights)[0]
         mine = programs[user]
-        k = last.get(user, 0) if rng.random() < 0.8 else rng.randrange(len(mine))  # mostly what they ran last
+        k = last.get(user, 0) if r.random() < 0.8 else r.randrange(len(mine))  # mostly what they ran last
         last[user] = k
         program, cpu, limit, share = mine[k]
-        fate = rng.random()
+        fate = r.random()
         if model == "iid":
-            runtime, ends_well = limit * rng.uniform(0.5, 1.0), True
+            runtime, ends_well = limit * r.uniform(0.5, 1.0), True
         elif fate < 0.10:  # runs into its limit and is stopped there
             runtime, ends_well = limit, False
         elif fate < 0.20:  # fails early
-            runtime, ends_well = limit * rng.uniform(0.0, 0.05), False
+            runtime, ends_well = limit * r.uniform(0.0, 0.05), False
         else:
-            runtime = min(limit * share * rng.lognormvariate(0.0, sigma), limit)
+            runtime = min(limit * share * r.lognormvariate(0.0, sigma), limit)
             ends_well = runtime < limit
-        jobs.append(Job(len(jobs), user, program, t, cpu, limit, max(runtime, 1.0), ends_well,
-                        1000 if rng.random() < 1 / 3 else 0))
+        return user, program, cpu, limit, max(runtime, 1.0), ends_well, 1000 if r.random() < 1 / 3 else 0
+
+    # The arrival rate that offers ``load``: from the mean work of a job, on a pilot sample.
+    pilot = random.Random(rng.random())
+    work = statistics.mean(cpu * runtime for _, _, cpu, _, runtime, _, _ in (draw(pilot) for _ in range(5000)))
+    last.clear()
+    rate = load * capacity / work  # jobs per second
+    jobs: list[Job] = []
+    t = NOW
+    while True:
+        t += rng.expovariate(rate)
+        if t >= NOW + hours * HOUR:
+            return jobs
+        user, program, cpu, limit, runtime, ends_well, prio = draw(rng)
+        jobs.append(Job(len(jobs), user, program, t, cpu, limit, runtime, ends_well, prio))
 
 
-def replay(rng: random.Random, *, model: str = "repeat", hours: float = 24, rate_per_min: float = 1.5,
+def replay(rng: random.Random, *, model: str = "repeat", hours: float = 24, load: float = 0.6,
            sigma: float = SIGMA, n_nodes: int = 20, node_cpu: int = 64, margin: float = 300.0) -> dict[str, Any]:
     """Replay a day; the estimate each waiting job got on arrival, with and without predictions,
     against its true start. Returns the errors (share of the wait) per variant and the load."""
@@ -230,7 +240,7 @@ def replay(rng: random.Random, *, model: str = "repeat", hours: float = 24, rate
     mw_view = window_view(window("mw", NOW + 10 * HOUR, NOW + 12 * HOUR, rack="a"))
     assert mw_view.window is not None
     win = mw_view.window
-    jobs = workload(rng, model=model, hours=hours, rate_per_min=rate_per_min, sigma=sigma)
+    jobs = workload(rng, model=model, hours=hours, load=load, capacity=n_nodes * node_cpu, sigma=sigma)
     free = {n.name: node_cpu for n in nodes}
     running: list[Job] = []
     pending: list[Job] = []
@@ -281,7 +291,7 @@ def replay(rng: random.Random, *, model: str = "repeat", hours: float = 24, rate
             running.remove(j)
             assert j.node is not None and j.start is not None
             free[j.node] += j.cpu
-            busy += j.cpu * j.runtime
+            busy += j.cpu * max(min(at, NOW + hours * HOUR) - j.start, 0.0)  # within the day
             if j.ends_well:  # a Complete Job: what the reconciler learns from
                 history = remember(history, [Run(key_of(j.user, None, j.program), f"j{jid}", j.start, at)])
             schedule(at)
@@ -305,8 +315,7 @@ def replay(rng: random.Random, *, model: str = "repeat", hours: float = 24, rate
         for variant, e in j.estimates.items():
             if e is not None:
                 errors[variant].append(abs(e - j.start) / (j.start - j.arrive))
-    span = max(j.start + j.runtime for j in jobs if j.start is not None) - NOW
-    return {"errors": errors, "jobs": len(jobs), "utilisation": busy / (span * n_nodes * node_cpu),
+    return {"errors": errors, "jobs": len(jobs), "utilisation": busy / (hours * HOUR * n_nodes * node_cpu),
             "waited": sum(1 for j in jobs if j.start is not None and j.start > j.arrive),
             "median_wait": statistics.median([j.start - j.arrive for j in jobs
                                               if j.start is not None and j.start > j.arrive] or [0.0])}
@@ -327,8 +336,8 @@ def main() -> int:
     ap.add_argument("--sigma", type=float, default=SIGMA,
                     help="spread of one program's runtimes around its typical one (lognormal sigma; repeat model)")
     ap.add_argument("--seeds", type=int, default=5, help="replays per scenario (seeds from --seed on)")
-    ap.add_argument("--scenarios", default="repeat:1.5,repeat:2.0,iid:0.6,iid:1.0",
-                    help="workload model (repeat, iid) : arrivals per minute, comma-separated")
+    ap.add_argument("--scenarios", default="repeat:0.6,repeat:0.8,iid:0.6,iid:0.8",
+                    help="workload model (repeat, iid) : offered load (share of the CPUs), comma-separated")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     snap = big_cluster(rng)
@@ -349,13 +358,19 @@ def main() -> int:
         print("replay of a generated day (estimate on arrival vs the true start, as a share of the wait): "
               "median / p90 error")
         for scenario in args.scenarios.split(","):
-            model, rate = scenario.split(":")
+            model, load = scenario.split(":")
+            pooled: dict[str, list[float]] = {}
             for seed in range(args.seed, args.seed + args.seeds):
-                r = replay(random.Random(seed), model=model, rate_per_min=float(rate), sigma=args.sigma)
+                r = replay(random.Random(seed), model=model, load=float(load), sigma=args.sigma)
+                for k, v in r["errors"].items():
+                    pooled.setdefault(k, []).extend(v)
                 q = {k: quantiles(v) for k, v in r["errors"].items()}
-                print(f"  {model:6} {float(rate):.1f}/min seed {seed}: {r['jobs']} jobs, utilisation "
+                print(f"  {model:6} load {float(load):.0%} seed {seed}: {r['jobs']} jobs, CPUs busy "
                       f"{r['utilisation']:.0%}, {r['waited']} waited (median wait {r['median_wait'] / 60:.0f} min); "
                       + ", ".join(f"{k} {a:.0%} / {b:.0%}" for k, (a, b) in q.items()), flush=True)
+            q = {k: quantiles(v) for k, v in pooled.items()}
+            print(f"  {model:6} load {float(load):.0%}, {args.seeds} seeds pooled ({len(pooled['limits'])} jobs): "
+                  + ", ".join(f"{k} {a:.0%} / {b:.0%}" for k, (a, b) in q.items()), flush=True)
     return 0
 
 

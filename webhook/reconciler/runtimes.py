@@ -6,8 +6,9 @@ below its limit (Mu'alem and Feitelson 2001), so start estimates built on limits
 ahead of reality. Tsafrir, Etsion and Feitelson ("Backfilling using system-generated predictions
 rather than user runtime estimates", IEEE TPDS 18(6), 2007) predict a job's runtime as the average
 of the last two jobs of the same user that finished, never more than the job's own limit, and
-raise a prediction that a running job outlives step by step, up to the limit. This module does
-the same with facts the reconciler has seen:
+raise a prediction that a running job outlives step by step, up to the limit. This module
+predicts the same way, with facts the reconciler has seen (and corrects an outlived prediction
+differently, see ``corrected``):
 
 - A **run** is a workload that ended well: a Job with condition ``Complete`` (its start as the
   reconciler recorded it, ``batchgate.io/started-at``, else its pods' earliest start; its end,
@@ -36,11 +37,6 @@ from .model import JobView, PodView, Snapshot
 
 KEEP = 2  # runs kept per key: Tsafrir et al. average the last two
 MAX_KEYS = 20_000  # keys kept in memory; past that, those that ended longest ago are forgotten
-# After a running job outlives its prediction, the prediction grows by these steps in turn (a minute
-# first, then longer and longer), never past the job's limit: a prediction proved wrong is corrected at
-# the next pass, a little at first, in the manner of Tsafrir et al.
-STEPS = (60, 300, 900, 1800, 3600, 2 * 3600, 5 * 3600, 10 * 3600, 20 * 3600, 50 * 3600, 100 * 3600)
-
 Key = tuple[str, str, str]  # (namespace, queue, program)
 
 
@@ -65,11 +61,15 @@ def key_of(namespace: str, queue: str | None, program: str) -> Key:
 
 
 def job_key(job: JobView) -> Key:
-    return key_of(job.ref.namespace, job.queue, job.program)
+    """Its namespace, its queue (the one it was admitted to, when the webhook recorded it, else its
+    label) and its images."""
+    queue = job.admitted.queue if job.admitted is not None else job.queue
+    return key_of(job.ref.namespace, queue, job.program)
 
 
 def pod_key(pod: PodView) -> Key:
-    return key_of(pod.ref.namespace, pod.queue, pod.program)
+    queue = pod.admitted.queue if pod.admitted is not None else pod.queue
+    return key_of(pod.ref.namespace, queue, pod.program)
 
 
 def finished_runs(snapshot: Snapshot) -> list[Run]:
@@ -143,13 +143,14 @@ class Predictor:
         return min(seconds, limit) if limit is not None else seconds
 
 
-def corrected(predicted: float, elapsed: float) -> float:
-    """A prediction for a job that has run ``elapsed`` seconds: as predicted while it holds; once
-    the job outlives it, raised by ``STEPS`` in turn until it lies ahead again (the caller keeps it
-    within the job's limit)."""
-    p = predicted
-    i = 0
-    while p <= elapsed:
-        p += STEPS[min(i, len(STEPS) - 1)]
-        i += 1
-    return p
+def corrected(predicted: float, elapsed: float, limit: float) -> float:
+    """The runtime to expect of a job that has run ``elapsed`` seconds of its ``limit``: as
+    predicted while the prediction holds. Once the job outlives it, all that is known is that it
+    ends between now and its limit; runtimes are spread roughly evenly below the limit in the
+    workload archives (Mu'alem and Feitelson), so the middle of what is left is expected, a
+    new estimate at every pass (Tsafrir et al. raise an outlived prediction in small steps
+    instead, a choice made for backfilling: for start times it says "a minute from now" over and
+    over, see the README's figures)."""
+    if predicted > elapsed:
+        return predicted
+    return (elapsed + max(limit, elapsed)) / 2

@@ -357,7 +357,7 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
                 if predicted is not None:
                     recorded = job.started_at_t if job is not None else pod.started_at_t
                     started = min(recorded if recorded is not None else INF, pod.started or INF, now)
-                    end = min(end, started + corrected(predicted, now - started))
+                    end = min(end, started + corrected(predicted, now - started, end - started))
             node.reserve(now, end, pod.sched.cpu, pod.sched.mem)
             continue
         if pod.deleting:

@@ -24,7 +24,8 @@ def done_job(name: str, *, started: float | None, completed: float, image: str =
     if started is not None:
         ann["batchgate.io/started-at"] = ts(started)
     j = job(name, ns=ns, annotations=ann, finished=condition, labels={"batchgate.io/queue": queue} if queue else None)
-    j["spec"]["template"]["spec"]["containers"] = [{"name": "main", "image": image}]
+    for c in j["spec"]["template"]["spec"]["containers"]:
+        c["image"] = image  # the admission record (queue batch) stays
     j["status"]["completionTime"] = ts(completed)
     if owner_kind:
         j["metadata"]["ownerReferences"] = [{"apiVersion": "batchgate.io/v1alpha1", "kind": owner_kind, "name": "s",
@@ -38,7 +39,8 @@ def a_job(name: str, *, limit: str = "2h", image: str = "sim:1", started: float 
     if started is not None:
         ann["batchgate.io/started-at"] = ts(started)
     j = job(name, uid=f"uid-{name}", annotations=ann)
-    j["spec"]["template"]["spec"]["containers"] = [{"name": "main", "image": image}]
+    for c in j["spec"]["template"]["spec"]["containers"]:
+        c["image"] = image
     return j
 
 
@@ -50,7 +52,7 @@ def of(*objs: dict[str, Any]) -> Snapshot:
 # -- what counts as a run -------------------------------------------------------------------
 def test_a_complete_job_is_a_run_from_its_recorded_start_to_its_completion_time() -> None:
     (r,) = finished_runs(of(done_job("a", started=-3 * HOUR, completed=-2 * HOUR)))
-    assert (r.key, r.seconds) == (("demo", "", "sim:1"), HOUR)
+    assert (r.key, r.seconds) == (("demo", "batch", "sim:1"), HOUR)  # the queue it was admitted to
 
 
 def test_without_a_recorded_start_the_earliest_pod_start_counts_and_without_either_nothing() -> None:
@@ -109,17 +111,16 @@ def test_another_program_in_the_same_namespace_and_queue_is_the_fallback_and_els
     assert p.predict(key_of("nobody", None, "sim:1"), 2 * HOUR) is None
 
 
-def test_a_prediction_a_job_outlives_grows_step_by_step() -> None:
-    assert corrected(10 * MIN, 5 * MIN) == 10 * MIN
-    assert corrected(10 * MIN, 10 * MIN) == 11 * MIN  # proved wrong: a minute more
-    assert corrected(10 * MIN, 13 * MIN) == 16 * MIN  # then five
-    assert corrected(10 * MIN, 40 * MIN) == 61 * MIN  # then fifteen, thirty
-    assert corrected(0, 1000 * HOUR) > 1000 * HOUR
+def test_a_job_that_outlives_its_prediction_is_expected_halfway_between_now_and_its_limit() -> None:
+    assert corrected(10 * MIN, 5 * MIN, HOUR) == 10 * MIN
+    assert corrected(10 * MIN, 10 * MIN, HOUR) == 35 * MIN  # proved wrong: the middle of what is left
+    assert corrected(10 * MIN, 50 * MIN, HOUR) == 55 * MIN
+    assert corrected(10 * MIN, 2 * HOUR, HOUR) == 2 * HOUR  # past its limit: it ends now
 
 
 # -- the shadow schedule with predictions ---------------------------------------------------
 def history(seconds: float, image: str = "busybox") -> Predictor:
-    return Predictor.of(remember({}, [Run(key_of("demo", None, image), "r", T0 - 2 * HOUR, T0 - 2 * HOUR + seconds)]))
+    return Predictor.of(remember({}, [Run(key_of("demo", "batch", image), "r", T0 - 2 * HOUR, T0 - 2 * HOUR + seconds)]))
 
 
 def starts(s: Snapshot, predictor: Predictor | None, windows: list[Any] = ()) -> dict[str, float | None]:  # type: ignore[assignment]
@@ -139,9 +140,10 @@ def test_a_prediction_is_never_past_the_deadline() -> None:
     assert starts(s, history(5 * HOUR)) == {"w1": HOUR}
 
 
-def test_a_job_that_outlives_its_prediction_is_expected_a_little_later_at_each_pass() -> None:
-    s = snap(running("r1", "n1", limit="2h", cpu="4", started=-75 * MIN, created=-2 * HOUR), waiting("w1", cpu="4"), nodes=[node("n1")])
-    assert starts(s, history(70 * MIN)) == {"w1": MIN}  # 70 + 1 + 5 = 76 minutes after its start
+def test_a_job_that_outlives_its_prediction_is_expected_halfway_to_its_deadline_at_the_next_pass() -> None:
+    s = snap(running("r1", "n1", limit="2h", cpu="4", started=-75 * MIN, created=-2 * HOUR), waiting("w1", cpu="4"),
+             nodes=[node("n1")])
+    assert starts(s, history(70 * MIN)) == {"w1": 22.5 * MIN}  # 45 minutes left of its 2 hours: half of them
 
 
 def test_windows_still_go_by_the_time_limit() -> None:
@@ -165,6 +167,6 @@ def test_the_estimate_written_uses_the_history_of_a_finished_job_in_the_snapshot
 
 def test_the_history_the_controller_remembers_counts_when_the_job_is_gone() -> None:
     s = snap(running("r1", "n1", limit="2h", cpu="4", started=-10 * MIN), waiting("w1", cpu="4"), nodes=[node("n1")])
-    h = remember({}, [Run(key_of("demo", None, "busybox"), "gone", T0 - HOUR, T0 - HOUR + 30 * MIN)])
+    h = remember({}, [Run(key_of("demo", "batch", "busybox"), "gone", T0 - HOUR, T0 - HOUR + 30 * MIN)])
     (a,) = [a for a in plan(s, T0, Settings(), history=h).actions if a.kind == "expected-start"]
     assert a.annotations[ANN_EXPECTED_START] == ts(20 * MIN)  # type: ignore[index]
