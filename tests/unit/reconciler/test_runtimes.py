@@ -170,3 +170,11 @@ def test_the_history_the_controller_remembers_counts_when_the_job_is_gone() -> N
     h = remember({}, [Run(key_of("demo", "batch", "busybox"), "gone", T0 - HOUR, T0 - HOUR + 30 * MIN)])
     (a,) = [a for a in plan(s, T0, Settings(), history=h).actions if a.kind == "expected-start"]
     assert a.annotations[ANN_EXPECTED_START] == ts(20 * MIN)  # type: ignore[index]
+
+
+def test_the_key_takes_the_queue_a_workload_was_admitted_to_over_a_label_edited_since() -> None:
+    j = a_job("relabelled")
+    j["metadata"]["labels"] = {"batchgate.io/queue": "interactive"}  # edited after admission to batch
+    assert runtimes.job_key(job_view(j)) == ("demo", "batch", "sim:1")
+    bare = pod("bare", phase="Pending", started=None, labels={"batchgate.io/queue": "interactive"}, admitted=None)
+    assert runtimes.pod_key(pod_view(bare)) == ("demo", "interactive", "busybox")  # no record: the label
