@@ -145,6 +145,9 @@ class Queue:
     node_selector: dict[str, str]
     access: Access | None = None  # who may use the queue; None: everyone
     exclusive_access: Access | None = None  # who may take whole nodes in it; None: whoever may use it
+    # gang: always - every Job running more than one pod at a time is a gang (pod-group policy)
+    # unless it says batchgate.io/gang: "false"; auto - only those that ask or whose shape needs it.
+    gangs: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,7 +458,7 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
     queues: dict[str, Queue] = {}
     for node in spec.req("queues").seq():
         node.mapping(allowed=("name", "priorityClass", "scavenger", "timeLimit", "nodeSelector", "access",
-                              "exclusiveAccess"))
+                              "exclusiveAccess", "gang"))
         name = node.req("name").str(pattern=NAME, hint="a lowercase DNS name")
         if name in queues:
             node.req("name").fail("duplicate queue")
@@ -482,6 +485,7 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
             node_selector=_label_map(sel) if sel else {},
             access=parse_access(node, "access"),
             exclusive_access=parse_access(node, "exclusiveAccess"),
+            gangs=(g.enum("auto", "always") == "always") if (g := node.get("gang")) is not None else False,
         )
     if not queues:
         spec.req("queues").fail("declare at least one queue")

@@ -11,6 +11,9 @@ POD_GROUP_LABEL = f"{GROUP}/pod-group"
 # On a Namespace, =disabled leaves it out of every webhook (set by cluster admins only).
 OPT_OUT_LABEL = f"{GROUP}/admission"
 POD_GROUP_SIZE_LABEL = f"{GROUP}/pod-group-size"
+# On a Job (or its pod template, a CronJob's jobTemplate): "true" makes its pods a gang, "false" keeps
+# them apart even where the queue runs multi-pod Jobs as gangs.
+GANG_LABEL = f"{GROUP}/gang"
 # Job networking (policy job-network): users type the first two; the webhook stamps the label.
 CONNECT_TO_ANNOTATION = f"{GROUP}/connect-to"  # workloads this one may talk to (both sides must name each other)
 SLOTS_ANNOTATION = f"{GROUP}/slots"  # MPI slots per member in the hostfile

@@ -217,3 +217,165 @@ def owned_by_custom_resource(obj: Any) -> bool:
         return False
     group = str(ref.get("apiVersion") or "").rpartition("/")[0]
     return group not in BUILTIN_GROUPS
+
+
+# -- gangs and what a Job declares about failures ------------------------------------
+# A gang's pods start together (the gang scheduler's labels) and, when one fails, start over
+# together (the reconciler). That suits workloads whose pods need each other (MPI ranks, the
+# workers of a distributed training run), and breaks those built to let one pod fail while the
+# others go on. So a multi-pod Job is a gang when it asks (``batchgate.io/gang: "true"``, or it
+# names its batchgate group itself), when its queue says every multi-pod Job is one (unless the Job
+# says ``"false"``), or when its shape says its pods run as one: an Indexed Job whose indexes all
+# run at once (completions == parallelism) and that declares no tolerance for one of them failing.
+
+BACKOFF_LIMIT_DEFAULT = 6  # what the API server writes when a Job leaves spec.backoffLimit out
+PodFailureAction = str  # "FailJob" | "Ignore" | "Count" | "FailIndex"
+
+
+@dataclass(frozen=True, slots=True)
+class PodFailureRule:
+    """One ``spec.podFailurePolicy.rules[]`` entry (Kubernetes 1.25+)."""
+
+    action: PodFailureAction
+    container: str | None = None  # onExitCodes.containerName
+    exit_in: bool = True  # onExitCodes.operator: In (True) or NotIn
+    exit_codes: frozenset[int] | None = None  # None: the rule has no onExitCodes
+    conditions: tuple[tuple[str, str], ...] = ()  # onPodConditions: (type, status)
+
+    def matches(self, exits: tuple[tuple[str, int], ...], conditions: frozenset[tuple[str, str]]) -> bool:
+        """``exits``: (container, code) of the failed pod's terminated containers, non-zero codes only;
+        ``conditions``: its (type, status) conditions."""
+        if self.exit_codes is not None:
+            return any((self.container is None or name == self.container)
+                       and ((code in self.exit_codes) == self.exit_in) for name, code in exits)
+        return any(c in conditions for c in self.conditions)
+
+
+@dataclass(frozen=True, slots=True)
+class FailurePolicy:
+    """What a Job declares about its pods failing, as its controller applies it."""
+
+    backoff_limit: int = BACKOFF_LIMIT_DEFAULT
+    backoff_limit_per_index: int | None = None
+    max_failed_indexes: int | None = None
+    success_policy: bool = False
+    rules: tuple[PodFailureRule, ...] = ()
+    restart_policy: str = "Never"  # of the pod template: Never or OnFailure
+
+    def action_for(self, exits: tuple[tuple[str, int], ...], conditions: frozenset[tuple[str, str]]) -> PodFailureAction:
+        """What the Job controller does with a failed pod: the first matching rule's action, else
+        Count (the failure counts against backoffLimit, or backoffLimitPerIndex)."""
+        for rule in self.rules:
+            if rule.matches(exits, conditions):
+                return rule.action
+        return "Count"
+
+    def tolerates(self) -> tuple[str, ...]:
+        """What lets one pod fail (or be retried) on its own while the others go on; empty when
+        nothing does. backoffLimit is not among them: it is a budget for the Job as a whole, which
+        a gang spends by starting over together."""
+        said: list[str] = []
+        if self.backoff_limit_per_index is not None:
+            said.append(f"backoffLimitPerIndex: {self.backoff_limit_per_index}")
+        if self.max_failed_indexes is not None:
+            said.append(f"maxFailedIndexes: {self.max_failed_indexes}")
+        if self.success_policy:
+            said.append("successPolicy")
+        if any(r.action == "Ignore" and r.exit_codes is not None for r in self.rules):
+            said.append("podFailurePolicy rules that Ignore exit codes")
+        if self.restart_policy == "OnFailure":
+            said.append("restartPolicy: OnFailure")
+        return tuple(said)
+
+
+_DEFAULT_POLICY = FailurePolicy()
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def failure_policy(job_spec: Any) -> FailurePolicy:
+    """The Job's declared failure handling; anything malformed reads as absent (the API server
+    rejects such Jobs anyway)."""
+    if not isinstance(job_spec, dict):
+        return _DEFAULT_POLICY
+    rules: list[PodFailureRule] = []
+    pfp = job_spec.get("podFailurePolicy")
+    for r in (pfp.get("rules") if isinstance(pfp, dict) else None) or ():
+        if not isinstance(r, dict) or not isinstance(r.get("action"), str):
+            continue
+        on_exit = r.get("onExitCodes")
+        if isinstance(on_exit, dict):
+            codes = frozenset(c for c in on_exit.get("values") or () if _int(c) is not None)
+            name = on_exit.get("containerName")
+            rules.append(PodFailureRule(r["action"], container=name if isinstance(name, str) else None,
+                                        exit_in=on_exit.get("operator") != "NotIn", exit_codes=codes))
+        else:
+            conds = tuple((str(c.get("type") or ""), str(c.get("status") or "True"))
+                          for c in r.get("onPodConditions") or () if isinstance(c, dict))
+            rules.append(PodFailureRule(r["action"], conditions=conds))
+    backoff = _int(job_spec.get("backoffLimit"))
+    restart = dig(job_spec, ("template", "spec", "restartPolicy"))
+    policy = FailurePolicy(
+        backoff_limit=BACKOFF_LIMIT_DEFAULT if backoff is None else backoff,
+        backoff_limit_per_index=_int(job_spec.get("backoffLimitPerIndex")),
+        max_failed_indexes=_int(job_spec.get("maxFailedIndexes")),
+        success_policy=isinstance(job_spec.get("successPolicy"), dict),
+        rules=tuple(rules),
+        restart_policy=restart if restart == "OnFailure" else "Never",
+    )
+    return _DEFAULT_POLICY if policy == _DEFAULT_POLICY else policy
+
+
+def pods_at_once(job_spec: Any) -> int:
+    """Pods a Job runs at once: parallelism (1 when unset), unless fewer completions are wanted."""
+    if not isinstance(job_spec, dict):
+        return 1
+    n = _int(job_spec.get("parallelism"))
+    n = 1 if n is None else n
+    completions = _int(job_spec.get("completions"))
+    return min(n, completions) if completions is not None else n
+
+
+GangRequest = Any  # the batchgate.io/gang label's value as written: "true", "false", None, or junk
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """Whether a Job's pods form a gang, and why (for messages)."""
+
+    size: int  # pods at once
+    is_gang: bool
+    why: str  # what made it one, or not: completes "... is a gang because <why>"
+    tolerates: tuple[str, ...]  # what the Job declares that lets one pod fail on its own
+    by_queue: bool = False  # the queue's setting made it a gang
+
+
+def job_gang(job_spec: Any, *, request: GangRequest, names_group: bool, queue: str | None,
+             queue_gangs: bool) -> Gang:
+    """Decide whether a Job is a gang. ``request``: its ``batchgate.io/gang`` label; ``names_group``:
+    its pod template names its batchgate group itself (``batchgate.io/pod-group``); ``queue_gangs``:
+    its queue makes every multi-pod Job a gang."""
+    size = pods_at_once(job_spec)
+    policy = failure_policy(job_spec)
+    tolerates = policy.tolerates()
+    if size <= 1:
+        return Gang(size, False, "it runs one pod at a time", tolerates)
+    if request == "false":
+        return Gang(size, False, 'it says batchgate.io/gang: "false"', tolerates)
+    if request == "true":
+        return Gang(size, True, 'it asks with batchgate.io/gang: "true"', tolerates)
+    if names_group:
+        return Gang(size, True, "its pod template names its batchgate.io/pod-group", tolerates)
+    if queue_gangs:
+        return Gang(size, True, f"queue {queue} runs every multi-pod Job as a gang", tolerates, by_queue=True)
+    spec = job_spec if isinstance(job_spec, dict) else {}
+    indexed = spec.get("completionMode") == "Indexed"
+    if indexed and _int(spec.get("completions")) == _int(spec.get("parallelism")) and not tolerates:
+        return Gang(size, True, "it is an Indexed Job whose indexes all run at once", tolerates)
+    if tolerates:
+        return Gang(size, False, f"it tolerates a pod failing ({', '.join(tolerates)})", tolerates)
+    if not indexed:
+        return Gang(size, False, "its pods are interchangeable (not Indexed)", tolerates)
+    return Gang(size, False, "its indexes do not all run at once (completions != parallelism)", tolerates)

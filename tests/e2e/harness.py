@@ -364,14 +364,21 @@ def job(name: str | None, *, parallelism: int = 1, completions: int | None = Non
 
 
 def cronjob(name: str, *, parallelism: int = 1, labels: Mapping[str, str] | None = None,
-            api_version: str = "batch/v1beta1", **pod_spec: Any) -> dict[str, Any]:
+            job_labels: Mapping[str, str] | None = None, api_version: str = "batch/v1beta1",
+            **pod_spec: Any) -> dict[str, Any]:
     """A CronJob that will not fire during a test run (batch/v1beta1: Kubernetes 1.20)."""
     inner = job("unused", parallelism=parallelism, **pod_spec)["spec"]
     meta: dict[str, Any] = {"name": name}
     if labels:
         meta["labels"] = dict(labels)
+    job_template: dict[str, Any] = {"spec": inner}
+    if job_labels:
+        job_template["metadata"] = {"labels": dict(job_labels)}
     return {"apiVersion": api_version, "kind": "CronJob", "metadata": meta,
-            "spec": {"schedule": "0 0 1 1 *", "jobTemplate": {"spec": inner}}}
+            "spec": {"schedule": "0 0 1 1 *", "jobTemplate": job_template}}
+
+
+GANG = {"batchgate.io/gang": "true"}  # a Job's label asking for its pods to be a gang
 
 
 def deployment(name: str, *, replicas: int = 1, labels: Mapping[str, str] | None = None,

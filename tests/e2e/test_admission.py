@@ -16,6 +16,7 @@ import pytest
 from cluster import KubeApiError, require_components, wait_for
 from harness import (
     DISABLED_LABEL,
+    GANG,
     QUEUE_LABEL,
     TIME_LIMIT,
     assert_matches_prediction,
@@ -93,7 +94,7 @@ def test_job_controller_pods_carry_batchgate_fields_without_own_patch(kube, webh
     name = unique("ctl")
     before = webhook_server.server.mutate_outcomes()
     created = create(kube, ns, job(name, parallelism=2, completions=2,
-                                   labels={QUEUE_LABEL: "interactive"},
+                                   labels={QUEUE_LABEL: "interactive", **GANG},
                                    containers=[container(cpu="100m", memory="128Mi")]))
     pods = kube.wait_for_pods(ns, label_selector=f"controller-uid={created['metadata']['uid']}", count=2)
     for p in pods:

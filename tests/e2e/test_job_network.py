@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from cluster import require_components, tail, wait_for
-from harness import container, create, create_and_read, job, pod, unique
+from harness import GANG, container, create, create_and_read, job, pod, unique
 
 from tests.netpolicy import Endpoint, connection_allowed
 from webhook.jobnet import service_name
@@ -50,7 +50,7 @@ def assert_member(p: dict[str, Any], service: str, size: int) -> None:
 def test_job_pods_are_named_by_the_webhook_and_use_it_as_hostname(kube, webhook_server, ns):
     require_components(kube, "kube-controller-manager")
     name = unique("mpi")
-    created = create(kube, ns, job(name, parallelism=3, completions=3,
+    created = create(kube, ns, job(name, parallelism=3, completions=3, labels=GANG,
                                    containers=[container(cpu="100m", memory="64Mi")]))
     assert created["spec"]["template"]["spec"]["subdomain"] == name
     pods = kube.wait_for_pods(ns, label_selector=f"controller-uid={created['metadata']['uid']}", count=3)
@@ -63,7 +63,7 @@ def test_job_pods_are_named_by_the_webhook_and_use_it_as_hostname(kube, webhook_
 
 def test_generate_name_job_with_a_dotted_name_gets_valid_service_and_hostnames(kube, webhook_server, ns):
     require_components(kube, "kube-controller-manager")
-    created = create(kube, ns, job(None, generate_name="sim.v2-", parallelism=2,
+    created = create(kube, ns, job(None, generate_name="sim.v2-", parallelism=2, labels=GANG,
                                    containers=[container(cpu="100m", memory="64Mi")]))
     job_name = created["metadata"]["name"]
     assert "subdomain" not in created["spec"]["template"]["spec"], "named on the pods: the Job had no name yet"
@@ -160,7 +160,7 @@ def net_objects(kube, ns: str) -> dict[str, dict[str, dict[str, Any]]]:
 
 def start_job(kube, ns: str, name: str, *, size: int, connect: str | None = None) -> tuple[dict[str, Any], list]:
     annotations = {"batchgate.io/connect-to": connect} if connect else None
-    created = create(kube, ns, job(name, parallelism=size, completions=size, annotations=annotations,
+    created = create(kube, ns, job(name, parallelism=size, completions=size, annotations=annotations, labels=GANG,
                                    containers=[container(cpu="100m", memory="64Mi")]))
     pods = kube.wait_for_pods(ns, label_selector=f"controller-uid={created['metadata']['uid']}", count=size)
     return created, pods

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from cluster import KubeApiError, require_components, wait_for
 from harness import (
+    GANG,
     QUEUE_LABEL,
     TIME_LIMIT,
     assert_matches_prediction,
@@ -225,7 +226,7 @@ def gang_labels(meta: dict[str, Any]) -> dict[str, str]:
 def test_pod_group_job_template_and_controller_pods(kube, webhook_server, ns):
     require_components(kube, "kube-controller-manager")
     name = unique("gang")
-    stored = stored_and_predicted(kube, webhook_server, ns, job(name, parallelism=3))
+    stored = stored_and_predicted(kube, webhook_server, ns, job(name, parallelism=3, labels=GANG))
     want = {"batchgate.io/pod-group": name, "batchgate.io/pod-group-size": "3",
             "scheduling.x-k8s.io/pod-group": name}
     assert gang_labels(stored["spec"]["template"]["metadata"]) == want
@@ -240,7 +241,7 @@ def test_pod_group_generate_name_job_named_by_its_pods(kube, webhook_server, ns)
     """A Job created with generateName has no name at admission: its template gets only the
     size, and its Pods (which arrive with only generateName) are named after the real Job."""
     require_components(kube, "kube-controller-manager")
-    obj = job(None, generate_name="gang-gen-", parallelism=3)
+    obj = job(None, generate_name="gang-gen-", parallelism=3, labels=GANG)
     created = create(kube, ns, obj)
     real = created["metadata"]["name"]
     stored = kube.get(jobs_path(ns, real))
@@ -420,7 +421,7 @@ def force_delete(kube, ns: str, names: list[str]) -> None:
 
 
 def test_cronjob_template_carries_everything_for_its_jobs(kube, webhook_server, ns):
-    stored = stored_and_predicted(kube, webhook_server, ns, cronjob(unique("cron"), parallelism=2))
+    stored = stored_and_predicted(kube, webhook_server, ns, cronjob(unique("cron"), parallelism=2, job_labels=GANG))
     jt = stored["spec"]["jobTemplate"]
     tmpl = jt["spec"]["template"]
     assert jt["metadata"]["annotations"][TIME_LIMIT] == "1d"
@@ -685,7 +686,7 @@ def test_exclusive_job_does_not_share_nodes_either_way(kube, webhook_server, ns,
     # (1) the exclusive Job's pods avoid n1, and pack onto the one free node together
     jname = unique("excl-job")
     stored_job = stored_and_predicted(kube, webhook_server, ns, job(
-        jname, parallelism=2, labels={EXCLUSIVE: "true"}, tolerations=[TOLERATION],
+        jname, parallelism=2, labels={EXCLUSIVE: "true", **GANG}, tolerations=[TOLERATION],
         containers=[container(cpu="100m", memory="64Mi")]))
     tmpl = stored_job["spec"]["template"]
     group = tmpl["metadata"]["labels"][GROUP]
@@ -744,7 +745,7 @@ def exclusive_job_pods(kube, webhook_server, ns):
     require_components(kube, "kube-controller-manager")
     before = webhook_server.server.mutate_outcomes()
     stored = create_and_read(kube, ns, job(unique("excl-np"), parallelism=2,
-                                           labels={EXCLUSIVE: "true"}))
+                                           labels={EXCLUSIVE: "true", **GANG}))
     pods = kube.wait_for_pods(ns, label_selector=f"controller-uid={stored['metadata']['uid']}", count=2)
     after = webhook_answers(webhook_server, before, 3)
     return pods, {k: after[k] - before[k] for k in after}

@@ -12,9 +12,12 @@ import pytest
 from tests.unit.conftest import SPEC, check, workload
 from webhook.workloads import (
     SHAPES,
+    FailurePolicy,
     controller_kind,
     controller_of,
     dig,
+    failure_policy,
+    job_gang,
     pod_group,
     requested_queue,
     shape_of,
@@ -151,3 +154,67 @@ def test_admission_records_live_where_nobody_can_change_them():
     half = {"spec": {"containers": [{"env": env[:1]}]}}
     assert admission_record(half, SHAPES[("", "Pod")]) is None
     assert admission_record({"spec": {"containers": "nonsense"}}, SHAPES[("", "Pod")]) is None
+
+
+# -- gangs and failure policies (Jobs as a current API server stores them) ---------------------
+# spec of an Indexed Job as kube-apiserver 1.31 returns it (defaults filled in)
+CURRENT_JOB_SPEC: dict[str, Any] = {
+    "parallelism": 4, "completions": 4, "completionMode": "Indexed", "backoffLimit": 6,
+    "manualSelector": False, "podReplacementPolicy": "Failed", "suspend": False,
+    "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "0b4f3c1e-0d7e-4a43-9d0c-1f1b0a7e6b9d"}},
+    "podFailurePolicy": {"rules": [
+        {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}},
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    ]},
+    "template": {"metadata": {"labels": {"batch.kubernetes.io/job-name": "train"}},
+                 "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "trainer"}]}},
+}
+
+
+def test_failure_policy_reads_what_the_job_declares():
+    fp = failure_policy(CURRENT_JOB_SPEC)
+    assert fp.backoff_limit == 6 and fp.restart_policy == "Never" and fp.backoff_limit_per_index is None
+    assert fp.tolerates() == ()  # FailJob and Ignore-on-disruption: no pod may fail on its own
+    assert fp.action_for((("main", 42),), frozenset()) == "FailJob"
+    assert fp.action_for((("main", 1),), frozenset()) == "Count"
+    assert fp.action_for((("sidecar", 42),), frozenset()) == "Count"  # the rule names container main
+    assert fp.action_for((("main", 137),), frozenset({("DisruptionTarget", "True")})) == "Ignore"
+
+
+def test_failure_policy_not_in_and_defaults():
+    fp = failure_policy({"podFailurePolicy": {"rules": [
+        {"action": "Ignore", "onExitCodes": {"operator": "NotIn", "values": [1, 2]}}]},
+        "template": {"spec": {"restartPolicy": "Never"}}})
+    assert fp.backoff_limit == 6  # absent: the API default
+    assert fp.action_for((("c", 3),), frozenset()) == "Ignore"
+    assert fp.action_for((("c", 1),), frozenset()) == "Count"
+    assert fp.tolerates() == ("podFailurePolicy rules that Ignore exit codes",)
+    assert failure_policy(None) == FailurePolicy() == failure_policy({"backoffLimit": True})
+
+
+GANG_SHAPES = [
+    ("indexed, all at once, nothing tolerated", CURRENT_JOB_SPEC, None, True, "Indexed Job whose indexes all run"),
+    ("indexed with backoffLimitPerIndex", {**CURRENT_JOB_SPEC, "backoffLimitPerIndex": 1, "maxFailedIndexes": 2},
+     None, False, "backoffLimitPerIndex: 1, maxFailedIndexes: 2"),
+    ("indexed with a successPolicy", {**CURRENT_JOB_SPEC, "successPolicy": {"rules": [{"succeededCount": 1}]}},
+     None, False, "successPolicy"),
+    ("non-indexed, fixed completions", {"parallelism": 4, "completions": 4}, None, False, "interchangeable"),
+    ("work queue", {"parallelism": 4}, None, False, "interchangeable"),
+    ("asked", {"parallelism": 4}, "true", True, 'asks with batchgate.io/gang: "true"'),
+    ("opted out", CURRENT_JOB_SPEC, "false", False, 'says batchgate.io/gang: "false"'),
+    ("one pod", {"parallelism": 1}, "true", False, "one pod at a time"),
+]
+
+
+@pytest.mark.parametrize(("spec", "request_", "is_gang", "why"), [c[1:] for c in GANG_SHAPES],
+                         ids=[c[0] for c in GANG_SHAPES])
+def test_which_jobs_are_gangs(spec, request_, is_gang, why):
+    g = job_gang(spec, request=request_, names_group=False, queue="batch", queue_gangs=False)
+    assert g.is_gang is is_gang and why in g.why, g
+
+
+def test_a_gang_queue_takes_failure_tolerant_jobs_and_says_which():
+    g = job_gang({**CURRENT_JOB_SPEC, "backoffLimitPerIndex": 1}, request=None, names_group=False, queue="mpi",
+                 queue_gangs=True)
+    assert g.is_gang and g.by_queue and g.tolerates == ("backoffLimitPerIndex: 1",)
+    assert not job_gang(CURRENT_JOB_SPEC, request="false", names_group=False, queue="mpi", queue_gangs=True).is_gang

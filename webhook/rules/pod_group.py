@@ -7,11 +7,18 @@ schedulers the bundle names, plus its own scheduler-independent pair
 (``batchgate.io/pod-group`` and ``batchgate.io/pod-group-size``) by which the
 reconciler finds groups to tear down when one member fails.
 
+Which Jobs are gangs (``webhook.workloads.job_gang``): those running more than
+one pod at a time (``min(parallelism, completions)``) that ask
+(``batchgate.io/gang: "true"``, or a template naming ``batchgate.io/pod-group``),
+whose queue says ``gang: always`` (unless they say ``"false"``; a Job that
+declares it lets one pod fail on its own is warned), or that are Indexed with
+all indexes at once and no such tolerance. Others are left alone: a gang starts
+over as a whole when one pod fails, which breaks Jobs built to let pods fail.
+
 Where the group comes from:
 
-- **Job** with more than one pod at a time (``min(parallelism, completions)``):
-  the labels go into ``spec.template`` so every pod the Job controller makes
-  inherits them; the group is named after the Job.
+- **Job** that is a gang: the labels go into ``spec.template`` so every pod the
+  Job controller makes inherits them; the group is named after the Job.
 - **Job with only generateName**: its name is not known at admission, so the
   template gets only the size; the Job's pods arrive with a controller
   ownerReference naming the Job, and the Pod mutation names the group then.
@@ -33,7 +40,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..contract import POD_GROUP_LABEL, POD_GROUP_SIZE_LABEL
+from ..contract import GANG_LABEL, POD_GROUP_LABEL, POD_GROUP_SIZE_LABEL
+from ..workloads import Gang, job_gang, pods_at_once
 from .base import Ctx, Finding, Path, RuleType, deny, dig, warn
 
 if TYPE_CHECKING:
@@ -94,16 +102,7 @@ def group_name(name: str) -> str:
 
 def gang_size(job_spec: dict[str, Any]) -> int:
     """Pods a Job runs at once: parallelism, unless fewer completions are wanted."""
-    parallelism: Any = job_spec.get("parallelism")
-    completions: Any = job_spec.get("completions")
-    n: int = parallelism if _is_int(parallelism) else 1
-    if _is_int(completions):
-        n = min(n, completions)
-    return n
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    return pods_at_once(job_spec)
 
 
 def _size(value: Any) -> int | None:
@@ -134,7 +133,7 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     if shape.kind == "Job":
         return _mutate_job(settings, draft, ctx, labels)
     if shape.kind == "CronJob":
-        return _mutate_cronjob(draft, labels)
+        return _mutate_cronjob(draft, ctx, labels)
     return []
 
 
@@ -153,12 +152,57 @@ def _mutate_pod(settings: Settings, draft: Draft, labels: dict[str, Any]) -> lis
     return []
 
 
-def _mutate_job(settings: Settings, draft: Draft, ctx: Ctx, labels: dict[str, Any]) -> list[Finding]:
-    spec = draft.get("spec") or {}
-    size = gang_size(spec)
-    if size <= 1:
+def _request(draft_or_obj: Any, shape_meta: Path, outer: Path) -> Any:
+    """The ``batchgate.io/gang`` label: on the workload's own metadata, else its pod template's."""
+    for path in (outer, shape_meta):
+        labels = dig(draft_or_obj, (*path, "labels"))
+        if isinstance(labels, dict) and GANG_LABEL in labels:
+            return labels[GANG_LABEL]
+    return None
+
+
+def decide_gang(obj: Any, ctx: Ctx) -> Gang | None:
+    """Whether the Job or CronJob ``obj`` is a gang (None for other kinds)."""
+    shape = ctx.shape
+    if shape is None or shape.kind not in ("Job", "CronJob"):
+        return None
+    spec_path: Path = ("spec",) if shape.kind == "Job" else ("spec", "jobTemplate", "spec")
+    outer: Path = ("metadata",) if shape.kind == "Job" else ("spec", "jobTemplate", "metadata")
+    labels = dig(obj, (*shape.pod_meta, "labels"))
+    names_group = isinstance(labels, dict) and GROUP_LABEL in labels
+    queue = ctx.queue
+    return job_gang(dig(obj, spec_path), request=_request(obj, shape.pod_meta, outer), names_group=names_group,
+                    queue=ctx.queue_name, queue_gangs=queue is not None and queue.gangs)
+
+
+def _not_a_gang(draft: Draft, meta_path: Path, labels: dict[str, Any], gang: Gang, subject: str) -> list[Finding]:
+    """A multi-pod workload that is no gang: a stray size label would make its pods one."""
+    if SIZE_LABEL not in labels:
         return []
-    findings: list[Finding] = []
+    draft.delete(*meta_path, "labels", SIZE_LABEL)
+    return [warn(f"{subject}: label {SIZE_LABEL} removed from the pod template: it is not a gang because "
+                 f"{gang.why}; label it {GANG_LABEL}: \"true\" to make it one")]
+
+
+def _queue_warning(gang: Gang, subject: str) -> list[Finding]:
+    if not (gang.by_queue and gang.tolerates):
+        return []
+    return [warn(
+        f"{subject} runs as a gang because {gang.why}, although it declares {', '.join(gang.tolerates)}: "
+        f"its {gang.size} pods start together and, when one fails, all start over together (within its "
+        f"backoffLimit); label it {GANG_LABEL}: \"false\" to let its pods fail and be retried on their own"
+    )]
+
+
+def _mutate_job(settings: Settings, draft: Draft, ctx: Ctx, labels: dict[str, Any]) -> list[Finding]:
+    gang = decide_gang(draft.root, ctx)
+    meta_path = ("spec", "template", "metadata")
+    if gang is None or gang.size <= 1:
+        return []
+    if not gang.is_gang:
+        return _not_a_gang(draft, meta_path, labels, gang, ctx.subject)
+    size = gang.size
+    findings: list[Finding] = _queue_warning(gang, ctx.subject)
     given = labels.get(SIZE_LABEL)
     if given is not None and given != str(size):
         findings.append(warn(
@@ -168,7 +212,6 @@ def _mutate_job(settings: Settings, draft: Draft, ctx: Ctx, labels: dict[str, An
     group = labels.get(GROUP_LABEL)
     if group is None and ctx.name:
         group = group_name(ctx.name)
-    meta_path = ("spec", "template", "metadata")
     if group is None:  # generateName: the Pod mutation names the group after the Job
         draft.ensure(*meta_path, "labels", SIZE_LABEL, str(size))
     else:
@@ -176,17 +219,20 @@ def _mutate_job(settings: Settings, draft: Draft, ctx: Ctx, labels: dict[str, An
     return findings
 
 
-def _mutate_cronjob(draft: Draft, labels: dict[str, Any]) -> list[Finding]:
-    size = gang_size(draft.get("spec", "jobTemplate", "spec") or {})
-    if size <= 1:
+def _mutate_cronjob(draft: Draft, ctx: Ctx, labels: dict[str, Any]) -> list[Finding]:
+    gang = decide_gang(draft.root, ctx)
+    meta_path = ("spec", "jobTemplate", "spec", "template", "metadata")
+    if gang is None or gang.size <= 1:
         return []
-    findings: list[Finding] = []
+    if not gang.is_gang:
+        return _not_a_gang(draft, meta_path, labels, gang, ctx.subject)
+    findings: list[Finding] = _queue_warning(gang, ctx.subject)
     if GROUP_LABEL in labels:
         findings.append(warn(
             f"the CronJob's pod template names the pod group {labels[GROUP_LABEL]!r}: every run shares "
             f"it; leave {GROUP_LABEL} out and each run's group is named after its Job"
         ))
-    draft.ensure("spec", "jobTemplate", "spec", "template", "metadata", "labels", SIZE_LABEL, str(size))
+    draft.ensure(*meta_path, "labels", SIZE_LABEL, str(gang.size))
     return findings
 
 
@@ -212,6 +258,17 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
     labels = meta.get("labels") or {}
     where = "" if shape.is_pod else f" in {'.'.join(map(str, shape.pod_meta))}"
     findings: list[Finding] = []
+    request = labels.get(GANG_LABEL)
+    if shape.kind in ("Job", "CronJob"):
+        request = _request(obj, shape.pod_meta,
+                           ("metadata",) if shape.kind == "Job" else ("spec", "jobTemplate", "metadata"))
+    if request is not None and request not in ("true", "false"):
+        findings.append(deny(f'label {GANG_LABEL} must be "true" or "false"; got {request!r}'))
+    elif request == "false" and GROUP_LABEL in labels and not shape.is_pod:
+        findings.append(deny(
+            f'label {GANG_LABEL}: "false" contradicts label {GROUP_LABEL}={labels[GROUP_LABEL]!r}{where}, '
+            f"which makes the pods a gang; remove one of them"
+        ))
     size, group = labels.get(SIZE_LABEL), labels.get(GROUP_LABEL)
     if size is not None and _size(size) is None:
         findings.append(deny(
@@ -241,8 +298,9 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
 TYPE = RuleType(
     name="pod-group",
     doc=(
-        "Gang labels for coscheduling (default), Kueue and Volcano on multi-pod workloads, group "
-        "named after the owning workload and sized from parallelism."
+        "Gang labels for coscheduling (default), Kueue and Volcano on Jobs that ask "
+        "(batchgate.io/gang), whose queue says gang: always, or Indexed with all indexes at once "
+        "and no per-pod failure tolerance; group named after the Job, sized from parallelism."
     ),
     parse=parse,
     mutate=mutate,

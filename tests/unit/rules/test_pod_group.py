@@ -24,6 +24,8 @@ GROUP, SIZE = "batchgate.io/pod-group", "batchgate.io/pod-group-size"
 COSCHED = "scheduling.x-k8s.io/pod-group"
 KUEUE, KUEUE_COUNT = "kueue.x-k8s.io/pod-group-name", "kueue.x-k8s.io/pod-group-total-count"
 VOLCANO = "scheduling.k8s.io/group-name"
+GANG_KEY = "batchgate.io/gang"
+GANG = {GANG_KEY: "true"}
 CONTROLLER = "system:kube-controller-manager"
 
 
@@ -46,7 +48,8 @@ def run(b: Bundle, obj: dict[str, Any], *, user: str = "alice", phase: str = "ch
 
 
 def job(*, name: str | None = "mpi-sim2", parallelism: int | None = 2, completions: int | None = 2,
-        template_labels: dict[str, str] | None = None) -> dict[str, Any]:
+        template_labels: dict[str, str] | None = None, labels: dict[str, str] | None = None,
+        **spec: Any) -> dict[str, Any]:
     obj = copy.deepcopy(fixture("job-create.mutate.json")["request"]["object"])
     obj["metadata"].pop("managedFields")
     if name is None:
@@ -60,6 +63,8 @@ def job(*, name: str | None = "mpi-sim2", parallelism: int | None = 2, completio
         else:
             obj["spec"][key] = value
     obj["spec"]["template"]["metadata"]["labels"].update(template_labels or {})
+    obj["metadata"]["labels"].update(labels or {})
+    obj["spec"].update(spec)
     return obj
 
 
@@ -80,10 +85,12 @@ def bare_pod(labels: dict[str, str], annotations: dict[str, str] | None = None) 
     return obj
 
 
-def cronjob(parallelism: int, template_labels: dict[str, str] | None = None) -> dict[str, Any]:
+def cronjob(parallelism: int, template_labels: dict[str, str] | None = None,
+            labels: dict[str, str] | None = None) -> dict[str, Any]:
     spec = job(parallelism=parallelism, completions=parallelism, template_labels=template_labels)["spec"]
     return {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "hourly", "namespace": "demo"},
-            "spec": {"schedule": "0 * * * *", "jobTemplate": {"metadata": {}, "spec": spec}}}
+            "spec": {"schedule": "0 * * * *", "jobTemplate": {"metadata": {"labels": dict(GANG if labels is None else labels)},
+                                                               "spec": spec}}}
 
 
 def meta_at(obj: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
@@ -99,23 +106,42 @@ CRON_TEMPLATE = ("spec", "jobTemplate", "spec", "template", "metadata")
 
 # id, object, user, where the keys go, expected labels there (subset), keys that must be absent
 CASES = [
-    ("2-pod job: named after the job", job(), "alice", TEMPLATE,
+    ("2-pod job asking to be a gang: named after the job", job(labels=GANG), "alice", TEMPLATE,
      {GROUP: "mpi-sim2", SIZE: "2", COSCHED: "mpi-sim2"}, ()),
-    ("size is min(parallelism, completions)", job(parallelism=4, completions=2), "alice", TEMPLATE,
+    ("the request may sit in the pod template", job(template_labels=GANG), "alice", TEMPLATE,
      {GROUP: "mpi-sim2", SIZE: "2"}, ()),
-    ("completions unset (work queue): size is parallelism", job(parallelism=3, completions=None), "alice", TEMPLATE,
-     {SIZE: "3"}, ()),
-    ("completions above parallelism: waves of parallelism", job(parallelism=2, completions=10), "alice", TEMPLATE,
-     {SIZE: "2"}, ()),
-    ("one-pod job is not a gang", job(parallelism=1, completions=1), "alice", TEMPLATE, {}, (GROUP, SIZE, COSCHED)),
-    ("parallelism 4, completions 1: not a gang", job(parallelism=4, completions=1), "alice", TEMPLATE,
+    ("a 2-pod job that does not ask is no gang", job(), "alice", TEMPLATE, {}, (GROUP, SIZE, COSCHED)),
+    ("size is min(parallelism, completions)", job(parallelism=4, completions=2, labels=GANG), "alice", TEMPLATE,
+     {GROUP: "mpi-sim2", SIZE: "2"}, ()),
+    ("completions unset (work queue), asked: size is parallelism", job(parallelism=3, completions=None, labels=GANG),
+     "alice", TEMPLATE, {SIZE: "3"}, ()),
+    ("work queue that does not ask: no gang", job(parallelism=3, completions=None), "alice", TEMPLATE,
      {}, (GROUP, SIZE, COSCHED)),
-    ("generateName job: size only", job(name=None), "alice", TEMPLATE, {SIZE: "2"}, (GROUP, COSCHED)),
-    ("user's own group name in the template is kept", job(template_labels={GROUP: "campaign-7"}), "alice", TEMPLATE,
-     {GROUP: "campaign-7", COSCHED: "campaign-7", SIZE: "2"}, ()),
-    ("user's own PodGroup: left alone", job(template_labels={COSCHED: "mine"}), "alice", TEMPLATE,
+    ("completions above parallelism, not asked: no gang", job(parallelism=2, completions=10), "alice", TEMPLATE,
+     {}, (GROUP, SIZE)),
+    ("Indexed, all indexes at once, no per-index tolerance: a gang by its shape",
+     job(parallelism=4, completions=4, completionMode="Indexed"), "alice", TEMPLATE, {GROUP: "mpi-sim2", SIZE: "4"}, ()),
+    ("Indexed with backoffLimitPerIndex: no gang",
+     job(parallelism=4, completions=4, completionMode="Indexed", backoffLimitPerIndex=1), "alice", TEMPLATE,
+     {}, (GROUP, SIZE)),
+    ("Indexed with a successPolicy: no gang",
+     job(parallelism=4, completions=4, completionMode="Indexed",
+         successPolicy={"rules": [{"succeededIndexes": "0"}]}), "alice", TEMPLATE, {}, (GROUP, SIZE)),
+    ("Indexed, completions above parallelism: no gang",
+     job(parallelism=2, completions=8, completionMode="Indexed"), "alice", TEMPLATE, {}, (GROUP, SIZE)),
+    ("Indexed gang that opts out", job(parallelism=4, completions=4, completionMode="Indexed",
+                                       labels={GANG_KEY: "false"}), "alice", TEMPLATE, {}, (GROUP, SIZE)),
+    ("one-pod job is not a gang", job(parallelism=1, completions=1, labels=GANG), "alice", TEMPLATE, {},
+     (GROUP, SIZE, COSCHED)),
+    ("parallelism 4, completions 1: not a gang", job(parallelism=4, completions=1, labels=GANG), "alice", TEMPLATE,
+     {}, (GROUP, SIZE, COSCHED)),
+    ("generateName job: size only", job(name=None, labels=GANG), "alice", TEMPLATE, {SIZE: "2"}, (GROUP, COSCHED)),
+    ("user's own group name in the template is a request, and kept", job(template_labels={GROUP: "campaign-7"}),
+     "alice", TEMPLATE, {GROUP: "campaign-7", COSCHED: "campaign-7", SIZE: "2"}, ()),
+    ("user's own PodGroup: left alone", job(template_labels={COSCHED: "mine"}, labels=GANG), "alice", TEMPLATE,
      {COSCHED: "mine"}, (GROUP, SIZE)),
     ("cronjob: size only in the pod template", cronjob(3), "alice", CRON_TEMPLATE, {SIZE: "3"}, (GROUP, COSCHED)),
+    ("cronjob that does not ask: nothing", cronjob(3, labels={}), "alice", CRON_TEMPLATE, {}, (SIZE,)),
     ("cronjob of one pod: nothing", cronjob(1), "alice", CRON_TEMPLATE, {}, (SIZE,)),
     ("pod of a generateName job: named after its owner", controller_pod({SIZE: "2"}, owner="sweep-x7k2p"),
      CONTROLLER, POD, {GROUP: "sweep-x7k2p", SIZE: "2", COSCHED: "sweep-x7k2p"}, ()),
@@ -164,13 +190,13 @@ def test_cronjob_with_a_fixed_group_name_is_warned(pg):
 
 
 def test_job_template_size_follows_parallelism_with_a_warning(pg):
-    d = run(pg, job(template_labels={SIZE: "8"}))
+    d = run(pg, job(template_labels={SIZE: "8"}, labels=GANG))
     assert d.obj["spec"]["template"]["metadata"]["labels"][SIZE] == "2"
     assert any("replaced by '2'" in w for w in d.warnings), d.warnings
 
 
 def test_job_patch_is_exactly_the_labels(pg):
-    assert run(pg, job(), phase="mutate").patch == [
+    assert run(pg, job(labels=GANG), phase="mutate").patch == [
         {"op": "add", "path": "/spec/template/metadata/labels/batchgate.io~1pod-group", "value": "mpi-sim2"},
         {"op": "add", "path": "/spec/template/metadata/labels/batchgate.io~1pod-group-size", "value": "2"},
         {"op": "add", "path": "/spec/template/metadata/labels/scheduling.x-k8s.io~1pod-group", "value": "mpi-sim2"},
@@ -191,9 +217,9 @@ SCHEDULERS = [
                          ids=[c[0] for c in SCHEDULERS])
 def test_scheduler_keys(bundle, schedulers, labels, annotations):
     b = with_schedulers(bundle, *schedulers)
-    d = run(b, job())
+    d = run(b, job(template_labels=GANG))
     meta = d.obj["spec"]["template"]["metadata"]
-    assert meta["labels"] == {"app": "mpi-sim", GROUP: "mpi-sim2", SIZE: "2", **labels}
+    assert meta["labels"] == {"app": "mpi-sim", **GANG, GROUP: "mpi-sim2", SIZE: "2", **labels}
     assert (meta.get("annotations") or {}) == annotations
     assert run(b, d.obj, phase="mutate").patch == []
 
@@ -237,7 +263,7 @@ def test_long_names_that_share_a_prefix_stay_distinct():
 
 def test_a_long_job_name_gives_a_valid_group(pg):
     name = "lattice-qcd-production-run-ensemble-b-beta-6-0-volume-48x96-nf2p1"
-    labels = run(pg, job(name=name)).obj["spec"]["template"]["metadata"]["labels"]
+    labels = run(pg, job(name=name, labels=GANG)).obj["spec"]["template"]["metadata"]["labels"]
     assert labels[GROUP] == labels[COSCHED] == group_name(name)
     assert len(labels[GROUP]) <= 63 and labels[GROUP].startswith("lattice-qcd-production-run-ensemble")
 
@@ -260,6 +286,11 @@ DENIALS = [
     ("size without group", bare_pod({SIZE: "3"}), "batchgate.io/pod-group-size needs batchgate.io/pod-group"),
     ("bad size in a cronjob template", cronjob(1, {SIZE: "x"}),
      "label batchgate.io/pod-group-size in spec.jobTemplate.spec.template.metadata must be a positive whole number"),
+    ("gang label neither true nor false", job(labels={GANG_KEY: "yes"}),
+     'label batchgate.io/gang must be "true" or "false"; got \'yes\''),
+    ("gang label bad in a cronjob's job template", cronjob(2, labels={GANG_KEY: "1"}), "got '1'"),
+    ("opting out while naming the group", job(labels={GANG_KEY: "false"}, template_labels={GROUP: "g"}),
+     'label batchgate.io/gang: "false" contradicts label batchgate.io/pod-group=\'g\''),
 ]
 
 
@@ -320,3 +351,68 @@ def test_bad_settings_name_file_line_and_field(tmp_path, settings, line_needle, 
     assert msg.startswith(f"{f}:"), msg
     assert e.value.line == next(i for i, line in enumerate(f.read_text().splitlines(), 1) if line_needle in line), msg
     assert re.search(pattern, msg), msg
+
+
+# -- which Jobs are gangs: the queue's setting, and what is said ----------------------------
+def _gang_queue_bundle(tmp_path: Path) -> Bundle:
+    root = tmp_path / "policies"
+    root.mkdir()
+    text = (POLICIES / "bundle.yaml").read_text()
+    text = text.replace("    - name: batch\n      priorityClass: batchgate-batch\n",
+                        "    - name: batch\n      priorityClass: batchgate-batch\n      gang: always\n")
+    assert "gang: always" in text
+    (root / "bundle.yaml").write_text(text)
+    shutil.copytree(POLICIES / "pod-group", root / "pod-group")
+    return load_bundle(root)
+
+
+def test_a_gang_queue_makes_every_multi_pod_job_a_gang(tmp_path):
+    b = _gang_queue_bundle(tmp_path)
+    d = run(b, job(parallelism=3, completions=None))
+    assert d.obj["spec"]["template"]["metadata"]["labels"][SIZE] == "3"
+    assert d.warnings == []  # nothing in it tolerates a pod failing: nothing to say
+
+
+def test_a_gang_queue_says_so_when_the_job_tolerates_failures(tmp_path):
+    b = _gang_queue_bundle(tmp_path)
+    d = run(b, job(parallelism=4, completions=4, completionMode="Indexed", backoffLimitPerIndex=2,
+                   maxFailedIndexes=1))
+    assert d.obj["spec"]["template"]["metadata"]["labels"][GROUP] == "mpi-sim2"
+    assert len(d.warnings) == 1, d.warnings
+    w = d.warnings[0]
+    assert "runs as a gang because queue batch runs every multi-pod Job as a gang" in w
+    assert "backoffLimitPerIndex: 2, maxFailedIndexes: 1" in w
+    assert 'label it batchgate.io/gang: "false"' in w
+
+
+def test_on_failure_restarts_are_a_declared_tolerance(tmp_path):
+    b = _gang_queue_bundle(tmp_path)
+    obj = job()
+    obj["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
+    d = run(b, obj)
+    assert any("restartPolicy: OnFailure" in w for w in d.warnings), d.warnings
+
+
+def test_a_job_opts_out_of_its_gang_queue(tmp_path):
+    b = _gang_queue_bundle(tmp_path)
+    d = run(b, job(labels={GANG_KEY: "false"}, backoffLimitPerIndex=1))
+    assert d.patch == [] and d.warnings == []
+
+
+def test_a_stray_size_label_on_a_job_that_is_no_gang_is_removed_with_a_warning(pg):
+    d = run(pg, job(parallelism=3, completions=None, template_labels={SIZE: "3"}))
+    assert SIZE not in d.obj["spec"]["template"]["metadata"]["labels"]
+    assert any("is not a gang because its pods are interchangeable" in w for w in d.warnings), d.warnings
+
+
+def test_the_queue_setting_is_checked_at_load(tmp_path):
+    root = tmp_path / "policies"
+    root.mkdir()
+    text = (POLICIES / "bundle.yaml").read_text().replace(
+        "    - name: batch\n      priorityClass: batchgate-batch\n",
+        "    - name: batch\n      priorityClass: batchgate-batch\n      gang: sometimes\n")
+    f = root / "bundle.yaml"
+    f.write_text(text)
+    with pytest.raises(BundleError) as e:
+        load_bundle(root)
+    assert str(e.value).startswith(f"{f}:") and "gang: expected one of auto, always, got 'sometimes'" in str(e.value)
