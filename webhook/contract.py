@@ -31,5 +31,8 @@ NEXT_MAINTENANCE_ANNOTATION = f"{GROUP}/next-maintenance"
 # SLURM_JOB_PARTITION; an extension of the limit shows in the annotation, not here.
 RECORD_QUEUE_ENV = "BATCHGATE_QUEUE"
 RECORD_TIME_LIMIT_ENV = "BATCHGATE_TIME_LIMIT"
+# Written by the reconciler on a gang member whose failure restarted its gang, with the pod's own
+# uid as value (a copy from a template or another pod means nothing): the failure was dealt with.
+GANG_RESTART_ANNOTATION = f"{GROUP}/gang-restart"
 RECONCILER_ANNOTATIONS = (STARTED_AT_ANNOTATION, DEADLINE_ANNOTATION, WARNED_FOR_ANNOTATION,
                           NEXT_MAINTENANCE_ANNOTATION)

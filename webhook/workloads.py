@@ -288,7 +288,7 @@ class FailurePolicy:
         return tuple(said)
 
 
-_DEFAULT_POLICY = FailurePolicy()
+DEFAULT_FAILURE_POLICY = FailurePolicy()
 
 
 def _int(v: Any) -> int | None:
@@ -299,7 +299,7 @@ def failure_policy(job_spec: Any) -> FailurePolicy:
     """The Job's declared failure handling; anything malformed reads as absent (the API server
     rejects such Jobs anyway)."""
     if not isinstance(job_spec, dict):
-        return _DEFAULT_POLICY
+        return DEFAULT_FAILURE_POLICY
     rules: list[PodFailureRule] = []
     pfp = job_spec.get("podFailurePolicy")
     for r in (pfp.get("rules") if isinstance(pfp, dict) else None) or ():
@@ -325,7 +325,7 @@ def failure_policy(job_spec: Any) -> FailurePolicy:
         rules=tuple(rules),
         restart_policy=restart if restart == "OnFailure" else "Never",
     )
-    return _DEFAULT_POLICY if policy == _DEFAULT_POLICY else policy
+    return DEFAULT_FAILURE_POLICY if policy == DEFAULT_FAILURE_POLICY else policy
 
 
 def pods_at_once(job_spec: Any) -> int:

@@ -271,21 +271,27 @@ def gang_job(kube: Any, ns: str, node: str, name: str, size: int) -> tuple[dict[
     return job, sorted(pods, key=lambda p: p["metadata"]["name"])
 
 
-def test_oomkilled_member_tears_the_gang_down(kube, namespace, node, reconciler):
+def test_oomkilled_member_restarts_the_gang_and_keeps_the_job(kube, namespace, node, reconciler):
     require_components(kube, "kube-controller-manager", "kube-scheduler")
     reconciler()
     job, pods = gang_job(kube, namespace, node, "mpi", 3)
     barrier(kube, namespace, node)
     jpath = f"/apis/batch/v1/namespaces/{namespace}/jobs/mpi"
     assert not kube.get(jpath)["metadata"].get("deletionTimestamp")  # all running: nothing happens
-    victim = pods[1]["metadata"]["name"]
-    kube.set_pod_phase(namespace, victim, "Failed", {"main": "OOMKilled"})
-    kube.wait_for(gone_or_deleting(kube, jpath, job["metadata"]["uid"]), 30, message="the Job torn down")
-    for p in pods:
+    victim = pods[1]
+    kube.set_pod_phase(namespace, victim["metadata"]["name"], "Failed", {"main": "OOMKilled"})
+    for p in (pods[0], pods[2]):
         kube.wait_for(gone_or_deleting(kube, pod_path(namespace, p["metadata"]["name"]), p["metadata"]["uid"]),
-                      60, message="every member deleted")
-    (ev,) = events(kube, namespace, uid=job["metadata"]["uid"], reason="GangFailed")
-    assert victim in ev["message"] and "OOMKilled" in ev["message"] and ev["involvedObject"]["kind"] == "Job"
+                      30, message="the other members deleted")
+    vpath = pod_path(namespace, victim["metadata"]["name"])
+    kube.wait_for(lambda: annotations(kube, vpath).get("batchgate.io/gang-restart") == victim["metadata"]["uid"],
+                  30, message="the failed member marked as dealt with (and kept)")
+    assert not kube.get(vpath)["metadata"].get("deletionTimestamp")
+    assert not kube.get(jpath)["metadata"].get("deletionTimestamp")  # within backoffLimit 6: the Job stays
+    (ev,) = events(kube, namespace, uid=job["metadata"]["uid"], reason="GangRestarted")
+    assert victim["metadata"]["name"] in ev["message"] and "OOMKilled" in ev["message"]
+    assert ev["involvedObject"]["kind"] == "Job" and "restart 1" in ev["message"]
+    assert events(kube, namespace, uid=job["metadata"]["uid"], reason="GangFailed") == []
 
 
 def test_bare_pod_group_exit_code_and_success_told_apart(kube, namespace, node, reconciler):

@@ -97,7 +97,7 @@ def test_a_forged_owner_reference_to_another_namespaces_job_tears_nothing_down(k
             pytest.fail("the garbage collector removed the forged pods before any pass could see them")
         result = c.plan_now()
         # (PodGroup bookkeeping for the victim's own Job may be planned when the CRD is installed.)
-        touching = [a.line() for a in result.actions if a.kind in ("gang-failed", "gang-interrupted", "stop")
+        touching = [a.line() for a in result.actions if a.kind in ("gang-failed", "gang-restart", "gang-interrupted", "stop")
                     and (a.target.uid == uid or any(d.ref.uid == uid or d.ref.namespace == victim_ns for d in a.deletes))]
         assert touching == []
         c.actuator.execute([a for a in result.actions if a.target.namespace in (namespace, victim_ns)])

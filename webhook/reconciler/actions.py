@@ -24,6 +24,7 @@ ActionKind = Literal[
     "stop",  # the deadline has passed: delete the job with its grace period
     "gang-failed",  # a pod of a group failed: tear the whole group down
     "gang-interrupted",  # a pod of a group was stopped from outside: tear the group down so it starts over
+    "gang-restart",  # a pod of a Job's group failed within the Job's budget: the group starts over together
     "create-podgroup",
     "update-podgroup",
     "delete-podgroup",
@@ -76,6 +77,14 @@ class PodGroupWrite(NamedTuple):
     resource_version: str = ""  # update: optimistic concurrency
 
 
+class Mark(NamedTuple):
+    """Annotations merged into another object once the action's deletes are done (a crash before
+    leaves it unmarked, so the action is planned again and finished)."""
+
+    ref: Ref  # ref.uid goes into the patch: a new object of the same name is refused
+    annotations: Mapping[str, str]
+
+
 class Requirement(NamedTuple):
     """An object that must exist before an action may run (checked live, metadata only);
     when it does not, ``otherwise`` (an Action) runs instead."""
@@ -116,6 +125,7 @@ class Action(NamedTuple):
     requires: tuple[Requirement, ...] = ()  # checked first; a missing one runs its ``otherwise`` instead
     amount: float = 0.0  # for metrics: seconds waited (sj-running), core-seconds lost (sj-interrupted)
     net: NetWrite | None = None
+    mark: Mark | None = None  # after the deletes
 
     def event_name(self) -> str:
         digest = hashlib.sha256(f"{self.target.uid}|{self.reason}|{self.key}".encode()).hexdigest()[:16]

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from . import metrics
-from .actions import Action, Delete
+from .actions import Action, Delete, Mark
 from .errors import AlreadyExists, Blocked, Conflict, KubeError, NotFound, Transient
 from .model import (
     EVENT,
@@ -194,6 +194,20 @@ class Actuator:
         else:
             self.forget(ref.kind, self._stub(ref))
 
+    def _mark(self, m: Mark) -> None:
+        """Merge ``m.annotations`` into ``m.ref``; its uid in the patch makes the API server refuse
+        (uid is immutable) a new object of the same name. Gone: nothing left to mark."""
+        ref = m.ref
+        kind = KINDS[ref.kind]
+        patch = {"metadata": {"uid": ref.uid, "annotations": dict(m.annotations)}}
+        try:
+            resp = self._write("patch", kind.plural, ref.name,
+                               lambda: self.api.merge_patch(kind, ref.namespace, ref.name, patch))
+        except NotFound:
+            self.forget(ref.kind, self._stub(ref))
+            return
+        self.observe(resp)
+
     def _patch(self, a: Action, chained_rv: str | None) -> str:
         """The action's merge patch; a fence on the planned resourceVersion moves to the one our own
         previous write of this object in the batch returned (as for annotations)."""
@@ -349,6 +363,8 @@ class Actuator:
                     new_rv[uid] = self._patch(a, new_rv.get(uid))
                 for d in a.deletes:
                     self._delete(d)
+                if a.mark is not None:
+                    self._mark(a.mark)
                 if a.create is not None:
                     self._create(a.create)
                 if a.pod_group is not None:

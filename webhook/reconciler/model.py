@@ -22,6 +22,7 @@ from typing import Any
 
 from ..contract import (
     DEADLINE_ANNOTATION,
+    GANG_RESTART_ANNOTATION,
     GROUP,
     NEXT_MAINTENANCE_ANNOTATION,
     QUEUE_LABEL,
@@ -32,7 +33,7 @@ from ..contract import (
 from ..jobnet import CONNECT_TO_ANNOTATION, NETWORK_LABEL, SLOTS_ANNOTATION
 from ..units import parse_duration, parse_quantity
 from ..windows import Window, parse_window
-from ..workloads import SHAPES, admission_record
+from ..workloads import DEFAULT_FAILURE_POLICY, SHAPES, FailurePolicy, admission_record, failure_policy
 
 # -- the names on objects --------------------------------------------------
 ANN_TIME_LIMIT = TIME_LIMIT_ANNOTATION  # set by users / defaulted by the webhook
@@ -41,6 +42,8 @@ ANN_DEADLINE = DEADLINE_ANNOTATION  # reconciler: started-at + time limit (RFC 3
 ANN_WARNED = WARNED_FOR_ANNOTATION  # reconciler: the deadline the user was last warned about
 ANN_NEXT_MAINTENANCE = NEXT_MAINTENANCE_ANNOTATION  # reconciler, on running jobs: the next window on their nodes
 ANN_MAINTENANCE = f"{GROUP}/maintenance"
+ANN_GANG_RESTART = GANG_RESTART_ANNOTATION  # reconciler, on a gang member whose failure restarted the gang
+LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # annotation (and, 1.28+, label)
 ANN_EXPECTED_START = f"{GROUP}/expected-start"  # reconciler, on pending workloads: RFC 3339 or "unknown"
 ANN_EXPECTED_REASON = f"{GROUP}/expected-start-reason"  # ... and why (what it waits for)  # reconciler, on Nodes: the window that cordoned it, and the state before
 LABEL_QUEUE = QUEUE_LABEL
@@ -235,6 +238,11 @@ class PodView:
     admitted: Admitted | None = None  # what the webhook recorded at CREATE (webhook.workloads)
     program: str = ""  # the containers' images, comma-separated: what runs (runtime history's key)
     finished: float | None = None  # Succeeded: when its last container finished (node clock)
+    # -- for a failed pod: what a Job's podFailurePolicy looks at, and whether its gang restarted for it
+    exits: tuple[tuple[str, int], ...] = ()  # (container, exit code) of terminated containers, non-zero only
+    conditions: frozenset[tuple[str, str]] = frozenset()  # (type, status)
+    index: int | None = None  # an Indexed Job's completion index
+    restarted: bool = False  # batchgate.io/gang-restart names this pod's uid
 
     @property
     def cpu_m(self) -> int:
@@ -278,6 +286,9 @@ class JobView:
     admitted: Admitted | None = None  # what the webhook recorded at CREATE, in the pod template
     program: str = ""  # the pod template's images, comma-separated
     completed: float | None = None  # status.completionTime, when condition Complete is True
+    # -- for gangs: what the Job declares about failures, and how many its controller counted
+    failure_policy: FailurePolicy = DEFAULT_FAILURE_POLICY
+    failed: int = 0  # status.failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -528,14 +539,25 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
                 interrupted = f"{why}: {c['message']}" if c.get("message") else why
                 break
     finished: float | None = None
+    spec = obj.get("spec") or {}
     if phase == "Succeeded":
         failure = failed_at = None  # a container restarted on the way, but the pod made it
         for cs in st.get("containerStatuses") or ():
             t = parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
             if t is not None and (finished is None or t > finished):
                 finished = t
+    elif phase != "Failed" and spec.get("restartPolicy") in ("Always", "OnFailure"):
+        # The kubelet restarts the container in place: that is not the pod failing (a Job counts
+        # such restarts against its backoffLimit itself, and fails when they run out).
+        failure = failed_at = None
     elif failure is None and phase == "Failed":
         failure = "pod phase Failed" + (f" ({reason}: {message})" if reason or message else "")
+    exits: tuple[tuple[str, int], ...] = ()
+    conditions: frozenset[tuple[str, str]] = frozenset()
+    if failure is not None or interrupted is not None:
+        exits = _exits(st)
+        conditions = frozenset((str(c.get("type") or ""), str(c.get("status") or ""))
+                               for c in st.get("conditions") or () if isinstance(c, dict))
 
     group = labels.get(LABEL_GROUP) or None
     return PodView(
@@ -560,16 +582,37 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         sched=_sched(md, obj.get("spec") or {}),
         expected_start=ann.get(ANN_EXPECTED_START),
         segment=_segment(labels),
-        network=_net_member(labels, ann, obj.get("spec") or {}),
+        network=_net_member(labels, ann, spec),
         admitted=_admitted(obj, ("", "Pod")),
         program=_program(obj.get("spec") or {}),
         finished=finished,
+        exits=exits,
+        conditions=conditions,
+        index=_index(ann.get(LABEL_COMPLETION_INDEX) or labels.get(LABEL_COMPLETION_INDEX)),
+        restarted=bool(ann.get(ANN_GANG_RESTART)) and ann.get(ANN_GANG_RESTART) == md.get("uid"),
     )
 
 
 def _program(spec: Mapping[str, Any]) -> str:
     """What a pod runs, for the runtime history: its containers' images, in order."""
     return ",".join(str(c.get("image") or "") for c in spec.get("containers") or () if isinstance(c, dict))
+
+
+def _index(v: Any) -> int | None:
+    return int(v) if isinstance(v, str) and v.isdigit() and len(v) < 10 else None
+
+
+def _exits(st: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """Non-zero exit codes of terminated containers (init containers too), as a Job's
+    podFailurePolicy onExitCodes sees them."""
+    out: list[tuple[str, int]] = []
+    for statuses in (st.get("initContainerStatuses"), st.get("containerStatuses")):
+        for cs in statuses or ():
+            term = (cs.get("state") or {}).get("terminated") if isinstance(cs, dict) else None
+            code = term.get("exitCode") if isinstance(term, dict) else None
+            if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+                out.append((str(cs.get("name") or ""), code))
+    return tuple(out)
 
 
 def _net_member(labels: Mapping[str, Any], ann: Mapping[str, Any], spec: Mapping[str, Any]) -> NetMember | None:
@@ -601,6 +644,7 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
     complete = any(c.get("type") == "Complete" for c in conditions)
     group = t_labels.get(LABEL_GROUP) or None
     time_limit = ann.get(ANN_TIME_LIMIT) or t_ann.get(ANN_TIME_LIMIT)
+    failed = (obj.get("status") or {}).get("failed")
     return JobView(
         ref=_ref(JOB, md),
         resource_version=md.get("resourceVersion") or "",
@@ -621,7 +665,14 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         admitted=_admitted(obj, ("batch", "Job")),
         program=_program(((obj.get("spec") or {}).get("template") or {}).get("spec") or {}),
         completed=parse_time(status.get("completionTime")) if complete else None,
+        # only gangs need it: every other Job shares the one default
+        failure_policy=(failure_policy(obj.get("spec")) if group is not None or LABEL_GROUP_SIZE in t_labels
+                        else _NO_POLICY),
+        failed=failed if isinstance(failed, int) and not isinstance(failed, bool) and failed > 0 else 0,
     )
+
+
+_NO_POLICY = DEFAULT_FAILURE_POLICY
 
 
 def node_view(obj: Mapping[str, Any]) -> NodeView:

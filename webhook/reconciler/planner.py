@@ -21,14 +21,22 @@ says so. A deadline that passed while the reconciler was down is simply
 found past on the next pass.
 
 **Gangs.** Pods labelled ``batchgate.io/pod-group`` form a group per owner (a
-Job, or bare pods). When a live member *fails* (a container exited non-zero or
-was OOMKilled, or phase Failed), the group is torn down: the Job is deleted, or
-for bare pods every member. When a member is *interrupted* (evicted,
-preempted, its node gone) that is not the job's fault: the members are deleted
-but the Job stays, so its controller starts the whole group over. Members
-already being deleted never trigger anything, and the member that caused the
-teardown is deleted last, so a teardown cut short by a crash is found again
-and finished with the same cause (and the same Event names).
+Job, or bare pods). When a member of a Job's group *fails* (phase Failed), the
+Job's own failure policy decides, as its controller applies it
+(``podFailurePolicy``, ``backoffLimit``, ``backoffLimitPerIndex``): where it says
+the Job (or the index) has failed, the Job controller fails it and stops its
+pods, and nothing is left to do here; otherwise the group starts over together
+(``gang-restart``): its running members are deleted, the Job makes them again,
+and the failed pod is kept (its logs, the controller's count) and marked
+``batchgate.io/gang-restart: <its uid>`` once the deletes are done, so it
+triggers nothing again. Container restarts under ``restartPolicy: OnFailure`` or
+``Always`` are not pod failures. Bare groups have no budget: every member is
+deleted. When a member is *interrupted* (evicted, preempted, its node gone) that
+is not the job's fault: the members are deleted but the Job stays, so its
+controller starts the whole group over (unless its podFailurePolicy fails it for
+that). Members already being deleted never trigger anything, and the member that
+caused a teardown is deleted (or marked) last, so a teardown cut short by a crash
+is found again and finished with the same cause (and the same Event names).
 
 **PodGroups.** With the coscheduling CRD installed, each group has a PodGroup
 (minMember = the group size) for as long as its workload exists: the Job (the
@@ -46,11 +54,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..units import format_duration
-from .actions import Action, ActionKind, Delete, Plan, PodGroupWrite
+from .actions import Action, ActionKind, Delete, Mark, Plan, PodGroupWrite
 from .expected import plan_expected
 from .maintenance import plan_maintenance
 from .model import (
     ANN_DEADLINE,
+    ANN_GANG_RESTART,
     ANN_STARTED,
     ANN_TIME_LIMIT,
     ANN_WARNED,
@@ -161,7 +170,8 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
     for (_ns, group, owner_uid), members in groups.items():
         # Fast path: nothing wrong with any member.
         for m in members:
-            if m.failure is not None or m.interrupted is not None or (nodes and m.node and m.node not in nodes):
+            if ((m.failure is not None and not m.restarted) or m.interrupted is not None
+                    or (nodes and m.node and m.node not in nodes)):
                 _gang(p, group, owner_uid, members, jobs_by_uid, snapshot)
                 break
 
@@ -409,29 +419,31 @@ def _gang(
         why = interruption(m)
         if why is not None:
             interrupted.append((m, why))
-        elif m.failure is not None:
+        elif m.failure is not None and not m.restarted:
             failed.append(m)
     kind: ActionKind
+    if job is not None and failed:
+        # As the Job controller counts it: a pod has failed once its phase says so (a container that
+        # exited while a sidecar runs on is counted when the pod ends).
+        if done := [m for m in failed if m.phase == "Failed"]:
+            _job_gang_failed(p, job, group, min(done, key=_cause_order), live, members)
+            return
+        failed = []
     if failed:
         cause = min(failed, key=_cause_order)
         text = f"pod {cause.ref.name} of pod group {group} failed: {cause.failure}"
         kind, reason = "gang-failed", "GangFailed"
     elif interrupted and p.settings.teardown_interrupted_groups:
         cause, why = min(interrupted, key=lambda t: _cause_order(t[0]))
+        if job is not None and cause.terminal and job.failure_policy.action_for(cause.exits, cause.conditions) == "FailJob":
+            return  # the Job's own podFailurePolicy fails it for this: its controller stops the pods
         text = f"pod {cause.ref.name} of pod group {group} was interrupted ({why})"
         kind, reason = "gang-interrupted", "GangInterrupted"
     else:
         return
 
     others = sorted((m for m in live if m is not cause), key=lambda m: m.ref.name)
-    if job is not None and kind == "gang-failed":
-        stopped.add(job.ref.uid)
-        p.actions.append(Action(
-            kind="gang-failed", target=job.ref, reason=reason, event_type="Warning",
-            message=f"{text}; the whole group is torn down: deleting the Job",
-            key=cause.ref.uid, deletes=(Delete(job.ref, "Background"),),
-        ))
-    elif job is not None:
+    if job is not None:
         p.actions.append(Action(
             kind="gang-interrupted", target=job.ref, reason=reason, event_type="Warning",
             message=(f"{text}; deleting all {len(others) + 1} pods of the group so that the Job "
@@ -447,6 +459,46 @@ def _gang(
                 message=f"{text}; the whole group is torn down: deleting this pod",
                 key=cause.ref.uid, deletes=(Delete(m.ref),),
             ))
+
+
+def _job_gang_failed(p: _Pass, job: JobView, group: str, cause: PodView, live: list[PodView],
+                     members: list[PodView]) -> None:
+    """A member of a Job's gang failed. The Job's own failure policy decides, as its controller
+    applies it: where that says the Job (or the index) has failed, the controller fails it and stops
+    its pods, and nothing is left to do here. Otherwise the controller would replace just this pod
+    while the others run on without it: the whole group starts over instead. Its running members
+    are deleted (the controller makes them again, and the gang scheduler places them together)
+    and the failed pod, kept for its logs and for the controller's count, is marked as dealt with.
+    Every restart follows a failure the Job counts against its backoffLimit, or one its
+    podFailurePolicy says to Ignore (the user's choice, as without batchgate): nothing loops
+    beyond what the Job allows."""
+    policy = job.failure_policy
+    action = policy.action_for(cause.exits, cause.conditions)
+    if action in ("FailJob", "FailIndex"):
+        return
+    if action == "Count":
+        counted = [m for m in members if m.failure is not None and policy.action_for(m.exits, m.conditions) == "Count"]
+        if policy.backoff_limit_per_index is not None and cause.index is not None:
+            if sum(1 for m in counted if m.index == cause.index) > policy.backoff_limit_per_index:
+                return  # the index has failed by the Job's backoffLimitPerIndex
+            budget = f"index {cause.index} may fail {policy.backoff_limit_per_index} times (backoffLimitPerIndex)"
+        else:
+            spent = max(job.failed, len(counted))
+            if spent > policy.backoff_limit:
+                return  # past backoffLimit: the Job controller fails the Job and deletes its pods
+            budget = f"{spent} of the {policy.backoff_limit} failures its backoffLimit allows"
+    else:
+        budget = "its podFailurePolicy ignores this failure"
+    others = sorted((m for m in live if m is not cause and not m.terminal), key=lambda m: m.ref.name)
+    n = 1 + sum(1 for m in members if m.restarted)
+    stopping = f"deleting its {len(others)} running pods so that" if others else "so that"
+    p.actions.append(Action(
+        kind="gang-restart", target=job.ref, reason="GangRestarted", event_type="Warning",
+        message=(f"pod {cause.ref.name} of pod group {group} failed: {cause.failure}; the group starts over "
+                 f"together (restart {n}; {budget}): {stopping} the Job makes them again"),
+        key=cause.ref.uid, deletes=tuple(Delete(m.ref) for m in others),
+        mark=Mark(cause.ref, {ANN_GANG_RESTART: cause.ref.uid}),
+    ))
 
 
 # -- PodGroups -------------------------------------------------------------

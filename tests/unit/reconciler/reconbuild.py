@@ -106,7 +106,7 @@ def pod(name: str, *, ns: str = "demo", uid: str | None = None, phase: str = "Ru
         labels: dict[str, str] | None = None, node: str = "node-1", deleting: bool = False,
         reason: str | None = None, message: str | None = None,
         conditions: list[dict[str, Any]] | None = None, rv: str = "10",
-        admitted: tuple[str, str] | None = AUTO) -> dict[str, Any]:
+        admitted: tuple[str, str] | None = AUTO, restart_policy: str | None = None) -> dict[str, Any]:
     """A pod; ``owner`` is a raw Job from ``job()`` (becomes the controlling ownerReference);
     ``admitted``: the (queue, limit) recorded at admission, None for none (see ``_record``)."""
     md = _meta(name, ns, uid, rv, annotations, labels, deleting)
@@ -129,14 +129,17 @@ def pod(name: str, *, ns: str = "demo", uid: str | None = None, phase: str = "Ru
     container: dict[str, Any] = {"name": "main", "image": "busybox"}
     if (record := _record(admitted, annotations, labels)) is not None:
         container["env"] = record_env(*record)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": md,
-            "spec": {"nodeName": node, "containers": [container]}, "status": status}
+    spec: dict[str, Any] = {"nodeName": node, "containers": [container]}
+    if restart_policy:
+        spec["restartPolicy"] = restart_policy
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": md, "spec": spec, "status": status}
 
 
 def job(name: str, *, ns: str = "demo", uid: str | None = None, annotations: dict[str, str] | None = None,
         labels: dict[str, str] | None = None, template_labels: dict[str, str] | None = None,
         template_annotations: dict[str, str] | None = None, finished: str | None = None,
-        deleting: bool = False, rv: str = "20", admitted: tuple[str, str] | None = AUTO) -> dict[str, Any]:
+        deleting: bool = False, rv: str = "20", admitted: tuple[str, str] | None = AUTO,
+        spec: dict[str, Any] | None = None, failed: int | None = None) -> dict[str, Any]:
     md = _meta(name, ns, uid, rv, annotations, labels, deleting)
     tmd: dict[str, Any] = {}
     if template_labels:
@@ -146,13 +149,16 @@ def job(name: str, *, ns: str = "demo", uid: str | None = None, annotations: dic
     status: dict[str, Any] = {}
     if finished:
         status["conditions"] = [{"type": finished, "status": "True"}]
+    if failed is not None:
+        status["failed"] = failed
     containers: list[dict[str, Any]] = []
     record = _record(admitted, {**(template_annotations or {}), **(annotations or {})},
                      {**(template_labels or {}), **(labels or {})})
     if record is not None:
         containers.append({"name": "main", "image": "busybox", "env": record_env(*record)})
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": md,
-            "spec": {"parallelism": 2, "template": {"metadata": tmd, "spec": {"containers": containers}}},
+            "spec": {"parallelism": 2, "template": {"metadata": tmd, "spec": {"containers": containers}},
+                     **(spec or {})},
             "status": status}
 
 

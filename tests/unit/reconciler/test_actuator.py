@@ -15,6 +15,7 @@ from webhook.reconciler.actuator import Actuator
 from webhook.reconciler.errors import Forbidden, Transient
 from webhook.reconciler.model import (
     ANN_DEADLINE,
+    ANN_GANG_RESTART,
     ANN_WARNED,
     Snapshot,
     job_view,
@@ -139,7 +140,7 @@ def test_no_writes_when_not_leader() -> None:
     assert api.writes() == []
 
 
-def test_gang_failure_deletes_the_job_with_background_propagation() -> None:
+def test_gang_failure_restarts_the_group_keeps_the_job_and_marks_the_cause_last() -> None:
     api = FakeApi()
     j = api.put(job("mpi", template_labels=group_labels("mpi", 2)))
     api.put(pod("mpi-a", owner=j, labels=group_labels("mpi", 2)))
@@ -147,10 +148,27 @@ def test_gang_failure_deletes_the_job_with_background_propagation() -> None:
                 containers=[terminated(137, reason="OOMKilled")]))
     (a,) = plan(snap(api), T0, SETTINGS).actions
     assert actuator(api).execute([a])[0].result == "done"
-    assert ("jobs", "demo", "mpi") not in api.objects
+    assert ("jobs", "demo", "mpi") in api.objects and ("pods", "demo", "mpi-a") not in api.objects
+    failed = api.objects[("pods", "demo", "mpi-b")]  # kept, for its logs and the Job's count
+    assert failed["metadata"]["annotations"][ANN_GANG_RESTART] == failed["metadata"]["uid"]
+    ops = [(c[0], c[1], c[3]) for c in api.calls if c[0] in ("delete", "patch")]
+    assert ops == [("delete", "pods", "mpi-a"), ("patch", "pods", "mpi-b")]  # the mark comes last
     (ev,) = api.events()
     assert ev["involvedObject"]["kind"] == "Job" and "OOMKilled" in ev["message"] and "mpi-b" in ev["message"]
-    assert ev["type"] == "Warning" and ev["reason"] == "GangFailed"
+    assert ev["type"] == "Warning" and ev["reason"] == "GangRestarted"
+    assert plan(snap(api), T0, SETTINGS).actions == []  # dealt with
+
+
+def test_a_failed_delete_leaves_the_cause_unmarked_so_the_restart_is_planned_again() -> None:
+    api = FakeApi()
+    j = api.put(job("mpi", template_labels=group_labels("mpi", 2)))
+    api.put(pod("mpi-a", owner=j, labels=group_labels("mpi", 2)))
+    api.put(pod("mpi-b", owner=j, labels=group_labels("mpi", 2), phase="Failed", containers=[terminated(1)]))
+    (a,) = plan(snap(api), T0, SETTINGS).actions
+    api.fail["delete"] = [Forbidden("simulated crash point", status=403)]
+    assert actuator(api).execute([a])[0].result == "failed"
+    assert ANN_GANG_RESTART not in (api.objects[("pods", "demo", "mpi-b")]["metadata"].get("annotations") or {})
+    assert [x.kind for x in plan(snap(api), T0, SETTINGS).actions] == ["gang-restart"]
 
 
 def test_pod_group_create_then_steady_then_deleted_after_the_job() -> None:

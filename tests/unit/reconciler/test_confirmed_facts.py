@@ -43,7 +43,7 @@ def test_the_real_owner_still_tears_its_gang_down() -> None:
     j = job("train", template_labels=G)
     pods = [pod(f"train-{i}", owner=j, labels=G, **(FAILED if i else {})) for i in range(2)]
     kinds = [(a.kind, a.target.name) for a in plan(snapshot(j, *pods), T0 + 60, Settings()).actions]
-    assert kinds == [("gang-failed", "train")]
+    assert kinds == [("gang-restart", "train")]
 
 
 def test_forged_pods_do_not_make_another_namespaces_job_older() -> None:

@@ -37,7 +37,7 @@ def test_first_pass_acts_then_every_resync_writes_nothing() -> None:
     outcomes = c.run_pass("resync")
     assert outcomes and all(o.result == "done" for o in outcomes)
     kinds = sorted({o.action.kind for o in outcomes})
-    assert kinds == ["gang-failed", "record-deadline"]
+    assert kinds == ["gang-restart", "record-deadline"]
     # The writes' responses went into the cache: the very next pass has nothing to do ...
     writes = len(api.writes())
     assert c.run_pass("change") == []
@@ -71,7 +71,7 @@ def test_pod_groups_only_with_the_crd() -> None:
     c = Controller(api, SETTINGS, clock=lambda: T0 + 60)
     c.cache.list_once()
     created = [o for o in c.run_pass() if o.action.kind == "create-podgroup"]
-    assert len(created) == 5  # the broken Job is deleted in the same pass, so it gets none
+    assert len(created) == 6  # the broken Job's group starts over: the Job and its PodGroup stay
     c.cache.list_once()
     assert c.run_pass() == []
 
@@ -84,8 +84,8 @@ def test_dry_run_prints_one_line_per_action_and_writes_nothing() -> None:
     assert c.elector is None  # a dry run never takes the lease
     assert c.run_once() == 0
     lines = out.getvalue().splitlines()
-    assert len(lines) == 5 + 20 + 1  # 5 Jobs + 20 bare pods recorded, 1 gang torn down
-    assert any(line.startswith("gang-failed") and "Job demo/broken" in line for line in lines)
+    assert len(lines) == 5 + 20 + 1  # 5 Jobs + 20 bare pods recorded, 1 gang restarted
+    assert any(line.startswith("gang-restart") and "Job demo/broken" in line for line in lines)
     assert api.writes() == []
 
 

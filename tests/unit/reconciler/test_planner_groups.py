@@ -19,6 +19,7 @@ from reconbuild import (
     terminated,
 )
 
+from webhook.reconciler.model import ANN_GANG_RESTART, LABEL_COMPLETION_INDEX
 from webhook.reconciler.planner import plan
 from webhook.reconciler.settings import Settings
 
@@ -51,26 +52,81 @@ class Case:
 
 OOM = {"containers": [terminated(137, reason="OOMKilled")], "phase": "Failed"}
 EXIT3 = {"containers": [terminated(3)], "phase": "Failed"}
+RESTART, INDEX = ANN_GANG_RESTART, LABEL_COMPLETION_INDEX
+# mpi-a failed earlier and its group was restarted for it: marked with its own uid
+OOM_DONE = {**OOM, "annotations": {RESTART: "uid-demo-mpi-a"}}
+
+
+def pfp(*rules: dict[str, Any]) -> dict[str, Any]:
+    return {"podFailurePolicy": {"rules": list(rules)}}
 
 GANG_CASES = [
     Case("all members running: nothing", [J, *job_members()], []),
-    Case("one member OOMKilled: the Job goes, the Event names the pod and OOMKilled",
-         [J, *job_members({}, OOM)], [("gang-failed", "mpi", "GangFailed")], deletes=[("mpi", "Background")],
-         message="pod mpi-b of pod group mpi failed: container main was OOMKilled (exit code 137)"),
+    Case("one member OOMKilled: the group starts over, the Job stays; the Event names the pod and OOMKilled",
+         [J, *job_members({}, OOM)], [("gang-restart", "mpi", "GangRestarted")],
+         deletes=[("mpi-a", None), ("mpi-c", None)],
+         message="pod mpi-b of pod group mpi failed: container main was OOMKilled (exit code 137); the group "
+                 "starts over together (restart 1; 1 of the 6 failures its backoffLimit allows): deleting its 2 "
+                 "running pods so that the Job makes them again"),
     Case("non-zero exit code is told apart from OOM",
-         [J, *job_members(EXIT3)], [("gang-failed", "mpi", "GangFailed")],
+         [J, *job_members(EXIT3)], [("gang-restart", "mpi", "GangRestarted")],
          message="container main exited with code 3"),
-    Case("a container failed while the pod still runs (sidecar alive)",
-         [J, *job_members({"containers": [terminated(2, name="rank"), running(0, "sidecar")]})],
-         [("gang-failed", "mpi", "GangFailed")], message="container rank exited with code 2"),
-    Case("a container that crashed and restarted counts as failed",
-         [J, *job_members({"containers": [terminated(1, last=True)]})], [("gang-failed", "mpi", "GangFailed")]),
+    Case("a container failed while the pod still runs (sidecar alive): the Job counts it when the pod ends",
+         [J, *job_members({"containers": [terminated(2, name="rank"), running(0, "sidecar")]})], []),
+    Case("restartPolicy OnFailure: a container that crashed and restarted is no pod failure",
+         [J, *job_members({"containers": [terminated(1, last=True)], "restart_policy": "OnFailure"})], []),
+    Case("restartPolicy Never: a failed container is final (bare pods do not wait for the phase)",
+         [member("r0"), member("r1", containers=[terminated(2, name="rank"), running(0, "sidecar")])],
+         [("gang-failed", "r0", "GangFailed"), ("gang-failed", "r1", "GangFailed")]),
     Case("a member that succeeds is no failure",
          [J, *job_members({"phase": "Succeeded", "containers": [terminated(0)]})], []),
     Case("first failure named when several failed",
          [J, *job_members({"phase": "Failed", "containers": [terminated(1, finished=90)]},
                           {"phase": "Failed", "containers": [terminated(1, finished=30)]})],
-         [("gang-failed", "mpi", "GangFailed")], message="pod mpi-b"),
+         [("gang-restart", "mpi", "GangRestarted")], deletes=[("mpi-c", None)],
+         message="pod mpi-b of pod group mpi failed: container main exited with code 1; the group starts over "
+                 "together (restart 1; 2 of the 6 failures"),
+    Case("a failure already dealt with (marked with its own uid) triggers nothing",
+         [J, *job_members(OOM_DONE)], []),
+    Case("a mark copied from elsewhere (not the pod's uid) counts for nothing",
+         [J, *job_members({**OOM, "annotations": {RESTART: "uid-demo-other"}})],
+         [("gang-restart", "mpi", "GangRestarted")]),
+    Case("the next failure after a restart: restart 2, both failures counted",
+         [J, *job_members(OOM_DONE, EXIT3)], [("gang-restart", "mpi", "GangRestarted")],
+         deletes=[("mpi-c", None)], message="(restart 2; 2 of the 6 failures its backoffLimit allows)"),
+    Case("backoffLimit spent (counted on the pods): the Job controller fails the Job, nothing here",
+         [J1 := job("mpi", template_labels=G, spec={"backoffLimit": 1}),
+          *job_members(OOM_DONE, EXIT3, owner=J1)], []),
+    Case("backoffLimit spent (counted by the Job controller, pods gone): nothing here",
+         [J2 := job("mpi", template_labels=G, spec={"backoffLimit": 2}, failed=3), *job_members(EXIT3, owner=J2)], []),
+    Case("backoffLimit 0: the Job controller fails the Job at once and stops its pods",
+         [J3 := job("mpi", template_labels=G, spec={"backoffLimit": 0}), *job_members(EXIT3, owner=J3)], []),
+    Case("podFailurePolicy FailJob on this exit code: the Job fails by its own rule, nothing here",
+         [J4 := job("mpi", template_labels=G, spec=pfp({"action": "FailJob", "onExitCodes":
+                                                         {"operator": "In", "values": [3]}})),
+          *job_members(EXIT3, owner=J4)], []),
+    Case("podFailurePolicy Ignore on this exit code: the group starts over, uncounted",
+         [J5 := job("mpi", template_labels=G, spec={"backoffLimit": 0, **pfp(
+             {"action": "Ignore", "onExitCodes": {"containerName": "main", "operator": "In", "values": [3]}})}),
+          *job_members(EXIT3, owner=J5)], [("gang-restart", "mpi", "GangRestarted")],
+         message="(restart 1; its podFailurePolicy ignores this failure)"),
+    Case("podFailurePolicy Count rule: counted like no rule",
+         [J6 := job("mpi", template_labels=G, spec={"backoffLimit": 0, **pfp(
+             {"action": "Count", "onExitCodes": {"operator": "In", "values": [3]}})}),
+          *job_members(EXIT3, owner=J6)], []),
+    Case("backoffLimitPerIndex: another index's failures do not spend this one's",
+         [J7 := job("mpi", template_labels=G, spec={"backoffLimitPerIndex": 1, "completionMode": "Indexed"}),
+          member("mpi-a", owner=J7, **{**OOM_DONE, "annotations": {**OOM_DONE["annotations"], INDEX: "0"}}),
+          member("mpi-a2", owner=J7, **{**OOM_DONE, "uid": "u-a2", "annotations": {RESTART: "u-a2", INDEX: "0"}}),
+          member("mpi-b", owner=J7, **{**EXIT3, "annotations": {INDEX: "1"}}),
+          member("mpi-c", owner=J7, annotations={INDEX: "2"})],
+         [("gang-restart", "mpi", "GangRestarted")], deletes=[("mpi-c", None)],
+         message="(restart 3; index 1 may fail 1 times (backoffLimitPerIndex))"),
+    Case("backoffLimitPerIndex spent for this index: the index fails by the Job's rule, nothing here",
+         [J8 := job("mpi", template_labels=G, spec={"backoffLimitPerIndex": 1, "completionMode": "Indexed"}),
+          member("mpi-a", owner=J8, **{**OOM_DONE, "annotations": {**OOM_DONE["annotations"], INDEX: "1"}}),
+          member("mpi-b", owner=J8, **{**EXIT3, "annotations": {INDEX: "1"}}),
+          member("mpi-c", owner=J8, annotations={INDEX: "2"})], []),
     Case("failed member already being deleted triggers nothing",
          [J, *job_members({**OOM, "deleting": True})], []),
     Case("finished Job: its pods are history", [J_DONE, *job_members(OOM, owner=J_DONE)], []),
@@ -90,6 +146,11 @@ GANG_CASES = [
          [J, *job_members({"phase": "Failed", "conditions": [{"type": "DisruptionTarget", "status": "True",
                                                              "reason": "PreemptionByScheduler"}]})],
          [("gang-interrupted", "mpi", "GangInterrupted")], message="PreemptionByScheduler"),
+    Case("disruption the Job's podFailurePolicy fails it for: its controller stops the pods, nothing here",
+         [J9 := job("mpi", template_labels=G, spec=pfp({"action": "FailJob", "onPodConditions":
+                                                         [{"type": "DisruptionTarget", "status": "True"}]})),
+          *job_members({"phase": "Failed", "conditions": [{"type": "DisruptionTarget", "status": "True",
+                                                           "reason": "PreemptionByScheduler"}]}, owner=J9)], []),
     Case("interruption teardown can be switched off",
          [J, *job_members({"phase": "Failed", "reason": "Evicted"})], [],
          settings=Settings(teardown_interrupted_groups=False)),
@@ -194,3 +255,22 @@ def test_job_podgroup_is_owned_by_the_job() -> None:
     (a,) = plan(snapshot(J, pod_groups=[]), T0, Settings()).actions
     assert a.pod_group is not None and a.pod_group.owner is not None
     assert (a.pod_group.owner.kind, a.pod_group.owner.uid) == ("Job", "uid-demo-mpi")
+
+
+def test_a_restart_marks_its_cause_after_the_deletes_with_the_pods_own_uid() -> None:
+    (a,) = plan(snapshot(J, *job_members({}, OOM)), T0, Settings()).actions
+    assert a.mark is not None and a.mark.ref.name == "mpi-b" and a.mark.ref.uid == "uid-demo-mpi-b"
+    assert a.mark.annotations == {ANN_GANG_RESTART: "uid-demo-mpi-b"}
+    assert a.event_type == "Warning" and a.target.kind == "Job"
+    # once marked, the next pass (the members being replaced) plans nothing for this failure
+    marked = job_members({"deleting": True}, {**OOM, "annotations": {ANN_GANG_RESTART: "uid-demo-mpi-b"}},
+                         {"deleting": True})
+    assert plan(snapshot(J, *marked), T0, Settings()).actions == []
+
+
+def test_a_restart_of_a_generate_name_job_reads_the_jobs_budget() -> None:
+    """A Job created with generateName has only the size in its template: its policy is read all the same."""
+    j = job("sweep-x1", template_labels={"batchgate.io/pod-group-size": "3"}, spec={"backoffLimit": 0})
+    members = [pod(n, owner=j, labels=group_labels("sweep-x1", 3), **kw)
+               for n, kw in (("s-a", {}), ("s-b", EXIT3), ("s-c", {}))]
+    assert plan(snapshot(j, *members), T0, Settings()).actions == []  # backoffLimit 0: the Job fails itself
