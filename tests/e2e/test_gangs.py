@@ -13,18 +13,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from cluster import require_components
+from harness import GANG, container, create_and_read, job, unique
 
-pytest.register_assert_rewrite("server_fixtures")  # imported here before it loads as a plugin
-from cluster import require_components  # noqa: E402
-from server_fixtures import GANG, container, create_and_read, job, unique  # noqa: E402
+from tests.conftest import POLICIES
+from webhook.reconciler.controller import Controller
+from webhook.reconciler.kube import KubeApi
+from webhook.reconciler.settings import QueuePolicy, Settings
+from webhook.rules import load_bundle
 
-from tests.conftest import POLICIES  # noqa: E402
-from webhook.reconciler.controller import Controller  # noqa: E402
-from webhook.reconciler.kube import KubeApi  # noqa: E402
-from webhook.reconciler.settings import QueuePolicy, Settings  # noqa: E402
-from webhook.rules import load_bundle  # noqa: E402
-
-pytest_plugins = ["server_fixtures"]
 GROUP, SIZE, MARK = "batchgate.io/pod-group", "batchgate.io/pod-group-size", "batchgate.io/gang-restart"
 NOWHERE = {"batchgate.io/e2e": "nowhere"}  # unschedulable: the pods stay unbound
 
