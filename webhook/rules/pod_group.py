@@ -161,7 +161,7 @@ def _request(draft_or_obj: Any, shape_meta: Path, outer: Path) -> Any:
     return None
 
 
-def decide_gang(obj: Any, ctx: Ctx) -> Gang | None:
+def _decide_gang(obj: Any, ctx: Ctx) -> Gang | None:
     """Whether the Job or CronJob ``obj`` is a gang (None for other kinds)."""
     shape = ctx.shape
     if shape is None or shape.kind not in ("Job", "CronJob"):
@@ -195,7 +195,7 @@ def _queue_warning(gang: Gang, subject: str) -> list[Finding]:
 
 
 def _mutate_job(settings: Settings, draft: Draft, ctx: Ctx, labels: dict[str, Any]) -> list[Finding]:
-    gang = decide_gang(draft.root, ctx)
+    gang = _decide_gang(draft.root, ctx)
     meta_path = ("spec", "template", "metadata")
     if gang is None or gang.size <= 1:
         return []
@@ -220,7 +220,7 @@ def _mutate_job(settings: Settings, draft: Draft, ctx: Ctx, labels: dict[str, An
 
 
 def _mutate_cronjob(draft: Draft, ctx: Ctx, labels: dict[str, Any]) -> list[Finding]:
-    gang = decide_gang(draft.root, ctx)
+    gang = _decide_gang(draft.root, ctx)
     meta_path = ("spec", "jobTemplate", "spec", "template", "metadata")
     if gang is None or gang.size <= 1:
         return []
@@ -258,13 +258,15 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
     labels = meta.get("labels") or {}
     where = "" if shape.is_pod else f" in {'.'.join(map(str, shape.pod_meta))}"
     findings: list[Finding] = []
-    request = labels.get(GANG_LABEL)
+    # (decided on Jobs and CronJobs only: on a Pod the label means nothing, and a pod the Job
+    # controller makes must not be refused for what its admitted template says)
+    request = None
     if shape.kind in ("Job", "CronJob"):
         request = _request(obj, shape.pod_meta,
                            ("metadata",) if shape.kind == "Job" else ("spec", "jobTemplate", "metadata"))
     if request is not None and request not in ("true", "false"):
         findings.append(deny(f'label {GANG_LABEL} must be "true" or "false"; got {request!r}'))
-    elif request == "false" and GROUP_LABEL in labels and not shape.is_pod:
+    elif request == "false" and GROUP_LABEL in labels:
         findings.append(deny(
             f'label {GANG_LABEL}: "false" contradicts label {GROUP_LABEL}={labels[GROUP_LABEL]!r}{where}, '
             f"which makes the pods a gang; remove one of them"

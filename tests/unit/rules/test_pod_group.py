@@ -416,3 +416,9 @@ def test_the_queue_setting_is_checked_at_load(tmp_path):
     with pytest.raises(BundleError) as e:
         load_bundle(root)
     assert str(e.value).startswith(f"{f}:") and "gang: expected one of auto, always, got 'sometimes'" in str(e.value)
+
+
+def test_the_gang_label_means_nothing_on_a_pod_and_is_not_judged_there(pg):
+    for obj, user in ((bare_pod({GANG_KEY: "yes"}), "alice"), (controller_pod({GANG_KEY: "yes"}), CONTROLLER)):
+        d = run(pg, obj, user=user)
+        assert d.allowed and d.patch == [], d.message
