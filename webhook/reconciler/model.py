@@ -33,7 +33,13 @@ from ..contract import (
 from ..jobnet import CONNECT_TO_ANNOTATION, NETWORK_LABEL, SLOTS_ANNOTATION
 from ..units import parse_duration, parse_quantity
 from ..windows import Window, parse_window
-from ..workloads import DEFAULT_FAILURE_POLICY, SHAPES, FailurePolicy, admission_record, failure_policy
+from ..workloads import (
+    DEFAULT_FAILURE_POLICY,
+    SHAPES,
+    FailurePolicy,
+    admission_record,
+    failure_policy,
+)
 
 # -- the names on objects --------------------------------------------------
 ANN_TIME_LIMIT = TIME_LIMIT_ANNOTATION  # set by users / defaulted by the webhook
