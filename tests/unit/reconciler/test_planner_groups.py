@@ -274,3 +274,53 @@ def test_a_restart_of_a_generate_name_job_reads_the_jobs_budget() -> None:
     members = [pod(n, owner=j, labels=group_labels("sweep-x1", 3), **kw)
                for n, kw in (("s-a", {}), ("s-b", EXIT3), ("s-c", {}))]
     assert plan(snapshot(j, *members), T0, Settings()).actions == []  # backoffLimit 0: the Job fails itself
+
+
+# A member of an Indexed Job as kube-apiserver 1.31 stores it after the scheduler preempted it
+# (Job tracking finalizer, completion index as label and annotation, DisruptionTarget condition).
+PREEMPTED_131: dict[str, Any] = {
+    "apiVersion": "v1", "kind": "Pod",
+    "metadata": {
+        "name": "train-2-x7k2p", "namespace": "demo", "uid": "5f0c2a9e-7f4b-4a8e-9d7a-0c6e3b1d2f45",
+        "resourceVersion": "48213", "creationTimestamp": "2024-05-01T09:00:00Z",
+        "finalizers": ["batch.kubernetes.io/job-tracking"],
+        "labels": {"batch.kubernetes.io/controller-uid": "uid-demo-train", "batch.kubernetes.io/job-name": "train",
+                   "batch.kubernetes.io/job-completion-index": "2", **group_labels("train", 4)},
+        "annotations": {"batch.kubernetes.io/job-completion-index": "2"},
+        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "uid-demo-train",
+                             "controller": True, "blockOwnerDeletion": True}],
+    },
+    "spec": {"nodeName": "node-1", "restartPolicy": "Never", "hostname": "train-2", "subdomain": "train",
+             "containers": [{"name": "main", "image": "trainer"}]},
+    "status": {
+        "phase": "Failed",
+        "conditions": [
+            {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+             "message": "demo/urgent: preempting to accommodate a higher priority pod",
+             "lastTransitionTime": "2024-05-01T09:59:00Z"},
+            {"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": "2024-05-01T09:59:30Z"},
+        ],
+        "containerStatuses": [{"name": "main", "ready": False, "restartCount": 0, "image": "trainer",
+                               "state": {"terminated": {"exitCode": 137, "reason": "Error",
+                                                        "startedAt": "2024-05-01T09:01:00Z",
+                                                        "finishedAt": "2024-05-01T09:59:30Z"}}}],
+    },
+}
+
+
+def test_a_recorded_preempted_member_of_a_current_indexed_job() -> None:
+    from webhook.reconciler.model import pod_view
+
+    v = pod_view(PREEMPTED_131)
+    assert v.index == 2 and v.exits == (("main", 137),) and ("DisruptionTarget", "True") in v.conditions
+    assert v.interrupted is not None and "PreemptionByScheduler" in v.interrupted
+    train = job("train", uid="uid-demo-train", template_labels=group_labels("train", 4),
+                spec={"completionMode": "Indexed", "completions": 4, "parallelism": 4, **pfp(
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]})})
+    others = [member(f"train-{i}", owner=train, labels=group_labels("train", 4)) for i in (0, 1, 3)]
+    (a,) = plan(snapshot(train, PREEMPTED_131, *others), T0, Settings()).actions
+    assert a.kind == "gang-interrupted" and [d.ref.name for d in a.deletes][-1] == "train-2-x7k2p"
+    # the same Job, failing the Job for any disruption: its controller stops the pods, nothing here
+    strict = job("train", uid="uid-demo-train", template_labels=group_labels("train", 4), spec=pfp(
+        {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}))
+    assert plan(snapshot(strict, PREEMPTED_131, *others), T0, Settings()).actions == []
