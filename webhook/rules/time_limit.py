@@ -155,26 +155,34 @@ def _record(draft: Draft, shape: Shape, record: Record | None) -> None:
     containers = draft.get(*shape.record_at, "containers")
     if not isinstance(containers, list):
         return
-    want = {e["name"]: e for e in record.env()} if record is not None else {}
+    path = shape.record_at
     for i, c in enumerate(containers):
-        env = c.get("env") if isinstance(c, dict) else None
-        if not isinstance(c, dict) or not isinstance(env, list | None):
+        if type(c) is not dict:
             continue  # not a container: the API server refuses the object anyway
-        have = env or []
+        env = c.get("env")
+        if env is None:  # the common case: nothing to keep, nothing to replace
+            if record is not None:
+                draft.edit(*path, "containers", i)["env"] = record.env()
+            continue
+        if type(env) is not list:
+            continue
+        if record is None and not any(type(e) is dict and e.get("name") in RECORD_ENV for e in env):
+            continue
         # In place where the entries are (a reinvocation, or a controller's copy, changes
         # nothing), once each, appended where missing.
+        want = {e["name"]: e for e in record.env()} if record is not None else {}
         new, seen = [], set()
-        for e in have:
-            name = e.get("name") if isinstance(e, dict) else None
+        for e in env:
+            name = e.get("name") if type(e) is dict else None
             if name in RECORD_ENV:
                 if name in want and name not in seen:
-                    new.append(dict(want[name]))
+                    new.append(want[name])
                 seen.add(name)
             else:
                 new.append(e)
-        new += [dict(e) for name, e in want.items() if name not in seen]
-        if new != have:
-            draft.edit(*shape.record_at, "containers", i)["env"] = new
+        new += [e for name, e in want.items() if name not in seen]
+        if new != env:
+            draft.edit(*path, "containers", i)["env"] = new
 
 
 def _backstop(settings: Settings, draft: Draft, ctx: Ctx, queue: Queue) -> list[Finding]:
