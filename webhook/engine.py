@@ -314,6 +314,15 @@ def check_shape(obj: dict[str, Any], shape: Shape | None, where: str) -> None:
     it: objects where Kubernetes has objects, lists of objects where it has lists, strings,
     labels and annotations mapping strings to strings, resources holding quantities. Anything
     else is a BadReview naming the field; only the fields policies read are looked at."""
+    spec = _shape_ok(obj, shape)
+    if spec is not None:  # the common case, checked in one pass; the affinity's checks follow
+        affinity = spec.get("affinity") if spec is not True else None
+        if affinity is not None and shape is not None:
+            _check_fields({"affinity": affinity}, shape.pod_spec, POD_SPEC_FIELDS, where)
+            for path, fields in POD_SPEC_ITEMS:
+                for i, item in enumerate(dig(spec, path) or []):
+                    _check_fields(item, (*shape.pod_spec, *path, i), fields, where)
+        return
     _check_meta(obj, ("metadata",), where)
     if shape is None:
         return
@@ -341,6 +350,89 @@ def check_shape(obj: dict[str, Any], shape: Shape | None, where: str) -> None:
 
 
 _SCALARS = (str, int, float)
+_SPEC_STRINGS = ("priorityClassName", "runtimeClassName", "serviceAccountName", "serviceAccount", "schedulerName")
+_CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+
+
+def _shape_ok(obj: dict[str, Any], shape: Shape | None) -> Any:
+    """check_shape's common case without building a path or a message: the pod spec (True
+    where there is none) when every field check_shape reads is right, the affinity aside;
+    None at the first doubt, and then check_shape's full walk says what is wrong. Exact
+    types only (``__class__ is``): a subclass is a doubt, never a pass the walk would refuse."""
+    if not _meta_ok(obj.get("metadata")):
+        return None
+    if shape is None:
+        return True
+    node: Any = obj
+    if not shape.is_pod:
+        for key in shape.pod_meta:
+            node = node.get(key)
+            if node is None:
+                break
+            if node.__class__ is not dict:
+                return None
+        if node is not None and not _meta_ok(node):
+            return None
+        if shape.kind == "CronJob":
+            template = dig(obj, ("spec", "jobTemplate"))
+            if template is not None and not _meta_ok(template.get("metadata")):
+                return None
+    spec: Any = obj
+    for key in shape.pod_spec:
+        spec = spec.get(key)
+        if spec is None:
+            return True
+        if spec.__class__ is not dict:
+            return None
+    selector = spec.get("nodeSelector")
+    if selector is not None and (selector.__class__ is not dict
+                                 or not all(v.__class__ is str for v in selector.values())):
+        return None
+    overhead = spec.get("overhead")
+    if overhead is not None and (overhead.__class__ is not dict
+                                 or not all(v.__class__ in _SCALARS for v in overhead.values())):
+        return None
+    for key in _SPEC_STRINGS:
+        value = spec.get(key)
+        if value is not None and value.__class__ is not str:
+            return None
+    volumes = spec.get("volumes")
+    if volumes is not None:
+        if volumes.__class__ is not list:
+            return None
+        for v in volumes:
+            if v.__class__ is not dict:
+                return None
+            name = v.get("name")
+            if name is not None and name.__class__ is not str:
+                return None
+    for key in _CONTAINER_LISTS:
+        containers = spec.get(key)
+        if containers is not None:
+            if containers.__class__ is not list:
+                return None
+            for c in containers:
+                if c.__class__ is not dict or not _container_ok(c):
+                    return None
+    return spec
+
+
+def _meta_ok(meta: Any) -> bool:
+    """_check_meta's checks on one metadata object (None: nothing to check)."""
+    if meta is None:
+        return True
+    if meta.__class__ is not dict:
+        return False
+    for key in ("labels", "annotations"):
+        m = meta.get(key)
+        if m is not None and (m.__class__ is not dict or not all(v.__class__ is str for v in m.values())):
+            return False
+    for key in ("name", "namespace", "generateName"):
+        v = meta.get(key)
+        if v is not None and v.__class__ is not str:
+            return False
+    owners = meta.get("ownerReferences")
+    return owners is None or (owners.__class__ is list and all(o.__class__ is dict for o in owners))
 
 
 def _container_ok(c: dict[str, Any]) -> bool:

@@ -283,12 +283,15 @@ def _admission(phase: Phase) -> Any:
             request[SEEN] = seen = _bad(413, f"body of {length} bytes exceeds the {MAX_BODY} byte cap")
             return _respond(seen)
         if length is not None and length <= INLINE_BODY:
-            try:
-                async with asyncio.timeout(READ_TIMEOUT):
-                    raw = await request.read()
-            except TimeoutError:
-                request[SEEN] = seen = _bad(408, f"body not received within {READ_TIMEOUT:g} s")
-                return _respond(seen)
+            if request.content.is_eof():  # the whole body came with the headers: nothing to wait for
+                raw = await request.read()
+            else:
+                try:
+                    async with asyncio.timeout(READ_TIMEOUT):
+                        raw = await request.read()
+                except TimeoutError:
+                    request[SEEN] = seen = _bad(408, f"body not received within {READ_TIMEOUT:g} s")
+                    return _respond(seen)
             request[SEEN] = seen = answer(raw, state.bundle, phase, state.review_budget)
             return _respond(seen)
         # A large (or chunked) body: at most LARGE_IN_FLIGHT held at once, decided in the
