@@ -158,7 +158,8 @@ def decide(body: object, bundle: Bundle, *, phase: Phase,
         done: list[Policy] = []
         for policy in bundle.candidates(mutating=True, operation=ctx.operation, group=ctx.group,
                                         version=ctx.version, kind=ctx.kind):
-            if (pod_update and policy.rule.decides_pod) or not _applies(policy, ctx, labels):
+            if (pod_update and policy.rule.decides_pod) or not (
+                    (policy.match.subject_free and policy.exclude is None) or _applies(policy, ctx, labels)):
                 continue
             if over_budget is not None and over_budget():
                 _fail(policy, decision, "was not run: the review ran out of its time budget", "timeout")
