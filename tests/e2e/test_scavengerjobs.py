@@ -14,13 +14,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from cluster import KubeApiError, require_components, tail
+from cluster import KubeApiError, free_port, require_components, tail
 from harness import container, pod, pods_path, unique
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,11 +83,11 @@ def reconciler(kube: Any, namespace: str, tmp_path: Path, pool: tuple[str, Any])
     (policies / "bundle.yaml").write_text(yaml.safe_dump(bundle))
     started: list[Reconciler] = []
 
-    def start(*, env: dict[str, str] | None = None) -> Reconciler:
+    def start(*, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> Reconciler:
         log = tmp_path / f"reconciler-{len(started)}.log"
         cmd = [sys.executable, "-m", "webhook", "--log-level", "INFO", "reconcile", "--policies", str(policies),
                "--kubeconfig", kube.kubeconfig("admin"), "--namespace", namespace,
-               "--lease-namespace", namespace, "--identity", "r1", "--resync", "20s"]
+               "--lease-namespace", namespace, "--identity", "r1", "--resync", "20s", *args]
         with open(log, "wb") as out:
             proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
                                     env={**os.environ, **(env or {})})
@@ -238,6 +239,80 @@ def test_external_delete_interrupts_all_pods_go_and_it_restarts(kube, webhook_se
     run_segment(kube, ns, "md-2", 2)
     st = wait_status(kube, ns, "md", lambda s: s.get("phase") == "Running", "running again", r=r)
     assert st["interruptedCount"] == 1 and len(st["runningTimestamps"]) == 2
+
+
+def sj_metrics(port: int) -> dict[str, float]:
+    """The reconciler's ScavengerJob samples, ``'name{labels}' -> value``."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("batchgate_scavengerjobs"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def test_metrics_move_on_transitions(kube, webhook_server, namespace, pool, reconciler):
+    """started, wait time, segments, interrupted (with the core-seconds it threw away), completed,
+    and the phase gauge, read from the reconciler's /metrics as the story goes on."""
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns, (_, node) = namespace, pool
+    node(cpu="8")
+    port = free_port()
+    r = reconciler(args=("--metrics-port", str(port)))
+
+    def moved(what: str, pred: Callable[[dict[str, float]], bool]) -> dict[str, float]:
+        got: dict[str, float] = {}
+
+        def check() -> bool:
+            nonlocal got
+            with contextlib.suppress(OSError):
+                got = sj_metrics(port)
+            return pred(got)
+
+        kube.wait_for(check, 40, message=lambda: f"metrics: {what}; now {got}\n{r.logs()}")
+        return got
+
+    def m(name: str) -> Callable[[dict[str, float]], float]:
+        return lambda got: got.get(name, 0.0)
+
+    started, waits = m("batchgate_scavengerjobs_started_total"), m("batchgate_scavengerjobs_wait_seconds_count")
+    interrupted, lost = m("batchgate_scavengerjobs_interrupted_total"), \
+        m("batchgate_scavengerjobs_preempted_core_seconds_total")
+    segments, completed = m("batchgate_scavengerjobs_segments_total"), m("batchgate_scavengerjobs_completed_total")
+    running, done = m('batchgate_scavengerjobs{phase="Running"}'), m('batchgate_scavengerjobs{phase="Completed"}')
+    before = moved("served", lambda g: "batchgate_scavengerjobs_started_total" in g)
+    assert started(before) == interrupted(before) == completed(before) == segments(before) == 0
+    kube.create(sj_path(ns), scavengerjob("md", pods=2, duration="15s"))
+    wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-1", "started", r=r)
+    pods = run_segment(kube, ns, "md-1", 2)
+    wait_status(kube, ns, "md", lambda s: s.get("phase") == "Running", "Running", r=r)
+    got = moved("started", lambda g: started(g) == 1 and waits(g) == 1 and running(g) == 1)
+    assert got["batchgate_scavengerjobs_wait_seconds_sum"] > 0 and interrupted(got) == 0
+    # the segment boundary at 15 s: counted once, not as an interruption
+    wait_status(kube, ns, "md", lambda s: s.get("segment") == 2, "segment boundary", timeout=40, r=r)
+    kube.wait_for(lambda: finish_terminating(kube, ns) or not seg_pods(kube, ns, "md-1"), 30, message="md-1 gone")
+    pods = run_segment(kube, ns, "md-2", 2)
+    wait_status(kube, ns, "md", lambda s: s.get("runningSegment") == 2, "segment 2 running", r=r)
+    got = moved("segment", lambda g: segments(g) == 1)
+    assert started(got) == 1 and interrupted(got) == 0
+    time.sleep(2)  # two pods of 1 cpu compute for a while before one is deleted from outside
+    kube.delete(pods_path(ns, pods[0]["metadata"]["name"]))
+    wait_status(kube, ns, "md", lambda s: s.get("phase") == "Interrupted", "Interrupted", r=r)
+    waiting = m('batchgate_scavengerjobs{phase="Interrupted"}')
+    got = moved("interrupted", lambda g: interrupted(g) == 1 and running(g) == 0 and waiting(g) == 1)
+    assert lost(got) >= 2 * 2, got  # 2 cores for at least 2 s since the segment started
+    assert started(got) == 1
+    finish_terminating(kube, ns)
+    wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-3", "restarted", r=r)
+    pods = run_segment(kube, ns, "md-3", 2)
+    wait_status(kube, ns, "md", lambda s: s.get("phase") == "Running", "running again", r=r)
+    moved("started again", lambda g: started(g) == 2 and waits(g) == 2 and running(g) == 1)
+    for p in pods:
+        kube.set_pod_phase(ns, p["metadata"]["name"], "Succeeded", {"main": 0})
+    wait_status(kube, ns, "md", lambda s: s.get("phase") == "Completed", "Completed", r=r)
+    got = moved("completed", lambda g: completed(g) == 1 and done(g) == 1 and running(g) == 0)
+    assert interrupted(got) == 1 and m("batchgate_scavengerjobs_failed_total")(got) == 0
 
 
 def test_missing_configmap_fails_it_naming_the_object(kube, webhook_server, namespace, pool, reconciler):
