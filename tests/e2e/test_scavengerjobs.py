@@ -241,6 +241,40 @@ def test_external_delete_interrupts_all_pods_go_and_it_restarts(kube, webhook_se
     assert st["interruptedCount"] == 1 and len(st["runningTimestamps"]) == 2
 
 
+def test_the_workload_ends_its_segment_with_the_agreed_exit_code(kube, webhook_server, namespace, pool, reconciler):
+    """spec.checkpointExitCode: the workload checkpoints, then exits with the agreed code. The
+    Job controller (backoffLimit 0) fails the Job and deletes the sibling pod; batchgate takes
+    it as a segment boundary, not a failure nor an interruption, and starts the next segment,
+    whose pods are then the latest started. It never ends a segment at duration itself."""
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns, (_, node) = namespace, pool
+    node(cpu="8")
+    r = reconciler()
+    body = scavengerjob("md", pods=2, duration="5s")
+    body["spec"]["checkpointExitCode"] = 3
+    sj = kube.create(sj_path(ns), body)
+    wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-1", "started", r=r)
+    pods = run_segment(kube, ns, "md-1", 2)
+    env = pods[0]["spec"]["containers"][0]["env"]
+    assert {"name": "BATCHGATE_CHECKPOINT_EXIT_CODE", "value": "3"} in env
+    first = wait_status(kube, ns, "md", lambda s: s.get("phase") == "Running", "Running", r=r)
+    time.sleep(12)  # past duration: no SIGTERM boundary, the workload decides
+    assert status(kube, ns, "md")["segment"] == 1 and not seg_pods(kube, ns, "md-1")[0]["metadata"].get(
+        "deletionTimestamp")
+    kube.set_pod_phase(ns, pods[0]["metadata"]["name"], "Failed", {"main": 3})  # checkpointed, exit 3
+    st = wait_status(kube, ns, "md", lambda s: s.get("segment") == 2, "segment boundary", r=r)
+    assert st["phase"] == "Running" and st["interruptedCount"] == 0 and "checkpoint code 3" in st["message"]
+    assert st["priorityStartOverTimestamp"] > first["priorityStartOverTimestamp"]
+    kube.wait_for(lambda: finish_terminating(kube, ns) or not [p for p in seg_pods(kube, ns, "md-1")
+                                                               if p["status"].get("phase") == "Running"],
+                  30, message="md-1's other pod gone")
+    run_segment(kube, ns, "md-2", 2)
+    st = wait_status(kube, ns, "md", lambda s: s.get("runningSegment") == 2, "segment 2 running", r=r)
+    assert st["interruptedCount"] == 0 and len(st["runningTimestamps"]) == 1 and not st.get("interruptedTimestamps")
+    reasons = sorted(e["reason"] for e in events(kube, ns, sj["metadata"]["uid"]))
+    assert reasons == ["Queued", "SegmentEnded", "SegmentStarted", "Started", "Starting"], reasons
+
+
 def sj_metrics(port: int) -> dict[str, float]:
     """The reconciler's ScavengerJob samples, ``'name{labels}' -> value``."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()

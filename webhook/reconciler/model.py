@@ -249,6 +249,7 @@ class PodView:
     conditions: frozenset[tuple[str, str]] = frozenset()  # (type, status)
     index: int | None = None  # an Indexed Job's completion index
     restarted: bool = False  # batchgate.io/gang-restart names this pod's uid
+    exit_code: int | None = None  # the exit code behind ``failure`` (None: no container exited non-zero)
 
     @property
     def cpu_m(self) -> int:
@@ -508,6 +509,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
     started: float | None = None
     failure: str | None = None
     failed_at: float | None = None
+    exit_code: int | None = None
     for statuses in (st.get("initContainerStatuses"), st.get("containerStatuses")):
         for cs in statuses or ():
             state = cs.get("state") or {}
@@ -524,6 +526,9 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
                     if s and s.get("exitCode", 0) != 0:
                         failure = _describe_exit(cs.get("name", "?"), s)
                         failed_at = parse_time(s.get("finishedAt"))
+                        code = s.get("exitCode")
+                        exit_code = code if isinstance(code, int) and not isinstance(code, bool) \
+                            and s.get("reason") != "OOMKilled" else None
                         break
     if started is None and phase in ("Running", "Succeeded", "Failed"):
         started = parse_time(st.get("startTime"))
@@ -547,7 +552,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
     finished: float | None = None
     spec = obj.get("spec") or {}
     if phase == "Succeeded":
-        failure = failed_at = None  # a container restarted on the way, but the pod made it
+        failure = failed_at = exit_code = None  # a container restarted on the way, but the pod made it
         for cs in st.get("containerStatuses") or ():
             t = parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
             if t is not None and (finished is None or t > finished):
@@ -588,6 +593,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         sched=_sched(md, obj.get("spec") or {}),
         expected_start=ann.get(ANN_EXPECTED_START),
         segment=_segment(labels),
+        exit_code=exit_code,
         network=_net_member(labels, ann, spec),
         admitted=_admitted(obj, ("", "Pod")),
         program=_program(obj.get("spec") or {}),

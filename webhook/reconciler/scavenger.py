@@ -334,7 +334,7 @@ def victim_key(start_over: float) -> float:
 
 
 # -- failure vs interruption ---------------------------------------------------
-VerdictKind = Literal["failed", "interrupted", "succeeded", "running", "starting"]
+VerdictKind = Literal["failed", "checkpointed", "interrupted", "succeeded", "running", "starting"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,12 +357,16 @@ def interruption(pod: PodView, node_gone: Callable[[str], bool]) -> str | None:
     return None
 
 
-def classify(pods: Sequence[PodView], expected: int, node_gone: Callable[[str], bool] = lambda n: False) -> Verdict:
+def classify(pods: Sequence[PodView], expected: int, node_gone: Callable[[str], bool] = lambda n: False,
+             checkpoint_code: int | None = None) -> Verdict:
     """What the pods of one segment say. ``expected``: the gang's size.
 
     A pod that failed by itself (and was not being deleted or disrupted) fails the whole
     ScavengerJob; this wins over siblings being deleted, which is what the Job controller
-    does after a failure. Otherwise any interruption interrupts it."""
+    does after a failure. A pod that exited with ``checkpoint_code`` (the workload's agreed
+    "checkpointed, end this segment" code) ends the segment (``checkpointed``): it wins over
+    siblings being deleted, not over a real failure. Otherwise any interruption interrupts it."""
+    checkpointed: PodView | None = None
     failed: PodView | None = None
     interrupted: tuple[PodView, str] | None = None
     running = succeeded = 0
@@ -371,6 +375,10 @@ def classify(pods: Sequence[PodView], expected: int, node_gone: Callable[[str], 
         if why is not None:
             if interrupted is None:
                 interrupted = (p, why)
+            continue
+        if checkpoint_code is not None and p.exit_code == checkpoint_code:
+            if checkpointed is None:
+                checkpointed = p
             continue
         if p.failure is not None or p.phase == "Failed":
             if failed is None or (p.failed_at or 0) < (failed.failed_at or 0):
@@ -382,6 +390,9 @@ def classify(pods: Sequence[PodView], expected: int, node_gone: Callable[[str], 
             running += 1
     if failed is not None:
         return Verdict("failed", failed, failed.failure or "pod phase Failed")
+    if checkpointed is not None:
+        return Verdict("checkpointed", checkpointed, f"pod {checkpointed.ref.name} exited with the agreed "
+                                                     f"checkpoint code {checkpoint_code}")
     if interrupted is not None:
         return Verdict("interrupted", interrupted[0], interrupted[1])
     if expected > 0 and succeeded >= expected:
@@ -426,6 +437,7 @@ class SJView:
     need: Need | None  # None: resources unusable (see problems)
     duration: int | None
     problems: tuple[str, ...]
+    checkpoint_code: int | None  # spec.checkpointExitCode: the workload ends its segments itself
     phase: str  # "" until first written
     interrupted_count: int
     segment: int
@@ -481,6 +493,10 @@ def sj_view(obj: Mapping[str, Any]) -> SJView:
     for f in ("image", "command"):
         if not spec.get(f):
             problems.append(f"spec.{f}: missing")
+    code = spec.get("checkpointExitCode")
+    if code is not None and not (isinstance(code, int) and not isinstance(code, bool) and 1 <= code <= 127):
+        problems.append(f"spec.checkpointExitCode: must be a whole number 1..127, got {code!r}")
+        code = None
     phase = str(st.get("phase")) if st.get("phase") in PHASES else ""
     return SJView(
         ref=Ref(SCAVENGER_JOB.api_version, "ScavengerJob", md.get("namespace") or "", md.get("name") or "",
@@ -493,6 +509,7 @@ def sj_view(obj: Mapping[str, Any]) -> SJView:
         need=need,
         duration=duration,
         problems=tuple(problems),
+        checkpoint_code=code,
         phase=phase,
         interrupted_count=_int(st.get("interruptedCount")),
         segment=_int(st.get("segment")),
@@ -541,6 +558,9 @@ def job_body(sj: SJView, segment: int, qp: QueuePolicy) -> dict[str, Any]:
         container["args"] = list(spec["args"])
     if spec.get("env"):
         container["env"] = [dict(e) for e in spec["env"]]
+    if sj.checkpoint_code is not None:  # the contract, where the workload can read it
+        container.setdefault("env", []).append({"name": "BATCHGATE_CHECKPOINT_EXIT_CODE",
+                                                "value": str(sj.checkpoint_code)})
     volumes, mounts = [], []
     for v in spec.get("volumes") or ():
         mounts.append({"name": v["name"], "mountPath": v["mountPath"], **({"readOnly": True} if v.get("readOnly") else {})})
@@ -850,7 +870,19 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
             create=job_body(sj, seg, qp)))
         return None
 
-    v = classify(cur_pods, n_pods, gone)
+    v = classify(cur_pods, n_pods, gone, sj.checkpoint_code)
+    if v.kind == "checkpointed":
+        # The workload checkpointed and ended its segment itself: a boundary, not a failure.
+        # Status first (so the deletion of the rest is never an interruption), then the Job
+        # (siblings still running get SIGTERM); the next segment starts when they are gone.
+        nxt = seg + 1
+        name = job_name(sj.ref.name, nxt)
+        msg = (f"segment {seg} ended at the workload's checkpoint ({v.why}); segment {nxt} (Job {name}) starts "
+               f"when its pods are gone")
+        actions.append(_act("sj-segment", sj, "SegmentEnded", msg, now, phase="Running", key=f"segment/{seg}",
+                            status={"segment": nxt, "jobName": name, "priorityStartOverTimestamp": format_time(now)},
+                            deletes=job_del))
+        return None
     if v.kind == "failed":
         assert v.pod is not None
         msg = f"pod {v.pod.ref.name} failed: {v.why}; the ScavengerJob failed for good"
@@ -879,8 +911,10 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
             fresh = sj.phase != "Running"
             since = parse_time(sj.interrupted_ts[-1]) if sj.interrupted_ts else None
             waited = now - (since if since is not None and sj.phase == "Interrupted" else sj.created)
-            msg = (f"running segment {seg} ({n_pods} pod{'s' if n_pods != 1 else ''}) since {format_time(latest)}; "
-                   f"next checkpoint boundary at {format_time(segment_end(latest, sj.duration))}")
+            nxt_at = f"next checkpoint boundary at {format_time(segment_end(latest, sj.duration))}" \
+                if sj.checkpoint_code is None else \
+                f"it ends the segment itself after a checkpoint (exit code {sj.checkpoint_code})"
+            msg = f"running segment {seg} ({n_pods} pod{'s' if n_pods != 1 else ''}) since {format_time(latest)}; {nxt_at}"
             status: dict[str, Any] = {"runningSegment": seg, "priorityStartOverTimestamp": format_time(latest)}
             if fresh:
                 status["runningTimestamps"] = _append(sj.running_ts, latest)
@@ -889,6 +923,8 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
                                 key=f"running/{seg}", status=status, amount=waited if fresh else 0.0))
             wake.append(segment_end(latest, sj.duration))
             return None
+        if sj.checkpoint_code is not None:
+            return None  # the workload ends its segments itself, right after its checkpoints
         start_over = sj.start_over if sj.start_over is not None else latest
         due = segment_end(start_over, sj.duration)
         if now >= due:

@@ -17,7 +17,8 @@ from ..units import parse_duration
 from .base import Ctx, Finding, RuleType, deny, no_settings
 from .scavenger_qos import QOS_RESOURCES, quantity_or_none
 
-SPEC_FIELDS = ("image", "command", "args", "env", "resources", "volumes", "pods", "runAsUser", "duration")
+SPEC_FIELDS = ("image", "command", "args", "env", "resources", "volumes", "pods", "runAsUser", "duration",
+               "checkpointExitCode")
 VOLUME_SOURCES = {"persistentVolumeClaim": "claimName", "configMap": "name", "secret": "secretName"}
 VOLUME_FIELDS = ("name", "mountPath", "readOnly", *VOLUME_SOURCES)
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -173,6 +174,10 @@ def scavengerjob_problems(obj: dict[str, Any]) -> list[str]:
             parse_duration(duration if isinstance(duration, str) else "")
         except ValueError:
             errors.append(f"spec.duration: {duration!r} is not a duration, write e.g. 30m, 2h or 1h30m")
+    code = spec.get("checkpointExitCode")
+    if code is not None and (not _int(code) or not 1 <= code <= 127):
+        errors.append(f"spec.checkpointExitCode: must be a whole number 1..127 (the code the workload exits with "
+                      f"right after a checkpoint, to end its segment; 128 and up mean killed by a signal), got {code!r}")
     return errors
 
 

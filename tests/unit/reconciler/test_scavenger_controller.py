@@ -163,6 +163,34 @@ def test_a_pod_failing_by_itself_fails_it_for_good():
     assert w.step(HOUR_) == []
 
 
+def test_the_workload_ends_its_segments_with_the_agreed_exit_code():
+    """spec.checkpointExitCode: the workload checkpoints and exits with it; that is a segment
+    boundary (not a failure, and the siblings the Job controller deletes are no interruption);
+    the controller never ends a segment at duration itself; another non-zero exit still fails."""
+    obj = sj("md", duration="10m")
+    obj["spec"]["checkpointExitCode"] = 3
+    w = World(obj)
+    _running(w)
+    env = w.jobs()["md-1"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "BATCHGATE_CHECKPOINT_EXIT_CODE", "value": "3"} in env
+    assert "ends the segment itself" in w.sj("md")["status"]["message"]
+    assert w.step(HOUR_) == []  # past duration: no SIGTERM boundary, the workload decides
+    w.set_pod("md-1-0", phase="Failed", containerStatuses=[terminated(3)])
+    w.api.objects[("pods", "demo", "md-1-1")]["metadata"]["deletionTimestamp"] = format_time(w.now)  # Job controller
+    assert w.step() == ["sj-segment"]
+    st = w.sj("md")["status"]
+    assert (st["segment"], st["jobName"], st["phase"], st["interruptedCount"]) == (2, "md-2", "Running", 0)
+    assert st["priorityStartOverTimestamp"] == format_time(w.now) and "md-1" not in w.jobs()
+    assert "checkpoint code 3" in w.events("SegmentEnded")[0]
+    w.kubelet_gone("md-1")
+    assert w.step() == ["sj-resume"]
+    w.run_job("md-2")
+    assert w.step(5) == ["sj-segment-running"]
+    w.set_pod("md-2-1", phase="Failed", containerStatuses=[terminated(1)])  # not the agreed code: a failure
+    assert w.step() == ["sj-failed"]
+    assert "exited with code 1" in w.sj("md")["status"]["message"]
+
+
 def test_a_pod_deleted_from_outside_interrupts_it_and_it_restarts_first():
     w = World(sj("md", cpu="2"), sj("younger", cpu="2", created=-60), nodes=1)
     w.step()

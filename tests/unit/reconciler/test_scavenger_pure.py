@@ -105,6 +105,18 @@ def test_classify_failure_by_exit_code_and_oomkilled():
     assert v.kind == "failed" and "OOMKilled" in v.why
 
 
+def test_the_agreed_checkpoint_exit_code_ends_the_segment():
+    done = _v(name="b", phase="Failed", containers=[terminated(3)])
+    v = classify([_v(name="a", deleting=True), done], 2, checkpoint_code=3)
+    assert v.kind == "checkpointed" and v.pod is not None and v.pod.ref.name == "b"
+    assert classify([_v(name="a", deleting=True), done], 2).kind == "failed"  # no contract: a failure
+    # a real failure of a sibling still wins; OOMKilled never counts as the agreed code
+    assert classify([done, _v(name="c", phase="Failed", containers=[terminated(1)])], 2, checkpoint_code=3).kind \
+        == "failed"
+    oom = _v(name="d", phase="Failed", containers=[terminated(3, reason="OOMKilled")])
+    assert classify([oom], 1, checkpoint_code=3).kind == "failed"
+
+
 def test_a_failure_wins_over_siblings_the_job_controller_deletes():
     v = classify([_v(name="a", deleting=True), _v(name="b", phase="Failed", containers=[terminated(1)])], 2)
     assert v.kind == "failed" and v.pod is not None and v.pod.ref.name == "b"

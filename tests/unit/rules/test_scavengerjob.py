@@ -61,6 +61,7 @@ SJ_OK = [
                                              "requests": {"cpu": "1000m", "memory": "1024Mi"}})),
     ("nested mount paths", sjob(volumes=vol(name="sub", mountPath="/data/sub", configMap={"name": "x"}))),
     ("duration with two units", sjob(duration="1h30m")),
+    ("checkpoint exit code", sjob(checkpointExitCode=3)),
     ("numeric cpu", sjob(resources={"limits": {"cpu": 2, "memory": "1Gi"}})),
 ]
 
@@ -123,6 +124,9 @@ SJ_BAD = [
     ("duration missing", sjob(duration=...), "spec.duration: required, the protection period"),
     ("duration words", sjob(duration="half an hour"), "spec.duration: 'half an hour' is not a duration, write e.g. 30m"),
     ("duration a number", sjob(duration=30), "spec.duration: 30 is not a duration"),
+    ("checkpoint exit code 0", sjob(checkpointExitCode=0), "spec.checkpointExitCode: must be a whole number 1..127"),
+    ("checkpoint exit code 143", sjob(checkpointExitCode=143), "128 and up mean killed by a signal), got 143"),
+    ("checkpoint exit code a string", sjob(checkpointExitCode="3"), "spec.checkpointExitCode: must be a whole"),
     ("unknown spec field", sjob(priority=100), "spec.priority: unknown field (known: image, command"),
 ]
 
