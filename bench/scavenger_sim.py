@@ -4,6 +4,7 @@ scavengers, and how much scavenger work each victim order throws away.
     python bench/scavenger_sim.py                   # the comparison (5 seeds), then the planning pass
     python bench/scavenger_sim.py --sweep           # the same under other checkpoint / segment / restart settings
     python bench/scavenger_sim.py --planning-pass   # only the CPU time of one planning pass
+    python bench/scavenger_sim.py --boundary sigterm --segment 30   # SIGTERM at duration instead
 
 Orders compared, on the same cluster, the same ordinary arrivals, the same ScavengerJobs:
 
@@ -14,6 +15,11 @@ Orders compared, on the same cluster, the same ordinary arrivals, the same Scave
                 scheduler's "latest start goes first" is "least progress since the checkpoint".
   tiers     (c) segments, and a ScavengerJob interrupted k times gets scavenger class
                 min(k, T-1) of T `Never` classes (all below ordinary work) for its next pods.
+  guard     (e) segments, and a PodDisruptionBudget (disruptionsAllowed 0) on every gang whose
+                unsaved work (compute since its checkpoint x its cores) reached --guard
+                core-minutes. kube-scheduler ranks nodes by fewest PDB violations first and, on a
+                node, sends the pods that violate none first; so the held gangs go last. NOT
+                implemented in the controller: a measured option.
   oracle    (d) long pods as in (a), but the victims are the whole gangs, on one node, whose
                 loss (compute since their checkpoint plus the restart, all their pods on all
                 nodes) is least; it knows what no scheduler can see.
@@ -53,10 +59,17 @@ The model (each assumption a flag where it matters):
   Stopped from outside, a workload loses its compute since the last checkpoint: it cannot
   save on SIGTERM (a workload is a black box to batchgate; --sigterm-save gives that share of the workloads a
   save on SIGTERM, which makes their interruptions free under every order).
-- Segments: a segment ends right after the workload's checkpoint number --segment/--checkpoint
-  of that segment (the workload exits with the agreed code after it, or saves on the
-  boundary's SIGTERM as the demo does), so a boundary costs the restart only; the next
-  segment starts at once where it fits, else waits (not an interruption).
+- Segments: with --boundary exit (default), a segment ends right after the workload's
+  checkpoint number --segment/--checkpoint of that segment (spec.checkpointExitCode: the
+  workload exits with the agreed code after it), so a boundary costs the restart only. With
+  --boundary sigterm, the controller ends it --segment minutes after its pods started (SIGTERM
+  at spec.duration) and a workload that cannot save on SIGTERM loses its compute since its last
+  checkpoint (counted as "boundary loss"). The next segment starts at once where it fits, else
+  waits (not an interruption).
+- Diagnostics, not designs: --ideal-node-pick replaces kube-scheduler's choice among candidate
+  nodes by the node whose victims' whole gangs lose least (the per-node victims stay
+  kube-scheduler's); --placement pack binds scavenger pods where choose_starts placed them
+  (best fit, as a required node affinity would) instead of kube-scheduler's spreading score.
 - The day: 24 hours measured after a --warmup (4 h) that fills the cluster and is not counted.
 """
 
@@ -301,6 +314,10 @@ class Params:
     planner_interval: float = 1.0  # minutes
     sj_per_hour: float = 4.0
     oracle_budget: int = 50_000  # search steps per node per preemption
+    guard: float = 20.0  # the guard order: a PDB holds a gang whose unsaved work is >= this many core-min
+    pick: str = "stock"  # "ideal": across nodes, the node whose victims' gangs lose least (a diagnostic)
+    boundary: str = "exit"  # "exit": right after a checkpoint; "sigterm": at --segment after the pod started
+    placement: str = "spread"  # "pack": scavenger pods bound where choose_starts placed them (best fit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,6 +435,7 @@ class Outcome:
     lost: float = 0.0  # core-minutes of compute since the last checkpoint, thrown away
     restart_interrupted: float = 0.0  # core-minutes of restarts after interruptions
     restart_boundary: float = 0.0  # core-minutes of restarts at segment boundaries
+    boundary_lost: float = 0.0  # core-minutes since the last checkpoint thrown away by SIGTERM boundaries
     useful: float = 0.0  # core-minutes of scavenger compute kept
     interruptions: int = 0
     preemptions: int = 0  # preemption decisions that hit at least one scavenger
@@ -431,11 +449,11 @@ class Outcome:
 
     @property
     def waste(self) -> float:
-        return self.lost + self.restart_interrupted + self.restart_boundary
+        return self.lost + self.restart_interrupted + self.restart_boundary + self.boundary_lost
 
 
-Order = str  # "stock" | "segments" | "tiers" | "oracle"
-ORDERS: tuple[Order, ...] = ("stock", "segments", "tiers", "oracle")
+Order = str  # "stock" | "segments" | "tiers" | "guard" | "oracle"
+ORDERS: tuple[Order, ...] = ("stock", "segments", "tiers", "guard", "oracle")
 
 
 class Sim:
@@ -443,7 +461,7 @@ class Sim:
 
     def __init__(self, p: Params, order: Order, seed: int, jobs: list[OrdinaryJob], sjs: list[SJSpec]) -> None:
         self.p, self.order = p, order
-        self.segments = order in ("segments", "tiers")
+        self.segments = order in ("segments", "tiers", "guard")
         self.rng = random.Random(f"scheduler-{seed}")
         self.nodes = [SimNode(f"node-{i:03d}", p.node_cpu * 1000, p.node_cpu * 4 * GI) for i in range(p.nodes)]
         self.by_name = {n.name: n for n in self.nodes}
@@ -461,6 +479,7 @@ class Sim:
         self.counting = False
         self.dirty = False  # something was freed since pending pods were last tried
         self.plan_dirty = True  # something was freed or arrived since the planner's last pass
+        self._where: dict[int, dict[str, int]] = {}
         for j in jobs:
             self._at(j.arrival, "arrive", j)
         for s in self.sjs:
@@ -509,8 +528,16 @@ class Sim:
         """Create and place the gang's pods (all or none); schedule its next stop."""
         pods = [self._pod(sj, sj.spec.cpu_m, sj.spec.mem_b, self._priority(sj)) for _ in range(sj.spec.pods)]
         placed: list[tuple[SimNode, SimPod]] = []
-        for pod in pods:
-            n = self._place(pod)
+        where = list(self._where.pop(sj.spec.id, {}).items()) if self.p.placement == "pack" else []
+        if self.p.placement == "pack" and not where:
+            from webhook.reconciler.scavenger import place as _pl
+            got = _pl(Need(sj.spec.pods, sj.spec.cpu_m, sj.spec.mem_b),
+                      {n.name: Room(n.name, n.free_cpu, n.free_mem, n.max_pods - len(n.pods)) for n in self.nodes})
+            where = list((got or {}).items())
+        targets = [self.by_name[nm] for nm, k in where for _ in range(k)]
+        for i, pod in enumerate(pods):
+            pod.pdb = f"sj{sj.spec.id}"
+            n = targets[i] if i < len(targets) and targets[i].fits(pod) else self._place(pod)
             if n is None:
                 for m, q in placed:
                     m.unbind(q)
@@ -531,7 +558,8 @@ class Sim:
         left = sj.spec.work - sj.saved
         compute_from = now + self.p.restart
         if self.segments and left > self.p.segment:
-            self._at(compute_from + self.p.segment, "boundary", sj, sj.gen)
+            at = now + self.p.segment if self.p.boundary == "sigterm" else compute_from + self.p.segment
+            self._at(at, "boundary", sj, sj.gen)
         else:
             self._at(compute_from + left, "sj-done", sj, sj.gen)
         return True
@@ -567,6 +595,19 @@ class Sim:
         self.waiting.add(sj.spec.id)
         self.dirty = True
 
+    def _budgets(self, now: float) -> dict[str, int] | None:
+        """The guard order's PodDisruptionBudgets at ``now`` (one per gang, selecting its pods):
+        disruptionsAllowed 0 for every running gang whose compute since its checkpoint, over all
+        its pods, is >= ``guard`` core-minutes; the others are not held. Assumes the controller
+        and the disruption controller keep them current to the second."""
+        if self.order != "guard" or self.p.guard < 0:
+            return None
+        out = {}
+        for sj in self.sjs:
+            if sj.pods and self._unsaved(sj, now)[1] * sj.cores >= self.p.guard:
+                out[f"sj{sj.spec.id}"] = 0
+        return out
+
     def _oracle_cost(self, owner: Hashable, now: float) -> float:
         if isinstance(owner, SJ):
             return (self._unsaved(owner, now)[1] + self.p.restart) * owner.cores
@@ -591,8 +632,21 @@ class Sim:
             if best is None:
                 return None
             node, victims_owners = self.by_name[best[1]], best[2]
+        elif self.p.pick == "ideal":
+            cands = []
+            for n in order:
+                found = select_victims_on_node(n, pod, self._budgets(now))
+                if found is not None and found[0]:
+                    owners = list(dict.fromkeys(v.owner for v in found[0]))
+                    top = max(v.priority for v in found[0])
+                    cost = sum(self._oracle_cost(o, now) for o in owners)
+                    cands.append(((top, cost, len(owners)), n.name, owners))
+            if not cands:
+                return None
+            best2 = min(cands, key=lambda c: c[0])
+            node, victims_owners = self.by_name[best2[1]], best2[2]
         else:
-            chosen = stock_preemption(order, pod)
+            chosen = stock_preemption(order, pod, self._budgets(now))
             if chosen is None:
                 return None
             node = self.by_name[chosen[0]]
@@ -669,6 +723,8 @@ class Sim:
         waiting = [Waiting(k, s.interrupted, s.spec.arrival * 60, Need(s.spec.pods, s.spec.cpu_m, s.spec.mem_b))
                    for k, s in by_key.items()]
         for d in choose_starts(waiting, free, self.alloc, (self.scav_used[0], self.scav_used[1]), self.p.share):
+            if d.kind == "start" and d.placement is not None:
+                self._where[by_key[d.waiting.key].spec.id] = dict(d.placement)
             if d.kind == "start" and not self._start(by_key[d.waiting.key], now):
                 self.out.unplaced += 1
 
@@ -699,6 +755,10 @@ class Sim:
                 if gen != sj.gen:
                     continue
                 kept = t - sj.run_start - self.p.restart
+                if kind == "boundary" and self.p.boundary == "sigterm":
+                    kept, thrown = self._unsaved(sj, t)  # SIGTERM at duration: since the last checkpoint is lost
+                    if self.counting:
+                        self.out.boundary_lost += thrown * sj.cores
                 sj.saved += kept
                 if self.counting:
                     self.out.useful += kept * sj.cores
@@ -739,37 +799,48 @@ def _h(core_minutes: float) -> float:
     return core_minutes / 60.0
 
 
-def compare(p: Params, seeds: Sequence[int], *, out: Callable[[str], None] = print) -> dict[Order, list[Outcome]]:
-    results: dict[Order, list[Outcome]] = {o: [] for o in ORDERS}
+def compare(p: Params, seeds: Sequence[int], orders: Sequence[Order] = ORDERS, *,
+            out: Callable[[str], None] = print) -> dict[Order, list[Outcome]]:
+    """Every order over the same days; per day means, and each order's ratio to the stock order
+    day by day (mean, min..max over the seeds)."""
+    orders = ["stock", *[o for o in orders if o != "stock"]]
+    results: dict[Order, list[Outcome]] = {o: [] for o in orders}
     for seed in seeds:
-        for o in ORDERS:
+        for o in orders:
             results[o].append(simulate(p, o, seed))
-    stock_lost = sum(r.lost for r in results["stock"])
-    stock_waste = sum(r.waste for r in results["stock"])
-    out(f"{'order':<10} {'lost core-h':>11} {'vs stock':>8} {'restarts core-h':>15} {'waste core-h':>12} "
-        f"{'vs stock':>8} {'interruptions':>13} {'loss/interr. core-min':>21} {'useful core-h':>13} "
-        f"{'done':>5} {'max interr.':>11}")
-    for o in ORDERS:
+    stock = results["stock"]
+
+    def ratio(rs: list[Outcome], f: Callable[[Outcome], float]) -> str:
+        xs = [f(r) / f(b) for r, b in zip(rs, stock, strict=True) if f(b)]
+        if not xs:
+            return "-"
+        return f"{statistics.fmean(xs):.2f} ({min(xs):.2f}..{max(xs):.2f})" if len(xs) > 1 else f"{xs[0]:.2f}"
+
+    out(f"{'order':<9} {'lost core-h':>11} {'lost vs stock':>17} {'boundary loss':>13} {'restarts':>14} "
+        f"{'waste core-h':>12} {'waste vs stock':>17} {'interruptions':>13} {'loss/interr.':>12} {'useful core-h':>13} "
+        f"{'done':>5}")
+    for o in orders:
         rs = results[o]
         n = len(rs)
-        lost = sum(r.lost for r in rs)
-        restarts = sum(r.restart_interrupted + r.restart_boundary for r in rs)
-        waste = sum(r.waste for r in rs)
+
+        def mean(f: Callable[[Outcome], float], rs: list[Outcome] = rs, n: int = n) -> float:
+            return sum(f(r) for r in rs) / n
+
         interruptions = sum(r.interruptions for r in rs)
-        out(f"{o:<10} {_h(lost) / n:>11.1f} {lost / stock_lost if stock_lost else 0:>8.2f} "
-            f"{_h(restarts) / n:>15.1f} {_h(waste) / n:>12.1f} {waste / stock_waste if stock_waste else 0:>8.2f} "
-            f"{interruptions / n:>13.1f} {lost / interruptions if interruptions else 0:>21.1f} "
-            f"{_h(sum(r.useful for r in rs)) / n:>13.0f} {sum(r.completed for r in rs) / n:>5.1f} "
-            f"{max(max(r.interrupt_counts, default=0) for r in rs):>11}")
+        out(f"{o:<9} {_h(mean(lambda r: r.lost)):>11.0f} {ratio(rs, lambda r: r.lost):>17} "
+            f"{_h(mean(lambda r: r.boundary_lost)):>13.0f} "
+            f"{_h(mean(lambda r: r.restart_interrupted)):>6.0f} + {_h(mean(lambda r: r.restart_boundary)):>5.0f} "
+            f"{_h(mean(lambda r: r.waste)):>12.0f} {ratio(rs, lambda r: r.waste):>17} {interruptions / n:>13.0f} "
+            f"{sum(r.lost for r in rs) / interruptions if interruptions else 0:>12.1f} "
+            f"{_h(mean(lambda r: r.useful)):>13.0f} {sum(r.completed for r in rs) / n:>5.1f}")
+    out("(per day, mean of seeds " + ",".join(str(x) for x in seeds) + "; ratios: mean (min..max) of the days' "
+        "ratios; restarts = after interruptions + at boundaries; loss/interr. in core-min)")
     return results
 
 
-def per_seed(results: dict[Order, list[Outcome]], seeds: Sequence[int], *, out: Callable[[str], None] = print) -> None:
+def per_seed(results: dict[Order, list[Outcome]], *, out: Callable[[str], None] = print) -> None:
     out("lost core-h per seed: " + "; ".join(
-        f"{o} " + " ".join(f"{_h(r.lost):.0f}" for r in results[o]) for o in ORDERS))
-    for o in ORDERS[1:]:
-        ratios = [r.lost / s.lost for r, s in zip(results[o], results["stock"], strict=True) if s.lost]
-        out(f"  {o} / stock, lost: {min(ratios):.2f}..{max(ratios):.2f} over {len(seeds)} seeds")
+        f"{o} " + " ".join(f"{_h(r.lost):.0f}" for r in rs) for o, rs in results.items()))
 
 
 # == one planning pass =========================================================================
@@ -923,7 +994,9 @@ def time_planning_pass(rounds: int = 30, *, out: Callable[[str], None] = print) 
 # == CLI =======================================================================================
 def _params(a: argparse.Namespace) -> Params:
     return Params(nodes=a.nodes, load=a.load, checkpoint=a.checkpoint, segment=a.segment, restart=a.restart,
-                  tiers=a.tiers, share=a.share, sigterm_save=a.sigterm_save, hours=a.hours, warmup=a.warmup)
+                  tiers=a.tiers, share=a.share, sigterm_save=a.sigterm_save, hours=a.hours, warmup=a.warmup,
+                  guard=a.guard, boundary=a.boundary, pick="ideal" if a.ideal_node_pick else "stock",
+                  placement=a.placement)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -939,6 +1012,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sigterm-save", type=float, default=0.0, help="share of workloads that save on SIGTERM (0)")
     ap.add_argument("--hours", type=float, default=24.0)
     ap.add_argument("--warmup", type=float, default=4.0)
+    ap.add_argument("--guard", type=float, default=20.0,
+                    help="guard order: hold a gang with a PDB from this many core-minutes of unsaved work (20)")
+    ap.add_argument("--boundary", choices=("exit", "sigterm"), default="exit",
+                    help="segments end right after a checkpoint (exit, default) or at --segment after start (sigterm)")
+    ap.add_argument("--ideal-node-pick", action="store_true",
+                    help="diagnostic: across nodes, pick the one whose victims' gangs lose least")
+    ap.add_argument("--placement", choices=("spread", "pack"), default="spread",
+                    help="scavenger pods: kube-scheduler's spreading score (default) or the planner's best fit")
+    ap.add_argument("--orders", default=",".join(ORDERS), help=f"orders to compare (default {','.join(ORDERS)})")
     ap.add_argument("--sweep", action="store_true", help="also run other checkpoint / segment / restart settings")
     ap.add_argument("--planning-pass", action="store_true", help="only time one planning pass")
     a = ap.parse_args(argv)
@@ -952,18 +1034,24 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(1, a.seeds + 1))
     print(f"{p.nodes} nodes x {p.node_cpu} cores, ordinary load {p.load:.0%} of cpu on average, scavengers capped "
           f"at {p.share:.0%}; checkpoint every {p.checkpoint:g} min, segments of {p.segment:g} min, restart "
-          f"{p.restart:g} min, {p.tiers} tiers; {p.hours:g} h after {p.warmup:g} h of warm-up; mean of "
-          f"{len(seeds)} seeds (per day)")
+          f"{p.restart:g} min, boundaries {'right after a checkpoint' if p.boundary == 'exit' else 'by SIGTERM'}, "
+          f"{p.tiers} tiers, guard from {p.guard:g} core-min, placement {p.placement}"
+          f"{', ideal node pick' if p.pick == 'ideal' else ''}; {p.hours:g} h after {p.warmup:g} h of warm-up; "
+          f"{len(seeds)} seeds")
     t0 = time.process_time()
-    results = compare(p, seeds)
-    per_seed(results, seeds)
+    orders = [o.strip() for o in a.orders.split(",") if o.strip()]
+    bad = [o for o in orders if o not in ORDERS]
+    if bad:
+        ap.error(f"--orders: unknown {', '.join(bad)} (known: {', '.join(ORDERS)})")
+    results = compare(p, seeds, orders)
+    per_seed(results)
     if a.sweep:
         for change in ({"checkpoint": 10.0, "segment": 30.0}, {"checkpoint": 30.0, "segment": 30.0},
                        {"checkpoint": 5.0, "segment": 5.0}, {"restart": 2.0}, {"tiers": 2},
-                       {"load": 0.7}, {"sigterm_save": 1.0}):
+                       {"load": 0.7}, {"sigterm_save": 1.0}, {"boundary": "sigterm", "segment": 30.0}):
             q = replace(p, **change)  # type: ignore[arg-type]
-            print(f"\n-- {', '.join(f'{k}={v:g}' for k, v in change.items())}")
-            compare(q, seeds)
+            print(f"\n-- {', '.join(f'{k}={v}' for k, v in change.items())}")
+            compare(q, seeds, orders)
     print(f"(simulation: {time.process_time() - t0:.1f} s CPU)")
     time_controller_pass()
     time_planning_pass()

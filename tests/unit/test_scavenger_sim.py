@@ -173,3 +173,24 @@ def test_a_day_is_deterministic_for_a_seed():
     assert (first.lost, first.interruptions, first.useful) == (again.lost, again.interruptions, again.useful)
     assert first.interruptions > 0  # the small day does preempt scavengers
     assert (first.lost, first.useful) != (other.lost, other.useful)
+
+
+def test_a_sigterm_boundary_throws_away_the_compute_since_the_last_checkpoint():
+    out = tiny_day("segments", boundary="sigterm")
+    # SIGTERM 10 min after each start; compute starts 0.5 min in, so the checkpoint at 10 min of
+    # compute never comes: 9.5 min x 8 cores thrown away at 10 and at 20, then 4.5 at 25
+    assert out.boundary_lost == pytest.approx(2 * 9.5 * 8)
+    assert out.useful == 0 and out.lost == pytest.approx(4.5 * 8)
+    assert out.waste == pytest.approx(out.lost + out.boundary_lost + out.restart_boundary + out.restart_interrupted)
+
+
+def test_guard_holds_gangs_with_enough_unsaved_work_and_never_stops_a_preemption():
+    s = sim.Sim(sim.Params(guard=20.0), "guard", 1, [], [])
+    g = sim.SJ(sim.SJSpec(0, 0.0, 2, 4000, 8 * GI, 600.0, False), pods=[pod(1, 4)], run_start=0.0)
+    s.sjs = [g]
+    assert s._budgets(2.0) == {}  # 1.5 min of compute x 8 cores = 12 core-min
+    assert s._budgets(3.0) == {"sj0": 0}  # 2.5 x 8 = 20
+    assert sim.Sim(sim.Params(), "segments", 1, [], [])._budgets(3.0) is None
+    # a PDB is not a guarantee: with no other victim, the held gang goes all the same
+    held, plain = tiny_day("guard"), tiny_day("segments")
+    assert (held.lost, held.interruptions) == (plain.lost, plain.interruptions)
