@@ -49,7 +49,7 @@ bench: $(STAMP)  ## webhook throughput vs a no-op handler, the engine stage by s
 manifests: $(STAMP)  ## regenerate manifests/ parts derived from the bundle
 	$(BIN)/batchgate manifests
 
-readme: $(STAMP)  ## regenerate the README's policy catalogue from the policy types' docs
+readme: $(STAMP)  ## regenerate the README's generated parts (policy catalogue, the Job example)
 	$(BIN)/python hack/readme.py
 
 clean:
