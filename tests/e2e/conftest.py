@@ -41,6 +41,7 @@ pytest.register_assert_rewrite("cluster", "harness")
 import cluster as _cluster  # noqa: E402
 from cluster import REPO_ROOT, wait_for  # noqa: E402
 from harness import (  # noqa: E402
+    Outage,
     Reconciler,
     Webhook,
     WebhookServer,
@@ -199,6 +200,17 @@ def reconciler(kube: Any, namespace: str, tmp_path: Path) -> Iterator[Callable[.
         with contextlib.suppress(Exception):
             r.kill()
         print(f"--- {r.log.name} (exit {r.proc.returncode}) ---\n{r.logs()}")  # shown when the test fails
+
+
+@pytest.fixture
+def outage(webhook_server: Webhook) -> Iterator[Outage]:
+    """Stop the shared webhook server in a test (``webhook_server.server.stop()``); whatever
+    happens, it runs again and is effective when the test ends."""
+    o = Outage(webhook_server)
+    try:
+        yield o
+    finally:
+        o.end()
 
 
 @pytest.fixture

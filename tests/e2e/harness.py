@@ -23,6 +23,7 @@ batchgate fields the offline dry run predicts), :func:`expect_denied`.
 from __future__ import annotations
 
 import base64
+import calendar
 import contextlib
 import copy
 import http.client
@@ -34,7 +35,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -574,3 +575,44 @@ def _compare(want: Any, got: Any, path: str, problems: list[str]) -> None:
 
 def _names(items: list[Any]) -> list[Any]:
     return [i.get("name", i) if isinstance(i, dict) else i for i in items]
+
+
+class Outage:
+    """An outage of the shared webhook server, and its end: running again and effective."""
+
+    def __init__(self, hook: Webhook) -> None:
+        self.hook = hook
+
+    def end(self) -> None:
+        if self.hook.server.proc is None:
+            self.hook.server.start()
+        self.hook.wait_effective()
+
+
+# reading back what the reconciler did
+
+DEADLINE = "batchgate.io/deadline"
+STARTED = "batchgate.io/started-at"
+
+
+def gone_or_deleting(kube: Any, path: str, uid: str) -> Callable[[], bool]:
+    def check() -> bool:
+        try:
+            obj = kube.get(path)
+        except Exception as e:
+            if getattr(e, "status", None) == 404:
+                return True
+            raise
+        return obj["metadata"]["uid"] != uid or bool(obj["metadata"].get("deletionTimestamp"))
+    return check
+
+
+def events(kube: Any, ns: str, *, uid: str | None = None, reason: str | None = None) -> list[dict[str, Any]]:
+    items = kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
+    return [e for e in items
+            if (uid is None or e["involvedObject"].get("uid") == uid) and (reason is None or e["reason"] == reason)]
+
+
+def epoch(ts: str) -> float:
+    """Seconds since the epoch of an RFC 3339 UTC timestamp as the API server writes it."""
+    return float(calendar.timegm(time.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")))

@@ -12,14 +12,25 @@ stored.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cluster import KubeApiError, now_rfc3339, require_components
-from harness import QUEUE_LABEL, TIME_LIMIT, Webhook, create, job, jobs_path, pod, pods_path
-from test_reconciler import DEADLINE, STARTED, epoch, events, gone_or_deleting
+from harness import (
+    DEADLINE,
+    QUEUE_LABEL,
+    STARTED,
+    TIME_LIMIT,
+    create,
+    epoch,
+    events,
+    gone_or_deleting,
+    job,
+    jobs_path,
+    pod,
+    pods_path,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,25 +58,6 @@ def lowered_bundle(tmp_path: Path) -> Path:
     assert old in text
     b.write_text(text.replace(old, "timeLimit: {default: 10s, max: 20s}"))
     return root
-
-
-class Outage:
-    def __init__(self, hook: Webhook) -> None:
-        self.hook = hook
-
-    def end(self) -> None:
-        if self.hook.server.proc is None:
-            self.hook.server.start()
-        self.hook.wait_effective()
-
-
-@pytest.fixture
-def outage(webhook_server: Webhook) -> Iterator[Outage]:
-    o = Outage(webhook_server)
-    try:
-        yield o
-    finally:
-        o.end()
 
 
 def refused(call: Any) -> tuple[int, str]:

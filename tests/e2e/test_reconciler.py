@@ -20,12 +20,12 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cluster import free_port, now_rfc3339, require_components
+from harness import DEADLINE, STARTED, epoch, events, gone_or_deleting
 
 # The reconciler is under test here, not the webhook: should an earlier module of the
 # session have registered the webhook, it leaves these namespaces alone (the reconciler
@@ -35,8 +35,6 @@ pytestmark = pytest.mark.namespace_labels({"batchgate.io/admission": "disabled"}
 REPO = Path(__file__).resolve().parents[2]
 PAUSE = "registry.k8s.io/pause:3.2"
 TL = "batchgate.io/time-limit"
-DEADLINE = "batchgate.io/deadline"
-STARTED = "batchgate.io/started-at"
 WARNED = "batchgate.io/warned-for"
 GROUP = "batchgate.io/pod-group"
 SIZE = "batchgate.io/pod-group-size"
@@ -74,24 +72,6 @@ def pod_path(ns: str, name: str) -> str:
     return f"/api/v1/namespaces/{ns}/pods/{name}"
 
 
-def gone_or_deleting(kube: Any, path: str, uid: str) -> Callable[[], bool]:
-    def check() -> bool:
-        try:
-            obj = kube.get(path)
-        except Exception as e:
-            if getattr(e, "status", None) == 404:
-                return True
-            raise
-        return obj["metadata"]["uid"] != uid or bool(obj["metadata"].get("deletionTimestamp"))
-    return check
-
-
-def events(kube: Any, ns: str, *, uid: str | None = None, reason: str | None = None) -> list[dict[str, Any]]:
-    items = kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
-    return [e for e in items
-            if (uid is None or e["involvedObject"].get("uid") == uid) and (reason is None or e["reason"] == reason)]
-
-
 def reasons(kube: Any, ns: str, uid: str) -> list[str]:
     return sorted(e["reason"] for e in events(kube, ns, uid=uid))
 
@@ -107,12 +87,6 @@ def barrier(kube: Any, ns: str, node: str, timeout: float = 30) -> None:
     make_running_pod(kube, ns, name, node=node, limit="1h")
     kube.wait_for(lambda: DEADLINE in annotations(kube, pod_path(ns, name)), timeout,
                   message=f"the reconciler to record the probe {name}")
-
-
-def epoch(ts: str) -> float:
-    import calendar
-
-    return float(calendar.timegm(time.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")))
 
 
 def wait_until(t: float) -> None:

@@ -10,17 +10,15 @@ again, so later tests see the normal configuration.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from cluster import KubeApiError, require_components, wait_for
 from harness import (
     QUEUE_LABEL,
     TIME_LIMIT,
-    Webhook,
     create,
     job,
     jobs_path,
@@ -33,25 +31,6 @@ REPO = Path(__file__).resolve().parents[2]
 MUTATE = "mutate.batchgate.io"
 CREATE_VALIDATE = "create.validate.batchgate.io"
 TIMEOUT_SECONDS = 5  # timeoutSeconds of both CREATE webhooks
-
-
-class Outage:
-    def __init__(self, hook: Webhook):
-        self.hook = hook
-
-    def end(self) -> None:
-        if self.hook.server.proc is None:
-            self.hook.server.start()
-        self.hook.wait_effective()
-
-
-@pytest.fixture
-def outage(webhook_server: Webhook) -> Iterator[Outage]:
-    o = Outage(webhook_server)
-    try:
-        yield o
-    finally:
-        o.end()
 
 
 def attempt(fn: Callable[[], Any]) -> tuple[int, str, float, Any]:
