@@ -283,35 +283,38 @@ def _admission(phase: Phase) -> Any:
             request[SEEN] = seen = _bad(413, f"body of {length} bytes exceeds the {MAX_BODY} byte cap")
             return _respond(seen)
         if length is not None and length <= INLINE_BODY:
-            if request.content.is_eof():  # the whole body came with the headers: nothing to wait for
-                raw = await request.read()
-            else:
-                try:
-                    async with asyncio.timeout(READ_TIMEOUT):
-                        raw = await request.read()
-                except TimeoutError:
-                    request[SEEN] = seen = _bad(408, f"body not received within {READ_TIMEOUT:g} s")
-                    return _respond(seen)
+            # the whole body came with the headers (the common case): nothing to wait for
+            raw = await request.read() if request.content.is_eof() else await _read(request)
+            if isinstance(raw, Answer):
+                request[SEEN] = raw
+                return _respond(raw)
             request[SEEN] = seen = answer(raw, state.bundle, phase, state.review_budget)
             return _respond(seen)
         # A large (or chunked) body: at most LARGE_IN_FLIGHT held at once, decided in the
         # worker thread so the event loop keeps answering health probes and small reviews.
         async with app[LARGE]:
-            try:
-                async with asyncio.timeout(READ_TIMEOUT):
-                    raw = await request.read()
-            except TimeoutError:
-                request[SEEN] = seen = _bad(408, f"body not received within {READ_TIMEOUT:g} s")
-                return _respond(seen)
-            except web.HTTPRequestEntityTooLarge:
-                request[SEEN] = seen = _bad(413, f"body exceeds the {MAX_BODY} byte cap")
-                return _respond(seen)
+            raw = await _read(request)
+            if isinstance(raw, Answer):
+                request[SEEN] = raw
+                return _respond(raw)
             seen = await asyncio.wrap_future(app[WORKER].submit(raw, state.bundle, phase, state.review_budget))
             del raw
         request[SEEN] = seen
         return _respond(seen)
 
     return handler
+
+
+async def _read(request: web.Request) -> bytes | Answer:
+    """The body, or the answer for a client too slow to send it (408) or a chunked body past
+    the cap (413)."""
+    try:
+        async with asyncio.timeout(READ_TIMEOUT):
+            return await request.read()
+    except TimeoutError:
+        return _bad(408, f"body not received within {READ_TIMEOUT:g} s")
+    except web.HTTPRequestEntityTooLarge:
+        return _bad(413, f"body exceeds the {MAX_BODY} byte cap")
 
 
 def _respond(seen: Answer) -> web.Response:
