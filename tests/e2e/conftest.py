@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -47,6 +46,8 @@ from harness import (  # noqa: E402
     WebhookServer,
     apply_manifests,
     label_system_namespaces,
+    start_reconciler,
+    stop_reconcilers,
     wait_crd_established,
 )
 
@@ -184,22 +185,12 @@ def reconciler(kube: Any, namespace: str, tmp_path: Path) -> Iterator[Callable[.
 
     def start(identity: str = "r1", *, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> Reconciler:
         log = tmp_path / f"reconciler-{identity}-{len(started)}.log"
-        cmd = [sys.executable, "-m", "webhook", "--log-level", "INFO", "reconcile",
-               "--kubeconfig", kube.kubeconfig("admin"), "--namespace", namespace,
-               "--lease-namespace", namespace, "--identity", identity,
-               "--warning-lead", "4s", "--resync", "30s", *args]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **(env or {})})
-        r = Reconciler(proc, log, identity)
-        started.append(r)
-        return r
+        started.append(start_reconciler(kube, namespace, log, "--warning-lead", "4s", "--resync", "30s", *args,
+                                         identity=identity, env=env))
+        return started[-1]
 
     yield start
-    for r in started:
-        with contextlib.suppress(Exception):
-            r.kill()
-        print(f"--- {r.log.name} (exit {r.proc.returncode}) ---\n{r.logs()}")  # shown when the test fails
+    stop_reconcilers(started)
 
 
 @pytest.fixture

@@ -306,8 +306,29 @@ class Reconciler:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def logs(self) -> str:
-        return tail(self.log, 60)
+    def logs(self, lines: int = 60) -> str:
+        return tail(self.log, lines)
+
+
+def start_reconciler(kube: Any, namespace: str, log: Path, *args: str, identity: str = "r1",
+                     env: Mapping[str, str] | None = None) -> Reconciler:
+    """``batchgate reconcile`` on ``namespace`` (its lease there too) as the admin, output to ``log``;
+    ``args`` add flags (``--policies``, ``--resync``, ...)."""
+    cmd = [sys.executable, "-m", "webhook", "--log-level", "INFO", "reconcile",
+           "--kubeconfig", kube.kubeconfig("admin"), "--namespace", namespace,
+           "--lease-namespace", namespace, "--identity", identity, *args]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})})
+    return Reconciler(proc, log, identity)
+
+
+def stop_reconcilers(started: list[Reconciler], lines: int = 60) -> None:
+    """Kill every process a fixture started; their logs are printed (shown when the test fails)."""
+    for r in started:
+        with contextlib.suppress(Exception):
+            r.kill()
+        print(f"--- {r.log.name} (exit {r.proc.returncode}) ---\n{r.logs(lines)}")
 
 
 # --------------------------------------------------------------------------

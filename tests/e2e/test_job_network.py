@@ -7,21 +7,27 @@ chose are accepted by the API server as the pods' names.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from cluster import require_components, tail, wait_for
-from harness import GANG, container, create, create_and_read, job, pod, unique
+from cluster import require_components, wait_for
+from harness import (
+    GANG,
+    Reconciler,
+    container,
+    create,
+    create_and_read,
+    job,
+    pod,
+    start_reconciler,
+    stop_reconcilers,
+    unique,
+)
 
 from tests.netpolicy import Endpoint, connection_allowed
 from webhook.jobnet import service_name
@@ -105,16 +111,6 @@ PROXY_NS_LABELS = {"batchgate.io/role": "platform"}
 PROXY_POD_LABELS = {"app": "app-kubernetes"}
 
 
-class Reconciler:
-    def __init__(self, proc: subprocess.Popen[bytes], log: Path) -> None:
-        self.proc, self.log = proc, log
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-
 @pytest.fixture
 def reconcile(kube, ns, tmp_path) -> Iterator[Callable[[], Reconciler]]:
     """``batchgate reconcile`` on this namespace, with a bundle whose job-network policy isolates it
@@ -132,20 +128,12 @@ def reconcile(kube, ns, tmp_path) -> Iterator[Callable[[], Reconciler]]:
 
     def start() -> Reconciler:
         log = tmp_path / f"reconciler-{len(started)}.log"
-        cmd = [sys.executable, "-m", "webhook", "--log-level", "INFO", "reconcile", "--policies", str(policies),
-               "--kubeconfig", kube.kubeconfig("admin"), "--namespace", ns, "--lease-namespace", ns,
-               "--identity", f"r{len(started)}", "--resync", "30s"]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
-        r = Reconciler(proc, log)
-        started.append(r)
-        return r
+        started.append(start_reconciler(kube, ns, log, "--policies", str(policies), "--resync", "30s",
+                                        identity=f"r{len(started)}"))
+        return started[-1]
 
     yield start
-    for r in started:
-        with contextlib.suppress(Exception):
-            r.kill()
-        print(f"--- {r.log.name} ---\n{tail(r.log, 60)}")
+    stop_reconcilers(started)
 
 
 def managed(kube, ns: str, plural: str, group: str = "api/v1") -> dict[str, dict[str, Any]]:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,8 +19,18 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster import KubeApiError, now_rfc3339, require_components, tail, wait_for
-from harness import container, create, job, pod, pods_path, unique
+from cluster import KubeApiError, now_rfc3339, require_components, wait_for
+from harness import (
+    Reconciler,
+    container,
+    create,
+    job,
+    pod,
+    pods_path,
+    start_reconciler,
+    stop_reconcilers,
+    unique,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 MW = "/apis/batchgate.io/v1alpha1/maintenancewindows"
@@ -100,35 +108,18 @@ def test_an_edit_that_breaks_a_stored_window_is_denied(kube, webhook_server, win
 
 
 # -- the reconciler and nodes -----------------------------------------------------------
-class Reconciler:
-    def __init__(self, proc: subprocess.Popen[bytes], log: Path) -> None:
-        self.proc, self.log = proc, log
-
-    def kill(self, sig: int = signal.SIGKILL) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout=30)
-
-
 @pytest.fixture
 def reconciler(kube: Any, module_namespace: str, tmp_path: Path) -> Iterator[Callable[..., Reconciler]]:
     started: list[Reconciler] = []
 
     def start(*args: str) -> Reconciler:
         log = tmp_path / f"reconciler-{len(started)}.log"
-        cmd = [sys.executable, "-m", "webhook", "--log-level", "INFO", "reconcile",
-               "--kubeconfig", kube.kubeconfig("admin"), "--namespace", module_namespace,
-               "--lease-namespace", module_namespace, "--identity", f"r{len(started)}", "--resync", "20s", *args]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
-        started.append(Reconciler(proc, log))
+        started.append(start_reconciler(kube, module_namespace, log, "--resync", "20s", *args,
+                                        identity=f"r{len(started)}"))
         return started[-1]
 
     yield start
-    for r in started:
-        with contextlib.suppress(Exception):
-            r.kill()
-        print(f"--- {r.log.name} ---\n{tail(r.log, 80)}")
+    stop_reconcilers(started, lines=80)
 
 
 @pytest.fixture

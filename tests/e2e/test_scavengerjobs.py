@@ -8,11 +8,8 @@ the kubelet: it writes pod status and finishes terminating pods.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -21,8 +18,16 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster import KubeApiError, free_port, require_components, tail
-from harness import container, pod, pods_path, unique
+from cluster import KubeApiError, free_port, require_components
+from harness import (
+    Reconciler,
+    container,
+    pod,
+    pods_path,
+    start_reconciler,
+    stop_reconcilers,
+    unique,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 API = "/apis/batchgate.io/v1alpha1"
@@ -35,22 +40,6 @@ def sj_path(ns: str, name: str = "") -> str:
 
 def jobs_path(ns: str, name: str = "") -> str:
     return f"/apis/batch/v1/namespaces/{ns}/jobs" + (f"/{name}" if name else "")
-
-
-class Reconciler:
-    def __init__(self, proc: subprocess.Popen[bytes], log: Path) -> None:
-        self.proc, self.log = proc, log
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def kill(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        return self.proc.wait(timeout=30)
-
-    def logs(self) -> str:
-        return tail(self.log, 60)
 
 
 @pytest.fixture
@@ -85,20 +74,12 @@ def reconciler(kube: Any, namespace: str, tmp_path: Path, pool: tuple[str, Any])
 
     def start(*, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> Reconciler:
         log = tmp_path / f"reconciler-{len(started)}.log"
-        cmd = [sys.executable, "-m", "webhook", "--log-level", "INFO", "reconcile", "--policies", str(policies),
-               "--kubeconfig", kube.kubeconfig("admin"), "--namespace", namespace,
-               "--lease-namespace", namespace, "--identity", "r1", "--resync", "20s", *args]
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **(env or {})})
-        started.append(Reconciler(proc, log))
+        started.append(start_reconciler(kube, namespace, log, "--policies", str(policies), "--resync", "20s", *args,
+                                        env=env))
         return started[-1]
 
     yield start
-    for r in started:
-        with contextlib.suppress(Exception):
-            r.kill()
-        print(f"--- {r.log.name} (exit {r.proc.returncode}) ---\n{r.logs()}")
+    stop_reconcilers(started)
 
 
 def scavengerjob(name: str, *, pods: int = 1, cpu: str = "1", duration: str = "1h",
