@@ -275,23 +275,40 @@ def _record_on_jobs(actions: list[Action], snapshot: Snapshot, upcoming: dict[st
     extension past it from that (it has no API access of its own). A job whose deadline already
     passes the window's start (the window was declared after it started) is told it will be
     evicted then."""
-    pods_of: dict[str, list[PodView]] = {}
-    for pod in snapshot.pods.values():
-        if pod.owner is not None and pod.owner.kind == "Job":
-            pods_of.setdefault(pod.owner.uid, []).append(pod)
-    workloads: list[tuple[JobView | PodView, list[PodView]]] = [
-        (j, pods_of.get(j.ref.uid, [])) for j in snapshot.jobs.values() if not j.deleting and not j.finished]
-    workloads += [(p, [p]) for p in snapshot.pods.values() if p.owner is None and not p.deleting and not p.terminal]
-    for obj, pods in workloads:
+    # Only the nodes some window is ahead on matter: a pass over the pods finds, per Job (by uid) and
+    # per bare pod, the earliest of them; the annotation text is made once per (window, node).
+    of_job: dict[str, tuple[Window, str]] = {}
+    of_pod: dict[str, tuple[Window, str]] = {}
+    if upcoming:
+        up_get = upcoming.get
+        for pod in snapshot.pods.values():
+            node = pod.node
+            if not node or pod.deleting:
+                continue
+            w = up_get(node)
+            if w is None or pod.phase in ("Succeeded", "Failed"):
+                continue
+            owner = pod.owner
+            if owner is None:
+                of_pod[pod.ref.uid] = (w, node)
+            elif owner.kind == "Job":
+                have = of_job.get(owner.uid)
+                if have is None or w.start < have[0].start:
+                    of_job[owner.uid] = (w, node)
+    texts: dict[tuple[str, str], str] = {}
+    workloads: list[tuple[JobView | PodView, dict[str, tuple[Window, str]]]] = [
+        (j, of_job) for j in snapshot.jobs.values() if not j.deleting and not j.finished]
+    workloads += [(p, of_pod) for p in snapshot.pods.values() if p.owner is None and not p.deleting and not p.terminal]
+    for obj, best_of in workloads:
         if obj.time_limit is None and obj.next_maintenance is None:
             continue
-        best: tuple[Window, str] | None = None
-        for p in pods:
-            if p.node and not p.terminal and not p.deleting:
-                w = upcoming.get(p.node)
-                if w is not None and (best is None or w.start < best[0].start):
-                    best = (w, p.node)
-        want = next_maintenance_text(*best) if best is not None and obj.time_limit is not None else None
+        best = best_of.get(obj.ref.uid)
+        want = None
+        if best is not None and obj.time_limit is not None:
+            tkey = (best[0].name, best[1])
+            want = texts.get(tkey)
+            if want is None:
+                want = texts[tkey] = next_maintenance_text(*best)
         if want == obj.next_maintenance:
             continue
         if best is None:
