@@ -162,7 +162,7 @@ def report(args: argparse.Namespace, what: str) -> int:
             rows = queue_rows(snapshot, now, namespace=namespace, queues=queues)
             sys.stdout.write(render(rows, args.output, QUEUE_COLUMNS, QUEUE_WIDE))
         else:
-            rows = maintenance_rows(snapshot, now)
+            rows = maintenance_rows(snapshot, now, queues=queues)
             if snapshot.windows is None:
                 print("batchgate: the MaintenanceWindow CRD is not installed", file=sys.stderr)
             sys.stdout.write(render(rows if args.output == "json" else summarize(rows), args.output,

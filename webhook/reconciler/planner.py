@@ -183,7 +183,9 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
         predictor = None
         if settings.runtime_prediction:
             predictor = Predictor.of(remember(history or {}, finished_runs(snapshot)))
-        p.actions += plan_expected(snapshot, shadow_schedule(snapshot, now, windows, runtimes=predictor), settings)
+        estimates = shadow_schedule(snapshot, now, windows, runtimes=predictor,
+                                    limit_of=lambda o: effective_limit(o, settings))
+        p.actions += plan_expected(snapshot, estimates, settings)
 
     if snapshot.scavenger_jobs:
         s_actions, s_wake = plan_scavengers(snapshot, now, settings)
@@ -258,6 +260,12 @@ def _limit(obj: JobView | PodView, settings: Settings) -> tuple[int, int, str, s
             note += (f" (the requested {asked} is over the maximum {format_duration(cap)} of queue "
                      f"{queue}{relabelled}; {format_duration(cap)} applies)")
     return limit, effective, queue, note
+
+
+def effective_limit(obj: JobView | PodView, settings: Settings) -> int | None:
+    """The time limit the reconciler enforces on a job (``_limit``), in seconds, or None."""
+    limits = _limit(obj, settings)
+    return limits[1] if limits is not None else None
 
 
 def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job: bool) -> None:

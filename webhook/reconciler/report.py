@@ -20,9 +20,10 @@ from typing import Any
 
 from ..windows import Window
 from .model import JobView, PodView, Snapshot, format_time
+from .planner import effective_limit
 from .runtimes import Predictor, finished_runs, remember
-from .settings import QueuePolicy
-from .shadow import shadow_schedule
+from .settings import QueuePolicy, Settings
+from .shadow import Estimate, shadow_schedule
 
 
 def _windows(snapshot: Snapshot) -> list[Window]:
@@ -34,6 +35,14 @@ def _predictor(snapshot: Snapshot) -> Predictor:
     return Predictor.of(remember({}, finished_runs(snapshot)))
 
 
+def _estimates(snapshot: Snapshot, now: float, windows: list[Window], predictor: Predictor,
+               queues: QueuePolicy) -> list[Estimate]:
+    """The shadow schedule with the limits the reconciler enforces (the admission record, the queue's maximum)."""
+    settings = Settings(queues=queues)
+    return shadow_schedule(snapshot, now, windows, runtimes=predictor,
+                           limit_of=lambda o: effective_limit(o, settings))
+
+
 def _t(t: float | None) -> str:
     return format_time(t) if t is not None else "-"
 
@@ -43,7 +52,7 @@ def queue_rows(snapshot: Snapshot, now: float, *, namespace: str | None = None,
     """One row per workload (a Job, or a Pod without a controller): pending first, in order."""
     qp = queues or QueuePolicy()
     rows: list[dict[str, Any]] = []
-    estimates = shadow_schedule(snapshot, now, _windows(snapshot), runtimes=_predictor(snapshot))
+    estimates = _estimates(snapshot, now, _windows(snapshot), _predictor(snapshot), qp)
     objects: dict[str, JobView | PodView] = {j.ref.uid: j for j in snapshot.jobs.values()}
     for p in snapshot.pods.values():
         if p.owner is None:
@@ -86,12 +95,13 @@ def queue_rows(snapshot: Snapshot, now: float, *, namespace: str | None = None,
     return rows + running
 
 
-def maintenance_rows(snapshot: Snapshot, now: float) -> list[dict[str, Any]]:
+def maintenance_rows(snapshot: Snapshot, now: float, *, queues: QueuePolicy | None = None) -> list[dict[str, Any]]:
     """One row per window, with the jobs it will stop and those it holds back."""
+    qp = queues or QueuePolicy()
     windows = _windows(snapshot)
     nodes = snapshot.nodes or {}
     predictor = _predictor(snapshot)
-    with_all = {e.workload.uid: e for e in shadow_schedule(snapshot, now, windows, runtimes=predictor)}
+    with_all = {e.workload.uid: e for e in _estimates(snapshot, now, windows, predictor, qp)}
     out: list[dict[str, Any]] = []
     jobs_by_uid = {j.ref.uid: j for j in snapshot.jobs.values()}
     for wv in sorted((snapshot.windows or {}).values(), key=lambda v: (v.window.start if v.window else 0, v.ref.name)):
@@ -110,8 +120,8 @@ def maintenance_rows(snapshot: Snapshot, now: float) -> list[dict[str, Any]]:
                 obj: JobView | PodView = job if job is not None else p
                 if obj.deadline_t is None or obj.deadline_t > w.start:
                     stops.add(f"{obj.ref.kind} {obj.ref.namespace}/{obj.ref.name}")
-        without = {e.workload.uid: e for e in shadow_schedule(snapshot, now, [x for x in windows if x is not w],
-                                                              runtimes=predictor)}
+        without = {e.workload.uid: e for e in _estimates(snapshot, now, [x for x in windows if x is not w],
+                                                         predictor, qp)}
         holds = sorted(
             f"{e.workload.kind} {e.workload.namespace}/{e.workload.name}"
             for uid, e in with_all.items()

@@ -315,11 +315,22 @@ class _Placer:
     indexes: dict[Any, _Earliest] = field(default_factory=dict)  # per pod shape
 
 
+def recorded_limit(obj: JobView | PodView) -> int | None:
+    """A workload's time limit without the queue policy: its annotation, else (removed or
+    malformed) the one recorded at admission. The planner passes its own ``effective_limit``,
+    which also applies the recorded queue's maximum, as the reconciler enforces it."""
+    if obj.limit is not None:
+        return obj.limit
+    return obj.admitted.limit if obj.admitted is not None else None
+
+
 def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *,
-                    margin: float = 300.0, runtimes: Predictor | None = None) -> list[Estimate]:
+                    margin: float = 300.0, runtimes: Predictor | None = None,
+                    limit_of: Callable[[JobView | PodView], int | None] = recorded_limit) -> list[Estimate]:
     """Estimates for every pending workload, in kube-scheduler's order. With ``runtimes``, work
     is expected to run as long as predicted from earlier runs (never past its limit), not to its
-    limit; see runtimes.py."""
+    limit; see runtimes.py. ``limit_of``: a workload's time limit as the reconciler enforces it
+    (``planner.effective_limit``), so estimates and deadlines agree."""
     if snapshot.nodes is None:
         return []
     ws = list(windows)
@@ -338,7 +349,7 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
         if pod.terminal or pod.sched is None:
             continue
         job = jobs_by_uid.get(pod.owner.uid) if pod.owner is not None and pod.owner.kind == "Job" else None
-        limit = job.limit if job is not None else pod.limit
+        limit = limit_of(job if job is not None else pod)
         if pod.node:
             node = nodes.get(pod.node)
             if node is None:

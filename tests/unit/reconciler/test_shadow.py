@@ -16,9 +16,11 @@ from webhook.reconciler.model import (
     Snapshot,
     job_view,
     node_view,
+    parse_time,
     pod_view,
 )
-from webhook.reconciler.settings import Settings
+from webhook.reconciler.planner import effective_limit, plan
+from webhook.reconciler.settings import QueuePolicy, Settings
 from webhook.reconciler.shadow import shadow_schedule
 from webhook.windows import parse_window
 
@@ -215,3 +217,59 @@ def test_a_reservation_added_to_the_steps_gives_the_steps_built_from_scratch(see
             n._steps = None
             assert after_undo == n.steps()
         n.keep()
+
+
+# -- the limit the reconciler enforces: the admission record and the recorded queue's maximum ------
+def _expected(s: Snapshot, settings: Settings) -> dict[str, float | str]:
+    """What a planning pass writes as batchgate.io/expected-start, as offsets from now."""
+    out: dict[str, float | str] = {}
+    for a in plan(s, T0, settings).actions:
+        if a.kind == "expected-start" and a.annotations:
+            v = a.annotations[ANN_EXPECTED_START]
+            t = parse_time(v) if v else None
+            out[a.target.name] = t - T0 if t is not None else str(v)
+    return out
+
+
+def test_a_running_job_whose_annotation_was_removed_frees_its_node_at_the_admitted_limit() -> None:
+    """The annotation is gone (or malformed); the reconciler stops the job at the limit it was
+    admitted with, so the shadow schedule frees its node then, not never."""
+    for ann in ({}, {"batchgate.io/time-limit": "forever"}):
+        r = with_spec(pod("r", node="n1", started=-HOUR, annotations=ann, admitted=("batch", "2h")), cpu="4")
+        s = snap(r, waiting("w", cpu="4"), nodes=[node("n1")])
+        assert starts(s) == {"w": HOUR}
+        assert _expected(s, S) == {"w": HOUR}
+
+
+def test_a_limit_over_the_recorded_queue_maximum_counts_as_the_maximum_in_estimates_too() -> None:
+    """Admitted to interactive (max 12h); its annotation now says 20d (raised while validation was
+    down, or relabelled): the reconciler stops it at 12h, and the estimates say so."""
+    settings = Settings(queues=QueuePolicy(max_time_limit={"batch": 7 * 24 * HOUR, "interactive": 12 * HOUR},
+                                           default_queue="batch"))
+    r = with_spec(pod("r", node="n1", started=-HOUR, annotations={"batchgate.io/time-limit": "20d"},
+                      labels={"batchgate.io/queue": "batch"}, admitted=("interactive", "2h")), cpu="4")
+    s = snap(r, waiting("w", cpu="4"), nodes=[node("n1")])
+    assert _expected(s, settings) == {"w": 11 * HOUR}
+    assert starts(s) == {"w": 20 * 24 * HOUR - HOUR}  # the annotation alone (no queue policy) says otherwise
+    stop = [a for a in plan_at(s, 11 * HOUR, settings) if a.kind == "stop"]
+    assert [a.target.name for a in stop] == ["r"]  # ... and that is when it is stopped
+
+
+def test_a_pending_job_over_its_queue_maximum_is_held_before_a_window_by_the_maximum() -> None:
+    """A window on n1 in 13h: a pending pod admitted to interactive (max 12h) whose annotation says
+    20d runs at most 12h, which ends before the window: it starts now, as the reconciler will
+    stop it in time."""
+    settings = Settings(queues=QueuePolicy(max_time_limit={"interactive": 12 * HOUR}, default_queue="interactive"))
+    w, _ = parse_window({"metadata": {"name": "fw"}, "spec": {"start": ts(13 * HOUR), "end": ts(14 * HOUR),
+                                                              "nodes": ["n1"]}})
+    assert w is not None
+    p = with_spec(pod("w", phase="Pending", node="", started=None, annotations={"batchgate.io/time-limit": "20d"},
+                      admitted=("interactive", "2h")), cpu="4")
+    s = snap(p, nodes=[node("n1")])
+    got = {e.workload.name: e.start for e in shadow_schedule(s, T0, [w], limit_of=lambda o: effective_limit(o, settings))}
+    assert got == {"w": T0}
+    assert starts(s, [w]) == {"w": 14 * HOUR}  # by the annotation: only after the window
+
+
+def plan_at(s: Snapshot, offset: float, settings: Settings) -> list[Any]:
+    return plan(s, T0 + offset, settings).actions
