@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, get_args
 
 from .model import Ref
+from .runtimes import Run
 
 ActionKind = Literal[
     "record-deadline",  # write started-at / deadline annotations (first time, or after an extension)
@@ -140,8 +141,10 @@ class Action(NamedTuple):
 class Plan:
     """``actions`` to run now; ``wake_at``: when the next one falls due if nothing changes
     (epoch s); ``deferred``: bookkeeping actions held back for the next pass (see
-    ``Settings.max_bookkeeping_per_pass``)."""
+    ``Settings.max_bookkeeping_per_pass``); ``runs``: the jobs this pass stops at their
+    deadline, as runs for the runtime history (runtimes.py: censored, they ran at least that long)."""
 
     actions: list[Action]
     wake_at: float | None = None
     deferred: int = 0
+    runs: tuple[Run, ...] = ()

@@ -129,6 +129,8 @@ class Controller:
         if estimate and self.settings.runtime_prediction:
             self.history = remember(self.history, finished_runs(snapshot))
         result = plan(snapshot, now, self.settings, estimate=estimate, history=self.history)
+        if result.runs and self.settings.runtime_prediction:
+            self.history = remember(self.history, result.runs)  # stopped at their limit, deleted now
         if estimate:
             self._estimated_at = now
         metrics.PLAN_SECONDS.observe(time.perf_counter() - t)

@@ -51,7 +51,7 @@ the hostfile ConfigMap and, in isolated namespaces, a NetworkPolicy.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..units import format_duration
 from .actions import Action, ActionKind, Delete, Mark, Plan, PodGroupWrite
@@ -71,7 +71,7 @@ from .model import (
     format_time,
 )
 from .network import plan_network
-from .runtimes import History, Predictor, finished_runs, remember
+from .runtimes import History, Predictor, Run, finished_runs, job_key, pod_key, remember
 from .scavenger import plan_scavengers
 from .settings import Settings
 from .shadow import shadow_schedule
@@ -86,6 +86,7 @@ class _Pass:
     stopped: set[str] | None = None  # uids of jobs this pass deletes (deadline, gang failure)
     budget: int = 0  # bookkeeping actions (records, PodGroup writes) this pass may still plan
     deferred: int = 0  # bookkeeping actions left for the next pass
+    runs: list[Run] = field(default_factory=list)  # jobs stopped at their deadline: runs that hit their limit
 
     def spend(self) -> bool:
         """Whether one more bookkeeping action fits in this pass (else it is counted as deferred)."""
@@ -208,7 +209,7 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
     # (record before warn), a teardown's cause last.
     if p.deferred:
         p.wake_at = now  # the rest right after this batch
-    return Plan(actions=p.actions, wake_at=p.wake_at, deferred=p.deferred)
+    return Plan(actions=p.actions, wake_at=p.wake_at, deferred=p.deferred, runs=tuple(p.runs))
 
 
 def _owns(job: JobView | None, pod: PodView) -> bool:
@@ -321,6 +322,10 @@ def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job:
         ))
         assert p.stopped is not None
         p.stopped.add(obj.ref.uid)
+        # It ran (at least) until its deadline: a run for the history, the one a prediction needs most
+        # (the program runs into its limit), though its Job or pod is gone after this.
+        key = job_key(obj) if isinstance(obj, JobView) else pod_key(obj)
+        p.runs.append(Run(key, obj.ref.uid, started, max(deadline, started), censored=True))
         return
 
     rv = obj.resource_version

@@ -13,9 +13,12 @@ differently, see ``corrected``):
 - A **run** is a workload that ended well: a Job with condition ``Complete`` (its start as the
   reconciler recorded it, ``batchgate.io/started-at``, else its pods' earliest start; its end,
   ``status.completionTime``), or a bare pod that ``Succeeded`` (first container start, last
-  container finish). Failed work and work stopped at its deadline say little of how long a
-  good run takes and are left out; a ScavengerJob's segments are stopped on purpose and left
-  out too.
+  container finish). A job the reconciler stops at its deadline is a run too, a *censored*
+  one: it ran its whole limit and would have run longer. Its Job or pod is deleted, so the
+  controller takes it from the plan (``Plan.runs``) into its in-memory history. It counts at
+  its limit: a lower bound, and the right answer for the next run with the same limit
+  (predictions never exceed a job's limit). Failed work says little of how long a good run
+  takes and is left out; a ScavengerJob's segments are stopped on purpose and left out too.
 - The **key** of a workload stands for Tsafrir's "same user": its namespace and queue, and what
   it runs (its containers' images). A prediction uses the last two runs with the same key, else
   the last two in the same namespace and queue, else there is none (the time limit stands).
@@ -46,6 +49,7 @@ class Run:
     uid: str
     started: float
     finished: float
+    censored: bool = False  # stopped at its time limit: it would have run at least this long
 
     @property
     def seconds(self) -> float:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from fakeapi import FakeApi
 
 from tests.unit.reconciler.reconbuild import HOUR, T0, job, pod, terminated, ts
 from tests.unit.reconciler.test_shadow import node, running, snap, waiting
 from webhook.reconciler import runtimes
+from webhook.reconciler.controller import Controller
 from webhook.reconciler.model import ANN_EXPECTED_START, Snapshot, job_view, pod_view
 from webhook.reconciler.planner import plan
 from webhook.reconciler.runtimes import Predictor, Run, corrected, finished_runs, key_of, remember
@@ -178,3 +180,37 @@ def test_the_key_takes_the_queue_a_workload_was_admitted_to_over_a_label_edited_
     assert runtimes.job_key(job_view(j)) == ("demo", "batch", "sim:1")
     bare = pod("bare", phase="Pending", started=None, labels={"batchgate.io/queue": "interactive"}, admitted=None)
     assert runtimes.pod_key(pod_view(bare)) == ("demo", "interactive", "busybox")  # no record: the label
+
+
+# -- runs stopped at their limit: censored, but history all the same ------------------------------
+def test_a_job_stopped_at_its_deadline_is_a_run_at_its_limit_in_the_plan() -> None:
+    j = a_job("long", limit="2h", annotations={"batchgate.io/deadline": ts(0)}, started=-2 * HOUR)
+    p = pod("long-1", owner=j, started=-2 * HOUR)
+    bare = pod("bare", started=-HOUR, annotations={"batchgate.io/time-limit": "1h"})
+    result = plan(of(j, p, bare), T0, Settings())
+    assert sorted(a.target.name for a in result.actions if a.kind == "stop") == ["bare", "long"]
+    runs = {r.uid: r for r in result.runs}
+    assert (runs["uid-long"].key, runs["uid-long"].seconds, runs["uid-long"].censored) == (
+        ("demo", "batch", "sim:1"), 2 * HOUR, True)
+    assert (runs[pod_view(bare).ref.uid].key, runs[pod_view(bare).ref.uid].seconds) == (("demo", "batch", "busybox"), HOUR)
+    assert plan(of(j, p), T0 - 60, Settings()).runs == ()  # not yet due: no run
+
+
+def test_a_program_that_ran_into_its_limit_is_predicted_to_run_to_it() -> None:
+    """The next run of a program whose last run was stopped at its limit holds its node to the
+    limit, not to the shorter runs before it alone."""
+    h = remember({}, [Run(key_of("demo", "batch", "busybox"), "a", T0 - 5 * HOUR, T0 - 4 * HOUR - 40 * MIN),
+                      Run(key_of("demo", "batch", "busybox"), "b", T0 - 4 * HOUR, T0 - 2 * HOUR, censored=True)])
+    assert Predictor.of(h).predict(key_of("demo", "batch", "busybox"), 2 * HOUR) == (20 * MIN + 2 * HOUR) / 2
+    h = remember(h, [Run(key_of("demo", "batch", "busybox"), "c", T0 - 2 * HOUR, T0, censored=True)])
+    assert Predictor.of(h).predict(key_of("demo", "batch", "busybox"), 2 * HOUR) == 2 * HOUR
+
+
+def test_the_controller_remembers_a_job_it_stopped_at_its_deadline_after_it_is_gone() -> None:
+    api = FakeApi()
+    api.put(pod("first", started=-2 * HOUR, annotations={"batchgate.io/time-limit": "1h"}))
+    c = Controller(api, Settings(leader_elect=False), clock=lambda: T0)
+    c.cache.list_once()
+    outcomes = c.run_pass("resync")
+    assert [(o.action.kind, o.result) for o in outcomes] == [("stop", "done")]
+    assert c.history == {("demo", "batch", "busybox"): ((T0 - HOUR, pod_view(pod("first")).ref.uid, HOUR),)}
