@@ -244,9 +244,17 @@ def test_reconciler_builds_each_jobs_network_and_isolation_holds(kube, webhook_s
     before = {(k, n): o["metadata"]["resourceVersion"] for k, d in objs.items() for n, o in d.items()}
     first.kill()
     reconcile()
-    start_job(kube, ns, "barrier", size=2)  # once its Service exists, the new run has planned everything
-    wait_for(lambda: "barrier" in managed(kube, ns, "services"), 60, message="the new run's first Service")
-    after = net_objects(kube, ns)
+    # Once the barrier Job's three objects exist, the new run has planned on everything made before.
+    # All three: they are written one after another (Service, hostfile, NetworkPolicy), and the
+    # hostfile only once the cache has seen both members, maybe a pass later than the Service.
+    start_job(kube, ns, "barrier", size=2)
+
+    def barrier_built():
+        o = net_objects(kube, ns)
+        ok = "barrier" in o["Service"] and "barrier-hostfile" in o["ConfigMap"] and "barrier" in o["NetworkPolicy"]
+        return o if ok else None
+
+    after = wait_for(barrier_built, 60, message="the new run's Service, hostfile and NetworkPolicy of the barrier Job")
     for (kind, name), rv in before.items():
         assert after[kind][name]["metadata"]["resourceVersion"] == rv, f"{kind} {name} rewritten after restart"
     assert sum(len(d) for d in after.values()) == len(before) + 3
