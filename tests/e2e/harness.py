@@ -295,8 +295,22 @@ def label_system_namespaces(kube: Any) -> None:
 class Reconciler:
     """A ``batchgate reconcile`` process the ``reconciler`` fixture started."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], log: Path, identity: str) -> None:
-        self.proc, self.log, self.identity = proc, log, identity
+    def __init__(self, proc: subprocess.Popen[bytes], log: Path, identity: str, *, leader_elect: bool = True) -> None:
+        self.proc, self.log, self.identity, self.leader_elect = proc, log, identity, leader_elect
+
+    def wait_ready(self, timeout: float = 90) -> Reconciler:
+        """Until its cache is synced and, electing a leader, it leads: from then on its passes act.
+        Starting a Python process takes seconds, many on a busy machine: a test whose clock (a
+        time limit, a window's start) must not run out before the reconciler looks waits for this
+        before starting that clock."""
+        def ready() -> bool:
+            if not self.alive():
+                raise AssertionError(f"reconciler {self.identity} exited ({self.proc.returncode}):\n{self.logs()}")
+            text = self.log.read_text(errors="replace")
+            return "cache synced" in text and (not self.leader_elect or "acquired leadership" in text)
+
+        wait_for(ready, timeout, message=lambda: f"reconciler {self.identity} to be ready; log:\n{self.logs()}")
+        return self
 
     def kill(self, sig: int = signal.SIGKILL) -> int:
         if self.proc.poll() is None:
@@ -320,7 +334,7 @@ def start_reconciler(kube: Any, namespace: str, log: Path, *args: str, identity:
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
                                 env={**os.environ, **(env or {})})
-    return Reconciler(proc, log, identity)
+    return Reconciler(proc, log, identity, leader_elect="--no-leader-elect" not in args)
 
 
 def stop_reconcilers(started: list[Reconciler], lines: int = 60) -> None:

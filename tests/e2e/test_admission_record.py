@@ -114,7 +114,7 @@ def test_relabelled_or_removed_limits_are_still_enforced_from_the_record(
     assert record(stored_job, "spec", "template", "spec") == want and record(stored_pod, "spec") == want
 
     # --- the reconciler (interactive's maximum now 20s) stops both ------------------------------
-    reconciler(args=("--policies", str(lowered_bundle)))
+    reconciler(args=("--policies", str(lowered_bundle))).wait_ready()  # before the 15s start running
     job_uid = stored_job["metadata"]["uid"]
     (jp,) = kube.wait_for_pods(ns, label_selector=f"controller-uid={job_uid}", count=1,
                                predicate=lambda p: p["spec"].get("nodeName") == node, timeout=60)

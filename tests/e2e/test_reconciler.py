@@ -97,7 +97,7 @@ def wait_until(t: float) -> None:
 
 # -- deadlines ----------------------------------------------------------------
 def test_deadline_warns_then_stops_the_pod_once(kube, namespace, node, reconciler):
-    r = reconciler()
+    r = reconciler().wait_ready()  # before the 10s start running
     created = make_running_pod(kube, namespace, "sim", node=node, limit="10s")
     uid, path = created["metadata"]["uid"], pod_path(namespace, "sim")
 
@@ -123,7 +123,8 @@ def test_deadline_warns_then_stops_the_pod_once(kube, namespace, node, reconcile
 
 def test_job_deadline_deletes_the_job_and_its_pods(kube, namespace, node, reconciler):
     require_components(kube, "kube-controller-manager", "kube-scheduler")
-    reconciler()
+    # Up before the 8s start running: one that starts later stops the Job at once, never recording it.
+    reconciler().wait_ready()
     job = kube.create(f"/apis/batch/v1/namespaces/{namespace}/jobs", {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": "train", "annotations": {TL: "8s"}},
@@ -149,7 +150,7 @@ def test_job_deadline_deletes_the_job_and_its_pods(kube, namespace, node, reconc
 
 
 def test_extension_moves_the_deadline_and_is_recorded(kube, namespace, node, reconciler):
-    reconciler()
+    reconciler().wait_ready()  # before the 12s start running
     created = make_running_pod(kube, namespace, "long", node=node, limit="12s")
     uid, path = created["metadata"]["uid"], pod_path(namespace, "long")
     first = kube.wait_for(lambda: annotations(kube, path).get(DEADLINE), 30, message="deadline")
@@ -168,7 +169,7 @@ def test_extension_moves_the_deadline_and_is_recorded(kube, namespace, node, rec
 def test_unrecorded_pod_gets_a_warning_with_its_deadline(kube, namespace, node, reconciler):
     """A Pod without the admission record (admitted before batchgate recorded admissions): its
     annotation still counts, and its first deadline comes as a Warning that says so."""
-    reconciler()
+    reconciler().wait_ready()
     body = pod_body("old", node=node, annotations={TL: "1h"})
     del body["spec"]["containers"][0]["env"]
     created = kube.create(f"/api/v1/namespaces/{namespace}/pods", body)
@@ -182,14 +183,14 @@ def test_unrecorded_pod_gets_a_warning_with_its_deadline(kube, namespace, node, 
 
 # -- restarts -------------------------------------------------------------------
 def test_deadline_that_passed_while_down_is_enforced_on_start(kube, namespace, node, reconciler):
-    r = reconciler("r1", args=("--warning-lead", "1m"))
+    r = reconciler("r1", args=("--warning-lead", "1m")).wait_ready()  # before the 8s start running
     created = make_running_pod(kube, namespace, "sim", node=node, limit="8s")
     uid, path = created["metadata"]["uid"], pod_path(namespace, "sim")
     ann = kube.wait_for(lambda: (a := annotations(kube, path)).get(WARNED) and a, 30, message="deadline and warning")
     assert r.kill() == -signal.SIGKILL  # killed without a chance to release the lease
     wait_until(epoch(ann[DEADLINE]) + 2)
     assert not kube.get(path)["metadata"].get("deletionTimestamp")  # nobody was there to act
-    reconciler("r1")  # same identity: it may renew its own lease at once
+    reconciler("r1").wait_ready()  # same identity: it may renew its own lease at once
     kube.wait_for(gone_or_deleting(kube, path, uid), 30, message="stopped after the restart")
     kube.wait_for(lambda: "TimeLimitExceeded" in reasons(kube, namespace, uid), 10, message="stop Event")
     assert reasons(kube, namespace, uid) == ["DeadlineSet", "TimeLimitApproaching", "TimeLimitExceeded"]
@@ -247,7 +248,7 @@ def gang_job(kube: Any, ns: str, node: str, name: str, size: int) -> tuple[dict[
 
 def test_oomkilled_member_restarts_the_gang_and_keeps_the_job(kube, namespace, node, reconciler):
     require_components(kube, "kube-controller-manager", "kube-scheduler")
-    reconciler()
+    reconciler().wait_ready()
     job, pods = gang_job(kube, namespace, node, "mpi", 3)
     barrier(kube, namespace, node)
     jpath = f"/apis/batch/v1/namespaces/{namespace}/jobs/mpi"
@@ -269,7 +270,7 @@ def test_oomkilled_member_restarts_the_gang_and_keeps_the_job(kube, namespace, n
 
 
 def test_bare_pod_group_exit_code_and_success_told_apart(kube, namespace, node, reconciler):
-    reconciler()
+    reconciler().wait_ready()
     labels = {GROUP: "ranks", SIZE: "3"}
     pods = [make_running_pod(kube, namespace, f"rank-{i}", node=node, labels=labels) for i in range(3)]
     kube.set_pod_phase(namespace, "rank-0", "Succeeded", {"main": 0})  # done early: no failure
@@ -285,7 +286,7 @@ def test_bare_pod_group_exit_code_and_success_told_apart(kube, namespace, node, 
 
 def test_evicted_member_restarts_the_gang_and_keeps_the_job(kube, namespace, node, reconciler):
     require_components(kube, "kube-controller-manager", "kube-scheduler")
-    reconciler()
+    reconciler().wait_ready()
     job, pods = gang_job(kube, namespace, node, "mpi", 2)
     kube.set_pod_phase(namespace, pods[0]["metadata"]["name"], "Failed", reason="Evicted",
                        message="The node was low on resource: memory.")
@@ -340,7 +341,7 @@ def podgroup_crd(kube: Any) -> str:
 
 def test_pod_group_lives_as_long_as_its_workload(kube, namespace, node, reconciler, podgroup_crd):
     require_components(kube, "kube-controller-manager", "kube-scheduler")
-    reconciler()
+    reconciler().wait_ready()
     pgs = f"{podgroup_crd}/namespaces/{namespace}/podgroups"
     # A Job's group: created with the right minMember, owned by the Job; a wrong minMember is put right.
     job, _ = gang_job(kube, namespace, node, "mpi", 3)
@@ -380,7 +381,7 @@ def lease_holder(kube: Any, ns: str) -> str:
 
 
 def test_two_replicas_one_leader_takeover_and_release(kube, namespace, node, reconciler):
-    a = reconciler("replica-a")
+    a = reconciler("replica-a").wait_ready()
     kube.wait_for(lambda: lease_holder(kube, namespace) == "replica-a", 30, message="replica-a leads")
     b = reconciler("replica-b")
     created = make_running_pod(kube, namespace, "one", node=node, limit="1h")
