@@ -413,12 +413,18 @@ def metric(port: int, name: str) -> float:
 
 def test_steady_cluster_zero_writes_per_resync(kube, namespace, node, reconciler):
     port = free_port()
-    reconciler(args=("--resync", "1s", "--metrics-port", str(port)))
+    reconciler(args=("--resync", "1s", "--metrics-port", str(port))).wait_ready()
     for i in range(3):
         make_running_pod(kube, namespace, f"p{i}", node=node, limit="1h", labels={GROUP: "g", SIZE: "3"})
     for i in range(3):
         kube.wait_for(lambda i=i: DEADLINE in annotations(kube, pod_path(namespace, f"p{i}")), 30, message="recorded")
     kube.wait_for(lambda: metric(port, "batchgate_reconciler_actions_total") >= 3, 10, message="actions counted")
+    # The pass that recorded the deadlines may still be writing the rest of its plan (the group's
+    # PodGroup, when the CRD is installed). Passes run one after another and are counted as they
+    # start: once a resync pass starts after this point, every earlier pass has made its writes.
+    resyncs = metric(port, 'batchgate_reconciler_passes_total{trigger="resync"}')
+    kube.wait_for(lambda: metric(port, 'batchgate_reconciler_passes_total{trigger="resync"}') > resyncs, 20,
+                  message="a resync pass after the writes")
     writes = metric(port, "batchgate_reconciler_api_writes_total")
     resyncs = metric(port, 'batchgate_reconciler_passes_total{trigger="resync"}')
     kube.wait_for(lambda: metric(port, 'batchgate_reconciler_passes_total{trigger="resync"}') >= resyncs + 3, 20,
