@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from .contract import API_VERSION, GROUP
 from .globs import matches, matches_any
+from .nsfacts import NO_FACTS, OPERATORS, NamespaceSelector, NamespaceView, selector_keys
 from .units import parse_duration
 from .yamlsrc import BundleError, Node, read_file
 
@@ -94,15 +95,19 @@ class PriorityClass:
 @dataclass(frozen=True, slots=True)
 class Grant:
     """One entry of a queue's ``access``: callers in ``namespaces`` (names/globs; empty: any)
-    who are one of ``users``, ``groups`` or ``serviceAccounts`` (globs; all empty: anyone)."""
+    whose labels match ``selector`` (if any; as published by the reconciler, see nsfacts) who
+    are one of ``users``, ``groups`` or ``serviceAccounts`` (globs; all empty: anyone)."""
 
     namespaces: tuple[str, ...] = ()
     users: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
     service_accounts: tuple[str, ...] = ()  # "namespace/name" globs
+    selector: NamespaceSelector | None = None
 
-    def admits(self, namespace: str, user: str, groups: tuple[str, ...]) -> bool:
+    def admits(self, namespace: str, user: str, groups: tuple[str, ...], facts: NamespaceView = NO_FACTS) -> bool:
         if self.namespaces and not matches(self.namespaces, namespace):
+            return False
+        if self.selector is not None and not facts.selects(self.selector, namespace):
             return False
         if not (self.users or self.groups or self.service_accounts):
             return True
@@ -114,6 +119,8 @@ class Grant:
         who = " or ".join(f"{what} {', '.join(names)}" for what, names in (
             ("users", self.users), ("groups", self.groups), ("service accounts", self.service_accounts)) if names)
         where = f"namespaces {', '.join(self.namespaces)}" if self.namespaces else ""
+        if self.selector is not None:
+            where = f"{where or 'namespaces'} labelled {self.selector.describe()}"
         if who and where:
             return f"{who} in {where}"
         return who or where or "everyone"
@@ -126,8 +133,17 @@ class Access:
 
     grants: tuple[Grant, ...] = ()
 
-    def admits(self, namespace: str, user: str, groups: tuple[str, ...]) -> bool:
-        return any(g.admits(namespace, user, groups) for g in self.grants)
+    def admits(self, namespace: str, user: str, groups: tuple[str, ...], facts: NamespaceView = NO_FACTS) -> bool:
+        return any(g.admits(namespace, user, groups, facts) for g in self.grants)
+
+    def why_not(self, namespace: str, facts: NamespaceView) -> str:
+        """Why a grant by namespace labels could not be judged here ('' when all could)."""
+        for g in self.grants:
+            if g.selector is not None and (not g.namespaces or matches(g.namespaces, namespace)):
+                why = facts.why_not(g.selector, namespace)
+                if why:
+                    return why
+        return ""
 
     def describe(self) -> str:
         if not self.grants:
@@ -314,6 +330,11 @@ class Bundle:
     policies: tuple[Policy, ...]
     fingerprint: str = ""
     scavengers: Scavengers = field(default_factory=Scavengers)
+    # Grants by namespace label (queues[].access namespaceSelector): every distinct selector, the
+    # label keys they read (the reconciler publishes those, and only those; nsfacts), and the
+    # published labels in force (the server swaps in a new view when they change or go stale).
+    selectors: tuple[NamespaceSelector, ...] = ()
+    namespace_facts: NamespaceView = field(default=NO_FACTS, compare=False)
     mutating: tuple[Policy, ...] = field(default=(), compare=False)
     validating: tuple[Policy, ...] = field(default=(), compare=False)
     _by_request: dict[tuple[bool, str, str, str, str], tuple[Policy, ...]] = field(
@@ -335,6 +356,11 @@ class Bundle:
 
     def excluded(self, namespace: str) -> bool:
         return matches(self.excluded_namespaces, namespace)
+
+    @property
+    def selector_keys(self) -> tuple[str, ...]:
+        """The namespace label keys the grants' selectors read: the reconciler publishes these."""
+        return selector_keys(self.selectors)
 
     def namespace_rule(self, namespace: str) -> NamespaceRule | None:
         """The first rule whose globs match ``namespace`` (memoized per namespace)."""
@@ -399,6 +425,9 @@ def load_bundle(directory: str | os.PathLike[str], types: Mapping[str, PolicyTyp
                                            "scavengers")},
         policies=tuple(policies),
         fingerprint=digest.hexdigest()[:12],
+        selectors=tuple(dict.fromkeys(
+            g.selector for q in bundle.queues.values() for a in (q.access, q.exclusive_access) if a is not None
+            for g in a.grants if g.selector is not None)),
         mutating=tuple(p for p in policies if p.rule.mutate is not None),
         validating=tuple(p for p in policies if p.rule.validate is not None),
     )
@@ -697,11 +726,7 @@ def parse_access(queue: Node, key: str) -> Access | None:
 
 
 def _parse_grant(node: Node) -> Grant:
-    if isinstance(node.value, dict) and "namespaceSelector" in node.value:
-        node.req("namespaceSelector").fail(
-            "namespace label selectors are not supported: an AdmissionReview carries no namespace "
-            "labels and the webhook has no API access to read them; list namespaces by name or glob")
-    node.mapping(allowed=ACCESS_FIELDS)
+    node.mapping(allowed=(*ACCESS_FIELDS, "namespaceSelector"))
     for key in ACCESS_FIELDS:
         if key in node.value and not node.value[key]:
             dict(node.items())[key].fail("empty: list at least one entry, or leave the field out")
@@ -727,7 +752,54 @@ def _parse_grant(node: Node) -> Grant:
         users=node.opt("users", Node.str_list, ()),
         groups=node.opt("groups", Node.str_list, ()),
         service_accounts=node.opt("serviceAccounts", Node.str_list, ()),
+        selector=(parse_namespace_selector(dict(node.items())["namespaceSelector"])
+                  if "namespaceSelector" in node.value else None),
     )
+
+
+SELECTOR_VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
+
+
+def parse_namespace_selector(node: Node) -> NamespaceSelector:
+    """A standard LabelSelector (matchLabels, matchExpressions In/NotIn/Exists/DoesNotExist) over
+    a namespace's labels; what the API server would refuse in a LabelSelector is refused here."""
+    if node.value is None or node.value == {}:
+        node.fail("empty: a selector that selects every namespace; leave namespaceSelector out instead")
+    node.mapping(allowed=("matchLabels", "matchExpressions"))
+
+    def key(n: Node, k: object) -> str:
+        if not isinstance(k, str) or len(k.rpartition("/")[2]) > 63 or not re.fullmatch(LABEL_KEY, k):
+            n.fail(f"{k!r} is not a valid label key")
+        return k
+
+    def value(n: Node) -> str:
+        v = n.value
+        if isinstance(v, bool | int | float):
+            n.fail("expected a string (quote it in YAML)")
+        if not isinstance(v, str) or len(v) > 63 or not re.fullmatch(SELECTOR_VALUE, v):
+            n.fail("not a valid label value (63 characters at most: letters, digits, '-', '_', '.')")
+        return v
+
+    labels: list[tuple[str, str]] = []
+    if (ml := node.get("matchLabels")) is not None:
+        if not isinstance(ml.value, dict) or not ml.value:
+            ml.fail("expected a map of label: value")
+        labels = [(key(n, k), value(n)) for k, n in ml.items()]
+    exprs: list[tuple[str, str, tuple[str, ...]]] = []
+    if (me := node.get("matchExpressions")) is not None and not me.seq():
+        me.fail("empty: list at least one expression, or leave the field out")
+    for e in node.each("matchExpressions"):
+        e.mapping(allowed=("key", "operator", "values"))
+        op = e.req("operator").enum(*OPERATORS)
+        values = tuple(sorted({value(v) for v in e.each("values")}))
+        if op in ("In", "NotIn") and not values:
+            e.fail(f"operator {op} needs values")
+        if op in ("Exists", "DoesNotExist") and e.get("values") is not None and e.req("values").value:
+            e.req("values").fail(f"operator {op} takes no values")
+        exprs.append((key(e.req("key"), e.req("key").value), op, values))
+    if not labels and not exprs:
+        node.fail("empty: give matchLabels or matchExpressions")
+    return NamespaceSelector(tuple(sorted(labels)), tuple(exprs))
 
 
 def parse_principals(node: Node | None) -> Principals | None:

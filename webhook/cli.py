@@ -57,6 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--review-budget", type=float, default=1.0, metavar="SECONDS",
                    help="policy work per review; past it, the policies not yet run answer with their "
                    "failurePolicy (Fail: deny, Ignore: skip with a warning) (default 1)")
+    s.add_argument("--namespaces", default=None, metavar="PATH",
+                   help="the namespace labels the reconciler publishes (ConfigMap batchgate-namespaces, "
+                   "mounted: its directory or its namespaces.json), for queue grants by namespaceSelector; "
+                   "reloaded when it changes. Without it, or while the file is missing, stale or bad, such "
+                   "grants admit nobody (names and globs still work)")
+    s.add_argument("--namespace-labels-max-age", default="15m", metavar="DURATION",
+                   help="published namespace labels older than this are stale and admit nobody (default 15m; "
+                   "the reconciler republishes every 5m)")
 
     c = sub.add_parser("check", help="offline dry run of manifests against the bundle",
                        description="Decide manifests as the cluster would: the admitted objects on "
@@ -74,6 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--groups", default="system:authenticated",
                    help="comma-separated groups of the user (default system:authenticated)")
     c.add_argument("--namespace", default="default", help="namespace for objects without one (default default)")
+    c.add_argument("--namespaces", default=None, metavar="FILE",
+                   help="namespace labels for queue grants by namespaceSelector, as the reconciler publishes "
+                   "them: the ConfigMap (kubectl get configmap -n batchgate-system batchgate-namespaces -o yaml), "
+                   "its namespaces.json, or a directory holding that; taken as current. Without it such "
+                   "grants admit nobody, as in the webhook before the labels are published")
 
     t = sub.add_parser("test", help="run the bundle's own test suites",
                        description="Run every policy's suite.yaml (and the bundle's suite.yaml). "
@@ -185,6 +198,26 @@ def _load(path: str | None) -> Any:
         return None
 
 
+def _with_labels(bundle: Any, path: str | None) -> Any:
+    """``check --namespaces``: the bundle deciding with those labels; None (exit 2) when unusable."""
+    from . import nsfacts
+    from .offline import load_namespace_labels, with_namespace_labels
+
+    if path is None:
+        return with_namespace_labels(bundle, None, "batchgate check was run without --namespaces")
+    try:
+        facts = load_namespace_labels(Path(path))
+    except nsfacts.FactsError as e:
+        print(f"batchgate: namespace labels: {e}", file=sys.stderr)
+        return None
+    missing = sorted(set(bundle.selector_keys) - facts.keys)
+    if missing:
+        print(f"note: {path} covers no label {', '.join(missing)} (published for bundle {facts.bundle or '?'}); "
+              "grants selecting by it admit nobody, as in the webhook until the reconciler catches up",
+              file=sys.stderr)
+    return with_namespace_labels(bundle, facts)
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """Decide every document it can; report the rest. Exit 2 if any input was unusable (an
     unreadable file, invalid YAML, a broken object), else 1 if anything was denied, else 0.
@@ -201,6 +234,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .yamlsrc import BundleError
 
     bundle = _load(args.policies)
+    if bundle is None:
+        return 2
+    bundle = _with_labels(bundle, args.namespaces)
     if bundle is None:
         return 2
     caller = Caller(
@@ -322,8 +358,16 @@ def cmd_test(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from .bundle import default_policies
     from .server import ServeOptions, run
+    from .units import parse_duration
 
+    try:
+        max_age = float(parse_duration(args.namespace_labels_max_age))
+    except ValueError as e:
+        print(f"batchgate: --namespace-labels-max-age: {e}", file=sys.stderr)
+        return 2
     return run(ServeOptions(
+        namespaces=args.namespaces,
+        namespace_labels_max_age=max_age,
         host=args.host,
         port=args.port,
         policies=args.policies or default_policies(),

@@ -110,6 +110,24 @@ BUNDLE_STALE = Gauge(
     "1 while the policy files on disk do not load and the last good bundle stays in force.",
     registry=REGISTRY,
 )
+NAMESPACE_FACTS_RELOADS = Counter(
+    "batchgate_namespace_labels_reloads_total",
+    "Reloads of the namespace labels the reconciler publishes (grants by namespaceSelector), by "
+    "result; a failed one keeps the last good labels.",
+    ["result"],
+    registry=REGISTRY,
+)
+NAMESPACE_FACTS_AGE = Gauge(
+    "batchgate_namespace_labels_age_seconds",
+    "Seconds since the namespace labels in force were published (-1: none loaded).",
+    registry=REGISTRY,
+)
+NAMESPACE_FACTS_UNUSABLE = Gauge(
+    "batchgate_namespace_labels_unusable",
+    "1 while the bundle grants queues by namespace label and the published labels are missing, "
+    "stale or do not load: such grants admit nobody (names and globs still do).",
+    registry=REGISTRY,
+)
 CERT_RELOADS = Counter(
     "batchgate_certificate_reloads_total",
     "Serving certificate reloads by result.",

@@ -9,6 +9,7 @@ RuntimeClass overhead) run before webhooks in a cluster, and do not run here.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import uuid
@@ -18,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from . import nsfacts
 from .bundle import Bundle, Policy
 from .engine import PHASES, BadReview, Decision, Phase, decide
 from .yamlsrc import BundleError, Node, load_documents, read_file
@@ -68,6 +70,39 @@ def synthetic_review(obj: dict[str, Any], caller: Caller, *, old_object: dict[st
             "dryRun": caller.dry_run,
         },
     }
+
+
+def load_namespace_labels(path: Path) -> nsfacts.Facts:
+    """``batchgate check --namespaces``: the labels the reconciler published, as the file the
+    webhook reads (namespaces.json, or the directory holding it) or as the ConfigMap itself
+    (``kubectl get configmap batchgate-namespaces -o yaml``). Raises FactsError."""
+    file = path / nsfacts.KEY if path.is_dir() else path
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise nsfacts.FactsError(f"{file}: cannot read: {e}") from e
+    try:
+        docs = parse_manifests(text, str(file))
+    except (yaml.YAMLError, BundleError) as e:
+        raise nsfacts.FactsError(f"{file}: not YAML or JSON: {e}") from e
+    if len(docs) != 1:
+        raise nsfacts.FactsError(f"{file}: expected one document, found {len(docs)}")
+    doc = docs[0]
+    if isinstance(doc, dict) and doc.get("kind") == "ConfigMap":
+        data = doc.get("data")
+        if not isinstance(data, dict) or not isinstance(data.get(nsfacts.KEY), str):
+            raise nsfacts.FactsError(f"{file}: ConfigMap without data.{nsfacts.KEY}")
+        return nsfacts.parse_facts(data[nsfacts.KEY], f"{file}: data.{nsfacts.KEY}")
+    return nsfacts.facts_from(doc, str(file))
+
+
+def with_namespace_labels(bundle: Bundle, facts: nsfacts.Facts | None, problem: str = "") -> Bundle:
+    """The bundle deciding with ``facts`` as the webhook would while they are fresh (offline there
+    is no clock to age them by: they count as published just now)."""
+    if not bundle.selectors:
+        return bundle
+    when = facts.published_at if facts is not None else 0.0
+    return dataclasses.replace(bundle, namespace_facts=nsfacts.view(bundle.selectors, facts, when, problem=problem))
 
 
 def check_object(obj: Any, bundle: Bundle, caller: Caller) -> Decision:
@@ -188,8 +223,6 @@ def run_suite(path: Path, bundle: Bundle, policies: list[Policy] | None) -> list
 
 
 def _only(bundle: Bundle, policies: list[Policy]) -> Bundle:
-    import dataclasses
-
     keep = tuple(policies)
     return dataclasses.replace(
         bundle,
@@ -199,7 +232,7 @@ def _only(bundle: Bundle, policies: list[Policy]) -> Bundle:
     )
 
 
-CASE_FIELDS = ("name", "object", "oldObject", "request", "phase", "policies", "expect")
+CASE_FIELDS = ("name", "object", "oldObject", "request", "phase", "policies", "bundle", "namespaceLabels", "expect")
 EXPECT_FIELDS = ("allowed", "message", "messages", "mutated", "unchanged", "warnings", "noWarnings")
 
 
@@ -241,6 +274,14 @@ def _run_case(case: Node, bundle: Bundle, path: Path) -> CaseResult:
     phase: Phase = p.enum(*PHASES) if p else "check"
     if case.get("policies") is not None:
         case.req("policies").fail("not supported in a policy's own suite; use the bundle's suite.yaml")
+    if (b := case.get("bundle")) is not None:  # another bundle.yaml (a folder next to the suite), same policies
+        bundle = _other_bundle(b, base, bundle)
+    if (n := case.get("namespaceLabels")) is not None:  # the labels the reconciler published for it
+        labels = n.str_map()
+        facts = nsfacts.facts_from(nsfacts.document({caller.namespace: labels}, bundle.selector_keys, 0.0, "suite"))
+        bundle = with_namespace_labels(bundle, facts)
+    else:
+        bundle = with_namespace_labels(bundle, None, "the case gives no namespaceLabels (not published)")
     expect = case.req("expect").mapping(allowed=EXPECT_FIELDS)
     review = synthetic_review(obj, caller, old_object=old)
     decision = decide(review, bundle, phase=phase)
@@ -273,6 +314,18 @@ def _run_case(case: Node, bundle: Bundle, path: Path) -> CaseResult:
         if again.patch:
             f.append(f"not idempotent: a second pass patches again: {json.dumps(again.patch)}")
     return result
+
+
+def _other_bundle(node: Node, base: Path, bundle: Bundle) -> Bundle:
+    """The case's own bundle.yaml (``bundle: samples/some-folder``) with the suite's policies."""
+    from .rules import load_bundle
+
+    folder = base / node.str()
+    if not (folder / "bundle.yaml").is_file():
+        node.fail(f"no bundle.yaml in {folder}")
+    other = load_bundle(folder)
+    return dataclasses.replace(other, policies=bundle.policies, mutating=bundle.mutating,
+                               validating=bundle.validating)
 
 
 def _diff(want: Any, got: Any) -> str:

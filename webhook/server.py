@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -28,7 +29,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from . import metrics
+from . import metrics, nsfacts
 from .bundle import Bundle
 from .certs import certificate_status, ensure_certs
 from .engine import BadReview, Decision, OutOfBudget, Phase, decide, dumps, encode_review, to_review
@@ -67,6 +68,8 @@ class ServeOptions:
     workers: int = 1
     reload_interval: float = 2.0
     review_budget: float = REVIEW_BUDGET
+    namespaces: str | None = None  # the published namespace labels (file, or the mounted directory)
+    namespace_labels_max_age: float = nsfacts.MAX_AGE
 
 
 @dataclass(slots=True)
@@ -83,6 +86,15 @@ class State:
     cert_dir: Path = field(default_factory=lambda: Path("certs"))
     policies: Path = field(default_factory=lambda: Path("policies"))
     review_budget: float = REVIEW_BUDGET
+    # namespace labels for grants by namespaceSelector (nsfacts): the last good ones, why the
+    # file on disk is not in force (missing, bad), and the bundle as loaded (state.bundle is
+    # that bundle with the view of the labels for its selectors)
+    namespaces: Path | None = None
+    namespace_labels_max_age: float = nsfacts.MAX_AGE
+    facts: nsfacts.Facts | None = None
+    facts_error: str = ""
+    facts_stamp: tuple[Any, ...] | None = None  # None: never looked
+    loaded: Bundle | None = None
 
 
 STATE = web.AppKey("state", State)
@@ -366,10 +378,30 @@ async def _readyz(request: web.Request) -> web.Response:
     if problems:
         return web.Response(status=503, text="\n".join(problems) + "\n")
     assert state.bundle is not None
+    labels = namespace_labels_status(state)
     if state.bundle_error:  # still serving, on the last good bundle: ready, but say so
         return web.Response(text=f"ok bundle={state.bundle.fingerprint} stale: the policy files on disk "
-                                 f"do not load: {state.bundle_error}\n")
-    return web.Response(text=f"ok bundle={state.bundle.fingerprint}\n")
+                                 f"do not load: {state.bundle_error}\n{labels}")
+    return web.Response(text=f"ok bundle={state.bundle.fingerprint}\n{labels}")
+
+
+def namespace_labels_status(state: State) -> str:
+    """A line for /readyz when the bundle grants queues by namespace label: whether the labels the
+    reconciler publishes are in force, and if not why ('' when the bundle has no such grants).
+    Never a reason to be unready: names and globs work without them, and selector grants fail
+    closed."""
+    if state.bundle is None or not state.bundle.selectors:
+        return ""
+    v = state.bundle.namespace_facts
+    if v.state != "fresh":
+        return f"namespace labels {v.state}: {v.reason}; grants by namespaceSelector admit nobody\n"
+    line = (f"namespace labels published {nsfacts.rfc3339(v.published_at or 0)} for bundle {v.bundle or '?'}, "
+            f"{len(v.known)} namespaces")
+    if v.uncovered:
+        line += f"; not covering {', '.join(sorted({k for ks in v.uncovered.values() for k in ks}))} yet"
+    if state.facts_error:
+        line += f"; the file on disk is not in force: {state.facts_error}"
+    return line + "\n"
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -415,11 +447,82 @@ def reload_bundle(state: State) -> bool:
         return False
     if state.bundle is not None:
         metrics.BUNDLE_INFO.remove(state.bundle.fingerprint)
-    state.bundle, state.bundle_error = bundle, ""
+    state.loaded, state.bundle, state.bundle_error = bundle, bundle, ""
+    update_view(state, time.time(), force=True)
     metrics.BUNDLE_RELOADS.labels("success").inc()
     metrics.BUNDLE_INFO.labels(bundle.fingerprint).set(1)
     log.info("policy bundle loaded", extra={"fields": {
         "fingerprint": bundle.fingerprint, "policies": ",".join(p.name for p in bundle.policies)}})
+    return True
+
+
+FACTS_LIMIT = 4 * 1024 * 1024  # bytes read of the labels file (a ConfigMap holds 1 MiB)
+
+
+def facts_file(path: Path) -> Path:
+    """``--namespaces``: the file, or the mounted ConfigMap's directory holding namespaces.json."""
+    return path / nsfacts.KEY if path.is_dir() else path
+
+
+def reload_facts(state: State, now: float) -> bool:
+    """Read the published namespace labels if their file changed (a bad or missing file keeps
+    the last good labels, which then age out), and recompute what the bundle's selectors match
+    when they changed or turned stale. True when the view in force changed."""
+    changed = False
+    if state.namespaces is not None:
+        file = facts_file(state.namespaces)
+        try:
+            st = os.stat(file)
+            stamp: tuple[Any, ...] = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            stamp = ()
+        if stamp != state.facts_stamp:
+            state.facts_stamp = stamp
+            changed = state.facts is None  # a new reason why there are none; else the last good stay
+            if not stamp:
+                state.facts_error = (f"{file} does not exist: the reconciler has not published the ConfigMap "
+                                     f"{nsfacts.CONFIGMAP} yet, or it is not mounted")
+            else:
+                try:
+                    with open(file, "rb") as f:
+                        raw = f.read(FACTS_LIMIT + 1)
+                    if len(raw) > FACTS_LIMIT:
+                        raise nsfacts.FactsError(f"{file}: larger than {FACTS_LIMIT} bytes")
+                    state.facts, state.facts_error = nsfacts.parse_facts(raw, str(file)), ""
+                    changed = True
+                    metrics.NAMESPACE_FACTS_RELOADS.labels("success").inc()
+                    log.info("namespace labels loaded", extra={"fields": {
+                        "published": nsfacts.rfc3339(state.facts.published_at), "bundle": state.facts.bundle,
+                        "namespaces": len(state.facts.labels)}})
+                except (OSError, nsfacts.FactsError) as e:
+                    state.facts_error = str(e)
+                    metrics.NAMESPACE_FACTS_RELOADS.labels("failure").inc()
+                    log.error("namespace labels rejected, keeping the last good ones: %s", e,
+                              extra={"fields": {"error": str(e)}})
+    return update_view(state, now, force=changed)
+
+
+def update_view(state: State, now: float, *, force: bool = False) -> bool:
+    """Put the bundle in force with the view of the labels for its selectors: per selector the
+    namespaces it matches, computed here, once, not per review."""
+    loaded = state.loaded
+    metrics.NAMESPACE_FACTS_AGE.set(now - state.facts.published_at if state.facts is not None else -1)
+    if loaded is None:
+        return False
+    current = state.bundle.namespace_facts if state.bundle is not None else nsfacts.NO_FACTS
+    if not force and not nsfacts.is_stale(current, now, state.namespace_labels_max_age):
+        return False
+    if loaded.selectors:
+        problem = state.facts_error or ("" if state.namespaces is not None
+                                        else "the webhook was started without --namespaces")
+        view = nsfacts.view(loaded.selectors, state.facts, now, state.namespace_labels_max_age, problem)
+        state.bundle = dataclasses.replace(loaded, namespace_facts=view)
+        if view.state != "fresh" and current.state == "fresh":
+            log.warning("namespace labels %s: %s; grants by namespaceSelector admit nobody", view.state,
+                        view.reason)
+    else:
+        view, state.bundle = nsfacts.NO_FACTS, loaded
+    metrics.NAMESPACE_FACTS_UNUSABLE.set(1 if loaded.selectors and view.state != "fresh" else 0)
     return True
 
 
@@ -469,6 +572,7 @@ async def _watch(app: web.Application, interval: float) -> None:
         await asyncio.sleep(interval)
         try:
             await loop.run_in_executor(None, reload_bundle, state)
+            await loop.run_in_executor(None, reload_facts, state, time.time())
             reload_certificate(state)
         except Exception:  # never let the watcher die
             log.exception("reload check failed")
@@ -478,9 +582,13 @@ async def _watch(app: web.Application, interval: float) -> None:
 def prepare(options: ServeOptions) -> State:
     """Load bundle and certificates once, before serving; raises on a bad bundle."""
     state = State(cert_dir=Path(options.cert_dir), policies=Path(options.policies),
-                  review_budget=options.review_budget)
+                  review_budget=options.review_budget,
+                  namespaces=Path(options.namespaces) if options.namespaces else None,
+                  namespace_labels_max_age=options.namespace_labels_max_age)
     ensure_certs(state.cert_dir, dns_names=list(options.dns_names))
-    state.bundle = load_bundle(state.policies)  # a bad bundle at start is fatal: nothing to serve
+    state.bundle = state.loaded = load_bundle(state.policies)  # a bad bundle at start is fatal: nothing to serve
+    reload_facts(state, time.time())  # missing or bad labels are not fatal: selector grants fail closed
+    update_view(state, time.time(), force=True)
     state.policies_stamp = _stamp(state.policies)
     metrics.BUNDLE_RELOADS.labels("success").inc()
     metrics.BUNDLE_INFO.labels(state.bundle.fingerprint).set(1)

@@ -89,9 +89,10 @@ NOT_APPLIED = {"Deployment", "MutatingWebhookConfiguration", "ValidatingWebhookC
 class WebhookServer:
     """``python -m webhook serve`` as a child process (its own process group)."""
 
-    def __init__(self, workdir: Path, *, policies: Path, port: int | None = None):
+    def __init__(self, workdir: Path, *, policies: Path, port: int | None = None, args: tuple[str, ...] = ()):
         self.workdir = workdir
         self.policies = policies
+        self.args = args  # more `serve` flags
         self.cert_dir = workdir / "certs"
         self.port = port or free_port()
         self.log = workdir / "webhook.log"
@@ -113,7 +114,7 @@ class WebhookServer:
         env.pop("KUBECONFIG", None)
         args = [sys.executable, "-m", "webhook", "serve", "--host", "127.0.0.1",
                 "--port", str(self.port), "--policies", str(self.policies),
-                "--cert-dir", str(self.cert_dir)]
+                "--cert-dir", str(self.cert_dir), *self.args]
         with open(self.log, "ab") as f:
             f.write(f"# {' '.join(args)}\n".encode())
             f.flush()

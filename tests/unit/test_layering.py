@@ -12,7 +12,8 @@ import pytest
 PKG = Path(__file__).resolve().parents[2] / "webhook"
 PURE = sorted(
     [PKG / n for n in ("engine.py", "draft.py", "bundle.py", "yamlsrc.py", "units.py",
-                       "globs.py", "contract.py", "wire.py", "windows.py", "workloads.py", "jobnet.py")]
+                       "globs.py", "contract.py", "wire.py", "windows.py", "workloads.py", "jobnet.py",
+                       "nsfacts.py")]
     + list((PKG / "rules").glob("*.py"))
     + [PKG / "reconciler" / n for n in ("planner.py", "maintenance.py", "scavenger.py", "expected.py",
                                              "shadow.py", "runtimes.py", "report.py", "network.py", "model.py", "actions.py",

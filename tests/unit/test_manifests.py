@@ -51,6 +51,7 @@ RECONCILER_RIGHTS = {
     ("", "services"): {"get", "list", "watch", "create", "patch"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch"},  # get: ScavengerJob volumes too
     ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "namespaces"): {"get", "list", "watch"},  # labels for queue grants by namespaceSelector
 }
 VARIANTS = {"default": MANIFESTS, "k8s-1.20": MANIFESTS / "k8s-1.20"}
 
@@ -280,6 +281,25 @@ def test_the_reconciler_gets_exactly_what_it_uses(objects):
     unnamed = [r for r in lease["rules"] if not r.get("resourceNames")]
     assert [(r["resourceNames"], sorted(r["verbs"])) for r in named] == [(["batchgate-reconciler"], ["get", "update"])]
     assert [sorted(r["verbs"]) for r in unnamed] == [["create"]], "only create cannot be limited by name"
+    labels = one(objects, "Role", "batchgate-reconciler-namespace-labels")
+    assert labels["metadata"]["namespace"] == "batchgate-system"
+    assert labels["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
+                                "resourceNames": ["batchgate-namespaces"], "verbs": ["get", "update"]}]
+
+
+def test_the_webhook_mounts_the_published_namespace_labels_optionally(objects):
+    """The reconciler publishes the ConfigMap (publish.py); the webhook reads it from a volume,
+    which must not keep the webhook from starting before the ConfigMap exists."""
+    spec = pod_spec(objects, "batchgate-webhook")
+    volume = next(v for v in spec["volumes"] if v["name"] == "namespaces")
+    assert volume["configMap"] == {"name": "batchgate-namespaces", "optional": True}
+    mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "namespaces")
+    assert mount == {"name": "namespaces", "mountPath": "/etc/batchgate/namespaces", "readOnly": True}
+    parsed = build_parser().parse_args(spec["containers"][0]["args"])
+    assert parsed.namespaces == mount["mountPath"]
+    from webhook.reconciler.settings import Settings
+
+    assert Settings().namespace_labels == volume["configMap"]["name"]
 
 
 def test_the_webhook_has_no_api_access_and_no_token(objects):

@@ -34,6 +34,7 @@ from .kube import KubeApi, WatchStream
 from .model import (
     JOB,
     MAINTENANCE_WINDOW,
+    NAMESPACE,
     NET_KINDS,
     NODE,
     POD,
@@ -247,11 +248,18 @@ class Reflector(threading.Thread):
             stream.close()
 
 
+def namespace_labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    """A Namespace as the cache keeps it: its labels (for publish.py)."""
+    labels = (obj.get("metadata") or {}).get("labels")
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+
+
 class Cache:
     """Pods, Jobs, Nodes, PodGroups and MaintenanceWindows (the last three optional), and batchgate's
     own Services, ConfigMaps and NetworkPolicies (optional, label-selected), each behind a reflector."""
 
-    def __init__(self, api: KubeApi, settings: Settings, *, on_change: Callable[[], None] | None = None) -> None:
+    def __init__(self, api: KubeApi, settings: Settings, *, on_change: Callable[[], None] | None = None,
+                 namespaces: bool = False) -> None:
         self.api = api
         self.settings = settings
         self._on_change = on_change or (lambda: None)
@@ -266,6 +274,10 @@ class Cache:
         self.net: dict[str, Store[Any]] = {k.kind: Store(k, VIEW_OF[k.kind]) for k in NET_KINDS}
         self.stores = {"Pod": self.pods, "Job": self.jobs, "Node": self.nodes, "PodGroup": self.pod_groups,
                        "MaintenanceWindow": self.windows, "ScavengerJob": self.scavenger_jobs, **self.net}
+        # Namespaces' labels, for publish.py (optional: 403 without cluster-wide read)
+        self.namespaces: Store[dict[str, str]] = Store(NAMESPACE, namespace_labels)
+        if namespaces:
+            self.stores["Namespace"] = self.namespaces
         self.reflectors = [
             Reflector(api, self.pods, settings=settings, on_change=self._changed, stop=self._stop),
             Reflector(api, self.jobs, settings=settings, on_change=self._changed, stop=self._stop),
@@ -277,6 +289,9 @@ class Cache:
             *(Reflector(api, st, settings=settings, on_change=self._changed, stop=self._stop, optional=True)
               for st in self.net.values()),
         ]
+        if namespaces:
+            self.reflectors.append(Reflector(api, self.namespaces, settings=settings, on_change=self._changed,
+                                             stop=self._stop, optional=True))
         self._synced = threading.Condition()
 
     def _changed(self) -> None:

@@ -29,6 +29,7 @@ from .errors import KubeError, NotFound
 from .lease import LeaderElector
 from .model import NAMESPACE, NODE, NodeView, Snapshot, node_view
 from .planner import plan
+from .publish import LabelPublisher
 from .runtimes import History, finished_runs, remember
 from .scavenger import phase_counts
 from .settings import QueuePolicy, Settings
@@ -55,7 +56,8 @@ class Controller:
         self.clock = clock
         self._dirty = threading.Event()
         self.stop_event = threading.Event()
-        self.cache = Cache(api, settings, on_change=self._dirty.set)
+        self.cache = Cache(api, settings, on_change=self._dirty.set, namespaces=bool(settings.namespace_labels))
+        self.publisher = LabelPublisher(api, settings, self.cache.namespaces, clock)
         self.elector: LeaderElector | None = None
         if settings.leader_elect and not dry_run:
             self.elector = LeaderElector(api, settings, on_change=self._leadership)
@@ -153,6 +155,20 @@ class Controller:
             return []
         return self.actuator.execute(result.actions)
 
+    def publish(self) -> str:
+        """The namespace labels the bundle's selectors read, into their ConfigMap (publish.py);
+        the leader only. A conflict makes another pass come soon."""
+        if self.dry_run or not self.may_act():
+            return "follower"
+        try:
+            result = self.publisher.step(self.settings.queues.namespace_label_keys, self.settings.queues.bundle)
+        except Exception:  # never let publishing stop the loop
+            log.exception("publishing namespace labels failed")
+            return "failed"
+        if result == "conflict":
+            self._dirty.set()
+        return result
+
     def _print(self, actions: list[Action], *, all_: bool = False) -> None:
         for a in actions:
             key = (a.kind, a.target.uid, a.key)
@@ -208,6 +224,9 @@ class Controller:
                 if self.elector is not None and not self.elector.try_once():
                     break
                 outcomes += self.run_pass("once")
+            for _ in range(3):  # a conflict re-reads the ConfigMap and tries again
+                if self.publish() != "conflict":
+                    break
         finally:
             if self.elector is not None:
                 self.elector.release()
@@ -242,6 +261,8 @@ class Controller:
                 timeout = max(next_resync - now_m, 0.0)
                 if wake_at is not None:
                     timeout = min(timeout, max(wake_at - self.clock(), 0.0))
+                if (due := self.publisher.due_at()) is not None and self.may_act():
+                    timeout = min(timeout, max(due - self.clock(), 0.0))
                 fired = self._dirty.wait(timeout)
                 if self.stop_event.is_set():
                     break
@@ -266,6 +287,7 @@ class Controller:
                     log.exception("pass failed")
                     self._dirty.set()
                     continue
+                self.publish()
                 wake_at = self.last_plan.wake_at if self.last_plan is not None else None
                 if self.last_plan is not None and self.last_plan.deferred:
                     self._dirty.set()  # the held-back bookkeeping, next

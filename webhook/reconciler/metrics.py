@@ -40,6 +40,18 @@ BUNDLE_STALE = Gauge(
     registry=REGISTRY,
 )
 
+NAMESPACE_LABELS_PUBLISHED = Counter(
+    "batchgate_reconciler_namespace_labels_publish_total",
+    "Writes of the namespace labels ConfigMap (batchgate-namespaces) by result: created, updated, "
+    "conflict, failed, too-large (not written: past the size limit).",
+    ["result"], registry=REGISTRY,
+)
+NAMESPACE_LABELS_BYTES = Gauge(
+    "batchgate_reconciler_namespace_labels_bytes",
+    "Size of the namespace labels document last computed (the ConfigMap takes at most ~900 KiB of it).",
+    registry=REGISTRY,
+)
+
 # -- ScavengerJobs ------------------------------------------------------------------
 SJ_STARTED = Counter("batchgate_scavengerjobs_started_total",
                      "ScavengerJobs whose pods all ran, after waiting (first start or after an interruption).",

@@ -35,6 +35,10 @@ class QueuePolicy:
     scavenger_grace: int = 60
     # the job-network policy's namespace rules: which namespaces get NetworkPolicies (none: off)
     isolation: tuple[Isolation, ...] = ()
+    # the namespace label keys queue grants select by (publish.py publishes those), and the bundle
+    # they were taken from (informational: a bundle edit that changes no key changes nothing here)
+    namespace_label_keys: tuple[str, ...] = ()
+    bundle: str = field(default="", compare=False)
 
     @staticmethod
     def from_bundle(bundle: Bundle) -> QueuePolicy:
@@ -53,6 +57,8 @@ class QueuePolicy:
             excluded_namespaces=tuple(bundle.excluded_namespaces),
             isolation=next((tuple(p.settings.isolation) for p in bundle.policies
                             if p.rule.name == "job-network"), ()),
+            namespace_label_keys=bundle.selector_keys,
+            bundle=bundle.fingerprint,
         )
 
     def isolation_for(self, namespace: str) -> Isolation | None:
@@ -125,6 +131,14 @@ class Settings:
     resourceVersion afterwards (a 410 Gone makes it relist)."""
     crd_recheck: float = 60.0
     """Seconds between checks for the PodGroup CRD while it is not installed."""
+
+    # -- namespace labels for queue grants by namespaceSelector (publish.py) ----
+    namespace_labels: str = "batchgate-namespaces"
+    """The ConfigMap (in ``lease_namespace``, batchgate's own) the leader publishes the labels that
+    the bundle's selectors read into; the webhook mounts it. Empty: publish nothing."""
+    namespace_labels_refresh: float = 300.0
+    """``publishedAt`` is rewritten at least this often, changed or not: the webhook treats labels
+    older than its ``--namespace-labels-max-age`` (15m) as stale."""
 
     # -- the API -------------------------------------------------------------
     api_attempts: int = 4

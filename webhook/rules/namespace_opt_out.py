@@ -9,7 +9,10 @@ the webhook itself refuses that to everyone but the bundle's admins (and ``write
 - setting, changing or removing ``batchgate.io/admission`` on a Namespace;
 - ``kubernetes.io/metadata.name`` with a value other than the Namespace's own name. Kubernetes
   1.21+ sets that label itself (and overwrites any other value); on 1.20 it is an ordinary
-  label, and a namespace claiming ``kube-system`` would be left out by the selectors.
+  label, and a namespace claiming ``kube-system`` would be left out by the selectors;
+- setting, changing or removing a label that a queue grant's ``namespaceSelector`` reads
+  (``Bundle.selector_keys``): whoever could label their namespace would grant themselves the
+  queue (or, with ``NotIn``/``DoesNotExist``, lift a restriction).
 
 The configuration sends Namespace CREATE and UPDATE to this policy with no namespaceSelector,
 so a request that opts a namespace out is judged before the label can take effect.
@@ -55,6 +58,12 @@ def _who(ctx: Ctx) -> str:
     return ", ".join(names) or "the bundle's admins"
 
 
+def _granting(ctx: Ctx, key: str) -> str:
+    queues = sorted({q.name for q in ctx.bundle.queues.values() for a in (q.access, q.exclusive_access)
+                     if a is not None for g in a.grants if g.selector is not None and key in g.selector.label_keys()})
+    return "namespaceSelector of queue " + ", ".join(repr(q) for q in queues)
+
+
 def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
     if ctx.admin or (settings.writers is not None and settings.writers.contains(ctx.username, ctx.groups)):
         return []
@@ -66,6 +75,12 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
             f"{what} the label {OPT_OUT_LABEL} on a Namespace is for cluster admins only "
             f"({_who(ctx)}): {OPT_OUT_LABEL}=disabled turns every batchgate policy off in "
             "that namespace; ask an admin"))
+    for key in ctx.bundle.selector_keys:  # grants by namespace label: the label is the grant
+        if new.get(key) != old.get(key):
+            what = "removing" if key not in new else "changing" if key in old else "setting"
+            out.append(deny(
+                f"{what} the label {key} on a Namespace is for cluster admins only ({_who(ctx)}): "
+                f"queue grants select namespaces by it ({_granting(ctx, key)}); ask an admin"))
     name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), dict) else None
     claimed = new.get(NAME_LABEL)
     if claimed is not None and claimed != name and claimed != old.get(NAME_LABEL):
@@ -80,7 +95,8 @@ TYPE = RuleType(
     name="namespace-opt-out",
     doc=(
         f"Only admins may set or remove `{OPT_OUT_LABEL}` on a Namespace (or give it a "
-        f"`{NAME_LABEL}` other than its name): opting out is an admin act, enforced."
+        f"`{NAME_LABEL}` other than its name), or the labels that queue grants select namespaces by: "
+        "opting out and granting queues are admin acts, enforced."
     ),
     parse=parse,
     validate=validate,

@@ -5,7 +5,9 @@ Two checks, both must pass (the bundle's admins pass both):
 - the namespace's ``allowedQueues`` (bundle ``namespaces:``), Kueue's LocalQueue-per-namespace;
 - the queue's ``access`` (bundle ``queues[].access``), Slurm's AllowGroups/AllowAccounts: grants
   of namespaces (names, globs) and users, groups, service accounts; absent, the queue is open to
-  all. ``exclusiveAccess`` says the same for ``batchgate.io/exclusive: "true"`` in that queue.
+  all. A grant may also select namespaces by label (``namespaceSelector``), judged on the labels
+  the reconciler publishes (:mod:`webhook.nsfacts`): an unpublished or stale namespace does not
+  match. ``exclusiveAccess`` says the same for ``batchgate.io/exclusive: "true"`` in that queue.
 
 Who is judged is whoever creates or updates the workload: a Pod, or any kind that makes pods
 (templates are judged as the pods they will make), and a ScavengerJob (its scavenger queue).
@@ -84,20 +86,27 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
                 f"queue {name!r} is not available in namespace {ctx.namespace}; "
                 f"use {QUEUE_LABEL}: one of {', '.join(rule.allowed_queues)}"
             ))
-        elif queue.access is not None and not queue.access.admits(ctx.namespace, ctx.username, ctx.groups):
+        elif queue.access is not None and not _admits(queue.access, ctx):
             findings.append(deny(
                 f"queue {name!r} is open to {queue.access.describe()}; {_you(ctx)}; "
-                f"{_open_here(ctx)}"
+                f"{_why_not(queue.access, ctx)}{_open_here(ctx)}"
             ))
     for name in sorted(exclusive_in):
         queue = bundle.queues.get(name)
         access = queue.exclusive_access if queue is not None else None
-        if access is not None and not access.admits(ctx.namespace, ctx.username, ctx.groups):
+        if access is not None and not _admits(access, ctx):
             findings.append(deny(
                 f"whole nodes ({EXCLUSIVE_LABEL}: \"true\") in queue {name!r} are open to "
-                f"{access.describe()}; {_you(ctx)}; leave {EXCLUSIVE_LABEL} out"
+                f"{access.describe()}; {_you(ctx)}; {_why_not(access, ctx)}leave {EXCLUSIVE_LABEL} out"
             ))
     return findings
+
+
+def _why_not(access: Access, ctx: Ctx) -> str:
+    """A grant by namespace labels that could not be judged (labels not published yet, stale):
+    said, so that the user knows to retry rather than to ask for access."""
+    why = access.why_not(ctx.namespace, ctx.bundle.namespace_facts) if ctx.bundle.selectors else ""
+    return f"{why}; " if why else ""
 
 
 def _made_by(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> bool:
@@ -130,7 +139,7 @@ def _open_here(ctx: Ctx) -> str:
 
 
 def _admits(access: Access | None, ctx: Ctx) -> bool:
-    return access is None or access.admits(ctx.namespace, ctx.username, ctx.groups)
+    return access is None or access.admits(ctx.namespace, ctx.username, ctx.groups, ctx.bundle.namespace_facts)
 
 
 TYPE = RuleType(
