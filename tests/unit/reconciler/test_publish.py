@@ -100,7 +100,7 @@ def test_a_corrupt_configmap_is_overwritten():
 
 
 def test_nothing_is_published_without_selectors_or_before_the_cache_is_synced():
-    api, pub, store, _ = setup(namespace("lab", team="physics"))
+    api, pub, _, _ = setup(namespace("lab", team="physics"))
     assert pub.step((), "abc") == "disabled" and api.calls == []
     unsynced: Store[dict[str, str]] = Store(NAMESPACE, namespace_labels)
     pub.store = unsynced
@@ -111,7 +111,7 @@ def test_nothing_is_published_without_selectors_or_before_the_cache_is_synced():
 
 def test_too_large_is_not_written_but_warned_once(monkeypatch):
     many = [namespace(f"ns-{i:05d}", team="x" * 60) for i in range(2000)]
-    api, pub, _, clock = setup(*many)
+    api, pub, _, _ = setup(*many)
     monkeypatch.setattr(nsfacts, "MAX_BYTES", 50_000)
     assert pub.step(("team",), "abc") == "too-large"
     assert pub.step(("team",), "abc") == "too-large"
