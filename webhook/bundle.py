@@ -334,6 +334,7 @@ class Bundle:
     # label keys they read (the reconciler publishes those, and only those; nsfacts), and the
     # published labels in force (the server swaps in a new view when they change or go stale).
     selectors: tuple[NamespaceSelector, ...] = ()
+    selector_keys: tuple[str, ...] = field(init=False, default=())  # what the reconciler publishes
     namespace_facts: NamespaceView = field(default=NO_FACTS, compare=False)
     mutating: tuple[Policy, ...] = field(default=(), compare=False)
     validating: tuple[Policy, ...] = field(default=(), compare=False)
@@ -341,6 +342,9 @@ class Bundle:
         default_factory=dict, init=False, compare=False, repr=False)
     _by_namespace: dict[str, NamespaceRule | None] = field(
         default_factory=dict, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "selector_keys", selector_keys(self.selectors))
 
     def candidates(self, *, mutating: bool, operation: str, group: str, version: str, kind: str) -> tuple[Policy, ...]:
         """The policies whose match takes this operation on this kind, in order (memoized:
@@ -357,10 +361,6 @@ class Bundle:
     def excluded(self, namespace: str) -> bool:
         return matches(self.excluded_namespaces, namespace)
 
-    @property
-    def selector_keys(self) -> tuple[str, ...]:
-        """The namespace label keys the grants' selectors read: the reconciler publishes these."""
-        return selector_keys(self.selectors)
 
     def namespace_rule(self, namespace: str) -> NamespaceRule | None:
         """The first rule whose globs match ``namespace`` (memoized per namespace)."""
