@@ -4,6 +4,7 @@ fenced by resourceVersion, and never past the ConfigMap size limit (a Warning Ev
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
@@ -119,3 +120,26 @@ def test_too_large_is_not_written_but_warned_once(monkeypatch):
     assert len(events) == 1 and events[0]["reason"] == "NamespaceLabelsTooLarge"
     assert events[0]["type"] == "Warning" and "grant by namespace name or glob" in events[0]["message"]
     assert not any(c[1] == "configmaps" for c in api.writes())
+
+
+def test_the_controller_publishes_once_and_only_as_leader():
+    import dataclasses
+
+    from webhook.reconciler.controller import Controller
+    from webhook.reconciler.settings import QueuePolicy
+
+    api = FakeApi()
+    api.put(namespace("lab", team="physics"))
+    api.put(namespace("demo"))
+    queues = dataclasses.replace(QueuePolicy(), namespace_label_keys=("team",), bundle="abc")
+    c = Controller(api, Settings(leader_elect=False, lease_namespace=NS, queues=queues), clock=lambda: T0)
+    assert c.run_once() == 0
+    assert published(api)["namespaces"] == {"demo": {}, "lab": {"team": "physics"}}
+    # a dry run, or a bundle without selectors, publishes nothing
+    api2 = FakeApi()
+    api2.put(namespace("lab", team="physics"))
+    Controller(api2, Settings(leader_elect=False, lease_namespace=NS), clock=lambda: T0).run_once()
+    dry = Controller(api2, Settings(leader_elect=False, lease_namespace=NS, queues=queues), dry_run=True,
+                     out=io.StringIO(), clock=lambda: T0)
+    dry.run_once()
+    assert not any(c[1] == "configmaps" for c in api2.writes())
