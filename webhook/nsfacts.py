@@ -135,10 +135,15 @@ def needs_write(old: Mapping[str, Any] | None, new: Mapping[str, Any], now: floa
         return True
     assert old is not None
     try:
-        at = _parse_time(old.get("publishedAt"), "publishedAt")
+        at = published_at(old)
     except FactsError:
         return True
     return not (now - refresh < at <= now + 60)
+
+
+def published_at(doc: Mapping[str, Any]) -> float:
+    """A document's publishedAt (epoch s), without checking the rest; FactsError if unreadable."""
+    return _parse_time(doc.get("publishedAt"), "publishedAt")
 
 
 def parse_facts(text: str | bytes, source: str = KEY) -> Facts:

@@ -59,10 +59,10 @@ class LabelPublisher:
         if not self.name or self._published is None:
             return None
         try:
-            due = nsfacts.facts_from(self._published).published_at + self.settings.namespace_labels_refresh
+            at = nsfacts.published_at(self._published)
         except nsfacts.FactsError:
             return None
-        return max(due, self._retry_at)
+        return max(at + self.settings.namespace_labels_refresh, self._retry_at)
 
     def step(self, keys: tuple[str, ...], bundle: str) -> str:
         """Publish if needed; the outcome (for tests and the metric): disabled, waiting, unchanged,
