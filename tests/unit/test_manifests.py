@@ -284,7 +284,8 @@ def test_the_reconciler_gets_exactly_what_it_uses(objects):
     labels = one(objects, "Role", "batchgate-reconciler-namespace-labels")
     assert labels["metadata"]["namespace"] == "batchgate-system"
     assert labels["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
-                                "resourceNames": ["batchgate-namespaces"], "verbs": ["get", "update"]}]
+                                "resourceNames": ["batchgate-namespaces"], "verbs": ["get", "update"]},
+                               {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]
 
 
 def test_the_webhook_mounts_the_published_namespace_labels_optionally(objects):
