@@ -327,3 +327,17 @@ def test_check_decides_with_the_published_labels(capsys, tmp_path):
     bad.write_text("{nope")
     assert main([*base, "--namespaces", str(bad), str(manifest)]) == 2
     assert "batchgate: namespace labels:" in capsys.readouterr().err
+
+
+def test_a_selector_on_the_name_label_does_not_stop_namespace_creation(tmp_path):
+    """Kubernetes 1.21+ sets kubernetes.io/metadata.name on every Namespace itself: a grant that
+    selects by it must not make creating a namespace admin-only (its value is checked anyway)."""
+    def by_name(spec: dict[str, Any]) -> None:
+        queue(spec, "interactive")["access"] = {"namespaceSelector": {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["lab"]}]}}
+    (tmp_path / "bundle" / "namespace-opt-out").mkdir(parents=True)
+    shutil.copy(POLICIES / "namespace-opt-out" / "policy.yaml", tmp_path / "bundle" / "namespace-opt-out")
+    b = make_bundle(tmp_path, by_name)
+    assert ns_review(b, {"kubernetes.io/metadata.name": "lab"}, None).allowed
+    assert "must be the namespace's own name" in ns_review(b, {"kubernetes.io/metadata.name": "kube-system"},
+                                                           None).message

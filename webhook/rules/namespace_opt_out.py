@@ -76,6 +76,8 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
             f"({_who(ctx)}): {OPT_OUT_LABEL}=disabled turns every batchgate policy off in "
             "that namespace; ask an admin"))
     for key in ctx.bundle.selector_keys:  # grants by namespace label: the label is the grant
+        if key == NAME_LABEL:  # Kubernetes 1.21+ sets it itself; its value is checked below
+            continue
         if new.get(key) != old.get(key):
             what = "removing" if key not in new else "changing" if key in old else "setting"
             out.append(deny(
