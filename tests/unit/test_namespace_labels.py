@@ -341,3 +341,8 @@ def test_a_selector_on_the_name_label_does_not_stop_namespace_creation(tmp_path)
     assert ns_review(b, {"kubernetes.io/metadata.name": "lab"}, None).allowed
     assert "must be the namespace's own name" in ns_review(b, {"kubernetes.io/metadata.name": "kube-system"},
                                                            None).message
+
+
+def test_serve_refuses_a_bad_max_age(capsys):
+    assert main(["serve", "--namespace-labels-max-age", "soon"]) == 2
+    assert "--namespace-labels-max-age" in capsys.readouterr().err
