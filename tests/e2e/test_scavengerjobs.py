@@ -379,11 +379,17 @@ def test_kube_scheduler_preempts_the_one_that_just_started_over_before_an_older_
     kube.create(sj_path(ns), scavengerjob("a", duration="1h"))
     wait_status(kube, ns, "a", lambda s: s.get("jobName") == "a-1", "a started", r=r)
     (a_pod,) = run_segment(kube, ns, "a-1", 1)
+    a_running = time.time()
     wait_status(kube, ns, "a", lambda s: s.get("phase") == "Running", "a running", r=r)
     # b's segment ends: status first, then its pod gets SIGTERM (we finish it), then segment 2
     wait_status(kube, ns, "b", lambda s: s.get("segment") == 2, "b's segment boundary", timeout=40, r=r)
     kube.wait_for(lambda: finish_terminating(kube, ns) or not seg_pods(kube, ns, "b-1"), 30,
                   message="b-1's pod gone")
+    # Pod start times have whole seconds, and kube-scheduler keeps the earlier started of two pods of
+    # one priority: b's new pod must start in a later second than a's (when b's segment ended
+    # before a was running, both can be set running within one second).
+    while time.time() < int(a_running) + 1:
+        time.sleep(0.1)
     (b_pod,) = run_segment(kube, ns, "b-2", 1)
     st = wait_status(kube, ns, "b", lambda s: s.get("runningSegment") == 2, "b's segment 2 running", r=r)
     assert st["interruptedCount"] == 0 and len(st["runningTimestamps"]) == 1
