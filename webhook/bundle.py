@@ -78,6 +78,8 @@ class PolicyType(Protocol):
     @property
     def decides_pod(self) -> bool: ...  # on UPDATE, only where a pod template changed
     @property
+    def sealed_check(self) -> bool: ...  # passes before a template is sealed (webhook.seal)
+    @property
     def order(self) -> int: ...
 
 
@@ -336,6 +338,9 @@ class Bundle:
     selectors: tuple[NamespaceSelector, ...] = ()
     selector_keys: tuple[str, ...] = field(init=False, default=())  # what the reconciler publishes
     namespace_facts: NamespaceView = field(default=NO_FACTS, compare=False)
+    # sealing.unsealed: trust: what controllers make from a pod template with no seal at all is
+    # trusted as before seals existed (a migration setting; a seal that does not verify never is).
+    unsealed_trusted: bool = False
     mutating: tuple[Policy, ...] = field(default=(), compare=False)
     validating: tuple[Policy, ...] = field(default=(), compare=False)
     _by_request: dict[tuple[bool, str, str, str, str], tuple[Policy, ...]] = field(
@@ -422,7 +427,7 @@ def load_bundle(directory: str | os.PathLike[str], types: Mapping[str, PolicyTyp
     return Bundle(
         **{f: getattr(bundle, f) for f in ("root", "priority_classes", "queues", "default_queue",
                                            "namespaces", "excluded_namespaces", "admins", "controllers",
-                                           "scavengers")},
+                                           "scavengers", "unsealed_trusted")},
         policies=tuple(policies),
         fingerprint=digest.hexdigest()[:12],
         selectors=tuple(dict.fromkeys(
@@ -464,7 +469,7 @@ def _document(path: Path, kind: str, digest: Any, *, with_metadata: bool = False
 def _parse_bundle(doc: Node, root: str) -> Bundle:
     spec = doc.req("spec").mapping(allowed=(
         "defaultQueue", "priorityClasses", "queues", "namespaces", "exclude", "admins", "controllers",
-        "scavengers",
+        "scavengers", "sealing",
     ))
     classes: dict[str, PriorityClass] = {}
     for node in spec.req("priorityClasses").seq():
@@ -592,9 +597,15 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
         first = next((q for q in queues.values() if q.scavenger), None)
         sv_settings = Scavengers(queue=first.name if first else "")
 
+    unsealed_trusted = False
+    if (sealing := spec.get("sealing")) is not None:
+        sealing.mapping(allowed=("unsealed",))
+        unsealed_trusted = sealing.opt("unsealed", lambda n: n.enum("judge", "trust"), "judge") == "trust"
+
     return Bundle(
         root=root,
         scavengers=sv_settings,
+        unsealed_trusted=unsealed_trusted,
         priority_classes=classes,
         queues=queues,
         default_queue=default_queue,

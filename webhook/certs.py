@@ -13,6 +13,7 @@ import base64
 import datetime as dt
 import ipaddress
 import os
+import secrets
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from .seal import new_key_line
 
 SigningKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | dsa.DSAPrivateKey  # signs with SHA-256
 
@@ -198,3 +201,23 @@ def _write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def new_seal_key_line(now: dt.datetime | None = None) -> str:
+    """A fresh admission seal key as a key file line: ``<id> <base64 of 32 random bytes>``, the id
+    naming when it was made (``k20261123-153000``)."""
+    now = now or dt.datetime.now(dt.UTC)
+    return new_key_line(now.strftime("k%Y%m%d-%H%M%S"), secrets.token_bytes(32))
+
+
+def ensure_seal_keys(path: Path) -> Path:
+    """The seal key file of a local server: made, with one fresh key (0600), when absent."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write(path, (f"{SEAL_KEYS_HEADER}{new_seal_key_line()}\n").encode(), mode=0o600)
+    return path
+
+
+SEAL_KEYS_HEADER = ("# batchgate admission seal keys: <id> <base64 key> per line. The first signs the\n"
+                    "# templates the webhook admits, every one verifies. Rotate: add a new line at the\n"
+                    "# end, let every replica load it, move it first; drop the old one later.\n")

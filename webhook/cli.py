@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--namespace-labels-max-age", default="15m", metavar="DURATION",
                    help="published namespace labels older than this are stale and admit nobody (default 15m; "
                    "the reconciler republishes every 5m)")
+    s.add_argument("--seal-keys", default=os.environ.get("BATCHGATE_SEAL_KEYS") or None, metavar="FILE",
+                   help="keys of the admission seal on admitted pod templates ('<id> <base64 key>' lines, "
+                   "the first signs, all verify; reloaded when the file changes); a missing file is an "
+                   "error (default: $BATCHGATE_SEAL_KEYS, else CERT_DIR/seal.keys, made with a fresh key "
+                   "when absent: for one local server, since replicas must share their keys)")
+
+    sk = sub.add_parser("seal-key", help="print a new admission seal key line",
+                        description="Print '<id> <base64 key>' with 32 random bytes, for the seal key file "
+                        "the webhook reads (--seal-keys; in a cluster the Secret batchgate-seal, key 'keys'). "
+                        "Rotation: append the new line, let every replica load it, then move it first.")
+    del sk
 
     c = sub.add_parser("check", help="offline dry run of manifests against the bundle",
                        description="Decide manifests as the cluster would: the admitted objects on "
@@ -177,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         "certs": cmd_certs,
         "reconcile": cmd_reconcile,
         "manifests": cmd_manifests,
+        "seal-key": cmd_seal_key,
         "queue": cmd_queue,
         "maintenance": cmd_maintenance,
     }[args.command]
@@ -376,7 +389,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         workers=args.workers,
         reload_interval=args.reload_interval,
         review_budget=args.review_budget,
+        seal_keys=args.seal_keys,
     ))
+
+
+def cmd_seal_key(args: argparse.Namespace) -> int:
+    from .certs import new_seal_key_line
+
+    print(new_seal_key_line())
+    return 0
 
 
 def cmd_certs(args: argparse.Namespace) -> int:

@@ -34,5 +34,8 @@ RECORD_TIME_LIMIT_ENV = "BATCHGATE_TIME_LIMIT"
 # Written by the reconciler on a gang member whose failure restarted its gang, with the pod's own
 # uid as value (a copy from a template or another pod means nothing): the failure was dealt with.
 GANG_RESTART_ANNOTATION = f"{GROUP}/gang-restart"
+# On a pod template (and so on the pods made from it): the webhook's seal over what it judged when
+# it admitted the template (webhook.seal); written by the webhook only, a forged one never verifies.
+SEAL_ANNOTATION = f"{GROUP}/admitted"
 RECONCILER_ANNOTATIONS = (STARTED_AT_ANNOTATION, DEADLINE_ANNOTATION, WARNED_FOR_ANNOTATION,
                           NEXT_MAINTENANCE_ANNOTATION)

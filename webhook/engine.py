@@ -13,6 +13,7 @@ Two error channels (as the API server expects):
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import traceback
 from collections.abc import Callable
@@ -22,11 +23,13 @@ from typing import Any, Literal, NoReturn, cast
 import orjson
 
 from .bundle import Bundle, Policy
+from .contract import SEAL_ANNOTATION
 from .draft import Draft
 from .rules.base import Ctx, Finding
+from .seal import OFFLINE, Keyring, projection, seal, sealed
 from .wire import AdmissionRequest, AdmissionResponse, AdmissionReview, Operation
 from .workloads import Path as PathT
-from .workloads import Shape, dig, requested_queue, shape_of
+from .workloads import Shape, dig, made_from_template, requested_queue, shape_of
 
 Phase = Literal["mutate", "validate", "check"]  # which webhook asks; check: both, as `batchgate check`
 PHASES: tuple[Phase, ...] = ("mutate", "validate", "check")
@@ -72,9 +75,9 @@ class Decision:
         return "; ".join(self.denials)
 
 
-def review(body: Any, bundle: Bundle, *, phase: Phase) -> tuple[AdmissionReview, Decision]:
+def review(body: Any, bundle: Bundle, *, phase: Phase, keys: Keyring = OFFLINE) -> tuple[AdmissionReview, Decision]:
     """Answer one AdmissionReview; raises BadReview for a malformed one."""
-    decision = decide(body, bundle, phase=phase)
+    decision = decide(body, bundle, phase=phase, keys=keys)
     return to_review(decision), decision
 
 
@@ -113,9 +116,13 @@ def encode_review(decision: Decision) -> bytes:
 
 
 def decide(body: object, bundle: Bundle, *, phase: Phase,
-           over_budget: Callable[[], bool] | None = None) -> Decision:
+           over_budget: Callable[[], bool] | None = None, keys: Keyring = OFFLINE) -> Decision:
     """Decide one AdmissionReview (the decoded JSON body). Total: any body is a decision or
     a BadReview naming what is malformed; a policy that fails is an outcome, not an exception.
+
+    ``keys`` seal the pod templates admitted here and verify the seals on what controllers make
+    from them (webhook.seal); the server passes its own, offline callers the published OFFLINE
+    keys.
 
     ``over_budget`` is asked before each policy (the edge passes a clock-based
     check; the core reads no clock): once it says yes, every policy still to run
@@ -146,7 +153,7 @@ def decide(body: object, bundle: Bundle, *, phase: Phase,
         decision.skipped = f"namespace {namespace} is excluded"
         return decision
     labels: dict[str, str] = meta.get("labels") or {}
-    ctx = make_ctx(req, obj, bundle, namespace)
+    ctx = make_ctx(req, obj, bundle, namespace, keys)
     # Policies that decide the pod act on UPDATE only where it changes what new pods get: a
     # changed pod template of a kind whose template may change (never a Pod's or Job's spec).
     pod_update = ctx.operation == "UPDATE" and not (
@@ -168,6 +175,8 @@ def decide(body: object, bundle: Bundle, *, phase: Phase,
                 done.append(policy)
             else:
                 _replay(done, ctx, draft)
+        if ctx.shape is not None and ctx.operation in ("CREATE", "UPDATE"):
+            _seal_template(decision, ctx, draft, keys, labels, over_budget)
         decision.patch = draft.patch()
     if phase in ("validate", "check") and decision.allowed:
         for policy in bundle.candidates(mutating=False, operation=ctx.operation, group=ctx.group,
@@ -179,6 +188,8 @@ def decide(body: object, bundle: Bundle, *, phase: Phase,
             else:
                 _run(policy, decision, ctx, draft, mutate=False)
     decision.obj = draft.root
+    if decision.denials and ctx.unsealed:
+        decision.denials.append(_unsealed_note(ctx, obj))
     if decision.denials:
         decision.allowed = False
         decision.patch = []
@@ -519,7 +530,8 @@ def _bad(where: str, path: PathT, problem: str) -> NoReturn:
     raise BadReview(f"{where}{field} {problem}")
 
 
-def make_ctx(req: AdmissionRequest, obj: dict[str, Any], bundle: Bundle, namespace: str) -> Ctx:
+def make_ctx(req: AdmissionRequest, obj: dict[str, Any], bundle: Bundle, namespace: str,
+             keys: Keyring = OFFLINE) -> Ctx:
     """What the policies get to see of a request whose shape :func:`check_shape` passed."""
     kind = req["kind"]
     group, version, kind_name = kind.get("group") or "", kind.get("version") or "", kind["kind"]
@@ -534,6 +546,14 @@ def make_ctx(req: AdmissionRequest, obj: dict[str, Any], bundle: Bundle, namespa
     # from a template already admitted as its owner.
     from_controller = shape is not None and bundle.made_by_controller(
         meta.get("ownerReferences") or [], username, groups)
+    # Trusted as already judged only when made from a template this webhook sealed; else judged
+    # with no one's grants: what anyone in the namespace may do (webhook.seal).
+    trusted = from_controller
+    if from_controller and shape is not None and made_from_template(obj):
+        trusted = sealed(keys, obj, shape, namespace) or (
+            bundle.unsealed_trusted and SEAL_ANNOTATION not in (shape.template(obj)[0].get("annotations") or {}))
+        if not trusted:
+            username, groups = "", ("system:authenticated",)
 
     return Ctx(
         operation=req["operation"],
@@ -555,7 +575,82 @@ def make_ctx(req: AdmissionRequest, obj: dict[str, Any], bundle: Bundle, namespa
         from_controller=from_controller,
         old_object=req.get("oldObject"),
         uid=req["uid"],
+        trusted=trusted,
+        unsealed=from_controller and not trusted,
     )
+
+
+def _seal_template(decision: Decision, ctx: Ctx, draft: Draft, keys: Keyring, labels: dict[str, str],
+                   over_budget: Callable[[], bool] | None) -> None:
+    """Seal the pod template when this request had it judged as its writer (a CREATE, an UPDATE
+    that changes it) and the checks that depend on who asks pass on it (the validating webhook's
+    own verdict may never come: UPDATE admission fails open); else take away any seal it carries.
+    A Pod carries no seal of its own making: one in a user's Pod is removed; one in a controller's
+    Pod is its template's."""
+    shape = ctx.shape
+    assert shape is not None
+    where = (*shape.pod_meta, "annotations")
+    annotations = draft.get(*where)
+    current = annotations.get(SEAL_ANNOTATION) if isinstance(annotations, dict) else None
+    if shape.is_pod:
+        if current is not None and not ctx.from_controller:
+            draft.delete(*where, SEAL_ANNOTATION)
+        return
+    bundle = ctx.bundle
+    if ctx.from_controller or bundle.controllers.contains(ctx.username, ctx.groups):
+        return  # not the template's writer: what it carries stays (a controller compares templates)
+    checks = [p for p in bundle.candidates(mutating=False, operation=ctx.operation, group=ctx.group,
+                                           version=ctx.version, kind=ctx.kind) if p.rule.sealed_check]
+    if not checks:
+        return  # a bundle with no check that a seal would stand for
+    old = ctx.old_object
+    old_judged = True
+    if ctx.operation == "UPDATE":
+        if not shape.template_mutable or not shape.template_changed(draft.root, old):
+            return  # not judged in this request (a Job's template is immutable): its seal stays
+        old_judged = old is not None and sealed(keys, old, shape, ctx.namespace)
+    value = None
+    if not decision.denials and not decision.errors and _passes(checks, ctx, draft, labels, old_judged,
+                                                                over_budget):
+        data = projection(draft.root, shape, ctx.namespace)
+        value = seal(keys, data) if data is not None else None
+    if value is not None and value != current:
+        draft.set(*where, SEAL_ANNOTATION, value)
+    elif value is None and current is not None:
+        draft.delete(*where, SEAL_ANNOTATION)
+
+
+def _passes(checks: list[Policy], ctx: Ctx, draft: Draft, labels: dict[str, str], old_judged: bool,
+            over_budget: Callable[[], bool] | None) -> bool:
+    """The validating checks that a controller's pods skip when sealed (RuleType.sealed_check)
+    pass on the mutated template, for this caller. An UPDATE of a template that was never judged
+    (not sealed) is judged whole, not only for what it adds."""
+    jctx = ctx if old_judged else dataclasses.replace(ctx, old_judged=False)
+    for policy in checks:
+        if not _applies(policy, jctx, labels):
+            continue
+        if over_budget is not None and over_budget():
+            return False
+        assert policy.rule.validate is not None
+        try:
+            findings = policy.rule.validate(policy.settings, draft.root, jctx)
+        except Exception:
+            return False
+        if any(f.severity == "deny" for f in findings):
+            return False
+    return True
+
+
+def _unsealed_note(ctx: Ctx, obj: dict[str, Any]) -> str:
+    ref = next((o for o in (obj.get("metadata") or {}).get("ownerReferences") or ()
+                if isinstance(o, dict) and o.get("controller") is True), {})
+    owner = f"{ref.get('kind') or 'owner'} {ctx.namespace}/{ref.get('name') or '?'}"
+    return (f"{SEAL_ANNOTATION}: this {ctx.kind} was made by a controller for {owner} from a pod "
+            f"template that batchgate did not admit as it is (no valid {SEAL_ANNOTATION} seal: the "
+            "template was changed while the webhook was unreachable, by a kind batchgate does not "
+            "judge, or before batchgate sealed templates), so it was judged with no one's grants; "
+            "whoever may use what it asks for should update its pod template while the webhook is up "
+            "(kubectl apply, or kubectl rollout restart) so that batchgate judges it")
 
 
 def _applies(policy: Policy, ctx: Ctx, labels: dict[str, str]) -> bool:

@@ -31,9 +31,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from . import metrics, nsfacts
 from .bundle import Bundle
-from .certs import certificate_status, ensure_certs
+from .certs import certificate_status, ensure_certs, ensure_seal_keys
 from .engine import BadReview, Decision, OutOfBudget, Phase, decide, dumps, encode_review, to_review
 from .rules import load_bundle
+from .seal import OFFLINE, Keyring, SealKeyError, parse_keyring
 from .yamlsrc import BundleError
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,10 @@ class ServeOptions:
     review_budget: float = REVIEW_BUDGET
     namespaces: str | None = None  # the published namespace labels (file, or the mounted directory)
     namespace_labels_max_age: float = nsfacts.MAX_AGE
+    # The admission seal's keys (webhook.seal): a file of "<id> <base64 key>" lines, the first signs.
+    # None: <cert_dir>/seal.keys, made with a fresh key when absent (for a local server only: the
+    # replicas of a deployment must share one file, mounted from a Secret).
+    seal_keys: str | None = None
 
 
 @dataclass(slots=True)
@@ -95,6 +100,9 @@ class State:
     facts_error: str = ""
     facts_stamp: tuple[Any, ...] | None = None  # None: never looked
     loaded: Bundle | None = None
+    keys: Keyring = OFFLINE  # replaced by prepare() with the server's own before it serves
+    keys_path: Path | None = None
+    keys_stamp: tuple[Any, ...] = ()
 
 
 STATE = web.AppKey("state", State)
@@ -124,7 +132,7 @@ def _bad(status: int, message: str) -> Answer:
 
 
 def answer(raw: bytes, bundle: Bundle | None, phase: Phase, budget: float = REVIEW_BUDGET,
-           arm: Callable[[], None] | None = None) -> Answer:
+           arm: Callable[[], None] | None = None, keys: Keyring = OFFLINE) -> Answer:
     """Decide one raw body: a review's answer, or a 4xx/503 with a JSON message. Total:
     whatever the bytes, this returns (the fuzz test holds it to that). ``arm`` is called
     when the policies start: from then on the caller may raise OutOfBudget in here."""
@@ -145,7 +153,8 @@ def answer(raw: bytes, bundle: Bundle | None, phase: Phase, budget: float = REVI
     try:
         if arm is not None:
             arm()
-        decision = decide(body, bundle, phase=phase, over_budget=lambda: time.perf_counter() > deadline)
+        decision = decide(body, bundle, phase=phase, over_budget=lambda: time.perf_counter() > deadline,
+                          keys=keys)
         out = encode_review(decision)
     except BadReview as e:
         return _bad(400, str(e))
@@ -177,9 +186,10 @@ class LargeReviews:
         self._thread = threading.Thread(target=self._serve, name="large-reviews", daemon=True)
         self._thread.start()
 
-    def submit(self, raw: bytes, bundle: Bundle | None, phase: Phase, budget: float) -> Future[Answer]:
+    def submit(self, raw: bytes, bundle: Bundle | None, phase: Phase, budget: float,
+               keys: Keyring) -> Future[Answer]:
         future: Future[Answer] = Future()
-        self._jobs.put((future, (raw, bundle, phase, budget)))
+        self._jobs.put((future, (raw, bundle, phase, budget, keys)))
         return future
 
     def stop(self) -> None:
@@ -197,7 +207,7 @@ class LargeReviews:
             item = self._jobs.get()
             if item is None:
                 return
-            future, (raw, bundle, phase, budget) = item
+            future, (raw, bundle, phase, budget, keys) = item
             job += 1
             timers: list[threading.Timer] = []
 
@@ -210,7 +220,7 @@ class LargeReviews:
             result: Answer | None = None
             try:
                 try:
-                    result = answer(raw, bundle, phase, budget, arm)
+                    result = answer(raw, bundle, phase, budget, arm, keys)
                 finally:
                     with self._lock:
                         self._running = 0
@@ -300,7 +310,7 @@ def _admission(phase: Phase) -> Any:
             if isinstance(raw, Answer):
                 request[SEEN] = raw
                 return _respond(raw)
-            request[SEEN] = seen = answer(raw, state.bundle, phase, state.review_budget)
+            request[SEEN] = seen = answer(raw, state.bundle, phase, state.review_budget, keys=state.keys)
             return _respond(seen)
         # A large (or chunked) body: at most LARGE_IN_FLIGHT held at once, decided in the
         # worker thread so the event loop keeps answering health probes and small reviews.
@@ -309,7 +319,8 @@ def _admission(phase: Phase) -> Any:
             if isinstance(raw, Answer):
                 request[SEEN] = raw
                 return _respond(raw)
-            seen = await asyncio.wrap_future(app[WORKER].submit(raw, state.bundle, phase, state.review_budget))
+            seen = await asyncio.wrap_future(app[WORKER].submit(raw, state.bundle, phase, state.review_budget,
+                                                                state.keys))
             del raw
         request[SEEN] = seen
         return _respond(seen)
@@ -559,6 +570,30 @@ def reload_certificate(state: State) -> bool:
     return True
 
 
+def reload_keys(state: State) -> bool:
+    """Load the seal keys if their file changed; keep the keys in force when it cannot be read or
+    parsed (a Secret being rewritten, a bad edit), saying so in the log."""
+    path = state.keys_path
+    if path is None:
+        return False
+    try:
+        st = os.stat(path)
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if stamp == state.keys_stamp:
+            return False
+        keys = parse_keyring(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, SealKeyError) as e:
+        if state.keys is OFFLINE:
+            raise RuntimeError(f"cannot load the admission seal keys: {e}") from e
+        log.error("seal keys rejected, keeping the ones in force: %s", e)
+        state.keys_stamp = ()
+        return False
+    state.keys, state.keys_stamp = keys, stamp
+    log.info("seal keys loaded", extra={"fields": {"signing": keys.current,
+                                                   "verifying": ",".join(k for k, _ in keys.keys)}})
+    return True
+
+
 def _ssl_context() -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -574,6 +609,7 @@ async def _watch(app: web.Application, interval: float) -> None:
             await loop.run_in_executor(None, reload_bundle, state)
             await loop.run_in_executor(None, reload_facts, state, time.time())
             reload_certificate(state)
+            reload_keys(state)
         except Exception:  # never let the watcher die
             log.exception("reload check failed")
 
@@ -586,6 +622,14 @@ def prepare(options: ServeOptions) -> State:
                   namespaces=Path(options.namespaces) if options.namespaces else None,
                   namespace_labels_max_age=options.namespace_labels_max_age)
     ensure_certs(state.cert_dir, dns_names=list(options.dns_names))
+    if options.seal_keys is None:
+        state.keys_path = ensure_seal_keys(state.cert_dir / "seal.keys")
+    else:
+        state.keys_path = Path(options.seal_keys)
+        if not state.keys_path.is_file():
+            raise RuntimeError(f"seal keys {state.keys_path}: no such file; mount the batchgate-seal Secret "
+                               "there (docs/deploy.md), or make one with `batchgate seal-key > FILE`")
+    reload_keys(state)  # raises: without its keys the server cannot tell admitted templates
     state.bundle = state.loaded = load_bundle(state.policies)  # a bad bundle at start is fatal: nothing to serve
     reload_facts(state, time.time())  # missing or bad labels are not fatal: selector grants fail closed
     update_view(state, time.time(), force=True)

@@ -206,6 +206,22 @@ def controller_kind(obj: Any) -> str | None:
     return str(ref.get("kind") or "") if ref is not None else None
 
 
+# The kinds whose controllers make pods (or workloads) from a pod template someone wrote: what they
+# make carries that template's admission seal (webhook.seal), or was never judged as its writer.
+TEMPLATE_OWNERS = frozenset({("apps", "ReplicaSet"), ("apps", "StatefulSet"), ("apps", "DaemonSet"),
+                             ("apps", "Deployment"), ("batch", "Job"), ("batch", "CronJob"),
+                             ("", "ReplicationController")})
+
+
+def made_from_template(obj: Any) -> bool:
+    """The controlling owner is a kind that makes its pods from a pod template (TEMPLATE_OWNERS)."""
+    ref = controller_of(obj)
+    if ref is None:
+        return False
+    group = str(ref.get("apiVersion") or "").rpartition("/")[0]
+    return (group, str(ref.get("kind") or "")) in TEMPLATE_OWNERS
+
+
 # API groups of Kubernetes' own workload controllers; any other controlling owner is a
 # custom resource run by an operator.
 BUILTIN_GROUPS = ("", "apps", "batch", "batchgate.io")

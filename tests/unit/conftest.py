@@ -27,6 +27,8 @@ from webhook.bundle import Bundle
 from webhook.engine import Decision, Phase, decide
 from webhook.offline import Caller, synthetic_review
 from webhook.rules import load_bundle
+from webhook.seal import OFFLINE, Keyring, projection, seal
+from webhook.workloads import shape_of
 from webhook.yamlsrc import BundleError
 
 
@@ -43,6 +45,22 @@ def decided(review: dict[str, Any], bundle: Bundle, *, phase: Phase = "check") -
         again["request"]["object"] = d.obj
         assert decide(again, bundle, phase="mutate").patch == [], "a second pass must be a no-op"
     return d
+
+
+def sealed(obj: dict[str, Any], namespace: str = "demo", keys: Keyring = OFFLINE) -> dict[str, Any]:
+    """``obj`` (a Pod, or a workload's pod template) with the seal the webhook would have written on
+    the template it came from: what a controller's copy of an admitted template carries."""
+    group = str(obj.get("apiVersion") or "v1").rpartition("/")[0]
+    shape = shape_of(group, obj["kind"])
+    assert shape is not None
+    out = copy.deepcopy(obj)
+    data = projection(out, shape, namespace)
+    assert data is not None
+    meta = out
+    for key in shape.pod_meta:
+        meta = meta.setdefault(key, {})
+    meta.setdefault("annotations", {})["batchgate.io/admitted"] = seal(keys, data)
+    return out
 
 
 def checked_decide(bundle: Bundle, obj: dict[str, Any], caller: Caller) -> Decision:

@@ -21,6 +21,7 @@ from tests.conftest import fixture
 from webhook import server, units
 from webhook.engine import decide
 from webhook.server import MAX_BODY, MAX_CONTAINERS, answer
+from webhook.seal import OFFLINE
 
 
 def review(name: str = "pod-create-by-user.mutate.json") -> dict[str, Any]:
@@ -242,14 +243,14 @@ def test_a_large_review_stuck_in_one_policy_is_interrupted_at_its_budget(bundle)
     worker = server.LargeReviews()
     try:
         started = time.perf_counter()
-        out = worker.submit(raw, bundle, "mutate", 0.5).result(timeout=60)  # the shape check of
+        out = worker.submit(raw, bundle, "mutate", 0.5, OFFLINE).result(timeout=60)  # the shape check of
         # 20,000 containers takes ~50 ms of it; kata-cpu on them takes seconds
         took = time.perf_counter() - started
         assert out.status == 200 and out.decision is not None
         assert ("kata-cpu", "timeout") in out.decision.outcomes
         # the thread is free again and a small review goes through whole
         small = json.dumps(review()).encode()
-        again = worker.submit(small, bundle, "mutate", 5.0).result(timeout=30)
+        again = worker.submit(small, bundle, "mutate", 5.0, OFFLINE).result(timeout=30)
         assert again.status == 200 and again.outcome == "mutated"
         assert "timeout" not in {o for _, o in again.decision.outcomes}  # type: ignore[union-attr]
     finally:

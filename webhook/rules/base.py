@@ -60,9 +60,18 @@ class Ctx:
     queue_explicit: bool  # the user set the queue label
     namespace_rule: NamespaceRule | None  # the bundle's rule for this namespace, if any
     admin: bool  # in the bundle's admins
-    from_controller: bool  # a Pod (or ReplicaSet, Job) a controller made from an admitted template
+    from_controller: bool  # a Pod (or ReplicaSet, Job) that a listed controller made from its owner
     old_object: dict[str, Any] | None
     uid: str = ""  # the request's uid: unique per admission request (seeds names chosen at admission)
+    # Made by a controller from a template this webhook judged as its writer (the seal verifies,
+    # or an owner batchgate does not seal): checks that depend on who asks are not made again.
+    # A controller's object whose template is not sealed is judged with no one's grants
+    # (``unsealed``: username "" in group system:authenticated, not an admin).
+    trusted: bool = False
+    unsealed: bool = False
+    # UPDATE: the old object's pod template was judged (its seal verifies); an UPDATE of one that
+    # was not is judged whole, as a CREATE, not only for what it adds.
+    old_judged: bool = True
 
     @property
     def subject(self) -> str:
@@ -84,6 +93,9 @@ class RuleType:
     # where the pod template may change and did (the engine skips it otherwise).
     decides_pod: bool = False
     default_failure_policy: Literal["Ignore", "Fail"] = "Ignore"
+    # Its validate skips objects a controller made from a sealed template (``ctx.trusted``): the
+    # webhook seals a template only when this check passes on it (webhook.seal).
+    sealed_check: bool = False
     order: int = 50  # mutating policies run in this order (then by name)
 
 

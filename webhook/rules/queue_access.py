@@ -62,11 +62,11 @@ def asked(obj: Any, ctx: Ctx) -> tuple[set[str], bool]:
 
 
 def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
-    if ctx.admin or ctx.from_controller or _made_by(settings, obj, ctx):
+    if ctx.admin or ctx.trusted or _made_by(settings, obj, ctx):
         return []
     bundle = ctx.bundle
     named, exclusive = asked(obj, ctx)
-    if ctx.operation == "UPDATE" and ctx.old_object is not None:
+    if ctx.operation == "UPDATE" and ctx.old_object is not None and ctx.old_judged:
         before, was_exclusive = asked(ctx.old_object, ctx)
         judged = named - before
         exclusive_in = named if exclusive and not was_exclusive else (judged if exclusive else set())
@@ -118,6 +118,9 @@ def _made_by(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> bool:
 
 
 def _you(ctx: Ctx) -> str:
+    if ctx.unsealed:
+        return (f"a controller made this {ctx.kind} in namespace {ctx.namespace} from a template "
+                "with no valid seal, so no one's grants apply")
     prefix = "system:serviceaccount:"
     who = (f"service account {ctx.username[len(prefix):].replace(':', '/', 1)}"
            if ctx.username.startswith(prefix) else ctx.username or "an anonymous caller")
@@ -155,5 +158,6 @@ TYPE = RuleType(
     default_kinds=(*ALL_POD_TEMPLATE_KINDS, ("batchgate.io", "v1alpha1", "ScavengerJob")),
     default_operations=("CREATE", "UPDATE"),
     default_failure_policy="Fail",
+    sealed_check=True,
     order=10,
 )

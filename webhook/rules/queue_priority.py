@@ -69,7 +69,7 @@ def validate(settings: None, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
         return []
     spec = dig(obj, ctx.shape.pod_spec) or {}
     chosen = _chosen(spec.get("priorityClassName"), ctx)
-    if not chosen or chosen == ctx.queue.priority_class or ctx.admin or ctx.from_controller:
+    if not chosen or chosen == ctx.queue.priority_class or ctx.admin or ctx.trusted:
         return []
     pc = bundle.priority_classes.get(chosen)
     reason = "is reserved for admins" if pc and pc.admin_only else (
@@ -123,5 +123,6 @@ TYPE = RuleType(
     mutate_operations=("CREATE", "UPDATE"),
     decides_pod=True,
     default_failure_policy="Fail",
+    sealed_check=True,
     order=10,
 )

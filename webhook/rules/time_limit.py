@@ -208,7 +208,7 @@ def _backstop(settings: Settings, draft: Draft, ctx: Ctx, queue: Queue) -> list[
 
 def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
     queue, shape = ctx.queue, ctx.shape
-    if queue is None or shape is None or ctx.from_controller or _exempt(settings, obj, ctx):
+    if queue is None or shape is None or ctx.trusted or _exempt(settings, obj, ctx):
         return []  # a controller's Pod comes from a template that was checked as the workload
     findings: list[Finding] = []
     seen: set[str] = set()
@@ -251,5 +251,6 @@ TYPE = RuleType(
     mutate=mutate,
     validate=validate,
     default_failure_policy="Fail",
+    sealed_check=True,
     order=20,
 )

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import POLICIES
-from tests.unit.conftest import checked_decide, decided, settings_error
+from tests.unit.conftest import checked_decide, decided, sealed, settings_error
 from webhook.bundle import Bundle
 from webhook.engine import Decision
 from webhook.offline import Caller, synthetic_review
@@ -251,10 +251,13 @@ def test_scavengerjob_is_judged_for_its_scavenger_queue(b):
 
 # -- controllers ---------------------------------------------------------------------
 def test_controller_made_objects_are_not_judged_again(b):
-    made = pod("interactive", exclusive="true", owner="ReplicaSet")
+    made = sealed(pod("interactive", exclusive="true", owner="ReplicaSet"))
     assert run(b, made, RS_CONTROLLER).allowed
     forged = run(b, made, MALLORY)  # a bare Pod claiming an owner is the user's Pod
     assert "queue 'interactive' is open to groups devs" in forged.message
+    unsealed = run(b, pod("interactive", exclusive="true", owner="ReplicaSet"), RS_CONTROLLER)
+    assert "queue 'interactive' is open to groups devs" in unsealed.message
+    assert "from a template with no valid seal, so no one's grants apply" in unsealed.message
     job = workload("Job", "scavenger")
     job["metadata"]["ownerReferences"] = [{"apiVersion": "batchgate.io/v1alpha1", "kind": "ScavengerJob",
                                            "name": "s", "uid": "u", "controller": True}]

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.conftest import POLICIES, fixture
-from tests.unit.conftest import checked_decide, decided, load_sample, only, settings_error
+from tests.unit.conftest import checked_decide, decided, load_sample, only, sealed, settings_error
 from webhook.bundle import Bundle
 from webhook.engine import Decision
 from webhook.offline import Caller
@@ -134,8 +134,10 @@ def test_real_fixture_with_a_foreign_class(qp):
 def test_controller_pods_are_not_rechecked(qp):
     obj = sample("pod-from-job.yaml")
     obj["spec"]["priorityClassName"], obj["spec"]["priority"] = "batchgate-urgent", 100000
-    d = run(qp, obj, user="system:kube-controller-manager", groups=("system:authenticated",))
+    d = run(qp, sealed(obj), user="system:kube-controller-manager", groups=("system:authenticated",))
     assert d.allowed and d.patch == []
+    d = run(qp, obj, user="system:kube-controller-manager", groups=("system:authenticated",))
+    assert "'batchgate-urgent' is reserved for admins" in d.message and "no valid batchgate.io/admitted" in d.message
 
 
 def test_bad_settings_name_file_line_field(tmp_path):

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import POLICIES, fixture
-from tests.unit.conftest import decided, only
+from tests.unit.conftest import decided, only, sealed
 from webhook.bundle import Bundle
 from webhook.engine import Decision
 from webhook.offline import Caller, synthetic_review
@@ -165,8 +165,10 @@ def test_a_user_pod_merely_claiming_a_service_owner_is_not_exempt(tl, owner):
 
 def test_the_patch_is_what_the_api_server_gets(tl):
     d = run(tl, job({ANN: "6h"}), phase="mutate")
+    seal = d.obj["spec"]["template"]["metadata"]["annotations"]["batchgate.io/admitted"]
+    assert d.obj == sealed(d.obj)  # the seal a controller's copy of the template will verify
     assert d.patch == [
-        {"op": "add", "path": "/spec/template/metadata/annotations", "value": {ANN: "6h"}},
+        {"op": "add", "path": "/spec/template/metadata/annotations", "value": {ANN: "6h", "batchgate.io/admitted": seal}},
         {"op": "add", "path": "/spec/template/spec/containers/0/env", "value": [
             {"name": "BATCHGATE_QUEUE", "value": "batch"}, {"name": "BATCHGATE_TIME_LIMIT", "value": "6h"}]},
         {"op": "add", "path": "/spec/template/spec/activeDeadlineSeconds", "value": BATCH_BACKSTOP},
@@ -208,7 +210,9 @@ def test_one_value_in_two_places_is_reported_once(tl):
 
 def test_controller_pods_are_not_denied(tl):
     # Their template was checked as the workload; denying the Pod would only stall the Job.
-    assert run(tl, pod({ANN: "8d"}, owner="Job"), user=CONTROLLER).allowed
+    # (A template over the maximum is never sealed: a Pod from one is judged.)
+    assert run(tl, sealed(pod({ANN: "8d"}, owner="Job")), user=CONTROLLER).allowed
+    assert not run(tl, pod({ANN: "8d"}, owner="Job"), user=CONTROLLER).allowed
     assert not run(tl, pod({ANN: "8d"}, owner="Job"), user="alice").allowed
 
 
