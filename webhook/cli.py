@@ -85,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "skipped with a note. Exit 0 all allowed, 1 any denial, 2 usage or bundle error or "
                        "an unusable input (unreadable, invalid YAML, an object without apiVersion or kind); "
                        "every other document is still decided. Note: the API server's own plugins (service-account token injection, "
-                       "Priority, RuntimeClass overhead) run before webhooks in a cluster and not here.")
+                       "Priority, RuntimeClass overhead) run before webhooks in a cluster and not here. Admitted pod "
+                       "templates show the admission seal (batchgate.io/admitted) made with the published "
+                       "key 'offline', which no cluster accepts: a cluster's webhook seals with its own.")
     c.add_argument("files", nargs="+", metavar="FILE", help="YAML or JSON manifests; - for stdin")
     c.add_argument("--policies", default=None, help=POLICIES_HELP)
     c.add_argument("-o", "--output", choices=("yaml", "json", "diff"), default="yaml")

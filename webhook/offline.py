@@ -22,6 +22,7 @@ import yaml
 from . import nsfacts
 from .bundle import Bundle, Policy
 from .engine import PHASES, BadReview, Decision, Phase, decide
+from .seal import OFFLINE, Keyring
 from .yamlsrc import BundleError, Node, load_documents, read_file
 
 PLURALS = {"Pod": "pods", "Job": "jobs", "CronJob": "cronjobs", "ScavengerJob": "scavengerjobs",
@@ -105,12 +106,13 @@ def with_namespace_labels(bundle: Bundle, facts: nsfacts.Facts | None, problem: 
     return dataclasses.replace(bundle, namespace_facts=nsfacts.view(bundle.selectors, facts, when, problem=problem))
 
 
-def check_object(obj: Any, bundle: Bundle, caller: Caller) -> Decision:
+def check_object(obj: Any, bundle: Bundle, caller: Caller, keys: Keyring = OFFLINE) -> Decision:
+    """``keys``: the admission seal's (webhook.seal); offline, the published OFFLINE key."""
     if not isinstance(obj, dict) or not obj.get("kind") or not obj.get("apiVersion"):
         raise BadReview("each document must be a Kubernetes object with apiVersion and kind")
     if obj["kind"] == "AdmissionReview":  # a captured request: decide it exactly as sent
-        return decide(obj, bundle, phase="check")
-    return decide(synthetic_review(obj, caller), bundle, phase="check")
+        return decide(obj, bundle, phase="check", keys=keys)
+    return decide(synthetic_review(obj, caller), bundle, phase="check", keys=keys)
 
 
 # Files that sit among manifests but are not API objects: kustomize's own configuration

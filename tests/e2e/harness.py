@@ -55,6 +55,7 @@ from tests.conftest import kustomize
 from webhook.bundle import Bundle
 from webhook.engine import Decision
 from webhook.offline import Caller, check_object
+from webhook.seal import Keyring, parse_keyring
 from webhook.units import parse_quantity
 
 PAUSE = "registry.k8s.io/pause:3.2"
@@ -89,11 +90,15 @@ NOT_APPLIED = {"Deployment", "MutatingWebhookConfiguration", "ValidatingWebhookC
 class WebhookServer:
     """``python -m webhook serve`` as a child process (its own process group)."""
 
-    def __init__(self, workdir: Path, *, policies: Path, port: int | None = None, args: tuple[str, ...] = ()):
+    def __init__(self, workdir: Path, *, policies: Path, port: int | None = None, args: tuple[str, ...] = (),
+                 seal_keys: Path | None = None):
         self.workdir = workdir
         self.policies = policies
         self.args = args  # more `serve` flags
         self.cert_dir = workdir / "certs"
+        # The admission seal's keys: by default made in cert_dir by the server; a second server that
+        # judges what the session's server sealed must share its file.
+        self.seal_keys = seal_keys
         self.port = port or free_port()
         self.log = workdir / "webhook.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -115,6 +120,8 @@ class WebhookServer:
         args = [sys.executable, "-m", "webhook", "serve", "--host", "127.0.0.1",
                 "--port", str(self.port), "--policies", str(self.policies),
                 "--cert-dir", str(self.cert_dir), *self.args]
+        if self.seal_keys is not None:
+            args += ["--seal-keys", str(self.seal_keys)]
         with open(self.log, "ab") as f:
             f.write(f"# {' '.join(args)}\n".encode())
             f.flush()
@@ -494,9 +501,16 @@ def groups_of(user: str) -> tuple[str, ...]:
 
 def predict(hook: Webhook, obj: Mapping[str, Any], *, user: str = "alice",
             namespace: str, operation: str = "CREATE") -> Decision:
-    """What ``batchgate check`` (the same engine, offline) decides for this request."""
+    """What ``batchgate check`` (the same engine, offline) decides for this request, sealing with
+    the server's keys (so that the admission seal is predicted too)."""
     return check_object(copy.deepcopy(dict(obj)), hook.bundle, Caller(
-        operation=operation, username=user, groups=groups_of(user), namespace=namespace))
+        operation=operation, username=user, groups=groups_of(user), namespace=namespace),
+        keys=seal_keys(hook.server))
+
+
+def seal_keys(server: WebhookServer) -> Keyring:
+    """The admission seal's keys a webhook server runs with."""
+    return parse_keyring((server.seal_keys or server.cert_dir / "seal.keys").read_text())
 
 
 # Label and annotation keys the API server and controllers (not batchgate) add: a Job's

@@ -36,6 +36,7 @@ from harness import (
     pod,
     pods_path,
     predict,
+    seal_keys,
     unique,
 )
 
@@ -763,7 +764,8 @@ def controller_patch(hook, p: dict[str, Any], ns: str) -> list[dict[str, Any]]:
     obj["spec"] = {k: v for k, v in obj["spec"].items() if k != "nodeName"}
     user = "system:serviceaccount:kube-system:job-controller"
     return decide(synthetic_review(obj, Caller(username=user, groups=("system:serviceaccounts",),
-                                               namespace=ns)), hook.bundle, phase="mutate").patch
+                                               namespace=ns)), hook.bundle, phase="mutate",
+                  keys=seal_keys(hook.server)).patch
 
 
 def test_exclusive_job_pods_get_no_patch_of_their_own(kube, webhook_server, ns, exclusive_job_pods):

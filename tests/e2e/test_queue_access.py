@@ -67,7 +67,9 @@ def closed_bundle(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def ns(kube: Any, webhook_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     workdir = tmp_path_factory.mktemp("queue-access")
-    server = WebhookServer(workdir, policies=closed_bundle(workdir)).start()
+    # The session server (which mutates, and so seals) and this one share the seal keys.
+    server = WebhookServer(workdir, policies=closed_bundle(workdir),
+                           seal_keys=webhook_server.server.cert_dir / "seal.keys").start()
     _, validating = webhook_configurations(server.ca_bundle, url=server.url)
     validating["metadata"]["name"] = CONFIG
     hooks = {"create.validate.batchgate.io": CREATE_HOOK, "update.validate.batchgate.io": UPDATE_HOOK}

@@ -20,8 +20,8 @@ import pytest
 from tests.conftest import fixture
 from webhook import server, units
 from webhook.engine import decide
-from webhook.server import MAX_BODY, MAX_CONTAINERS, answer
 from webhook.seal import OFFLINE
+from webhook.server import MAX_BODY, MAX_CONTAINERS, answer
 
 
 def review(name: str = "pod-create-by-user.mutate.json") -> dict[str, Any]:

@@ -15,6 +15,7 @@ import pytest
 from tests.conftest import POLICIES, fixture
 from webhook import metrics
 from webhook.certs import ensure_certs
+from webhook.seal import OFFLINE
 from webhook.server import (
     MAX_BODY,
     ServeOptions,
@@ -23,6 +24,7 @@ from webhook.server import (
     prepare,
     reload_bundle,
     reload_certificate,
+    reload_keys,
 )
 
 
@@ -288,3 +290,45 @@ async def test_middleware_times_every_path_errors_included(aiohttp_client, state
     assert 'batchgate_http_request_duration_seconds_count{code="500",path="other"}' in text
     assert 'batchgate_http_request_duration_seconds_count{code="400",path="/mutate"}' in text
     assert server.metrics.REQUESTS.value("/mutate", "", "bad_request") >= 1
+
+
+# -- the admission seal's keys --------------------------------------------------------------
+def test_a_local_server_makes_its_seal_keys_and_a_deployed_one_needs_its_file(tmp_path, state):
+    made = tmp_path / "certs" / "seal.keys"
+    assert made.is_file() and oct(made.stat().st_mode & 0o777) == "0o600"
+    assert state.keys.current.startswith("k") and state.keys is not OFFLINE
+    policies = tmp_path / "policies"
+    with pytest.raises(RuntimeError, match=r"seal keys .*missing\.keys: no such file; mount the batchgate-seal Secret"):
+        prepare(ServeOptions(policies=str(policies), cert_dir=str(tmp_path / "certs"),
+                             seal_keys=str(tmp_path / "missing.keys")))
+    bad = tmp_path / "bad.keys"
+    bad.write_text("k1 c2hvcnQ=\n")
+    with pytest.raises(RuntimeError, match=r"bad\.keys:1: key 'k1' has 5 bytes"):
+        prepare(ServeOptions(policies=str(policies), cert_dir=str(tmp_path / "certs"), seal_keys=str(bad)))
+
+
+def test_rotated_keys_are_picked_up_and_a_bad_edit_keeps_them(state):
+    path = state.keys_path
+    assert path is not None
+    first = state.keys.current
+    new = f"next {base64.b64encode(b'n' * 32).decode()}"
+    path.write_text(f"{new}\n{path.read_text()}")
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
+    assert reload_keys(state) and state.keys.current == "next" and state.keys.key(first) is not None
+    path.write_text("garbage\n")
+    assert not reload_keys(state) and state.keys.current == "next"
+
+
+async def test_the_handler_seals_with_the_servers_keys(client, state):
+    body = fixture("pod-create-by-user.mutate.json")
+    body["request"]["kind"] = {"group": "apps", "version": "v1", "kind": "Deployment"}
+    pod = body["request"]["object"]
+    body["request"]["object"] = {"apiVersion": "apps/v1", "kind": "Deployment",
+                                 "metadata": {"name": "d", "namespace": pod["metadata"].get("namespace", "demo")},
+                                 "spec": {"selector": {"matchLabels": {"a": "b"}},
+                                          "template": {"metadata": {"labels": {"a": "b"}}, "spec": pod["spec"]}}}
+    r = await client.post("/mutate", json=body)
+    out = await r.json()
+    patch = json.loads(base64.b64decode(out["response"]["patch"]))
+    seals = [op["value"] for op in patch if op["path"] == "/spec/template/metadata/annotations"]
+    assert seals and seals[0]["batchgate.io/admitted"].startswith(state.keys.current + ".")
