@@ -25,7 +25,7 @@ import base64
 import hashlib
 import hmac
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .contract import EXCLUSIVE_LABEL, QUEUE_LABEL, SEAL_ANNOTATION, TIME_LIMIT_ANNOTATION
@@ -45,10 +45,18 @@ class Keyring:
     """Seal keys by id; ``keys[0]`` signs, all verify (current first, then previous ones)."""
 
     keys: tuple[tuple[str, bytes], ...]
+    # Per key id, SHA-256 states after the HMAC inner and outer pads (RFC 2104): a MAC is then two
+    # copies and updates, no HMAC object (this runs on every pod a controller makes).
+    _pads: dict[str, tuple[Any, Any]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.keys:
             raise SealKeyError("a keyring needs at least one key")
+        pads = {}
+        for kid, secret in self.keys:
+            block = (hashlib.sha256(secret).digest() if len(secret) > 64 else secret).ljust(64, b"\0")
+            pads[kid] = (hashlib.sha256(bytes(b ^ 0x36 for b in block)), hashlib.sha256(bytes(b ^ 0x5C for b in block)))
+        object.__setattr__(self, "_pads", pads)
 
     @property
     def current(self) -> str:
@@ -132,14 +140,20 @@ def projection(obj: Any, shape: Shape, namespace: str) -> bytes | None:
     return "\n".join(["v1", *(f"={v}" if isinstance(v, str) and "\n" not in v else f"-{v!r}" for v in fields)]).encode()
 
 
-def _mac(secret: bytes, data: bytes) -> str:
-    return base64.urlsafe_b64encode(hmac.new(secret, data, hashlib.sha256).digest()).rstrip(b"=").decode()
+def _mac(keys: Keyring, kid: str, data: bytes) -> str:
+    """HMAC-SHA256 of ``data`` under key ``kid`` (hmac.digest's value), base64url."""
+    inner_pad, outer_pad = keys._pads[kid]
+    inner = inner_pad.copy()
+    inner.update(data)
+    outer = outer_pad.copy()
+    outer.update(inner.digest())
+    return base64.urlsafe_b64encode(outer.digest()).rstrip(b"=").decode()
 
 
 def seal(keys: Keyring, data: bytes) -> str:
     """The annotation value: ``<key id>.<MAC>``."""
-    kid, secret = keys.keys[0]
-    return f"{kid}.{_mac(secret, data)}"
+    kid = keys.current
+    return f"{kid}.{_mac(keys, kid, data)}"
 
 
 def verifies(keys: Keyring, value: Any, data: bytes | None) -> bool:
@@ -147,8 +161,9 @@ def verifies(keys: Keyring, value: Any, data: bytes | None) -> bool:
     if data is None or not isinstance(value, str):
         return False
     kid, dot, mac = value.rpartition(".")
-    secret = keys.key(kid) if dot and len(mac) == MAC_CHARS else None
-    return secret is not None and hmac.compare_digest(_mac(secret, data), mac)
+    if not dot or len(mac) != MAC_CHARS or kid not in keys._pads:
+        return False
+    return hmac.compare_digest(_mac(keys, kid, data), mac)
 
 
 def seal_of(obj: Any, shape: Shape) -> Any:

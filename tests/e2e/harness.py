@@ -513,6 +513,18 @@ def seal_keys(server: WebhookServer) -> Keyring:
     return parse_keyring((server.seal_keys or server.cert_dir / "seal.keys").read_text())
 
 
+def assert_pod_sealed(hook: Webhook, pod: Mapping[str, Any], ns: str) -> None:
+    """A pod a controller made carries its template's admission seal, and it verifies against the
+    pod's own fields as the API server stored them (what the webhook checked at its CREATE)."""
+    from webhook.seal import projection, verifies
+    from webhook.workloads import shape_of
+
+    shape = shape_of("", "Pod")
+    assert shape is not None
+    value = (pod["metadata"].get("annotations") or {}).get("batchgate.io/admitted")
+    assert verifies(seal_keys(hook.server), value, projection(pod, shape, ns)), (pod["metadata"]["name"], value)
+
+
 # Label and annotation keys the API server and controllers (not batchgate) add: a Job's
 # template labels, a Deployment's revision, a ReplicaSet's pod-template-hash, the generation a
 # DaemonSet's strategy records.

@@ -16,6 +16,7 @@ from cluster import KubeApiError, require_components, wait_for
 from harness import (
     QUEUE_LABEL,
     assert_matches_prediction,
+    assert_pod_sealed,
     container,
     create_and_read,
     cronjob,
@@ -105,6 +106,7 @@ def test_pods_get_what_the_admitted_template_says(kube, webhook_server, ns, make
         o["uid"] == uid for o in p["metadata"].get("ownerReferences") or []))
     for p in pods:
         assert what_pods_get(p) == want, p["metadata"]["name"]
+        assert_pod_sealed(webhook_server, p, ns)
     if obj["kind"] == "Deployment":
         time.sleep(3)  # a ReplicaSet rewritten at admission would make the controller create another
         owned = [r for r in kube.get(f"/apis/apps/v1/namespaces/{ns}/replicasets")["items"]
@@ -219,6 +221,7 @@ def test_daemonset_pods_get_what_the_admitted_template_says(kube, webhook_server
         assert want["class"] == "batchgate-batch" and want["token"] is False and None not in want["shm"]
         (p,) = kube.wait_for_pods(ns, count=1, timeout=90, predicate=owned_by(stored["metadata"]["uid"]))
         assert what_pods_get(p) == want
+        assert_pod_sealed(webhook_server, p, ns)
         assert cpus(p["spec"]) == cpus(template["spec"])
         assert "activeDeadlineSeconds" not in p["spec"]  # a service's pods get no time limit
     finally:
@@ -244,6 +247,7 @@ def test_cronjob_pods_get_what_the_admitted_template_says(kube, webhook_server, 
                                    if owned_by(uid)(j)] or None, 80, message="the CronJob's Job")
         (p,) = kube.wait_for_pods(ns, count=1, timeout=60, predicate=owned_by(job["metadata"]["uid"]))
         assert what_pods_get(p) == want
+        assert_pod_sealed(webhook_server, p, ns)  # CronJob -> Job -> Pod
         assert cpus(p["spec"]) == cpus(template["spec"]) and p["spec"]["overhead"]["cpu"] == "250m"
         assert p["spec"].get("activeDeadlineSeconds") == template["spec"].get("activeDeadlineSeconds")
     finally:

@@ -280,3 +280,12 @@ def _bundle_with_interactive_closed() -> Any:
     queues = dict(b.queues)
     queues["interactive"] = dataclasses.replace(queues["interactive"], access=Access((Grant(groups=("hpc",)),)))
     return dataclasses.replace(b, queues=queues)
+
+
+def test_the_mac_is_hmac_sha256():
+    import hmac
+
+    for secret in (b"k" * 32, b"long" * 40):  # a key longer than SHA-256's block is hashed first
+        ring = Keyring((("a", secret),))
+        want = base64.urlsafe_b64encode(hmac.digest(secret, b"some data", "sha256")).rstrip(b"=").decode()
+        assert seal(ring, b"some data") == f"a.{want}"
