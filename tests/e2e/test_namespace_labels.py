@@ -82,7 +82,8 @@ def site(kube: Any, webhook_server: Any, tmp_path_factory: pytest.TempPathFactor
     workdir = tmp_path_factory.mktemp("namespace-labels")
     policies = labelled_bundle(workdir)
     mount = Mount(workdir / "namespaces")
-    server = WebhookServer(workdir, policies=policies, args=("--namespaces", str(mount.path))).start()
+    server = WebhookServer(workdir, policies=policies, args=("--namespaces", str(mount.path)),
+                           seal_keys=webhook_server.server.cert_dir / "seal.keys").start()  # shares its seal keys
     _, validating = webhook_configurations(server.ca_bundle, url=server.url)
     validating["metadata"]["name"] = CONFIG
     hooks = {"create.validate.batchgate.io": CREATE_HOOK, "namespaces.validate.batchgate.io": NAMESPACE_HOOK}
