@@ -111,6 +111,10 @@ class Grant:
             return False
         if self.selector is not None and not facts.selects(self.selector, namespace):
             return False
+        return self.admits_caller(user, groups)
+
+    def admits_caller(self, user: str, groups: tuple[str, ...]) -> bool:
+        """The identities alone (none listed: anyone)."""
         if not (self.users or self.groups or self.service_accounts):
             return True
         return (matches(self.users, user) or matches_any(self.groups, groups)
@@ -138,10 +142,12 @@ class Access:
     def admits(self, namespace: str, user: str, groups: tuple[str, ...], facts: NamespaceView = NO_FACTS) -> bool:
         return any(g.admits(namespace, user, groups, facts) for g in self.grants)
 
-    def why_not(self, namespace: str, facts: NamespaceView) -> str:
-        """Why a grant by namespace labels could not be judged here ('' when all could)."""
+    def why_not(self, namespace: str, user: str, groups: tuple[str, ...], facts: NamespaceView) -> str:
+        """Why a grant by namespace labels that would otherwise admit this caller here could not be
+        judged ('' when there is none: retrying would not help)."""
         for g in self.grants:
-            if g.selector is not None and (not g.namespaces or matches(g.namespaces, namespace)):
+            if (g.selector is not None and (not g.namespaces or matches(g.namespaces, namespace))
+                    and g.admits_caller(user, groups)):
                 why = facts.why_not(g.selector, namespace)
                 if why:
                     return why

@@ -208,6 +208,16 @@ def test_names_and_selector_in_one_grant_must_both_hold(lb):
     assert not decide_in(b, "cpu", ex, hpc).allowed
 
 
+def test_retrying_is_suggested_only_when_the_labels_could_admit_the_caller(lb):
+    """batch's whole nodes are for group hpc in gpu-* namespaces labelled tier=gold: for alice
+    (not in hpc) the labels are beside the point, and the denial does not send her to retry."""
+    b = with_namespace_labels(lb, facts({}, ("team", "tier")))  # gpu-1 not published
+    ex = pod("batch", exclusive="true")
+    assert "not yet published" in decide_in(b, "gpu-1", ex, ("h", ("hpc",))).message
+    msg = decide_in(b, "gpu-1", ex, ALICE).message
+    assert "open to groups hpc in namespaces gpu-* labelled tier=gold" in msg and "not yet published" not in msg
+
+
 def test_a_grant_by_a_label_the_facts_do_not_cover_yet_denies_and_says_so(lb):
     b = with_namespace_labels(lb, facts({"gold": {}}, ("team",)))  # published for an older bundle
     d = decide_in(b, "gold", pod("interactive"))

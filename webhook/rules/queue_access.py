@@ -105,7 +105,7 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
 def _why_not(access: Access, ctx: Ctx) -> str:
     """A grant by namespace labels that could not be judged (labels not published yet, stale):
     said, so that the user knows to retry rather than to ask for access."""
-    why = access.why_not(ctx.namespace, ctx.bundle.namespace_facts) if ctx.bundle.selectors else ""
+    why = access.why_not(ctx.namespace, ctx.username, ctx.groups, ctx.bundle.namespace_facts) if ctx.bundle.selectors else ""
     return f"{why}; " if why else ""
 
 
