@@ -16,11 +16,17 @@ Two figures:
    kube-scheduler (at each arrival or completion, the pending jobs in priority-then-age order,
    each placed now if it fits, keeping long jobs off nodes whose window they would run into),
    gives the true start times; at each arrival the shadow schedule is asked for that job's
-   estimate, from the state at that moment, three ways: every job running to its limit (as
-   Slurm's ``squeue --start``), runtimes predicted from the runs that ended well so far
-   (runtimes.py, as the reconciler does), and each job's exact runtime (the floor: what no
-   predictor can do better than). The error of a job that waited is
-   |estimate - true start| / true wait; median and p90 over those jobs, per seed.
+   estimate, from the state at that moment: ``limits``, every job running to its limit (as
+   Slurm's ``squeue --start``); ``predicted``, runtimes predicted from the runs seen so far (those
+   that ended well and those stopped at their limit; runtimes.py, as the reconciler does);
+   ``distribution``, the mean runtime of each program known exactly (200 runs drawn from its own
+   distribution: the best any predictor that learns per program can know, with nothing about
+   the run at hand); ``exact``, each job's exact runtime. ``arrivals`` is the start the same
+   scheduler would have given the job had nothing arrived after it: its error is what later
+   arrivals (with higher priority, or fitting sooner) change, which no estimate made at arrival
+   can know. The error of a job that waited is |estimate - true start| / true wait; median and
+   p90 over those jobs, per seed; then each estimate against ``arrivals`` instead of the true
+   start (its error with later arrivals out of the picture).
 
    Workload models (``--scenarios model:load,...``, load: the CPU-time offered as a share of the cluster; see ``workload``): ``repeat``, 30 users
    with weights 1/rank, each running 1-3 programs (a size 1-32 CPU, a limit 15 m-8 h, a typical
@@ -175,8 +181,9 @@ class Job:
     cpu: int
     limit: float
     runtime: float
-    ends_well: bool  # Complete: not failed, not stopped at its limit (only such runs teach the predictor)
+    ends_well: bool  # Complete: not failed, not stopped at its limit
     prio: int
+    share: float = 1.0  # its program's typical runtime, as a share of the limit
     start: float | None = None
     node: str | None = None
     estimates: dict[str, float | None] = dataclasses.field(default_factory=dict)
@@ -211,11 +218,11 @@ def workload(rng: random.Random, *, model: str, hours: float, load: float, capac
         else:
             runtime = min(limit * share * r.lognormvariate(0.0, sigma), limit)
             ends_well = runtime < limit
-        return user, program, cpu, limit, max(runtime, 1.0), ends_well, 1000 if r.random() < 1 / 3 else 0
+        return user, program, cpu, limit, max(runtime, 1.0), ends_well, 1000 if r.random() < 1 / 3 else 0, share
 
     # The arrival rate that offers ``load``: from the mean work of a job, on a pilot sample.
     pilot = random.Random(rng.random())
-    work = statistics.mean(cpu * runtime for _, _, cpu, _, runtime, _, _ in (draw(pilot) for _ in range(5000)))
+    work = statistics.mean(d[2] * d[4] for d in (draw(pilot) for _ in range(5000)))
     last.clear()
     rate = load * capacity / work  # jobs per second
     jobs: list[Job] = []
@@ -224,14 +231,22 @@ def workload(rng: random.Random, *, model: str, hours: float, load: float, capac
         t += rng.expovariate(rate)
         if t >= NOW + hours * HOUR:
             return jobs
-        user, program, cpu, limit, runtime, ends_well, prio = draw(rng)
-        jobs.append(Job(len(jobs), user, program, t, cpu, limit, runtime, ends_well, prio))
+        user, program, cpu, limit, runtime, ends_well, prio, share = draw(rng)
+        jobs.append(Job(len(jobs), user, program, t, cpu, limit, runtime, ends_well, prio, share=share))
+
+
+# The predictors compared: "predicted" learns from the runs that ended so far, as the reconciler
+# does; "distribution" knows, from the start, 200 runs of each program drawn as the model draws
+# them (what a predictor that had watched every program for ever would know; no per-run knowledge).
+PREDICTORS: dict[str, dict[str, Any]] = {"predicted": {}, "distribution": {}}
 
 
 def replay(rng: random.Random, *, model: str = "repeat", hours: float = 24, load: float = 0.6,
            sigma: float = SIGMA, n_nodes: int = 20, node_cpu: int = 64, margin: float = 300.0) -> dict[str, Any]:
     """Replay a day; the estimate each waiting job got on arrival, with and without predictions,
-    against its true start. Returns the errors (share of the wait) per variant and the load."""
+    against its true start, and against the start it would have had had no job arrived after it
+    (``alone``: what is left once later arrivals are out of the picture). Returns the errors
+    (share of the wait) per variant and the load."""
     import heapq
 
     from webhook.reconciler.runtimes import Predictor, Run, key_of, remember
@@ -252,17 +267,39 @@ def replay(rng: random.Random, *, model: str = "repeat", hours: float = 24, load
         return not (win.covers(n, {"rack": "a" if int(n[1:]) < 4 else "b"}) and win.start < at + limit + margin
                     and at < win.end)
 
-    def schedule(at: float) -> None:
-        pending.sort(key=lambda j: (-j.prio, j.arrive))
-        for j in list(pending):
-            for n in sorted(free, key=lambda x: -free[x]):
-                if free[n] >= j.cpu and fits_window(n, at, j.limit):
-                    free[n] -= j.cpu
-                    j.start, j.node = at, n
-                    running.append(j)
-                    pending.remove(j)
-                    heapq.heappush(events, (at + j.runtime, 1, j.id))
+    def greedy(at: float, queue: list[Job], room: dict[str, int]) -> list[tuple[Job, str]]:
+        """kube-scheduler at ``at``: the pending jobs in priority-then-age order, each started now
+        where it fits (the node with the most room); ``queue`` and ``room`` are updated."""
+        started: list[tuple[Job, str]] = []
+        queue.sort(key=lambda j: (-j.prio, j.arrive))
+        for j in list(queue):
+            for n in sorted(room, key=lambda x: -room[x]):
+                if room[n] >= j.cpu and fits_window(n, at, j.limit):
+                    room[n] -= j.cpu
+                    queue.remove(j)
+                    started.append((j, n))
                     break
+        return started
+
+    def schedule(at: float) -> None:
+        for j, n in greedy(at, pending, free):
+            j.start, j.node = at, n
+            running.append(j)
+            heapq.heappush(events, (at + j.runtime, 1, j.id))
+
+    def alone(target: Job, at: float) -> float | None:
+        """When ``target`` would start if nothing arrived after it: the same scheduler, run on."""
+        room, queue = dict(free), list(pending)
+        ends = [(x.start + x.runtime, x.id, x.node, x.cpu) for x in running if x.start is not None and x.node]
+        heapq.heapify(ends)
+        while ends:
+            t, _, n, c = heapq.heappop(ends)
+            room[n] += c
+            for x, n2 in greedy(t, queue, room):
+                if x is target:
+                    return t
+                heapq.heappush(ends, (t + x.runtime, x.id, n2, x.cpu))
+        return None
 
     def as_pod(j: Job) -> dict[str, Any]:
         p = pod(f"j{j.id}", cpu=j.cpu, limit=j.limit, node_name=j.node or "", started=j.start, priority=j.prio,
@@ -283,6 +320,25 @@ def replay(rng: random.Random, *, model: str = "repeat", hours: float = 24, load
             v = views[key] = pod_view(p)
         return v
 
+    def program_runs(j: Job, r: random.Random, n: int = 200) -> tuple[tuple[float, str, float], ...]:
+        """``n`` runs drawn from the program's own runtime distribution (as the model draws them; the
+        failures the reconciler never learns from left out): what a predictor that had seen the
+        program run for ever would know."""
+        out = []
+        for k in range(n):
+            if model == "iid":
+                x = j.limit * r.uniform(0.5, 1.0)
+            elif r.random() < 0.10 / 0.90:
+                x = j.limit
+            else:
+                x = min(j.limit * j.share * r.lognormvariate(0.0, sigma), j.limit)
+            out.append((float(k), f"d{k}", max(x, 1.0)))
+        return tuple(out)
+
+    dist_rng = random.Random(1)
+    dist_history = {key_of(u, None, prog): program_runs(j, dist_rng)
+                    for (u, prog), j in {(j.user, j.program): j for j in jobs}.items()} if "distribution" in PREDICTORS else {}
+
     busy = 0.0
     while events:
         at, kind, jid = heapq.heappop(events)
@@ -292,30 +348,44 @@ def replay(rng: random.Random, *, model: str = "repeat", hours: float = 24, load
             assert j.node is not None and j.start is not None
             free[j.node] += j.cpu
             busy += j.cpu * max(min(at, NOW + hours * HOUR) - j.start, 0.0)  # within the day
-            if j.ends_well:  # a Complete Job: what the reconciler learns from
+            # A Complete Job, or one the reconciler stopped at its limit (a censored run): what it learns from.
+            if j.ends_well or j.runtime >= j.limit:
                 history = remember(history, [Run(key_of(j.user, None, j.program), f"j{jid}", j.start, at)])
             schedule(at)
             continue
         pending.append(j)
         schedule(at)
         if j in pending:  # it waits: what does the shadow schedule say?
+            j.estimates["arrivals"] = alone(j, at)  # its error: what later arrivals alone change
             snap = Snapshot.of(pods=[view(x, False) for x in running + pending], nodes=nodes, windows=[mw_view])
             exact = Snapshot.of(pods=[view(x, True) for x in running + pending], nodes=nodes, windows=[mw_view])
             truth = Predictor.of({key_of(x.user, None, f"oracle/j{x.id}"): ((0.0, "", x.runtime),)
                                   for x in running + pending})
-            for variant, sn, predictor in (("limits", snap, None), ("predicted", snap, Predictor.of(history)),
-                                           ("exact", exact, truth)):
+            variants: list[tuple[str, Snapshot, Any]] = [("limits", snap, None)]
+            for name, opts in PREDICTORS.items():
+                variants.append((name, snap, Predictor.of(dist_history if name == "distribution" else history, **opts)))
+            variants.append(("exact", exact, truth))
+            for variant, sn, predictor in variants:
                 est = {e.workload.name: e.start for e in shadow_schedule(sn, at, [win], margin=margin,
                                                                           runtimes=predictor)}
                 j.estimates[variant] = est.get(f"j{jid}")
-    errors: dict[str, list[float]] = {"limits": [], "predicted": [], "exact": []}
+    errors: dict[str, list[float]] = {"limits": [], **{k: [] for k in PREDICTORS}, "exact": []}
+    apart: dict[str, list[float]] = {k: [] for k in errors}  # each estimate against ``alone``
+    early: dict[str, list[bool]] = {k: [] for k in errors}  # whether it said sooner than the truth
     for j in jobs:
         if j.start is None or j.start <= j.arrive:
             continue
+        wait = j.start - j.arrive
+        solo = j.estimates.get("arrivals")
         for variant, e in j.estimates.items():
-            if e is not None:
-                errors[variant].append(abs(e - j.start) / (j.start - j.arrive))
-    return {"errors": errors, "jobs": len(jobs), "utilisation": busy / (hours * HOUR * n_nodes * node_cpu),
+            if e is None:
+                continue
+            errors.setdefault(variant, []).append(abs(e - j.start) / wait)
+            early.setdefault(variant, []).append(e < j.start)
+            if variant != "arrivals" and solo is not None:
+                apart[variant].append(abs(e - solo) / wait)
+    return {"errors": errors, "apart": apart, "early": early, "jobs": len(jobs),
+            "utilisation": busy / (hours * HOUR * n_nodes * node_cpu),
             "waited": sum(1 for j in jobs if j.start is not None and j.start > j.arrive),
             "median_wait": statistics.median([j.start - j.arrive for j in jobs
                                               if j.start is not None and j.start > j.arrive] or [0.0])}
@@ -360,16 +430,22 @@ def main() -> int:
         for scenario in args.scenarios.split(","):
             model, load = scenario.split(":")
             pooled: dict[str, list[float]] = {}
+            apart: dict[str, list[float]] = {}
             for seed in range(args.seed, args.seed + args.seeds):
                 r = replay(random.Random(seed), model=model, load=float(load), sigma=args.sigma)
                 for k, v in r["errors"].items():
                     pooled.setdefault(k, []).extend(v)
+                for k, v in r["apart"].items():
+                    apart.setdefault(k, []).extend(v)
                 q = {k: quantiles(v) for k, v in r["errors"].items()}
                 print(f"  {model:6} load {float(load):.0%} seed {seed}: {r['jobs']} jobs, CPUs busy "
                       f"{r['utilisation']:.0%}, {r['waited']} waited (median wait {r['median_wait'] / 60:.0f} min); "
                       + ", ".join(f"{k} {a:.0%} / {b:.0%}" for k, (a, b) in q.items()), flush=True)
             q = {k: quantiles(v) for k, v in pooled.items()}
             print(f"  {model:6} load {float(load):.0%}, {args.seeds} seeds pooled ({len(pooled['limits'])} jobs): "
+                  + ", ".join(f"{k} {a:.0%} / {b:.0%}" for k, (a, b) in q.items()), flush=True)
+            q = {k: quantiles(v) for k, v in apart.items() if v}
+            print(f"  {model:6} load {float(load):.0%}, against the start without later arrivals: "
                   + ", ".join(f"{k} {a:.0%} / {b:.0%}" for k, (a, b) in q.items()), flush=True)
     return 0
 

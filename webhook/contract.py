@@ -5,6 +5,9 @@ GROUP = "batchgate.io"
 API_VERSION = f"{GROUP}/v1alpha1"
 QUEUE_LABEL = f"{GROUP}/queue"
 TIME_LIMIT_ANNOTATION = f"{GROUP}/time-limit"
+# The user's own guess of how long the job runs (at most its time limit): expected start times
+# count on it, where they would otherwise predict from earlier runs. Slurm's --time-min in spirit.
+EXPECTED_RUNTIME_ANNOTATION = f"{GROUP}/expected-runtime"
 EXCLUSIVE_LABEL = f"{GROUP}/exclusive"
 EXCLUSIVE_GROUP_LABEL = f"{GROUP}/exclusive-group"
 POD_GROUP_LABEL = f"{GROUP}/pod-group"

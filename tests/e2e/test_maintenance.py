@@ -498,6 +498,68 @@ def test_an_expected_start_goes_by_how_long_a_finished_job_of_the_same_program_r
                                                     "propagationPolicy": "Background"})
 
 
+# -- 5c. the user's own expected runtime --------------------------------------------------
+def test_an_expected_start_goes_by_the_users_own_expected_runtime(
+        kube, webhook_server, module_namespace, nodes, reconciler):
+    """A Job says it expects to run 10 minutes of its 1h limit (batchgate.io/expected-runtime,
+    checked by the webhook: a duration, at most the limit): the Job waiting behind it is
+    expected to start 10 minutes after it started, not an hour after."""
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns = module_namespace
+    n = nodes("mw-own", cpu="2")
+    jobs = f"/apis/batch/v1/namespaces/{ns}/jobs"
+
+    def body(stem: str, **ann: str) -> dict[str, Any]:
+        return job(unique(stem), annotations={"batchgate.io/time-limit": "1h", **ann},
+                   containers=[container(cpu="2", memory="1Gi", image="registry.example/e2e/own:1")],
+                   nodeSelector={"kubernetes.io/hostname": n}, tolerations=TOLERATE)
+
+    def job_ann(name: str, key: str) -> Any:
+        return (kube.get(f"{jobs}/{name}")["metadata"].get("annotations") or {}).get(key)
+
+    # the webhook: longer than the limit, or not a duration, is denied at CREATE
+    for value, says in (("2h", "batchgate.io/expected-runtime 2h is longer than the job's time limit 1h"),
+                        ("a while", "batchgate.io/expected-runtime 'a while' is not a duration")):
+        with pytest.raises(KubeApiError) as info:
+            kube.create(jobs, body("bad", **{"batchgate.io/expected-runtime": value}), as_user="alice")
+        assert info.value.status == 403
+        assert "time-limit: " in info.value.body["message"], info.value.body["message"]
+        assert says in info.value.body["message"], info.value.body["message"]
+
+    made: list[str] = []
+    try:
+        holder = kube.create(jobs, body("holder", **{"batchgate.io/expected-runtime": "10m"}), as_user="alice")
+        holder_name = holder["metadata"]["name"]
+        made.append(holder_name)
+        (p,) = kube.wait_for_pods(ns, label_selector=f"controller-uid={holder['metadata']['uid']}",
+                                  predicate=lambda p: p["spec"].get("nodeName") == n, timeout=60)
+        kube.set_pod_phase(ns, p["metadata"]["name"], "Running", {"main": {"running": {"startedAt": now_rfc3339()}}})
+        waiting = kube.create(jobs, body("next"), as_user="alice")["metadata"]["name"]
+        made.append(waiting)
+        # ... and on UPDATE: an estimate past the limit is refused, a new one within it taken
+        path = f"{jobs}/{holder_name}"
+        with pytest.raises(KubeApiError) as info:
+            kube.patch(path, {"metadata": {"annotations": {"batchgate.io/expected-runtime": "3h"}}}, as_user="alice")
+        assert info.value.status == 403
+        assert "time-limit-extension: batchgate.io/expected-runtime 3h is longer" in info.value.body["message"]
+        kube.patch(path, {"metadata": {"annotations": {"batchgate.io/expected-runtime": "12m"}}}, as_user="alice")
+        reconciler()
+
+        started = wait_for(lambda: job_ann(holder_name, "batchgate.io/started-at"), 30,
+                           message="the holder's recorded start")
+        expected = wait_for(lambda: job_ann(waiting, "batchgate.io/expected-start"), 30,
+                            message="an expected start on the waiting Job")
+        assert epoch(expected) == epoch(started) + 12 * 60, (expected, started)  # not started + 1h
+        assert "resources on node" in job_ann(waiting, "batchgate.io/expected-start-reason")
+        row = next(r for r in cli(kube, "queue", "--namespace", ns, "-o", "json") if r["name"] == waiting)
+        assert row["start"] == expected, row
+    finally:
+        for name in made:
+            with contextlib.suppress(Exception):
+                kube.delete(f"{jobs}/{name}", body={"apiVersion": "v1", "kind": "DeleteOptions",
+                                                    "propagationPolicy": "Background"})
+
+
 def epoch(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..contract import (
     DEADLINE_ANNOTATION,
+    EXPECTED_RUNTIME_ANNOTATION,
     GANG_RESTART_ANNOTATION,
     GROUP,
     NEXT_MAINTENANCE_ANNOTATION,
@@ -43,6 +44,7 @@ from ..workloads import (
 
 # -- the names on objects --------------------------------------------------
 ANN_TIME_LIMIT = TIME_LIMIT_ANNOTATION  # set by users / defaulted by the webhook
+ANN_EXPECTED_RUNTIME = EXPECTED_RUNTIME_ANNOTATION  # set by users: how long they expect it to run
 ANN_STARTED = STARTED_AT_ANNOTATION  # reconciler: when the job's first pod started running
 ANN_DEADLINE = DEADLINE_ANNOTATION  # reconciler: started-at + time limit (RFC 3339)
 ANN_WARNED = WARNED_FOR_ANNOTATION  # reconciler: the deadline the user was last warned about
@@ -244,6 +246,7 @@ class PodView:
     admitted: Admitted | None = None  # what the webhook recorded at CREATE (webhook.workloads)
     program: str = ""  # the containers' images, comma-separated: what runs (runtime history's key)
     finished: float | None = None  # Succeeded: when its last container finished (node clock)
+    expected_runtime: int | None = None  # batchgate.io/expected-runtime in seconds (None: absent or malformed)
     # -- for a failed pod: what a Job's podFailurePolicy looks at, and whether its gang restarted for it
     exits: tuple[tuple[str, int], ...] = ()  # (container, exit code) of terminated containers, non-zero only
     conditions: frozenset[tuple[str, str]] = frozenset()  # (type, status)
@@ -293,6 +296,7 @@ class JobView:
     admitted: Admitted | None = None  # what the webhook recorded at CREATE, in the pod template
     program: str = ""  # the pod template's images, comma-separated
     completed: float | None = None  # status.completionTime, when condition Complete is True
+    expected_runtime: int | None = None  # batchgate.io/expected-runtime (its own, else its template's), seconds
     # -- for gangs: what the Job declares about failures, and how many its controller counted
     failure_policy: FailurePolicy = DEFAULT_FAILURE_POLICY
     failed: int = 0  # status.failed
@@ -598,6 +602,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         admitted=_admitted(obj, ("", "Pod")),
         program=_program(obj.get("spec") or {}),
         finished=finished,
+        expected_runtime=limit_seconds(ann.get(ANN_EXPECTED_RUNTIME)),
         exits=exits,
         conditions=conditions,
         index=_index(ann.get(LABEL_COMPLETION_INDEX) or labels.get(LABEL_COMPLETION_INDEX)),
@@ -677,6 +682,7 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         admitted=_admitted(obj, ("batch", "Job")),
         program=_program(((obj.get("spec") or {}).get("template") or {}).get("spec") or {}),
         completed=parse_time(status.get("completionTime")) if complete else None,
+        expected_runtime=limit_seconds(ann.get(ANN_EXPECTED_RUNTIME) or t_ann.get(ANN_EXPECTED_RUNTIME)),
         # only gangs need it: every other Job shares the one default
         failure_policy=(failure_policy(obj.get("spec")) if group is not None or LABEL_GROUP_SIZE in t_labels
                         else _NO_POLICY),

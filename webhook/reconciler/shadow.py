@@ -364,7 +364,7 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
             else:
                 end = INF
             if runtimes is not None and end < INF and not pod.deleting:
-                predicted = runtimes.predict(job_key(job) if job is not None else pod_key(pod), limit)
+                predicted = _predicted(runtimes, job, pod, limit)
                 if predicted is not None:
                     recorded = job.started_at_t if job is not None else pod.started_at_t
                     started = min(recorded if recorded is not None else INF, pod.started or INF, now)
@@ -380,7 +380,7 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
         if w is None:
             predicted = None
             if runtimes is not None and limit is not None:
-                predicted = runtimes.predict(job_key(job) if job is not None else pod_key(pod), limit)
+                predicted = _predicted(runtimes, job, pod, limit)
             pending[ref.uid] = _Work(ref, [pod], pod.sched, limit, gang=pod.group is not None, predicted=predicted)
         else:
             w.pods.append(pod)
@@ -393,6 +393,16 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
         node.log = log
     placer = _Placer(nodes, now, margin, log)
     return [_place(work, placer, position) for position, work in enumerate(order, 1)]
+
+
+def _predicted(runtimes: Predictor, job: JobView | None, pod: PodView, limit: int | None) -> float | None:
+    """How long the workload is expected to run: the user's own ``batchgate.io/expected-runtime``
+    (the webhook keeps it within the limit), else the prediction from earlier runs; never past
+    the limit."""
+    own = job.expected_runtime if job is not None else pod.expected_runtime
+    if own is not None:
+        return float(min(own, limit)) if limit is not None else float(own)
+    return runtimes.predict(job_key(job) if job is not None else pod_key(pod), limit)
 
 
 def _place(work: _Work, placer: _Placer, position: int) -> Estimate:

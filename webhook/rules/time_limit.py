@@ -18,6 +18,10 @@ The backstop is the pod's ``activeDeadlineSeconds`` at the queue's *maximum*
 plus a margin, not at the job's own limit: the kubelet enforces it even while
 the reconciler is down, and on a running Pod it may only be lowered, so a
 backstop at the limit itself would make every later extension impossible.
+
+``batchgate.io/expected-runtime``, the user's own guess of how long the job runs, is optional;
+where it is set (wherever a limit may be) it must be a duration no longer than the limit
+there. Expected start times count on it (the reconciler's shadow schedule).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..contract import TIME_LIMIT_ANNOTATION
+from ..contract import EXPECTED_RUNTIME_ANNOTATION, TIME_LIMIT_ANNOTATION
 from ..units import format_duration, parse_duration
 from ..workloads import (
     RECORD_ENV,
@@ -45,6 +49,7 @@ if TYPE_CHECKING:
     from ..yamlsrc import Node
 
 ANNOTATION = TIME_LIMIT_ANNOTATION
+RUNTIME_ANNOTATION = EXPECTED_RUNTIME_ANNOTATION
 EXAMPLE = "e.g. 90m, 4h, 2d or 1h30m"
 
 # Where each kind keeps the limit, outermost first (webhook.workloads). The outermost value the
@@ -218,7 +223,39 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
         seen.add(value)
         if (problem := limit_problem(value, queue)) is not None:
             findings.append(deny(problem))
+    findings += runtime_problems(obj, shape.kind)
     return findings
+
+
+def runtime_problems(obj: dict[str, Any], kind: str, old: dict[str, Any] | None = None) -> list[Finding]:
+    """``batchgate.io/expected-runtime`` wherever it is set (with ``old``: where it changed): a
+    duration, no longer than the time limit at the same place (else the outermost one)."""
+    locations = LOCATIONS.get(kind, ())
+    if not locations:
+        return []
+    limits = [dig(obj, (*path, "annotations", ANNOTATION)) for path, _ in locations]
+    outer = next((v for v in limits if v is not None), None)
+    findings: list[Finding] = []
+    for (path, _), limit in zip(locations, limits, strict=True):
+        value = dig(obj, (*path, "annotations", RUNTIME_ANNOTATION))
+        if value is None or (old is not None and value == dig(old, (*path, "annotations", RUNTIME_ANNOTATION))):
+            continue
+        where = "" if path == ("metadata",) else f" in {'.'.join(map(str, path))}"
+        if (problem := runtime_problem(value, limit if limit is not None else outer)) is not None:
+            findings.append(deny(f"{problem}{where}"))
+    return findings
+
+
+def runtime_problem(value: Any, limit: Any) -> str | None:
+    seconds = seconds_or_none(value)
+    if seconds is None:
+        return (f"{RUNTIME_ANNOTATION} {value!r} is not a duration; write how long you expect the job to run, "
+                f"{EXAMPLE}")
+    most = seconds_or_none(limit)
+    if most is not None and seconds > most:
+        return (f"{RUNTIME_ANNOTATION} {value} is longer than the job's time limit {limit}: it is how long you "
+                f"expect the job to run, at most its limit (raise {ANNOTATION} too if it needs more time)")
+    return None
 
 
 def seconds_or_none(value: Any) -> int | None:
@@ -245,7 +282,8 @@ TYPE = RuleType(
     doc=(
         "`batchgate.io/time-limit` defaulted per queue, denied above the queue maximum or when "
         "malformed; kubelet backstop via `activeDeadlineSeconds`; the admitted queue and limit "
-        "recorded in the containers' env (`BATCHGATE_QUEUE`, `BATCHGATE_TIME_LIMIT`)."
+        "recorded in the containers' env (`BATCHGATE_QUEUE`, `BATCHGATE_TIME_LIMIT`); an optional "
+        "`batchgate.io/expected-runtime` checked to be a duration within the limit."
     ),
     parse=parse,
     mutate=mutate,

@@ -6,7 +6,8 @@ admitted to, and the annotation may not be removed; a longer limit that would ru
 the next maintenance window on the job's nodes is refused with the window's name and
 start (from what the reconciler recorded on the job). A separate policy type from
 ``time-limit`` because a policy has one set of operations, and the mutating
-``time-limit`` must never run on UPDATE. Validate only.
+``time-limit`` must never run on UPDATE. Validate only. A changed
+``batchgate.io/expected-runtime`` is checked as at CREATE (a duration, at most the limit).
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from ..contract import NEXT_MAINTENANCE_ANNOTATION, QUEUE_LABEL, STARTED_AT_ANNO
 from ..windows import parse_time, read_next_maintenance, utc
 from ..workloads import admission_record, requested_queue
 from .base import Ctx, Finding, RuleType, deny, dig, no_settings, warn
-from .time_limit import ANNOTATION, EXAMPLE, LOCATIONS, limit_problem, read_limits, seconds_or_none
+from .time_limit import (
+    ANNOTATION,
+    EXAMPLE,
+    LOCATIONS,
+    limit_problem,
+    read_limits,
+    runtime_problems,
+    seconds_or_none,
+)
 
 if TYPE_CHECKING:
     from ..bundle import Queue
@@ -52,7 +61,7 @@ def validate_extension(settings: None, obj: dict[str, Any], ctx: Ctx) -> list[Fi
             findings.append(deny(f"{ANNOTATION} {new!r} is not a duration; write a number and a unit, {EXAMPLE}"))
         elif path == ("metadata",) and (problem := _into_window(old, new, before)) is not None:
             findings.append(deny(problem))
-    return findings
+    return findings + runtime_problems(obj, ctx.kind, old)
 
 
 def _into_window(old: dict[str, Any], new: Any, before: Any) -> str | None:

@@ -8,7 +8,7 @@ import pytest
 from fakeapi import FakeApi
 
 from tests.unit.reconciler.reconbuild import HOUR, T0, job, pod, terminated, ts
-from tests.unit.reconciler.test_shadow import node, running, snap, waiting
+from tests.unit.reconciler.test_shadow import node, running, snap, waiting, with_spec
 from webhook.reconciler import runtimes
 from webhook.reconciler.controller import Controller
 from webhook.reconciler.model import ANN_EXPECTED_START, Snapshot, job_view, pod_view
@@ -214,3 +214,34 @@ def test_the_controller_remembers_a_job_it_stopped_at_its_deadline_after_it_is_g
     outcomes = c.run_pass("resync")
     assert [(o.action.kind, o.result) for o in outcomes] == [("stop", "done")]
     assert c.history == {("demo", "batch", "busybox"): ((T0 - HOUR, pod_view(pod("first")).ref.uid, HOUR),)}
+
+
+# -- the user's own expected runtime (batchgate.io/expected-runtime) ------------------------------
+def test_the_users_expected_runtime_wins_over_history_and_never_passes_the_limit() -> None:
+    own = {"batchgate.io/expected-runtime": "10m"}
+    r = with_spec(pod("r1", node="n1", started=-5 * MIN, annotations={"batchgate.io/time-limit": "2h", **own}),
+                  cpu="4")
+    s = snap(r, waiting("w1", cpu="4", limit="2h"), nodes=[node("n1")])
+    assert starts(s, history(HOUR)) == {"w1": 5 * MIN}  # its own 10 minutes, not the hour earlier runs took
+    assert starts(s, None) == {"w1": 115 * MIN}  # without predictions: to the limit, as squeue --start
+    # outlived: as a prediction that proved wrong, halfway from now to its deadline
+    r = with_spec(pod("r1", node="n1", started=-HOUR, annotations={"batchgate.io/time-limit": "2h", **own}), cpu="4")
+    assert starts(snap(r, waiting("w1", cpu="4"), nodes=[node("n1")]), history(HOUR)) == {"w1": 30 * MIN}
+    # pending: it holds its node for its own estimate, capped at its limit
+    first = waiting("first", cpu="4", limit="1h", created=-HOUR)
+    first["metadata"]["annotations"]["batchgate.io/expected-runtime"] = "20m"
+    s = snap(first, waiting("second", cpu="4"), nodes=[node("n1")])
+    assert starts(s, history(HOUR)) == {"first": 0, "second": 20 * MIN}
+    first["metadata"]["annotations"]["batchgate.io/expected-runtime"] = "5h"  # slipped past the webhook
+    assert starts(snap(first, waiting("second", cpu="4"), nodes=[node("n1")]), history(10 * MIN))["second"] == HOUR
+
+
+def test_a_jobs_expected_runtime_is_its_own_annotation_else_its_templates_and_malformed_is_none() -> None:
+    j = a_job("a", annotations={"batchgate.io/expected-runtime": "15m"})
+    assert job_view(j).expected_runtime == 15 * MIN
+    j = a_job("b")
+    j["spec"]["template"]["metadata"].setdefault("annotations", {})["batchgate.io/expected-runtime"] = "1h30m"
+    assert job_view(j).expected_runtime == 90 * MIN
+    assert job_view(a_job("c", annotations={"batchgate.io/expected-runtime": "soon"})).expected_runtime is None
+    p = pod("p", annotations={"batchgate.io/time-limit": "1h", "batchgate.io/expected-runtime": "5m"})
+    assert pod_view(p).expected_runtime == 5 * MIN
