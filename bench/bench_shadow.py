@@ -239,6 +239,9 @@ def workload(rng: random.Random, *, model: str, hours: float, load: float, capac
 # does; "distribution" knows, from the start, 200 runs of each program drawn as the model draws
 # them (what a predictor that had watched every program for ever would know; no per-run knowledge).
 PREDICTORS: dict[str, dict[str, Any]] = {"predicted": {}, "distribution": {}}
+# Users who say how long their job runs (batchgate.io/expected-runtime), off from the truth by a
+# lognormal factor of this spread (0.1: about 10 %), capped at the limit as the webhook requires.
+OWN_SPREADS = (0.1, 0.3)
 
 
 def replay(rng: random.Random, *, model: str = "repeat", hours: float = 24, load: float = 0.6,
@@ -310,13 +313,16 @@ def replay(rng: random.Random, *, model: str = "repeat", hours: float = 24, load
 
     views: dict[tuple[int, str], Any] = {}  # (job, its node or "") -> its pod as the reconciler sees it
 
-    def view(j: Job, oracle: bool) -> Any:
-        key = (j.id, (j.node or "") + ("/oracle" if oracle else ""))
+    def view(j: Job, oracle: bool, own: float | None = None) -> Any:
+        key = (j.id, (j.node or "") + ("/oracle" if oracle else "") + (f"/own{own}" if own is not None else ""))
         v = views.get(key)
         if v is None:
             p = as_pod(j)
             if oracle:  # a program of its own, whose one earlier run took exactly as long as this one will
                 p["spec"]["containers"][0]["image"] = f"oracle/j{j.id}"
+            if own is not None:  # the user's own estimate, off by a factor drawn once per job
+                guess = j.runtime * random.Random(j.id * 7919 + int(own * 1000)).lognormvariate(0.0, own)
+                p["metadata"]["annotations"]["batchgate.io/expected-runtime"] = f"{max(int(min(guess, j.limit)), 1)}s"
             v = views[key] = pod_view(p)
         return v
 
@@ -364,12 +370,17 @@ def replay(rng: random.Random, *, model: str = "repeat", hours: float = 24, load
             variants: list[tuple[str, Snapshot, Any]] = [("limits", snap, None)]
             for name, opts in PREDICTORS.items():
                 variants.append((name, snap, Predictor.of(dist_history if name == "distribution" else history, **opts)))
+            for spread in OWN_SPREADS:
+                own = Snapshot.of(pods=[view(x, False, spread) for x in running + pending], nodes=nodes,
+                                  windows=[mw_view])
+                variants.append((f"own~{spread:g}", own, Predictor.of(history)))
             variants.append(("exact", exact, truth))
             for variant, sn, predictor in variants:
                 est = {e.workload.name: e.start for e in shadow_schedule(sn, at, [win], margin=margin,
                                                                           runtimes=predictor)}
                 j.estimates[variant] = est.get(f"j{jid}")
-    errors: dict[str, list[float]] = {"limits": [], **{k: [] for k in PREDICTORS}, "exact": []}
+    errors: dict[str, list[float]] = {"limits": [], **{k: [] for k in PREDICTORS},
+                                      **{f"own~{s:g}": [] for s in OWN_SPREADS}, "exact": []}
     apart: dict[str, list[float]] = {k: [] for k in errors}  # each estimate against ``alone``
     early: dict[str, list[bool]] = {k: [] for k in errors}  # whether it said sooner than the truth
     for j in jobs:
