@@ -97,8 +97,12 @@ def status(kube: Any, ns: str, name: str) -> dict[str, Any]:
 
 
 def wait_status(kube: Any, ns: str, name: str, pred: Callable[[dict[str, Any]], Any], what: str,
-                timeout: float = 60, r: Reconciler | None = None) -> dict[str, Any]:
+                timeout: float = 60, r: Reconciler | None = None, kubelet: bool = False) -> dict[str, Any]:
+    """Until ``pred`` holds for the status; with ``kubelet``, playing the kubelet meanwhile (pods being
+    deleted are finished), as a wait that needs a segment's pods gone must."""
     def check() -> dict[str, Any] | None:
+        if kubelet:
+            finish_terminating(kube, ns)
         st = status(kube, ns, name)
         return st if pred(st) else None
 
@@ -111,10 +115,16 @@ def seg_pods(kube: Any, ns: str, job: str) -> list[dict[str, Any]]:
 
 
 def run_segment(kube: Any, ns: str, job: str, count: int, timeout: float = 60) -> list[dict[str, Any]]:
-    """The Job controller makes the pods, kube-scheduler binds them; the kubelet (we) runs them."""
-    pods = kube.wait_for_pods(ns, label_selector=f"job-name={job}", count=count, timeout=timeout,
-                              predicate=lambda p: bool(p["spec"].get("nodeName"))
-                              and not p["metadata"].get("deletionTimestamp"))
+    """The Job controller makes the pods, kube-scheduler binds them; the kubelet (we) runs them, and
+    meanwhile finishes pods being deleted: those of an earlier segment may still be going (see
+    finish_terminating)."""
+    def bound() -> list[dict[str, Any]] | None:
+        finish_terminating(kube, ns)
+        got = [p for p in seg_pods(kube, ns, job)
+               if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")]
+        return got if len(got) >= count else None
+
+    pods: list[dict[str, Any]] = kube.wait_for(bound, timeout, message=f"{count} bound pod(s) of Job {job}")
     for p in pods:
         if (p.get("status") or {}).get("phase") != "Running":
             kube.set_pod_phase(ns, p["metadata"]["name"], "Running")
@@ -122,7 +132,10 @@ def run_segment(kube: Any, ns: str, job: str, count: int, timeout: float = 60) -
 
 
 def finish_terminating(kube: Any, ns: str) -> int:
-    """The kubelet: pods being deleted are gone once their containers stopped."""
+    """The kubelet: pods being deleted are gone once their containers stopped. Once is not always
+    enough: when a pod is deleted from outside, the Job controller may make a replacement before
+    the segment's Job is deleted (or on a cache that has not seen the deletion yet); the garbage
+    collector deletes that pod later, and only a kubelet finishing it lets the next segment start."""
     n = 0
     for p in kube.get(pods_path(ns))["items"]:
         if p["metadata"].get("deletionTimestamp"):
@@ -215,8 +228,7 @@ def test_external_delete_interrupts_all_pods_go_and_it_restarts(kube, webhook_se
                       30, message="all pods deleted")
     (ev,) = events(kube, ns, sj["metadata"]["uid"], "Interrupted")
     assert ev["type"] == "Warning" and pods[0]["metadata"]["name"] in ev["message"]
-    finish_terminating(kube, ns)
-    st = wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-2", "restarted", r=r)
+    st = wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-2", "restarted", r=r, kubelet=True)
     run_segment(kube, ns, "md-2", 2)
     st = wait_status(kube, ns, "md", lambda s: s.get("phase") == "Running", "running again", r=r)
     assert st["interruptedCount"] == 1 and len(st["runningTimestamps"]) == 2
@@ -318,8 +330,7 @@ def test_metrics_move_on_transitions(kube, webhook_server, namespace, pool, reco
     got = moved("interrupted", lambda g: interrupted(g) == 1 and running(g) == 0 and waiting(g) == 1)
     assert lost(got) >= 2 * 2, got  # 2 cores for at least 2 s since the segment started
     assert started(got) == 1
-    finish_terminating(kube, ns)
-    wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-3", "restarted", r=r)
+    wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-3", "restarted", r=r, kubelet=True)
     pods = run_segment(kube, ns, "md-3", 2)
     wait_status(kube, ns, "md", lambda s: s.get("phase") == "Running", "running again", r=r)
     moved("started again", lambda g: started(g) == 2 and waits(g) == 2 and running(g) == 1)
@@ -407,8 +418,9 @@ def test_kube_scheduler_preempts_the_one_that_just_started_over_before_an_older_
     a_now = kube.get(pods_path(ns, a_pod["metadata"]["name"]))
     assert not a_now["metadata"].get("deletionTimestamp"), "a, older in its segment, must survive"
     assert status(kube, ns, "a")["phase"] == "Running"
-    finish_terminating(kube, ns)
-    bound = kube.wait_for(lambda: kube.get(pods_path(ns, ordinary["metadata"]["name"]))["spec"].get("nodeName"),
+    # kube-scheduler waits for its victim (and any replacement b's Job made meanwhile) to be gone
+    bound = kube.wait_for(lambda: finish_terminating(kube, ns) >= 0 and
+                          kube.get(pods_path(ns, ordinary["metadata"]["name"]))["spec"].get("nodeName"),
                           60, message="the ordinary pod bound")
     assert bound == node
 
