@@ -72,10 +72,10 @@ def reconciler(kube: Any, namespace: str, tmp_path: Path, pool: tuple[str, Any])
     (policies / "bundle.yaml").write_text(yaml.safe_dump(bundle))
     started: list[Reconciler] = []
 
-    def start(*, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> Reconciler:
-        log = tmp_path / f"reconciler-{len(started)}.log"
+    def start(*, env: dict[str, str] | None = None, args: tuple[str, ...] = (), identity: str = "r1") -> Reconciler:
+        log = tmp_path / f"reconciler-{identity}-{len(started)}.log"
         started.append(start_reconciler(kube, namespace, log, "--policies", str(policies), "--resync", "20s", *args,
-                                        env=env))
+                                        env=env, identity=identity))
         return started[-1]
 
     yield start
@@ -476,3 +476,95 @@ def test_killed_after_every_single_write_nothing_doubled_nothing_lost(
     assert crashes >= 14, crashes
     with contextlib.suppress(KubeApiError):
         assert kube.get(jobs_path(ns, "md-2"))["metadata"]["ownerReferences"][0]["uid"] == uid
+
+
+def lease_holder(kube: Any, ns: str) -> str:
+    try:
+        lease = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/batchgate-reconciler")
+    except KubeApiError as e:
+        if e.status == 404:
+            return ""
+        raise
+    return lease["spec"].get("holderIdentity") or ""  # type: ignore[no-any-return]
+
+
+def job_pods_created(kube: Any, ns: str) -> dict[str, int]:
+    """Pods the Job controller created, per Job, from its SuccessfulCreate Events (they outlive the
+    Jobs and pods, which are gone by the end)."""
+    out: dict[str, int] = {}
+    for e in kube.get(f"/api/v1/namespaces/{ns}/events")["items"]:
+        if e["involvedObject"].get("kind") == "Job" and e["reason"] == "SuccessfulCreate":
+            name = e["involvedObject"]["name"]
+            out[name] = out.get(name, 0) + e.get("count", 1)
+    return out
+
+
+def test_leader_killed_at_a_boundary_and_at_an_interruption_the_next_finishes(
+        kube, webhook_server, namespace, pool, reconciler):
+    """Two replicas with leader election. The leader is SIGKILLed (no release) the moment a
+    segment boundary shows in the status, with the next segment's Job perhaps not made yet; the
+    follower takes the Lease once it expired and finishes. A third replica joins; the new leader
+    is killed the moment an interruption shows, and the third restarts the gang. Read back: one
+    Job per segment, each with exactly its pods, every Event once, the status counters exact."""
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns, (_, node) = namespace, pool
+    node(cpu="8")
+    a = reconciler(identity="replica-a")
+    kube.wait_for(lambda: lease_holder(kube, ns) == "replica-a", 30, message=lambda: f"replica-a leads\n{a.logs()}")
+    b = reconciler(identity="replica-b")
+    body = scavengerjob("md", pods=2, duration="1h")
+    body["spec"]["checkpointExitCode"] = 3
+    sj = kube.create(sj_path(ns), body)
+    uid = sj["metadata"]["uid"]
+    wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-1", "started", r=a)
+    pods = run_segment(kube, ns, "md-1", 2)
+    wait_status(kube, ns, "md", lambda s: s.get("runningSegment") == 1, "running", r=a)
+
+    # The workload checkpoints and ends its segment; the leader dies as soon as it recorded that.
+    kube.set_pod_phase(ns, pods[0]["metadata"]["name"], "Failed", {"main": 3})
+    kube.wait_for(lambda: status(kube, ns, "md").get("segment") == 2, 30, message=lambda: f"boundary\n{a.logs()}",
+                  interval=0.05)
+    a.kill()
+    killed = time.monotonic()
+    kube.wait_for(lambda: lease_holder(kube, ns) == "replica-b", 40, message=lambda: f"replica-b takes over\n{b.logs()}")
+    assert time.monotonic() - killed >= 5  # it waited for the Lease to expire (15 s after a's last renewal)
+    kube.wait_for(lambda: finish_terminating(kube, ns) or not [p for p in seg_pods(kube, ns, "md-1")
+                                                               if p["status"].get("phase") == "Running"],
+                  30, message="md-1's other pod gone")
+    pods = run_segment(kube, ns, "md-2", 2)
+    st = wait_status(kube, ns, "md", lambda s: s.get("runningSegment") == 2, "segment 2 running", r=b)
+    assert st["interruptedCount"] == 0 and st["phase"] == "Running"
+
+    # A third replica joins; a pod is deleted from outside; the leader dies once that is recorded.
+    c = reconciler(identity="replica-c")
+    kube.delete(pods_path(ns, pods[1]["metadata"]["name"]))
+    kube.wait_for(lambda: status(kube, ns, "md").get("phase") == "Interrupted", 30,
+                  message=lambda: f"interrupted\n{b.logs()}", interval=0.05)
+    b.kill()
+    kube.wait_for(lambda: lease_holder(kube, ns) == "replica-c", 40, message=lambda: f"replica-c takes over\n{c.logs()}")
+    kube.wait_for(lambda: finish_terminating(kube, ns) or not seg_pods(kube, ns, "md-2"), 30, message="md-2 gone")
+    st = wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-3", "restarted", r=c)
+    pods = run_segment(kube, ns, "md-3", 2)
+    wait_status(kube, ns, "md", lambda s: s.get("runningSegment") == 3, "segment 3 running", r=c)
+    for p in pods:
+        kube.set_pod_phase(ns, p["metadata"]["name"], "Succeeded", {"main": 0})
+    st = wait_status(kube, ns, "md", lambda s: s.get("phase") == "Completed", "Completed", r=c)
+
+    # Nothing lost: one boundary, one interruption, two starts, each recorded exactly once.
+    assert (st["segment"], st["interruptedCount"]) == (3, 1), st
+    assert len(st["interruptedTimestamps"]) == 1 and len(st["runningTimestamps"]) == 2, st
+    evs = events(kube, ns, uid)
+    reasons = sorted(e["reason"] for e in evs)
+    assert reasons == sorted(["Queued", "Starting", "Started", "SegmentEnded", "SegmentStarted", "Interrupted",
+                              "Starting", "Started", "Completed"]), reasons
+    assert all(e.get("count", 1) == 1 for e in evs), evs
+    assert {e["reportingInstance"] for e in evs} >= {"replica-a", "replica-c"}
+    # Nothing doubled: one Job per segment, each with its 2 pods. The Job controller may replace
+    # the pod deleted from outside before the segment's Job is deleted (it does not wait for
+    # batchgate); that replacement is its own doing, once, and went with the Job.
+    created = job_pods_created(kube, ns)
+    assert created.keys() == {"md-1", "md-2", "md-3"} and created["md-1"] == created["md-3"] == 2, created
+    assert created["md-2"] in (2, 3), created
+    assert not [p for p in kube.get(pods_path(ns))["items"]
+                if p["metadata"].get("labels", {}).get("job-name") in ("md-1", "md-2")]
+    assert not kube.exists(jobs_path(ns, "md-4"))
