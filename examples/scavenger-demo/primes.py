@@ -9,9 +9,10 @@ shipped to the pod in a ConfigMap (examples/scavenger-demo/).
 
 Checkpoints. The state (next number to sieve, count and sum so far) is small and goes to
 STATE_DIR/checkpoint.json on the volume:
-  - on a schedule: every --checkpoint-every seconds, counted from the start of this process
-    (so a ScavengerJob whose `duration` is a multiple of it ends each segment just after a
-    checkpoint);
+  - on a schedule: every --checkpoint-every seconds, counted from the start of this process;
+    with --checkpoint-exit-code (or $BATCHGATE_CHECKPOINT_EXIT_CODE, which a ScavengerJob
+    with spec.checkpointExitCode sets) the run ends right after its first scheduled
+    checkpoint with that code: each run is one segment, and the next resumes there;
   - on SIGTERM (and SIGINT): the signal only raises a flag; the sieve checks it after every
     segment (a fraction of a second), saves and exits, well within a pod's grace period.
 A save is atomic: the new state is written to a temporary file in the same directory,
@@ -31,10 +32,12 @@ a failure; a pod it or the scheduler stopped is an interruption whatever its cod
     2    bad usage, or STATE_DIR holds a checkpoint of another computation (another N):
          nothing is resumed or overwritten.
     3    the checkpoint could not be written (volume full, read-only, missing).
+    CODE with --checkpoint-exit-code CODE (4..127): a scheduled checkpoint is saved and this
+         run ends its segment; start it again with the same arguments to go on.
     130  stopped by SIGINT, 143 stopped by SIGTERM, after saving a checkpoint: start it again
          with the same arguments to resume.
 
-    python primes.py --limit 1e12 --state-dir /data --checkpoint-every 300
+    python primes.py --limit 1e12 --state-dir /data --checkpoint-every 600 --checkpoint-exit-code 75
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ KNOWN = {
     10**12: (37607912018, 18435588552550705911377),
 }
 EXIT_DONE, EXIT_WRONG, EXIT_USAGE, EXIT_NO_SAVE = 0, 1, 2, 3
+ENV_EXIT_CODE = "BATCHGATE_CHECKPOINT_EXIT_CODE"  # set by batchgate from spec.checkpointExitCode
 
 
 class Stop(Exception):
@@ -257,6 +261,10 @@ def run(args: argparse.Namespace) -> int:
             if time.monotonic() >= next_save and b["next"] <= args.limit:
                 state.save()
                 log(f"scheduled checkpoint: {state.describe()}")
+                if args.checkpoint_exit_code is not None:
+                    log(f"segment done: this run sieved {b['segments'] - segments_before} segments from "
+                        f"{started_at}; exiting {args.checkpoint_exit_code}, the next run resumes here")
+                    return int(args.checkpoint_exit_code)
                 next_save += args.checkpoint_every * max(1, math.ceil((time.monotonic() - next_save) / args.checkpoint_every))
         if stop:
             raise Stop
@@ -303,6 +311,18 @@ def positive_int(text: str) -> int:
     return value
 
 
+def exit_code(text: str) -> int:
+    """A code that says "checkpointed, segment over": not one of ours (0-3), not a death by signal (128+)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number 4..127, got {text!r}") from None
+    if not 4 <= value <= 127:
+        raise argparse.ArgumentTypeError(
+            f"must be 4..127 (0-3 are this program's own exit codes, 128 and up a death by signal), got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description="Count and sum the primes up to --limit, checkpointing to --state-dir; "
@@ -314,6 +334,11 @@ def main(argv: list[str] | None = None) -> int:
                         "volume (default $STATE_DIR or /data)")
     p.add_argument("--checkpoint-every", type=float, default=300.0, metavar="SECONDS",
                    help="save every SECONDS from the start of the process (default 300)")
+    p.add_argument("--checkpoint-exit-code", type=exit_code, default=os.environ.get(ENV_EXIT_CODE) or None,
+                   metavar="CODE",
+                   help="end the run right after its first scheduled checkpoint, with exit CODE (4..127; "
+                        f"default ${ENV_EXIT_CODE}, which a ScavengerJob with spec.checkpointExitCode sets): "
+                        "each run is one segment, the next resumes there. Unset: run to the end")
     p.add_argument("--segment", type=positive_int, default=1 << 22, metavar="NUMBERS",
                    help="numbers sieved between two looks at the stop flag (default 4194304)")
     args = p.parse_args(argv)

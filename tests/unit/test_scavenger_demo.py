@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -110,6 +111,46 @@ def test_stopped_again_and_again_it_still_gets_the_right_answer(tmp_path):
     assert code == 0, out
     assert (result(tmp_path)["count"], result(tmp_path)["sum"]) == (COUNT, SUM)
     assert result(tmp_path)["runs"] == 4
+
+
+def test_with_the_checkpoint_exit_code_each_run_is_one_segment_and_the_next_resumes(tmp_path):
+    """spec.checkpointExitCode: batchgate sets $BATCHGATE_CHECKPOINT_EXIT_CODE; each run ends right
+    after its first scheduled checkpoint with that code, the next run resumes there, and only
+    the run that finishes the range exits 0, with the right answer and no segment sieved twice."""
+    env = {**os.environ, "BATCHGATE_CHECKPOINT_EXIT_CODE": "75"}
+    positions: list[int] = []
+    for runs in range(1, 200):
+        done = subprocess.run(args(tmp_path, "--checkpoint-every", "0.2"), capture_output=True, text=True,
+                              timeout=120, env=env)
+        assert not done.stderr, done.stderr
+        if done.returncode == 0:
+            break
+        assert done.returncode == 75, done.stdout
+        assert "scheduled checkpoint:" in done.stdout and "exiting 75, the next run resumes here" in done.stdout
+        positions.append(checkpoint(tmp_path)["next"])
+        if runs > 1:
+            assert "resumed from checkpoint.json: " in done.stdout and f"next {positions[-2]}," in done.stdout
+    assert len(positions) >= 2, positions  # it took several segments
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)  # always forward
+    total = result(tmp_path)
+    assert (total["count"], total["sum"]) == (COUNT, SUM) and total["runs"] == len(positions) + 1
+    # every segment of the range was sieved exactly once over all the runs
+    assert checkpoint(tmp_path)["segments"] == -(-(LIMIT - 1) // (1 << 16))
+    assert "matches the published values" in done.stdout
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("3", "0-3 are this program's own exit codes"), ("143", "128 and up a death by signal"),
+    ("0", "must be 4..127"), ("x", "must be a whole number 4..127, got 'x'"),
+])
+def test_a_checkpoint_exit_code_it_cannot_use_is_refused(tmp_path, value, message):
+    by_flag = subprocess.run(args(tmp_path, "--checkpoint-exit-code", value), capture_output=True, text=True,
+                             timeout=60)
+    by_env = subprocess.run(args(tmp_path), capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "BATCHGATE_CHECKPOINT_EXIT_CODE": value})
+    for done in (by_flag, by_env):
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert not (tmp_path / "checkpoint.json").exists()
 
 
 def _stopped_once(state: Path) -> None:

@@ -900,6 +900,20 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
                             else "Pending", key=f"requeued/{seg}", warning=True,
                             status={"jobName": None}, deletes=(*job_del, *dels)))
         return None
+    if ran and v.kind in ("starting", "running"):
+        # Every pod of this segment was seen running; now one is missing, not running, or
+        # started after them all: a pod was deleted and finished terminating before any pass
+        # saw it going (a workload that saves on SIGTERM in a blink, a busy reconciler), and
+        # the Job controller is replacing it. That is an interruption of the whole gang.
+        later = [p for p in cur_pods if p.started is not None and sj.start_over is not None
+                 and p.started > sj.start_over]
+        if v.kind == "starting" or later:
+            why = (f"a pod of running segment {seg} is gone (deleted before this controller saw it go: "
+                   f"preempted, evicted or deleted from outside)")
+            if later:
+                why += f"; the Job controller replaced it with {later[0].ref.name}"
+            _interrupt(sj, now, why, cur_pods, dels, job_del, actions)
+            return None
     if v.kind == "succeeded":
         msg = f"completed: all {n_pods} pod{'s' if n_pods != 1 else ''} exited 0 in segment {seg}"
         actions.append(_act("sj-completed", sj, "Completed", msg, now, phase="Completed", key="completed",

@@ -298,3 +298,31 @@ def test_a_node_missing_from_the_cache_is_read_live_before_its_scavenger_counts_
     w.now += 1
     assert [o.action.kind for o in w.c.run_pass() if o.action.kind.startswith("sj-")] == ["sj-interrupted"]
     assert "node n0 of pod md-1-0 is gone" in w.sj("md")["status"]["message"]
+
+
+def test_a_pod_gone_before_any_pass_saw_it_go_still_interrupts_the_gang():
+    """Preempted, it saved on SIGTERM and was gone within a second: no pass ever saw its
+    deletionTimestamp. The Job controller makes a replacement; whether that one is still
+    pending or already running, the running segment lost a pod: the whole gang is interrupted."""
+    for replacement in ("none", "Pending", "Running"):
+        w = World(sj("md"))
+        _running(w)
+        del w.api.objects[("pods", "demo", "md-1-0")]
+        if replacement != "none":
+            sibling = w.api.objects[("pods", "demo", "md-1-1")]
+            w.now += 5
+            w.run_job("md-1", phase=replacement)  # a new md-1-0 ...
+            w.api.put(sibling)  # ... beside md-1-1, running since the start
+        assert w.step() == ["sj-interrupted"], replacement
+        st = w.sj("md")["status"]
+        assert (st["phase"], st["interruptedCount"]) == ("Interrupted", 1), replacement
+        assert "a pod of running segment 1 is gone" in st["message"] and "md-1" not in w.jobs()
+        if replacement == "Running":
+            assert "the Job controller replaced it with md-1-0" in st["message"]
+
+
+def test_a_gang_running_as_seen_is_not_taken_for_replaced():
+    w = World(sj("md"))
+    _running(w)
+    assert w.step(600) == [] and w.step(1) == []
+    assert w.sj("md")["status"]["phase"] == "Running"
