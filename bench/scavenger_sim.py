@@ -297,6 +297,11 @@ def oracle_on_node(node: SimNode, preemptor: SimPod, cost: Callable[[Hashable], 
     return None
 
 
+def gang_tier(pods: int, cpu_m: int, tiers: int) -> int:
+    """The gangs order's scavenger class (0 lowest) for a gang of ``pods`` pods: log2 of its pods."""
+    return min(max(pods - 1, 0).bit_length(), tiers - 1)
+
+
 # == the workload model ========================================================================
 @dataclass(frozen=True, slots=True)
 class Params:
@@ -453,7 +458,7 @@ class Outcome:
 
 
 Order = str  # "stock" | "segments" | "tiers" | "guard" | "oracle"
-ORDERS: tuple[Order, ...] = ("stock", "segments", "tiers", "guard", "oracle")
+ORDERS: tuple[Order, ...] = ("stock", "segments", "tiers", "gangs", "guard", "oracle")
 
 
 class Sim:
@@ -461,7 +466,7 @@ class Sim:
 
     def __init__(self, p: Params, order: Order, seed: int, jobs: list[OrdinaryJob], sjs: list[SJSpec]) -> None:
         self.p, self.order = p, order
-        self.segments = order in ("segments", "tiers", "guard")
+        self.segments = order in ("segments", "tiers", "gangs", "guard")
         self.rng = random.Random(f"scheduler-{seed}")
         self.nodes = [SimNode(f"node-{i:03d}", p.node_cpu * 1000, p.node_cpu * 4 * GI) for i in range(p.nodes)]
         self.by_name = {n.name: n for n in self.nodes}
@@ -522,6 +527,8 @@ class Sim:
     def _priority(self, sj: SJ) -> int:
         if self.order == "tiers":
             return SCAVENGER + min(sj.interrupted, self.p.tiers - 1)
+        if self.order == "gangs":
+            return SCAVENGER + gang_tier(sj.spec.pods, sj.spec.pods * sj.spec.cpu_m, self.p.tiers)
         return SCAVENGER
 
     def _start(self, sj: SJ, now: float) -> bool:

@@ -182,6 +182,18 @@ class Scavengers:
     max_share: float = 0.7  # of the allocatable cpu and memory of the nodes that queue may use
     unschedulable_timeout: int = 300  # seconds a started Job's pods may stay unscheduled before it waits again
     grace_period: int = 60  # seconds between SIGTERM and SIGKILL when a segment ends or it is interrupted
+    guard: float = 0.0  # core-minutes of unsaved work from which a running segment gets a PDB (0: never)
+
+
+def parse_core_minutes(text: str) -> float:
+    """``20`` or ``2.5`` -> that many core-minutes; raises ValueError unless a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if not 0 <= value < float("inf"):
+        raise ValueError(f"{text!r} is not a number >= 0")
+    return value
 
 
 def parse_share(text: object) -> float:
@@ -583,7 +595,7 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
 
     sv_settings = Scavengers()
     if (sv := spec.get("scavengers")) is not None:
-        sv.mapping(allowed=("queue", "maxShare", "unschedulableTimeout", "gracePeriod"))
+        sv.mapping(allowed=("queue", "maxShare", "unschedulableTimeout", "gracePeriod", "guardCoreMinutes"))
         dflt = Scavengers()
         sq = sv.get("queue")
         if sq is not None and (sq.str() not in queues or not queues[sq.str()].scavenger):
@@ -598,6 +610,8 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
             if ut is not None else dflt.unschedulable_timeout,
             grace_period=gp.parsed(parse_duration, expected="a duration like 60s or 2m")
             if gp is not None else dflt.grace_period,
+            guard=gd.parsed(parse_core_minutes, expected="core-minutes of unsaved work, a number >= 0 (0: no guard)")
+            if (gd := sv.get("guardCoreMinutes")) is not None else dflt.guard,
         )
     elif not any(q.name == Scavengers().queue and q.scavenger for q in queues.values()):
         first = next((q for q in queues.values() if q.scavenger), None)

@@ -75,7 +75,11 @@ def reconciler(kube: Any, namespace: str, tmp_path: Path, pool: tuple[str, Any])
     (policies / "bundle.yaml").write_text(yaml.safe_dump(bundle))
     started: list[Reconciler] = []
 
-    def start(*, env: dict[str, str] | None = None, args: tuple[str, ...] = (), identity: str = "r1") -> Reconciler:
+    def start(*, env: dict[str, str] | None = None, args: tuple[str, ...] = (), identity: str = "r1",
+              guard: float | None = None) -> Reconciler:
+        if guard is not None:
+            bundle["spec"]["scavengers"]["guardCoreMinutes"] = guard
+            (policies / "bundle.yaml").write_text(yaml.safe_dump(bundle))
         log = tmp_path / f"reconciler-{identity}-{len(started)}.log"
         started.append(start_reconciler(kube, namespace, log, "--policies", str(policies), "--resync", "20s", *args,
                                         env=env, identity=identity))
@@ -426,6 +430,52 @@ def test_kube_scheduler_preempts_the_one_that_just_started_over_before_an_older_
                           kube.get(pods_path(ns, ordinary["metadata"]["name"]))["spec"].get("nodeName"),
                           60, message="the ordinary pod bound")
     assert bound == node
+
+
+def test_the_guard_steers_kube_scheduler_to_the_scavenger_with_less_unsaved_work(
+        kube, webhook_server, namespace, pool, reconciler):
+    """'free' (1 cpu) runs on node B; 'held' (3 cpu) starts later on node A. With the guard at 2
+    core-minutes, held (3 cores) is guarded after 40 s, free (1 core) only after 120 s. An
+    ordinary pod needs 2 cpu: on either node one scavenger pod must go, the same priority, one
+    victim each; kube-scheduler alone would take the latest started, held. Its budget makes A
+    the node with a PDB violation, so kube-scheduler preempts free instead."""
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns, (pool_name, make_node) = namespace, pool
+    node_b = make_node(cpu="2")
+    r = reconciler(guard=2)
+    kube.create(sj_path(ns), scavengerjob("free", cpu="1"))
+    wait_status(kube, ns, "free", lambda s: s.get("jobName") == "free-1", "free started", r=r)
+    (free_pod,) = run_segment(kube, ns, "free-1", 1)
+    assert free_pod["spec"]["nodeName"] == node_b
+    wait_status(kube, ns, "free", lambda s: s.get("phase") == "Running", "free running", r=r)
+    free_start = time.monotonic()
+    node_a = make_node(cpu="4")
+    kube.create(sj_path(ns), scavengerjob("held", cpu="3"))
+    wait_status(kube, ns, "held", lambda s: s.get("jobName") == "held-1", "held started", r=r)
+    (held_pod,) = run_segment(kube, ns, "held-1", 1)
+    assert held_pod["spec"]["nodeName"] == node_a
+    wait_status(kube, ns, "held", lambda s: s.get("phase") == "Running", "held running", r=r)
+    wait_status(kube, ns, "held", lambda s: s.get("guardedSegment") == 1, "held guarded", timeout=90, r=r)
+    pdb = kube.get(f"/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets/held-1")
+    assert pdb["spec"]["minAvailable"] == 1 and pdb["metadata"]["ownerReferences"][0]["name"] == "held-1"
+    kube.wait_for(lambda: (kube.get(f"/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets/held-1")
+                           .get("status") or {}).get("observedGeneration"), 30, message="the disruption controller")
+    assert not status(kube, ns, "free").get("guardedSegment")
+    assert time.monotonic() - free_start < 110, "too slow to tell the two apart: free may be guarded too"
+    a_start = kube.get(pods_path(ns, held_pod["metadata"]["name"]))["status"]["startTime"]
+    b_start = kube.get(pods_path(ns, free_pod["metadata"]["name"]))["status"]["startTime"]
+    assert a_start > b_start  # kube-scheduler's own tie-break would take held
+    ordinary = pod(unique("urgent"), containers=[container(cpu="2", memory="1Gi")],
+                   nodeSelector={POOL: pool_name}, priorityClassName="batchgate-batch")
+    kube.create(pods_path(ns), ordinary)
+    kube.wait_for(lambda: kube.get(pods_path(ns, free_pod["metadata"]["name"]))["metadata"].get("deletionTimestamp"),
+                  30, message="kube-scheduler to preempt free")
+    assert not kube.get(pods_path(ns, held_pod["metadata"]["name"]))["metadata"].get("deletionTimestamp")
+    wait_status(kube, ns, "free", lambda s: s.get("phase") == "Interrupted", "free interrupted", r=r)
+    finish_terminating(kube, ns)
+    bound = kube.wait_for(lambda: kube.get(pods_path(ns, ordinary["metadata"]["name"]))["spec"].get("nodeName"),
+                          60, message="the ordinary pod bound")
+    assert bound == node_b and status(kube, ns, "held")["phase"] == "Running"
 
 
 # -- 5. restarts: killed after every write ---------------------------------------------------------

@@ -82,6 +82,10 @@ BUNDLE_ERRORS = [
      r"spec\.scavengers\.queue: must be a scavenger queue \(scavenger: true\); those: scavenger"),
     ("scavenger-timeout", "unschedulableTimeout: 5m", "unschedulableTimeout: soon", "soon",
      r"unschedulableTimeout: expected a duration"),
+    ("scavenger-guard-negative", "guardCoreMinutes: 20", "guardCoreMinutes: -5", "guardCoreMinutes",
+     r"spec\.scavengers\.guardCoreMinutes: expected core-minutes of unsaved work, a number >= 0 .*'-5' is not"),
+    ("scavenger-guard-word", "guardCoreMinutes: 20", "guardCoreMinutes: lots", "guardCoreMinutes",
+     r"'lots' is not a number"),
     ("scavenger-unknown", "gracePeriod: 60s", "gracePeriod: 60s\n    maxShares: 1", "maxShares",
      r"spec\.scavengers\.maxShares: unknown field"),
 ]

@@ -52,6 +52,9 @@ ActionKind = Literal[
     "sj-failed",  # a pod failed by itself, a volume is missing, or the spec is unusable: for good
     "sj-completed",  # all pods exited 0
     "sj-cleanup",  # a Job of an earlier segment is still there: delete it
+    "sj-guard-create",  # its unsaved work reached the guard: create the segment's PodDisruptionBudget
+    "sj-guard",  # the segment's PodDisruptionBudget exists (seen live): status guardedSegment
+    "sj-unguard",  # a pod of it is on a node being emptied: status, then delete the budget
     # job networking (network.py): a workload's Service, hostfile ConfigMap, NetworkPolicy
     "create-network",
     "update-network",

@@ -44,8 +44,11 @@ from .model import (
     LABEL_GROUP,
     LABEL_MANAGED_BY,
     MANAGED_BY,
+    PDB,
+    PDB_V1BETA1,
     POD,
     POD_GROUP,
+    Kind,
     Ref,
     format_time,
 )
@@ -97,6 +100,7 @@ class Actuator:
         self._known_events: OrderedDict[str, None] = OrderedDict()
         self._foreign: OrderedDict[tuple[str, str, str], None] = OrderedDict()  # names others hold
         self._host = socket.gethostname()
+        self._pdb: Kind | None = None  # the PodDisruptionBudget version the API server serves
 
     # -- plumbing ------------------------------------------------------------------
     def _write(self, verb: str, resource: str, what: str, fn: Callable[[], T]) -> T:
@@ -177,7 +181,7 @@ class Actuator:
 
     def _delete(self, d: Delete) -> None:
         ref = d.ref
-        kind = KINDS[ref.kind]
+        kind = self._kind(ref.kind)
         try:
             resp = self._write("delete", kind.plural, ref.name, lambda: self.api.delete(
                 kind, ref.namespace, ref.name, uid=ref.uid, propagation=d.propagation))
@@ -237,7 +241,7 @@ class Actuator:
         """The ``otherwise`` of the first requirement that does not exist (looked up live, metadata
         only, so a Secret's data is never read), or None when all are there."""
         for r in a.requires:
-            kind = KINDS[r.ref.kind]
+            kind = self._kind(r.ref.kind)
             try:
                 self.api.get_metadata(kind, r.ref.namespace, r.ref.name)
             except NotFound:
@@ -245,9 +249,23 @@ class Actuator:
                 return other
         return None
 
+    def _kind(self, name: str) -> Kind:
+        """The resource to write ``name`` objects to. PodDisruptionBudgets: policy/v1 where the API
+        server serves it (1.21 and later), else policy/v1beta1 (1.20); asked once."""
+        if name != "PodDisruptionBudget":
+            return KINDS[name]
+        if self._pdb is None:
+            try:
+                self.api.request("GET", PDB.path().rsplit("/", 1)[0])
+                self._pdb = PDB
+            except NotFound:
+                self._pdb = PDB_V1BETA1
+        return self._pdb
+
     def _create(self, body: Mapping[str, Any]) -> None:
         """Create an object; AlreadyExists means an earlier run (maybe one that crashed) did."""
-        kind = KINDS[str(body.get("kind"))]
+        kind = self._kind(str(body.get("kind")))
+        body = {**body, "apiVersion": kind.api_version}
         md = body.get("metadata") or {}
         ns, name = md.get("namespace") or "", md.get("name") or ""
         try:

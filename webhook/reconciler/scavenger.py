@@ -70,6 +70,7 @@ from .model import (
     LABEL_SEGMENT,
     LABEL_SJ,
     MANAGED_BY,
+    PDB,
     SCAVENGER_JOB,
     JobView,
     NodeView,
@@ -444,6 +445,7 @@ class SJView:
     job_name: str
     running_segment: int
     start_over: float | None
+    guarded_segment: int  # status.guardedSegment: the segment whose guard (PDB) was confirmed made
     running_ts: tuple[str, ...]
     interrupted_ts: tuple[str, ...]
     finished: str | None
@@ -516,6 +518,7 @@ def sj_view(obj: Mapping[str, Any]) -> SJView:
         job_name=str(st.get("jobName") or "") if isinstance(st.get("jobName"), str) else "",
         running_segment=_int(st.get("runningSegment")),
         start_over=parse_time(st.get("priorityStartOverTimestamp")),
+        guarded_segment=_int(st.get("guardedSegment")),
         running_ts=_strs(st.get("runningTimestamps")),
         interrupted_ts=_strs(st.get("interruptedTimestamps")),
         finished=st.get("finishedTimestamp") if isinstance(st.get("finishedTimestamp"), str) else None,
@@ -524,6 +527,75 @@ def sj_view(obj: Mapping[str, Any]) -> SJView:
         observed_generation=st.get("observedGeneration") if isinstance(st.get("observedGeneration"), int) else None,
         creation_ts=st.get("creationTimestamp") if isinstance(st.get("creationTimestamp"), str) else None,
     )
+
+
+def guard_due(start_over: float, cores: float, guard: float) -> float:
+    """When a segment that (re)started at ``start_over`` with ``cores`` has ``guard`` core-seconds
+    of work since its checkpoint (its restart included: the model needs no workload's figures)."""
+    return start_over + guard / cores if cores > 0 else float("inf")
+
+
+def node_leaving(node: NodeView | None) -> bool:
+    """A node being emptied: cordoned (kubectl drain, batchgate's maintenance drain) or tainted
+    NoSchedule / NoExecute (cluster-autoscaler's ToBeDeletedByClusterAutoscaler, the taint
+    manager). A guard there would only hold the drain off."""
+    return node is not None and (node.unschedulable or any(e in ("NoSchedule", "NoExecute")
+                                                           for _k, _v, e in node.taints))
+
+
+def guard_body(sj: SJView, job: JobView, segment: int) -> dict[str, Any]:
+    """The guard of a running segment: a PodDisruptionBudget over its pods that allows no
+    disruption (all of them must stay available). kube-scheduler's preemption prefers the node whose victims violate the fewest
+    budgets, so it takes a gang that has little unsaved work before a guarded one (it still
+    preempts guarded pods when nothing else makes room: a budget never holds ordinary work
+    back). Owned by the segment's Job, it goes with it at the next boundary or interruption."""
+    return {
+        "apiVersion": PDB.api_version, "kind": "PodDisruptionBudget",
+        "metadata": {
+            "name": job.ref.name, "namespace": sj.ref.namespace,
+            "labels": {LABEL_SJ: sj.ref.name, LABEL_SEGMENT: str(segment), LABEL_MANAGED_BY: MANAGED_BY},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job.ref.name, "uid": job.ref.uid}],
+        },
+        # minAvailable = every pod (not maxUnavailable 0: the disruption controller can count
+        # a Job's pods only for an absolute minAvailable, it has no scale to read)
+        "spec": {"minAvailable": sj.need.pods if sj.need else 1,
+                 "selector": {"matchLabels": {LABEL_SJ: sj.ref.name, LABEL_SEGMENT: str(segment)}}},
+    }
+
+
+def _guard(sj: SJView, job: JobView, seg: int, pods: Sequence[PodView], now: float, qp: QueuePolicy,
+           nodes: Mapping[str, NodeView] | None, actions: list[Action], wake: list[float]) -> None:
+    """Guard a running segment once its unsaved work reaches ``qp.scavenger_guard`` core-seconds;
+    lift the guard while one of its pods is on a node being emptied. Both are confirmed facts:
+    ``guardedSegment`` is written only after the budget was seen to exist (a live GET), and the
+    budget goes with the Job anyway."""
+    if qp.scavenger_guard <= 0 or sj.need is None:
+        return
+    ref = Ref(PDB.api_version, "PodDisruptionBudget", sj.ref.namespace, job.ref.name, "")
+    leaving = [p.node for p in pods if p.node and nodes is not None and node_leaving(nodes.get(p.node))]
+    guarded = sj.guarded_segment == seg
+    if guarded and leaving:
+        actions.append(_act("sj-unguard", sj, "GuardLifted",
+                            f"segment {seg}: node {leaving[0]} is being emptied; the PodDisruptionBudget "
+                            f"{ref.name} that held its gang is deleted", now, phase="Running",
+                            key=f"unguard/{seg}", quiet=True, status={"guardedSegment": None},
+                            deletes=(Delete(ref),)))
+        return
+    if guarded or leaving:
+        return
+    cores = sj.need.pods * sj.need.cpu_m / 1000
+    due = guard_due(sj.start_over if sj.start_over is not None else now, cores, qp.scavenger_guard)
+    if now < due:
+        wake.append(due)
+        return
+    create = Action(kind="sj-guard-create", target=sj.ref, reason="GuardCreated", key=f"guard/{seg}", quiet=True,
+                    message=f"segment {seg}: creating the PodDisruptionBudget {ref.name}",
+                    create=guard_body(sj, job, seg))
+    msg = (f"segment {seg}: {qp.scavenger_guard / 60:g} core-minutes of work since its checkpoint; "
+           f"PodDisruptionBudget {ref.name} asks kube-scheduler to preempt others first")
+    actions.append(_act("sj-guard", sj, "Guarded", msg, now, phase="Running", key=f"guard/{seg}", quiet=True,
+                        status={"guardedSegment": seg}, requires=(Requirement(ref, create),)))
+    wake.append(now + 2)  # the budget is not watched: look again for it to confirm
 
 
 def job_name(sj: str, segment: int) -> str:
@@ -743,7 +815,7 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings) -> tuple
     waiting_sj: dict[tuple[str, str], SJView] = {}
     pending_need: list[Need] = []  # gangs started but not all placed: they will take room
     for st in sorted(by_uid.values(), key=lambda s: (s.sj.ref.namespace, s.sj.ref.name)):
-        w = _one(st, now, qp, gone, actions, wake)
+        w = _one(st, now, qp, gone, actions, wake, nodes)
         if w is not None:
             waiting.append(w)
             waiting_sj[w.key] = st.sj
@@ -812,7 +884,8 @@ def _wait(sj: SJView, now: float, d: Decision) -> Action | None:
 
 
 def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
-         actions: list[Action], wake: list[float]) -> Waiting | None:
+         actions: list[Action], wake: list[float],
+         nodes: Mapping[str, NodeView] | None = None) -> Waiting | None:
     """Plan one ScavengerJob; a ``Waiting`` when it is waiting for its turn to start."""
     sj = st.sj
     if sj.deleting:
@@ -937,6 +1010,7 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
                                 key=f"running/{seg}", status=status, amount=waited if fresh else 0.0))
             wake.append(segment_end(latest, sj.duration))
             return None
+        _guard(sj, current, seg, cur_pods, now, qp, nodes, actions, wake)
         if sj.checkpoint_code is not None:
             return None  # the workload ends its segments itself, right after its checkpoints
         start_over = sj.start_over if sj.start_over is not None else latest

@@ -33,6 +33,7 @@ class QueuePolicy:
     scavenger_share: float = 0.7
     unschedulable_timeout: int = 300
     scavenger_grace: int = 60
+    scavenger_guard: float = 0.0  # core-seconds of unsaved work from which a running segment gets a PDB (0: off)
     # the job-network policy's namespace rules: which namespaces get NetworkPolicies (none: off)
     isolation: tuple[Isolation, ...] = ()
     # the namespace label keys queue grants select by (publish.py publishes those), and the bundle
@@ -51,6 +52,7 @@ class QueuePolicy:
             scavenger_share=sv.max_share,
             unschedulable_timeout=sv.unschedulable_timeout,
             scavenger_grace=sv.grace_period,
+            scavenger_guard=sv.guard * 60,
             max_time_limit={q.name: q.max_time_limit for q in bundle.queues.values()},
             default_queue=bundle.default_queue,
             namespace_defaults=tuple((r.names, r.default_queue) for r in bundle.namespaces),

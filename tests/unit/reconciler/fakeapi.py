@@ -54,6 +54,11 @@ class FakeApi:
         return (kind.plural, (namespace or "") if kind.namespaced else "", name)
 
     # -- the KubeApi surface ----------------------------------------------------------
+    def request(self, method: str, path: str, **kw: Any) -> Any:
+        """Discovery: every API group version is served."""
+        self.calls.append((method.lower(), path, "", ""))
+        return {"kind": "APIResourceList", "groupVersion": path.removeprefix("/apis/")}
+
     def get_metadata(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any]:
         obj = self.get(kind, namespace, name)
         return {"kind": "PartialObjectMetadata", "metadata": obj.get("metadata", {})}

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fakeapi import FakeApi
 from reconbuild import T0, running, terminated, ts
 
 from webhook.reconciler.controller import Controller
-from webhook.reconciler.model import LABEL_SEGMENT, LABEL_SJ, format_time
+from webhook.reconciler.model import LABEL_SEGMENT, LABEL_SJ, format_time, parse_time
 from webhook.reconciler.settings import QueuePolicy, Settings
 
 SETTINGS = Settings(leader_elect=False, queues=QueuePolicy(unschedulable_timeout=300))
@@ -41,14 +42,14 @@ def node(name: str, cpu: str = "8", mem: str = "16Gi") -> dict[str, Any]:
 
 
 class World:
-    def __init__(self, *objs: dict[str, Any], nodes: int = 1) -> None:
+    def __init__(self, *objs: dict[str, Any], nodes: int = 1, settings: Settings = SETTINGS) -> None:
         self.api = FakeApi()
         for i in range(nodes):
             self.api.put(node(f"n{i}"))
         for o in objs:
             self.api.put(o)
         self.now = T0
-        self.c = Controller(self.api, SETTINGS, clock=lambda: self.now)
+        self.c = Controller(self.api, settings, clock=lambda: self.now)
 
     def step(self, dt: float = 1) -> list[str]:
         self.now += dt
@@ -326,3 +327,73 @@ def test_a_gang_running_as_seen_is_not_taken_for_replaced():
     _running(w)
     assert w.step(600) == [] and w.step(1) == []
     assert w.sj("md")["status"]["phase"] == "Running"
+
+
+GUARDED = Settings(leader_elect=False, queues=QueuePolicy(unschedulable_timeout=300, scavenger_guard=20 * MIN))
+
+
+def _pdb(w: World, name: str) -> dict[str, Any] | None:
+    return w.api.objects.get(("poddisruptionbudgets", "demo", name))
+
+
+def test_a_segment_is_guarded_once_its_unsaved_work_reaches_the_guard_and_lifted_on_a_cordoned_node():
+    """2 pods x 1 cpu: 20 core-minutes of unsaved work after 10 minutes. Then a
+    PodDisruptionBudget over the segment's pods (no disruption allowed, owned by its Job) is
+    created, seen to exist (a live GET), and only then recorded in the status; a cordoned node
+    lifts it; the next segment starts unguarded."""
+    w = World(sj("md", duration="1h"), settings=GUARDED)
+    _running(w)
+    started = w.sj("md")["status"]["priorityStartOverTimestamp"]
+    assert w.step(8 * MIN) == [] and _pdb(w, "md-1") is None
+    assert w.c.plan_now().wake_at == pytest.approx(parse_time(started) + 10 * MIN)
+    assert w.step(MIN) == ["sj-guard-create"]
+    pdb = _pdb(w, "md-1")
+    assert pdb is not None and pdb["spec"] == {
+        "minAvailable": 2, "selector": {"matchLabels": {LABEL_SJ: "md", LABEL_SEGMENT: "1"}}}
+    (owner,) = pdb["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Job", "md-1", w.jobs()["md-1"]["metadata"]["uid"])
+    assert "guardedSegment" not in w.sj("md")["status"]
+    assert w.step(2) == ["sj-guard"]
+    assert w.sj("md")["status"]["guardedSegment"] == 1
+    writes = len(w.api.writes())
+    assert w.step(MIN) == [] and len(w.api.writes()) == writes  # steady: no more writes
+    # kubectl drain (or batchgate's maintenance) cordons the node: the guard goes
+    w.api.objects[("nodes", "", "n0")]["spec"] = {"unschedulable": True}
+    assert w.step() == ["sj-unguard"]
+    assert _pdb(w, "md-1") is None and w.sj("md")["status"].get("guardedSegment") is None
+    assert w.step(MIN) == []  # not again while the node is cordoned
+    w.api.objects[("nodes", "", "n0")]["spec"] = {}
+    assert w.step() == ["sj-guard-create"]  # uncordoned, still unsaved work: guarded again
+
+
+def test_a_guard_that_exists_already_is_adopted_and_a_tainted_node_never_gets_one():
+    w = World(sj("md", duration="1h"), settings=GUARDED)
+    _running(w)
+    w.api.put({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+               "metadata": {"name": "md-1", "namespace": "demo"}, "spec": {"maxUnavailable": 0}})
+    assert w.step(9 * MIN) == ["sj-guard"]  # made by a process that died before the status
+    assert w.sj("md")["status"]["guardedSegment"] == 1
+
+    w2 = World(sj("md", duration="1h"), settings=GUARDED)
+    _running(w2)
+    w2.api.objects[("nodes", "", "n0")]["spec"] = {
+        "taints": [{"key": "ToBeDeletedByClusterAutoscaler", "value": "1", "effect": "NoSchedule"}]}
+    assert w2.step(30 * MIN) == [] and _pdb(w2, "md-1") is None
+
+
+def test_the_guard_goes_with_its_segment():
+    """A boundary: the next segment is unguarded until its own unsaved work reaches the guard
+    (the old budget is owned by the old Job: the garbage collector removes it)."""
+    obj = sj("md", duration="1h")
+    obj["spec"]["checkpointExitCode"] = 3
+    w = World(obj, settings=GUARDED)
+    _running(w)
+    assert w.step(9 * MIN) == ["sj-guard-create"] and w.step(2) == ["sj-guard"]
+    w.set_pod("md-1-0", phase="Failed", containerStatuses=[terminated(3)])
+    assert w.step() == ["sj-segment"]
+    w.kubelet_gone("md-1")
+    assert w.step() == ["sj-resume"]
+    w.run_job("md-2")
+    assert w.step(5) == ["sj-segment-running"]
+    assert w.step(5 * MIN) == []
+    assert w.step(5 * MIN) == ["sj-guard-create"] and _pdb(w, "md-2") is not None
