@@ -15,11 +15,16 @@ Orders compared, on the same cluster, the same ordinary arrivals, the same Scave
                 scheduler's "latest start goes first" is "least progress since the checkpoint".
   tiers     (c) segments, and a ScavengerJob interrupted k times gets scavenger class
                 min(k, T-1) of T `Never` classes (all below ordinary work) for its next pods.
+  gangs     (f) segments, and a gang of P pods gets scavenger class log2(P) (1 pod: 0, 2: 1,
+                4: 2, ...; --tiers classes): kube-scheduler takes the node with the lowest
+                highest-victim priority, so single pods before pieces of big gangs. Measured,
+                not adopted.
   guard     (e) segments, and a PodDisruptionBudget (disruptionsAllowed 0) on every gang whose
                 unsaved work (compute since its checkpoint x its cores) reached --guard
                 core-minutes. kube-scheduler ranks nodes by fewest PDB violations first and, on a
-                node, sends the pods that violate none first; so the held gangs go last. NOT
-                implemented in the controller: a measured option.
+                node, sends the pods that violate none first; so the held gangs go last. Built:
+                bundle spec.scavengers.guardCoreMinutes (the controller counts from the pods'
+                start, the restart included; drains lift it, which this model has none of).
   oracle    (d) long pods as in (a), but the victims are the whole gangs, on one node, whose
                 loss (compute since their checkpoint plus the restart, all their pods on all
                 nodes) is least; it knows what no scheduler can see.

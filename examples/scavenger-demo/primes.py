@@ -220,6 +220,9 @@ class State:
 # --- the run -------------------------------------------------------------------------------
 
 def run(args: argparse.Namespace) -> int:
+    stop: list[int] = []  # first thing: a signal from now on only raises this flag
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: stop.append(signum))
     state = State(args.state_dir, args.limit)
     if not args.state_dir.is_dir():
         log(f"cannot save checkpoints: {args.state_dir} is not a directory")
@@ -235,10 +238,6 @@ def run(args: argparse.Namespace) -> int:
     started_at, segments_before = state.body["next"], state.body["segments"]
     if started_at <= args.limit:
         state.body["runs"] = state.body.get("runs", 0) + 1
-
-    stop: list[int] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _frame: stop.append(signum))
 
     primes = base_primes(math.isqrt(args.limit))
     span = args.segment
