@@ -51,6 +51,7 @@ RECONCILER_RIGHTS = {
     ("", "services"): {"get", "list", "watch", "create", "patch"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch"},  # get: ScavengerJob volumes too
     ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("policy", "poddisruptionbudgets"): {"get", "create", "delete"},  # a ScavengerJob segment's guard
     ("", "namespaces"): {"get", "list", "watch"},  # labels for queue grants by namespaceSelector
 }
 VARIANTS = {"default": MANIFESTS, "k8s-1.20": MANIFESTS / "k8s-1.20"}
