@@ -593,7 +593,7 @@ def test_leader_killed_at_a_boundary_and_at_an_interruption_the_next_finishes(
     b.kill()
     kube.wait_for(lambda: lease_holder(kube, ns) == "replica-c", 40, message=lambda: f"replica-c takes over\n{c.logs()}")
     kube.wait_for(lambda: finish_terminating(kube, ns) or not seg_pods(kube, ns, "md-2"), 30, message="md-2 gone")
-    st = wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-3", "restarted", r=c)
+    st = wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-3", "restarted", r=c, kubelet=True)
     pods = run_segment(kube, ns, "md-3", 2)
     wait_status(kube, ns, "md", lambda s: s.get("runningSegment") == 3, "segment 3 running", r=c)
     for p in pods:
