@@ -415,9 +415,12 @@ class Bundle:
 
 
 # -- loading ----------------------------------------------------------------
-def load_bundle(directory: str | os.PathLike[str], types: Mapping[str, PolicyType]) -> Bundle:
+def load_bundle(directory: str | os.PathLike[str], types: Mapping[str, PolicyType], *,
+                deployable: bool = True) -> Bundle:
     """Load and validate a bundle directory whose policies are of ``types`` (by name);
-    raises BundleError naming file:line: field."""
+    raises BundleError naming file:line: field. ``deployable=False`` skips the checks that
+    need the whole policy set (a suite case's variant bundle.yaml runs with the suite's
+    policies only)."""
     root = Path(directory)
     if not root.is_dir():
         raise BundleError(str(root), None, "", "not a directory")
@@ -442,6 +445,8 @@ def load_bundle(directory: str | os.PathLike[str], types: Mapping[str, PolicyTyp
         names[policy.name] = str(file)
         policies.append(policy)
     policies.sort(key=lambda p: (p.rule.order, p.name))
+    if deployable:
+        _check_label_grants_guarded(spec, policies)
     return Bundle(
         **{f: getattr(bundle, f) for f in ("root", "priority_classes", "queues", "default_queue",
                                            "namespaces", "excluded_namespaces", "admins", "controllers",
@@ -454,6 +459,36 @@ def load_bundle(directory: str | os.PathLike[str], types: Mapping[str, PolicyTyp
         mutating=tuple(p for p in policies if p.rule.mutate is not None),
         validating=tuple(p for p in policies if p.rule.validate is not None),
     )
+
+
+def _check_label_grants_guarded(doc: Node, policies: list[Policy]) -> None:
+    """A queue granted by namespace label is only as closed as the label: whoever may label
+    their namespace would grant themselves the queue. The namespace-opt-out policy keeps every
+    label a grant reads an admin's to set, on Namespace CREATE and UPDATE; a bundle that grants
+    by label without it is refused at the first selector."""
+    first = _first_field(doc.req("spec").req("queues"), "namespaceSelector")
+    if first is None:
+        return
+    guards = [p for p in policies if p.rule.name == "namespace-opt-out"
+              and {"CREATE", "UPDATE"} <= set(p.match.operations) and p.match.matches_kind("", "v1", "Namespace")]
+    if not guards:
+        first.fail("a grant by namespace label needs the namespace-opt-out policy in the bundle, matching "
+                   "Namespace CREATE and UPDATE: it keeps the labels grants read an admin's to set; "
+                   "without it anyone who may label their namespace grants themselves the queue")
+
+
+def _first_field(node: Node, key: str) -> Node | None:
+    """The first field named ``key`` anywhere under ``node`` (in file order)."""
+    if isinstance(node.value, dict):
+        for k, child in node.items():
+            found = child if k == key else _first_field(child, key)
+            if found is not None:
+                return found
+    elif isinstance(node.value, list):
+        for child in node.seq():
+            if (found := _first_field(child, key)) is not None:
+                return found
+    return None
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ from tests.unit.conftest import checked_decide, decided
 from tests.unit.rules.test_queue_access import ALICE, make_bundle, pod, queue
 from webhook import metrics, nsfacts
 from webhook.bundle import Bundle
+from webhook.yamlsrc import BundleError
 from webhook.cli import main
 from webhook.nsfacts import NamespaceSelector, document, needs_write, parse_facts, render, view
 from webhook.offline import Caller, synthetic_review, with_namespace_labels
@@ -147,11 +148,31 @@ def labelled(spec: dict[str, Any]) -> None:
                                                "namespaceSelector": {"matchLabels": {"tier": "gold"}}}
 
 
+def guarded(tmp_path: Path, edit: Any) -> Bundle:
+    """A bundle that grants by label carries the namespace-opt-out policy (else it does not load)."""
+    (tmp_path / "bundle" / "namespace-opt-out").mkdir(parents=True, exist_ok=True)
+    shutil.copy(POLICIES / "namespace-opt-out" / "policy.yaml", tmp_path / "bundle" / "namespace-opt-out")
+    return make_bundle(tmp_path, edit)
+
+
 @pytest.fixture
 def lb(tmp_path: Path) -> Bundle:
-    (tmp_path / "bundle" / "namespace-opt-out").mkdir(parents=True)
-    shutil.copy(POLICIES / "namespace-opt-out" / "policy.yaml", tmp_path / "bundle" / "namespace-opt-out")
-    return make_bundle(tmp_path, labelled)
+    return guarded(tmp_path, labelled)
+
+
+def test_a_bundle_granting_by_label_without_the_label_guard_is_refused_at_the_selector(tmp_path):
+    with pytest.raises(BundleError) as e:
+        make_bundle(tmp_path, labelled)  # the queue-access policy alone
+    assert e.value.field == "spec.queues[0].access[0].namespaceSelector" and e.value.line
+    assert "needs the namespace-opt-out policy" in str(e.value)
+    assert "anyone who may label their namespace grants themselves the queue" in str(e.value)
+    (tmp_path / "bundle" / "namespace-opt-out").mkdir(parents=True, exist_ok=True)
+    only_update = yaml.safe_load((POLICIES / "namespace-opt-out" / "policy.yaml").read_text())
+    only_update["spec"].setdefault("match", {})["operations"] = ["UPDATE"]
+    (tmp_path / "bundle" / "namespace-opt-out" / "policy.yaml").write_text(yaml.safe_dump(only_update))
+    with pytest.raises(BundleError, match="matching Namespace CREATE and UPDATE"):
+        make_bundle(tmp_path, labelled)  # a guard that misses CREATE is no guard
+    assert guarded(tmp_path, labelled).selector_keys == ("team", "tier")
 
 
 def decide_in(bundle: Bundle, namespace: str, obj: dict[str, Any], who: tuple[str, tuple[str, ...]] = ALICE):
@@ -190,11 +211,11 @@ def test_without_labels_selector_grants_admit_nobody_and_names_still_work(tmp_pa
     def both(spec: dict[str, Any]) -> None:
         queue(spec, "interactive")["access"] = [{"namespaces": ["notebooks"]},
                                                 {"namespaceSelector": {"matchLabels": {"team": "a"}}}]
-    b = with_namespace_labels(make_bundle(tmp_path, both), None, "the webhook was started without --namespaces")
+    b = with_namespace_labels(guarded(tmp_path, both), None, "the webhook was started without --namespaces")
     assert decide_in(b, "notebooks", pod("interactive")).allowed
     d = decide_in(b, "lab", pod("interactive"))
     assert not d.allowed and "namespace labels are not usable: the webhook was started without --namespaces" in d.message
-    stale = with_namespace_labels(make_bundle(tmp_path, both), None)
+    stale = with_namespace_labels(guarded(tmp_path, both), None)
     assert not decide_in(stale, "lab", pod("interactive")).allowed
 
 

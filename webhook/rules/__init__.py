@@ -52,9 +52,9 @@ REGISTRY: dict[str, RuleType] = {m.TYPE.name: m.TYPE for m in (
 )}
 
 
-def load_bundle(directory: str | os.PathLike[str]) -> Bundle:
+def load_bundle(directory: str | os.PathLike[str], *, deployable: bool = True) -> Bundle:
     """The bundle in ``directory``, its policies of the built-in types; raises BundleError."""
-    return _load_bundle_of(directory, REGISTRY)
+    return _load_bundle_of(directory, REGISTRY, deployable=deployable)
 
 
 def catalogue() -> str:
