@@ -19,11 +19,11 @@ from tests.unit.conftest import checked_decide, decided
 from tests.unit.rules.test_queue_access import ALICE, make_bundle, pod, queue
 from webhook import metrics, nsfacts
 from webhook.bundle import Bundle
-from webhook.yamlsrc import BundleError
 from webhook.cli import main
 from webhook.nsfacts import NamespaceSelector, document, needs_write, parse_facts, render, view
 from webhook.offline import Caller, synthetic_review, with_namespace_labels
 from webhook.server import ServeOptions, make_app, prepare, reload_facts
+from webhook.yamlsrc import BundleError
 
 NOW = 1_800_000_000.0
 ADMIN = ("root", ("batchgate:admins",))
