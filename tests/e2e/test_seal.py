@@ -126,3 +126,32 @@ def test_template_changed_during_an_outage_makes_no_pod_until_admitted(kube, web
     (p,) = kube.wait_for_pods(ns, count=1, timeout=120, predicate=lambda p: owned_by(uid)(p) and (
         p["metadata"].get("annotations") or {}).get(SEAL) == value and not p["metadata"].get("deletionTimestamp"))
     assert p["spec"]["priorityClassName"] == URGENT
+
+
+def test_deployment_template_changed_during_an_outage_gets_no_replicaset(kube, webhook_server, ns, outage):
+    """The deployment controller's new ReplicaSet for a template changed without admission is
+    judged with no one's grants: the admin-only class is denied, and the Deployment says so."""
+    require_components(kube, "kube-controller-manager")
+    name = unique("dep")
+    path = f"/apis/apps/v1/namespaces/{ns}/deployments/{name}"
+    stored = create_and_read(kube, ns, deployment(name))
+    uid = stored["metadata"]["uid"]
+    assert_sealed(session_keys(webhook_server), stored, ns, ("apps", "Deployment"))
+
+    def replicasets() -> list[dict[str, Any]]:
+        return [r for r in kube.get(f"/apis/apps/v1/namespaces/{ns}/replicasets")["items"] if owned_by(uid)(r)]
+
+    wait_for(lambda: replicasets() or None, 60, message="the Deployment's first ReplicaSet")
+    webhook_server.server.stop()
+    assert webhook_server.server.refuses_connections()
+    kube.patch(path, {"spec": {"template": {"spec": {"priorityClassName": URGENT}}}}, as_user="alice")
+    outage.end()
+
+    def denied() -> list[dict[str, Any]] | None:
+        found = [e for e in events(kube, ns, uid=uid) if e["reason"] == "ReplicaSetCreateError"
+                 and "'batchgate-urgent' is reserved for admins" in e["message"]]
+        return found or None
+
+    (event, *_) = wait_for(denied, 90, message="the Deployment's ReplicaSetCreateError for the unsealed template")
+    assert "no valid batchgate.io/admitted seal" in event["message"], event["message"]
+    assert all(r["spec"]["template"]["spec"].get("priorityClassName") != URGENT for r in replicasets())

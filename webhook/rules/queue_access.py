@@ -13,7 +13,8 @@ Who is judged is whoever creates or updates the workload: a Pod, or any kind tha
 (templates are judged as the pods they will make), and a ScavengerJob (its scavenger queue).
 Objects that a controller made from an owner admitted here (the bundle's ``controllers``, and
 this policy's ``controllers``: the reconciler, which makes a ScavengerJob's Jobs) are not judged
-again, since their creator is not the user. On UPDATE only what the update adds is judged: a
+again, since their creator is not the user, when their pod template carries a verifying admission
+seal (``ctx.trusted``, webhook.seal); without one they are judged with no one's grants. On UPDATE only what the update adds is judged: a
 queue the object did not name before, or whole nodes it did not ask for before (or in a queue
 newly named), so that a queue closed later does not stall updates of running work, while
 relabelling a workload or its template into a closed queue is denied like a CREATE.
