@@ -3,13 +3,16 @@ are not worth re-writing by hand)."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter as Bag
 from collections.abc import Iterator
+from itertools import accumulate
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -68,23 +71,55 @@ REQUESTS = Tally(
     ("endpoint", "operation", "outcome"),
     REGISTRY,
 )
-HTTP_DURATION = Histogram(
+class Durations(Collector):
+    """A labelled histogram for the request hot path, exposed as prometheus-client's own.
+
+    ``Histogram.observe`` takes a lock for the sum and for the bucket and walks the bounds
+    in Python: about 10k instructions per request, an eighth of what the server adds to a
+    no-op handler. Here one list of counts per label set, the bucket found by ``bisect``
+    (in C); turned into cumulative buckets only when /metrics is scraped. Single-threaded
+    use, like :class:`Tally` (each server process observes on its event loop only).
+    """
+
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...],
+                 buckets: tuple[float, ...], registry: CollectorRegistry) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, labelnames
+        self.bounds = tuple(sorted(buckets))  # le bounds; +Inf is the last count
+        self._series: dict[tuple[str, ...], list[Any]] = {}  # labels -> [counts, sum]
+        registry.register(self)
+
+    def observe(self, labels: tuple[str, ...], seconds: float) -> None:
+        series = self._series.get(labels)
+        if series is None:
+            series = self._series[labels] = [[0] * (len(self.bounds) + 1), 0.0]
+        series[0][bisect_left(self.bounds, seconds)] += 1  # the first bound >= seconds: le is inclusive
+        series[1] += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        les = [*(floatToGoString(b) for b in self.bounds), "+Inf"]  # type: ignore[no-untyped-call]
+        for labels, (counts, total) in sorted(self._series.items()):
+            family.add_metric(labels, list(zip(les, accumulate(counts), strict=True)), total)
+        yield family
+
+
+HTTP_DURATION = Durations(
     "batchgate_http_request_duration_seconds",
     "Time from request headers to response, by path (other: any unknown path) and status code, "
     "errors included.",
-    ["path", "code"],
-    buckets=(0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0),
-    registry=REGISTRY,
+    ("path", "code"),
+    (0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0),
+    REGISTRY,
 )
-_BY_PATH_CODE: dict[tuple[str, int], Any] = {}
+_LABELS: dict[tuple[str, int], tuple[str, str]] = {}
 
 
 def observe_http(path: str, code: int, seconds: float) -> None:
-    """One request's duration; the labelled child is looked up once per (path, code)."""
-    child = _BY_PATH_CODE.get((path, code))
-    if child is None:
-        child = _BY_PATH_CODE[(path, code)] = HTTP_DURATION.labels(path, str(code))
-    child.observe(seconds)
+    """One request's duration; the label tuple is made once per (path, code)."""
+    labels = _LABELS.get((path, code))
+    if labels is None:
+        labels = _LABELS[(path, code)] = (path, str(code))
+    HTTP_DURATION.observe(labels, seconds)
 
 
 POLICY_DECISIONS = Tally(
