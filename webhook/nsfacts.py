@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from . import selectors
 from .contract import API_VERSION
 
 KIND = "NamespaceLabels"
@@ -38,7 +39,7 @@ KEY = "namespaces.json"
 MAX_BYTES = 900 * 1024
 REFRESH = 300.0  # the reconciler rewrites publishedAt at least this often, changed or not
 MAX_AGE = 900.0  # the webhook's default: older facts are stale (three refreshes missed)
-OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+OPERATORS = selectors.OPERATORS
 LABEL_KEY = r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
 LABEL_VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
 NAMESPACE_NAME = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -62,28 +63,11 @@ class NamespaceSelector:
         return frozenset([k for k, _ in self.match_labels] + [k for k, _, _ in self.match_expressions])
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        for k, v in self.match_labels:
-            if labels.get(k) != v:
-                return False
-        for key, op, values in self.match_expressions:
-            value = labels.get(key)
-            if op == "In" and value not in values:
-                return False
-            if op == "NotIn" and value is not None and value in values:
-                return False
-            if op == "Exists" and value is None:
-                return False
-            if op == "DoesNotExist" and value is not None:
-                return False
-        return True
+        return selectors.matches(self.match_labels, self.match_expressions, labels)
 
     def describe(self) -> str:
         """As kubectl writes a selector: ``team=a,tier in (gold,silver),!legacy``."""
-        parts = [f"{k}={v}" for k, v in self.match_labels]
-        for key, op, values in self.match_expressions:
-            parts.append({"In": f"{key} in ({','.join(values)})", "NotIn": f"{key} notin ({','.join(values)})",
-                          "Exists": key, "DoesNotExist": f"!{key}"}[op])
-        return ",".join(parts) or "(everything)"
+        return selectors.text(self.match_labels, self.match_expressions, "(everything)")
 
 
 def selector_keys(selectors: Iterable[NamespaceSelector]) -> tuple[str, ...]:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from . import selectors
 from .contract import GROUP
 
 KIND = "MaintenanceWindow"
@@ -39,7 +40,7 @@ PLURAL = "maintenancewindows"
 COUNTDOWN_LABEL = f"{GROUP}/maintenance-in-minutes"
 """Node label, written by the reconciler only: whole minutes until the node's next window."""
 SPEC_FIELDS = ("start", "end", "nodeSelector", "nodes", "reason")
-OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+OPERATORS = selectors.OPERATORS
 LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                        r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
@@ -55,28 +56,11 @@ class Selector:
     match_expressions: tuple[tuple[str, str, frozenset[str]], ...] = ()
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        for k, v in self.match_labels:
-            if labels.get(k) != v:
-                return False
-        for key, op, values in self.match_expressions:
-            value = labels.get(key)
-            if op == "In" and value not in values:
-                return False
-            if op == "NotIn" and value is not None and value in values:
-                return False
-            if op == "Exists" and value is None:
-                return False
-            if op == "DoesNotExist" and value is not None:
-                return False
-        return True
+        return selectors.matches(self.match_labels, self.match_expressions, labels)
 
     def __str__(self) -> str:
-        parts = [f"{k}={v}" for k, v in self.match_labels]
-        for key, op, values in self.match_expressions:
-            vals = ",".join(sorted(values))
-            parts.append({"In": f"{key} in ({vals})", "NotIn": f"{key} notin ({vals})",
-                          "Exists": key, "DoesNotExist": f"!{key}"}[op])
-        return ",".join(parts) or "(all nodes)"
+        return selectors.text(self.match_labels, ((k, op, sorted(v)) for k, op, v in self.match_expressions),
+                              "(all nodes)")
 
 
 @dataclass(frozen=True, slots=True)
