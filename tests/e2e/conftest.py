@@ -205,6 +205,27 @@ def outage(webhook_server: Webhook) -> Iterator[Outage]:
 
 
 @pytest.fixture
+def namespace_manager(kube: Any) -> Iterator[str]:
+    """alice may create, label and delete Namespaces (cluster-wide namespace self-service); she is
+    no batchgate admin."""
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    name = f"e2e-namespace-manager-{uuid.uuid4().hex[:6]}"
+    kube.create(f"{rbac}/clusterroles", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+        "rules": [{"apiGroups": [""], "resources": ["namespaces"],
+                   "verbs": ["get", "list", "create", "update", "patch", "delete"]}]})
+    kube.create(f"{rbac}/clusterrolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]})
+    wait_for(lambda: kube.can_i("patch", "namespaces", as_user="alice"), 30, message="alice may patch namespaces")
+    yield "alice"
+    for kind in ("clusterrolebindings", "clusterroles"):
+        with contextlib.suppress(Exception):
+            kube.delete(f"{rbac}/{kind}/{name}")
+
+
+@pytest.fixture
 def node(kube: Any) -> Iterator[str]:
     """A fake Node with room for anything (64 CPUs, 256Gi), deleted after the test."""
     name = f"bg-node-{uuid.uuid4().hex[:6]}"

@@ -29,6 +29,7 @@ import copy
 import http.client
 import json
 import os
+import shutil
 import signal
 import ssl
 import subprocess
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from cluster import (
     IDENTITIES,
     REPO_ROOT,
@@ -54,6 +56,7 @@ from cluster import (
 from tests.conftest import kustomize
 from webhook.bundle import Bundle
 from webhook.engine import Decision
+from webhook.generate import webhook_configurations
 from webhook.offline import Caller, check_object
 from webhook.seal import Keyring, parse_keyring
 from webhook.units import parse_quantity
@@ -678,3 +681,35 @@ def events(kube: Any, ns: str, *, uid: str | None = None, reason: str | None = N
 def epoch(ts: str) -> float:
     """Seconds since the epoch of an RFC 3339 UTC timestamp as the API server writes it."""
     return float(calendar.timegm(time.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")))
+
+
+# -- a module's own validating server ------------------------------------------------------------
+def bundle_variant(root: Path, edit: Callable[[dict[str, Any]], None], policies: tuple[str, ...]) -> Path:
+    """``root/policies``: the shipped bundle.yaml with ``edit`` applied to its spec, and only the
+    named policy folders (a second server that judges what one module tests)."""
+    folder = root / "policies"
+    folder.mkdir()
+    doc = yaml.safe_load((REPO_ROOT / "policies" / "bundle.yaml").read_text())
+    edit(doc["spec"])
+    (folder / "bundle.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    for name in policies:
+        shutil.copytree(REPO_ROOT / "policies" / name, folder / name)
+    return folder
+
+
+def scoped_validating(server: Any, config: str, hooks: Mapping[str, str], scope: str) -> dict[str, Any]:
+    """The validating configuration ``config`` for a module's own ``server``: only the shipped
+    webhooks named in ``hooks`` (renamed to their values), each asked only for objects in
+    namespaces labelled ``scope: on`` (a Namespace by its own labels), failing closed, so that a
+    test cannot pass because this server was not asked."""
+    _, validating = webhook_configurations(server.ca_bundle, url=server.url)
+    validating["metadata"]["name"] = config
+    validating["webhooks"] = [h for h in validating["webhooks"] if h["name"] in hooks]
+    for h in validating["webhooks"]:
+        if h["name"] == "namespaces.validate.batchgate.io":
+            h["objectSelector"] = {"matchLabels": {scope: "on"}}
+        else:
+            h["namespaceSelector"] = {"matchLabels": {scope: "on"}}
+        h["name"] = hooks[h["name"]]
+        h["failurePolicy"] = "Fail"
+    return validating

@@ -15,27 +15,24 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from cluster import REPO_ROOT, KubeApiError, wait_for
+from cluster import KubeApiError, wait_for
 from harness import (
     QUEUE_LABEL,
     WebhookServer,
+    bundle_variant,
     create,
     pod,
+    scoped_validating,
     start_reconciler,
     stop_reconcilers,
     unique,
 )
-
-from webhook.generate import webhook_configurations
 
 SCOPE = "batchgate-e2e/namespace-labels"
 TEAM = "batchgate-e2e/team"
@@ -43,19 +40,13 @@ CREATE_HOOK = "create.nslabels-e2e.batchgate.io"
 NAMESPACE_HOOK = "namespaces.nslabels-e2e.batchgate.io"
 CONFIG = "batchgate-namespace-labels-e2e"
 CONFIGMAP = "batchgate-namespaces"
-RBAC = "/apis/rbac.authorization.k8s.io/v1"
 
 
-def labelled_bundle(root: Path) -> Path:
-    policies = root / "policies"
-    policies.mkdir()
-    doc = yaml.safe_load((REPO_ROOT / "policies" / "bundle.yaml").read_text())
-    queues = {q["name"]: q for q in doc["spec"]["queues"]}
+def labelled(spec: dict[str, Any]) -> None:
+    """interactive: open to namespaces labelled team=physics (the server runs queue-access and
+    namespace-opt-out, which keeps that label an admin's to set)."""
+    queues = {q["name"]: q for q in spec["queues"]}
     queues["interactive"]["access"] = {"namespaceSelector": {"matchLabels": {TEAM: "physics"}}}
-    (policies / "bundle.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    for name in ("queue-access", "namespace-opt-out"):
-        shutil.copytree(REPO_ROOT / "policies" / name, policies / name)
-    return policies
 
 
 class Mount:
@@ -80,21 +71,12 @@ class Mount:
 @pytest.fixture(scope="module")
 def site(kube: Any, webhook_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     workdir = tmp_path_factory.mktemp("namespace-labels")
-    policies = labelled_bundle(workdir)
+    policies = bundle_variant(workdir, labelled, ("queue-access", "namespace-opt-out"))
     mount = Mount(workdir / "namespaces")
     server = WebhookServer(workdir, policies=policies, args=("--namespaces", str(mount.path)),
                            seal_keys=webhook_server.server.cert_dir / "seal.keys").start()  # shares its seal keys
-    _, validating = webhook_configurations(server.ca_bundle, url=server.url)
-    validating["metadata"]["name"] = CONFIG
-    hooks = {"create.validate.batchgate.io": CREATE_HOOK, "namespaces.validate.batchgate.io": NAMESPACE_HOOK}
-    validating["webhooks"] = [h for h in validating["webhooks"] if h["name"] in hooks]
-    for h in validating["webhooks"]:
-        if h["name"] == "namespaces.validate.batchgate.io":  # only this module's Namespaces
-            h["objectSelector"] = {"matchLabels": {SCOPE: "on"}}
-        else:
-            h["namespaceSelector"] = {"matchLabels": {SCOPE: "on"}}
-        h["name"] = hooks[h["name"]]
-        h["failurePolicy"] = "Fail"
+    validating = scoped_validating(server, CONFIG, {"create.validate.batchgate.io": CREATE_HOOK,
+                                                    "namespaces.validate.batchgate.io": NAMESPACE_HOOK}, SCOPE)
     home = kube.create_namespace(prefix="e2e-nslabels-home", edit_users=())
     reconciler = start_reconciler(kube, home, workdir / "reconciler.log", "--policies", str(policies))
     try:
@@ -199,25 +181,6 @@ def _admitted(kube: Any, ns: str) -> bool:
     except KubeApiError:
         return False
     return True
-
-
-@pytest.fixture
-def namespace_manager(kube: Any) -> Iterator[str]:
-    """alice may create and relabel Namespaces (namespace self-service); she is no batchgate admin."""
-    name = f"e2e-nslabels-manager-{uuid.uuid4().hex[:6]}"
-    kube.create(f"{RBAC}/clusterroles", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
-        "rules": [{"apiGroups": [""], "resources": ["namespaces"],
-                   "verbs": ["get", "list", "create", "update", "patch", "delete"]}]})
-    kube.create(f"{RBAC}/clusterrolebindings", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]})
-    wait_for(lambda: kube.can_i("patch", "namespaces", as_user="alice"), 30, message="alice may patch namespaces")
-    yield "alice"
-    for kind in ("clusterrolebindings", "clusterroles"):
-        with contextlib.suppress(Exception):
-            kube.delete(f"{RBAC}/{kind}/{name}")
 
 
 def test_only_admins_may_set_a_label_that_grants_a_queue(kube, site, namespace_manager):

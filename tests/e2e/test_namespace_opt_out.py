@@ -9,35 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster import KubeApiError, wait_for
+from cluster import KubeApiError
 from harness import QUEUE_LABEL, create, pod, pods_path, unique
 
 HOOK = "namespaces.validate.batchgate.io"
 OPT_OUT = "batchgate.io/admission"
-RBAC = "/apis/rbac.authorization.k8s.io/v1"
-
-
-@pytest.fixture
-def namespace_manager(kube: Any) -> Iterator[str]:
-    """alice may create, label and delete Namespaces (cluster-wide); she is no batchgate admin."""
-    name = f"e2e-namespace-manager-{uuid.uuid4().hex[:6]}"
-    kube.create(f"{RBAC}/clusterroles", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
-        "rules": [{"apiGroups": [""], "resources": ["namespaces"],
-                   "verbs": ["get", "list", "create", "update", "patch", "delete"]}]})
-    kube.create(f"{RBAC}/clusterrolebindings", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]})
-    wait_for(lambda: kube.can_i("patch", "namespaces", as_user="alice"), 30, message="alice may patch namespaces")
-    yield "alice"
-    for kind in ("clusterrolebindings", "clusterroles"):
-        with contextlib.suppress(Exception):
-            kube.delete(f"{RBAC}/{kind}/{name}")
 
 
 def denied(fn: Any) -> str:

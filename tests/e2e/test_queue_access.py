@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import shutil
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from cluster import REPO_ROOT, KubeApiError, require_components, wait_for
+from cluster import KubeApiError, require_components, wait_for
 from harness import (
     QUEUE_LABEL,
     WebhookServer,
+    bundle_variant,
     container,
     create,
     create_and_read,
@@ -37,10 +35,9 @@ from harness import (
     job,
     path_of,
     pod,
+    scoped_validating,
     unique,
 )
-
-from webhook.generate import webhook_configurations
 
 EXCLUSIVE = "batchgate.io/exclusive"
 SCOPE = "batchgate-e2e/queue-access"
@@ -49,35 +46,23 @@ UPDATE_HOOK = "update.access-e2e.batchgate.io"
 CONFIG = "batchgate-queue-access-e2e"
 
 
-def closed_bundle(root: Path) -> Path:
-    """The shipped bundle with access grants, and the queue-access policy alone."""
-    policies = root / "policies"
-    policies.mkdir()
-    doc = yaml.safe_load((REPO_ROOT / "policies" / "bundle.yaml").read_text())
-    queues = {q["name"]: q for q in doc["spec"]["queues"]}
+def closed(spec: dict[str, Any]) -> None:
+    """Access grants on the shipped queues (the server runs the queue-access policy alone)."""
+    queues = {q["name"]: q for q in spec["queues"]}
     queues["interactive"]["access"] = {"groups": ["hpc"]}
     queues["scavenger"]["access"] = {"groups": ["devs"]}
     queues["batch"]["exclusiveAccess"] = {"users": ["carol"]}
-    doc["spec"]["namespaces"] = [r for r in doc["spec"]["namespaces"] if r.get("defaultQueue") != "interactive"]
-    (policies / "bundle.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    shutil.copytree(REPO_ROOT / "policies" / "queue-access", policies / "queue-access")
-    return policies
+    spec["namespaces"] = [r for r in spec["namespaces"] if r.get("defaultQueue") != "interactive"]
 
 
 @pytest.fixture(scope="module")
 def ns(kube: Any, webhook_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     workdir = tmp_path_factory.mktemp("queue-access")
     # The session server (which mutates, and so seals) and this one share the seal keys.
-    server = WebhookServer(workdir, policies=closed_bundle(workdir),
+    server = WebhookServer(workdir, policies=bundle_variant(workdir, closed, ("queue-access",)),
                            seal_keys=webhook_server.server.cert_dir / "seal.keys").start()
-    _, validating = webhook_configurations(server.ca_bundle, url=server.url)
-    validating["metadata"]["name"] = CONFIG
-    hooks = {"create.validate.batchgate.io": CREATE_HOOK, "update.validate.batchgate.io": UPDATE_HOOK}
-    validating["webhooks"] = [h for h in validating["webhooks"] if h["name"] in hooks]
-    for h in validating["webhooks"]:
-        h["name"] = hooks[h["name"]]
-        h["namespaceSelector"] = {"matchLabels": {SCOPE: "on"}}
-        h["failurePolicy"] = "Fail"  # a test must not pass because this server was not asked
+    validating = scoped_validating(server, CONFIG, {"create.validate.batchgate.io": CREATE_HOOK,
+                                                    "update.validate.batchgate.io": UPDATE_HOOK}, SCOPE)
     name = kube.create_namespace(prefix="e2e-queue-access", labels={SCOPE: "on"})
     try:
         kube.register_webhooks(None, validating)
