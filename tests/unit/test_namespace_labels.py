@@ -281,13 +281,19 @@ def load_shipped() -> Bundle:
 
 
 # -- the server reloads the file ---------------------------------------------------------------
-@pytest.fixture
-def served(tmp_path: Path):
+def labelled_policies(tmp_path: Path) -> Path:
+    """A copy of the shipped policies whose bundle.yaml grants by label (``labelled``)."""
     policies = tmp_path / "policies"
     shutil.copytree(POLICIES, policies)
     doc = yaml.safe_load((policies / "bundle.yaml").read_text())
     labelled(doc["spec"])
     (policies / "bundle.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return policies
+
+
+@pytest.fixture
+def served(tmp_path: Path):
+    policies = labelled_policies(tmp_path)
     mount = tmp_path / "namespaces"
     mount.mkdir()
     return prepare(ServeOptions(policies=str(policies), cert_dir=str(tmp_path / "certs"), namespaces=str(mount)))
@@ -333,11 +339,7 @@ async def test_the_server_reads_the_mounted_labels_keeps_the_last_good_and_says_
 
 # -- batchgate check --namespaces ---------------------------------------------------------------
 def test_check_decides_with_the_published_labels(capsys, tmp_path):
-    policies = tmp_path / "policies"
-    shutil.copytree(POLICIES, policies)
-    doc = yaml.safe_load((policies / "bundle.yaml").read_text())
-    labelled(doc["spec"])
-    (policies / "bundle.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    policies = labelled_policies(tmp_path)
     manifest = tmp_path / "pod.yaml"
     manifest.write_text(yaml.safe_dump({**pod("interactive"), "metadata": {
         "name": "p", "labels": {"batchgate.io/queue": "interactive"}}}))
