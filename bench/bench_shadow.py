@@ -1,6 +1,7 @@
 """Benchmark: maintenance windows and expected start times.
 
     python bench/bench_shadow.py [--passes 20] [--seed 1] [--seeds 5] [--scenarios repeat:1.5,...]
+                                 [--outlived stepwise]
 
 Two figures:
 
@@ -409,6 +410,19 @@ def quantiles(xs: list[float]) -> tuple[float, float]:
     return statistics.median(xs), xs[max(int(len(xs) * 0.9) - 1, 0)]
 
 
+STEPS = (60, 300, 900, 1800, 3600, 7200, 18000, 36000)  # seconds: 1, 5, 15 min, 30 min, 1, 2, 5, 10 h
+
+
+def stepwise(predicted: float, elapsed: float, limit: float) -> float:
+    """Diagnostic (``--outlived stepwise``): Tsafrir, Etsion and Feitelson's correction of an
+    outlived prediction, raised by the first of 1, 5, 15 minutes, ... that still lies ahead, in
+    place of ``runtimes.corrected``'s middle of what is left before the limit."""
+    if predicted > elapsed:
+        return predicted
+    end = max(limit, elapsed)
+    return next((min(predicted + s, end) for s in STEPS if predicted + s > elapsed), end)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--passes", type=int, default=20)
@@ -419,7 +433,14 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=5, help="replays per scenario (seeds from --seed on)")
     ap.add_argument("--scenarios", default="repeat:0.6,repeat:0.8,iid:0.6,iid:0.8",
                     help="workload model (repeat, iid) : offered load (share of the CPUs), comma-separated")
+    ap.add_argument("--outlived", choices=("halfway", "stepwise"), default="halfway",
+                    help="a running job that outlived its prediction ends halfway to its limit (as the "
+                         "reconciler does), or Tsafrir et al.'s stepwise raise (diagnostic)")
     args = ap.parse_args()
+    if args.outlived == "stepwise":
+        import webhook.reconciler.shadow as shadow_module
+
+        shadow_module.corrected = stepwise  # type: ignore[assignment]
     rng = random.Random(args.seed)
     snap = big_cluster(rng)
     settings = Settings()
