@@ -77,6 +77,24 @@ class Draft:
             node = child
         return node
 
+    def child(self, node: Any, key: str | int, *, create: type = dict) -> Any:
+        """``node[key]``, safe to mutate in place, where ``node`` came from :meth:`edit` (or
+        from this method): one step of ``edit`` without walking the path from the root again
+        (a rule that changes several containers of one pod spec saves ~3k instructions a step)."""
+        self.edits += 1
+        child = node.get(key) if type(node) is dict else node[key]
+        if child is None:
+            child = create()
+        elif id(child) in self._owned:
+            return child
+        elif type(child) is dict or type(child) is list:
+            child = child.copy()
+        else:
+            raise TypeError(f"cannot edit {key}: not a container")
+        node[key] = child
+        self._owned.add(id(child))
+        return child
+
     def set(self, *path_and_value: Any) -> None:
         """``draft.set("spec", "priority", 100)``."""
         *path, key, value = path_and_value

@@ -18,7 +18,7 @@ from ..yamlsrc import Node
 
 if TYPE_CHECKING:
     from ..bundle import Bundle
-from .base import ALL_POD_TEMPLATE_KINDS, Ctx, Finding, RuleType, deny, pod_spec_parts
+from .base import ALL_POD_TEMPLATE_KINDS, Ctx, Finding, RuleType, deny
 
 MOUNT_PATH = "/dev/shm"
 
@@ -63,7 +63,7 @@ def parse(node: Node, bundle: Bundle) -> Settings:
 def size_limit(settings: Settings, spec: dict[str, Any]) -> str | None:
     """The emptyDir's sizeLimit, if it gets one."""
     if settings.fraction is not None:
-        total = Fraction(0)
+        total: Fraction | int = 0  # not Fraction(0): that alone costs ~3k instructions a review
         pod_limit = ((spec.get("resources") or {}).get("limits") or {}).get("memory")
         if pod_limit is not None:  # pod-level resources (Kubernetes 1.32+): the pod's own limit
             total = parse_quantity(pod_limit)
@@ -81,6 +81,9 @@ def size_limit(settings: Settings, spec: dict[str, Any]) -> str | None:
     return settings.size_text
 
 
+_CONTAINER_LISTS = ("initContainers", "containers")
+
+
 def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     if ctx.shape is None:
         return []
@@ -90,18 +93,41 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
         return []
     if leave_alone(spec):
         return []
-    needy = [(key, i) for key, i, c in pod_spec_parts(spec) if not _mounts_shm(c) and not _mounts_dev(c)]
+    # One pass over the containers (the shape check made them and their mounts objects):
+    # which need the mount, and whether any mounts a volume of our name at /dev/shm.
+    volume_name = settings.volume_name
+    needy: list[tuple[str, int]] = []
+    ours_mounted = False
+    for key in _CONTAINER_LISTS:
+        items = spec.get(key)
+        if type(items) is not list:
+            continue
+        for i, c in enumerate(items):
+            has_own = False  # something at /dev/shm already, or the host's /dev over /dev
+            for m in c.get("volumeMounts") or ():
+                at = m.get("mountPath")
+                if type(at) is str and at.startswith("/dev"):
+                    at = at.rstrip("/")
+                    if at == MOUNT_PATH:
+                        has_own = True
+                        ours_mounted = ours_mounted or m.get("name") == volume_name
+                    elif at == "/dev":
+                        has_own = True
+            if not has_own:
+                needy.append((key, i))
     volumes = spec.get("volumes") or []
     try:
         size = size_limit(settings, spec)
     except ValueError as e:  # a memory limit out of bounds (1e999999999) or malformed
         return [deny(f"cannot size /dev/shm from the containers' memory limits: {e}")]
     # The volume this policy made before (a workload's template admitted earlier, now
-    # updated): reused, its size kept to what the containers now ask for.
-    own = next((i for i, v in enumerate(volumes) if isinstance(v, dict) and v.get("name") == settings.volume_name
-                and isinstance(v.get("emptyDir"), dict) and v["emptyDir"].get("medium") == "Memory"), None)
-    if own is not None and not any(_mounts(c, settings.volume_name) for _, _, c in pod_spec_parts(spec)):
-        own = None  # a user's volume of that name that nothing mounts at /dev/shm: not ours
+    # updated): reused, its size kept to what the containers now ask for. A user's volume of
+    # that name that nothing mounts at /dev/shm is not ours.
+    own = None
+    if ours_mounted:
+        own = next((i for i, v in enumerate(volumes) if isinstance(v, dict) and v.get("name") == volume_name
+                    and isinstance(v.get("emptyDir"), dict) and v["emptyDir"].get("medium") == "Memory"), None)
+    name = volume_name
     if own is not None:
         if (volumes[own].get("emptyDir") or {}).get("sizeLimit") != size:
             empty = draft.edit(*path, "volumes", own, "emptyDir")
@@ -109,21 +135,24 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
                 empty.pop("sizeLimit", None)
             else:
                 empty["sizeLimit"] = size
-        name = settings.volume_name
+        if not needy:
+            return []
+        pod = draft.edit(*path)
     elif not needy:
         return []
     else:
         taken = {v.get("name") for v in volumes if isinstance(v, dict)}
-        name = settings.volume_name
         n = 1
         while name in taken:
-            name, n = f"{settings.volume_name}-{n}", n + 1
+            name, n = f"{volume_name}-{n}", n + 1
         empty_dir: dict[str, str] = {"medium": "Memory"}
         if size is not None:
             empty_dir["sizeLimit"] = size
-        draft.edit(*path, "volumes", create=list).append({"name": name, "emptyDir": empty_dir})
+        pod = draft.edit(*path)
+        draft.child(pod, "volumes", create=list).append({"name": name, "emptyDir": empty_dir})
     for key, i in needy:
-        draft.edit(*path, key, i, "volumeMounts", create=list).append({"name": name, "mountPath": MOUNT_PATH})
+        mounts = draft.child(draft.child(draft.child(pod, key), i), "volumeMounts", create=list)
+        mounts.append({"name": name, "mountPath": MOUNT_PATH})
     return []
 
 
@@ -136,27 +165,15 @@ def leave_alone(spec: dict[str, Any]) -> bool:
     host's, on purpose)."""
     if spec.get("hostIPC") is True:
         return True
-    if str((spec.get("os") or {}).get("name") or "").lower() == "windows":
+    pod_os = spec.get("os")
+    if pod_os and str(pod_os.get("name") or "").lower() == "windows":
         return True
-    selector = spec.get("nodeSelector") or {}
-    return isinstance(selector, dict) and any(str(selector.get(k, "")).lower() == "windows" for k in WINDOWS_LABELS)
-
-
-def _mounts_dev(container: dict[str, Any]) -> bool:
-    """A container that mounts something (the host's /dev) over /dev keeps that /dev/shm."""
-    return any(isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == "/dev"
-               for m in container.get("volumeMounts") or [])
-
-
-def _mounts(container: dict[str, Any], volume: str) -> bool:
-    return any(isinstance(m, dict) and m.get("name") == volume and (m.get("mountPath") or "").rstrip("/") == MOUNT_PATH
-               for m in container.get("volumeMounts") or [])
-
-
-def _mounts_shm(container: dict[str, Any]) -> bool:
-    for m in container.get("volumeMounts") or []:
-        if (m.get("mountPath") or "").rstrip("/") == MOUNT_PATH:
-            return True
+    selector = spec.get("nodeSelector")
+    if selector and isinstance(selector, dict):
+        for key in WINDOWS_LABELS:
+            value = selector.get(key)
+            if value is not None and str(value).lower() == "windows":
+                return True
     return False
 
 
