@@ -27,13 +27,14 @@ settings.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..draft import Draft
-from ..globs import matches
+from ..globs import matcher
 from ..yamlsrc import Node
-from .base import ALL_POD_TEMPLATE_KINDS, Ctx, Finding, RuleType, pod_spec_parts, warn
+from .base import ALL_POD_TEMPLATE_KINDS, Ctx, Finding, RuleType, warn
 
 if TYPE_CHECKING:
     from ..bundle import Bundle
@@ -64,6 +65,17 @@ class Settings:
     namespaces: tuple[str, ...] = ()
     service_accounts: tuple[str, ...] = ()
     keep_dedicated: bool = False
+    # The globs compiled once, at load (globs.matcher's memo costs a lookup per review).
+    exempt_namespace: Callable[[str], bool] = field(init=False, repr=False, compare=False)
+    exempt_account: Callable[[str], bool] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name, globs in (("exempt_namespace", self.namespaces), ("exempt_account", self.service_accounts)):
+            object.__setattr__(self, name, matcher(globs) if globs else _never)
+
+
+def _never(value: str) -> bool:
+    return False
 
 
 def parse(node: Node, bundle: Bundle) -> Settings:
@@ -82,20 +94,22 @@ def service_account(spec: dict[str, Any]) -> str:
 
 
 def exempt(settings: Settings, namespace: str, account: str) -> bool:
-    return matches(settings.namespaces, namespace) or matches(settings.service_accounts, f"{namespace}/{account}")
+    return settings.exempt_namespace(namespace) or settings.exempt_account(f"{namespace}/{account}")
 
 
 def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     shape = ctx.shape
     if shape is None:
         return []
-    spec = draft.get(*shape.pod_spec)
+    path = shape.pod_spec
+    spec = draft.get(*path)
     if not isinstance(spec, dict):
         return []
     account = service_account(spec)
-    if exempt(settings, ctx.namespace, account) or (settings.keep_dedicated and account != "default"):
+    if (settings.keep_dedicated and account != "default") or exempt(settings, ctx.namespace, account):
         return []
     findings: list[Finding] = []
+    pod = None  # the pod spec, once edited
     current = spec.get(FIELD)
     if current is not False:
         if current is True and not ctx.from_controller:
@@ -103,10 +117,10 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
                 f"{FIELD}: true overridden: workloads get no Kubernetes API token here; ask an admin "
                 f"to exempt service account {ctx.namespace}/{account} if this one needs the API"
             ))
-        spec = draft.edit(*shape.pod_spec)
-        spec[FIELD] = False
-    if shape.is_pod:
-        remove_injected(draft, shape.pod_spec, spec, account)
+        pod = draft.edit(*path)
+        pod[FIELD] = False
+    if shape.is_pod and spec.get("volumes"):
+        remove_injected(draft, path, spec, account, pod)
     return findings
 
 
@@ -116,38 +130,48 @@ def token_volumes(spec: dict[str, Any], account: str) -> set[str]:
             if isinstance(v, dict) and isinstance(v.get("name"), str) and _token_volume(v, account)}
 
 
-def remove_injected(draft: Draft, spec_path: tuple[str | int, ...], spec: dict[str, Any], account: str) -> None:
+def remove_injected(draft: Draft, spec_path: tuple[str | int, ...], spec: dict[str, Any], account: str,
+                    pod: dict[str, Any] | None = None) -> None:
     """Drop the plugin's read-only mounts of a token volume at the service-account path, then
     the token volume itself unless something else still mounts it (then the user declared
-    it, and the plugin only reused it). ``spec`` is the pod spec at ``spec_path``, read only."""
+    it, and the plugin only reused it). ``spec`` is the pod spec at ``spec_path``, read only;
+    ``pod`` the same, edited already (or None)."""
     names = token_volumes(spec, account)
     if not names:
         return
     still_used: set[str] = set()
-    for key, i, container in pod_spec_parts(spec):
-        mounts = container.get("volumeMounts") or []
-        kept = []
-        for m in mounts:
-            if isinstance(m, dict):
-                if m.get("name") in names and _token_mount(m):
-                    continue  # the plugin's: removed
-                still_used.add(str(m.get("name")))
-            kept.append(m)
-        if len(kept) != len(mounts):
-            owned = draft.edit(*spec_path, key, i)
-            if kept:
-                owned["volumeMounts"] = kept
-            else:
-                del owned["volumeMounts"]
+    for key in _CONTAINER_LISTS:
+        items = spec.get(key)
+        if type(items) is not list:
+            continue
+        for i, container in enumerate(items):
+            mounts = container.get("volumeMounts") or []
+            kept = []
+            for m in mounts:
+                if isinstance(m, dict):
+                    if m.get("name") in names and _token_mount(m):
+                        continue  # the plugin's: removed
+                    still_used.add(str(m.get("name")))
+                kept.append(m)
+            if len(kept) != len(mounts):
+                pod = pod if pod is not None else draft.edit(*spec_path)
+                owned = draft.child(draft.child(pod, key), i)
+                if kept:
+                    owned["volumeMounts"] = kept
+                else:
+                    del owned["volumeMounts"]
     gone = names - still_used
     if not gone:
         return
     volumes = [v for v in spec.get("volumes") or [] if not (isinstance(v, dict) and v.get("name") in gone)]
-    owned_spec = draft.edit(*spec_path)
+    pod = pod if pod is not None else draft.edit(*spec_path)
     if volumes:
-        owned_spec["volumes"] = volumes
+        pod["volumes"] = volumes
     else:
-        del owned_spec["volumes"]
+        del pod["volumes"]
+
+
+_CONTAINER_LISTS = ("initContainers", "containers")
 
 
 def _token_mount(m: dict[str, Any]) -> bool:
