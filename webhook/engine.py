@@ -171,7 +171,7 @@ def decide(body: object, bundle: Bundle, *, phase: Phase,
             if over_budget is not None and over_budget():
                 _fail(policy, decision, "was not run: the review ran out of its time budget", "timeout")
                 continue
-            if _run(policy, decision, ctx, draft, mutate=True):
+            if _run(policy, decision, ctx, draft, True):
                 done.append(policy)
             else:
                 _replay(done, ctx, draft)
@@ -186,7 +186,7 @@ def decide(body: object, bundle: Bundle, *, phase: Phase,
             if over_budget is not None and over_budget():
                 _fail(policy, decision, "was not run: the review ran out of its time budget", "timeout")
             else:
-                _run(policy, decision, ctx, draft, mutate=False)
+                _run(policy, decision, ctx, draft, False)
     decision.obj = draft.root
     if decision.denials and ctx.unsealed:
         decision.denials.append(_unsealed_note(ctx, obj))
@@ -691,16 +691,15 @@ def _fail(policy: Policy, decision: Decision, what: str, outcome: str) -> None:
         decision.warnings.append(f"{policy.name}: skipped, the policy {what} (uid {decision.uid})")
 
 
-def _run(policy: Policy, decision: Decision, ctx: Ctx, draft: Draft, *, mutate: bool) -> bool:
+def _run(policy: Policy, decision: Decision, ctx: Ctx, draft: Draft, mutate: bool) -> bool:
     """Run one policy, record what it did; False when it raised."""
     edits = draft.edits
+    rule = policy.rule
     try:
         if mutate:
-            assert policy.rule.mutate is not None
-            findings: list[Finding] = policy.rule.mutate(policy.settings, draft, ctx)
+            findings: list[Finding] = rule.mutate(policy.settings, draft, ctx)  # type: ignore[misc]
         else:
-            assert policy.rule.validate is not None
-            findings = policy.rule.validate(policy.settings, draft.root, ctx)
+            findings = rule.validate(policy.settings, draft.root, ctx)  # type: ignore[misc]
     except OutOfBudget:
         _fail(policy, decision, "ran out of the review's time budget", "timeout")
         return False
@@ -708,6 +707,9 @@ def _run(policy: Policy, decision: Decision, ctx: Ctx, draft: Draft, *, mutate: 
         decision.errors.append((policy.name, traceback.format_exc()))
         _fail(policy, decision, "failed internally", "error")
         return False
+    if not findings:  # most policies, most reviews
+        decision.outcomes.append((policy.name, "mutated" if mutate and draft.edits != edits else "passed"))
+        return True
     denied = False
     for f in findings:
         if f.severity == "deny":
@@ -719,9 +721,7 @@ def _run(policy: Policy, decision: Decision, ctx: Ctx, draft: Draft, *, mutate: 
         outcome = "denied"
     elif mutate and draft.edits != edits:
         outcome = "mutated"
-    elif findings:
-        outcome = "warned"
     else:
-        outcome = "passed"
+        outcome = "warned"
     decision.outcomes.append((policy.name, outcome))
     return True
