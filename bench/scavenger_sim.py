@@ -71,6 +71,13 @@ The model (each assumption a flag where it matters):
   at spec.duration) and a workload that cannot save on SIGTERM loses its compute since its last
   checkpoint (counted as "boundary loss"). The next segment starts at once where it fits, else
   waits (not an interruption).
+- Diagnostics, not designs, of the guard order (kube-scheduler's node choice is steered by which
+  gangs are held): --guard-keep holds every running gang but the given share with the least
+  unsaved work, cluster-wide, instead of a threshold; --guard-node leaves unguarded, on each
+  node, the least-unsaved gangs until they and the free room make the given cores, and holds
+  every other gang; --guard-tiers adds scavenger classes by the gang's cores (1-2, 3-8, 9+; a
+  class is fixed at a segment's start). The output counts the preemptions that found no node
+  without a PDB-violating victim and what they lost.
 - Diagnostics, not designs: --ideal-node-pick replaces kube-scheduler's choice among candidate
   nodes by the node whose victims' whole gangs lose least (the per-node victims stay
   kube-scheduler's); --placement pack binds scavenger pods where choose_starts placed them
@@ -328,6 +335,9 @@ class Params:
     pick: str = "stock"  # "ideal": across nodes, the node whose victims' gangs lose least (a diagnostic)
     boundary: str = "exit"  # "exit": right after a checkpoint; "sigterm": at --segment after the pod started
     placement: str = "spread"  # "pack": scavenger pods bound where choose_starts placed them (best fit)
+    guard_keep: float = 0.0  # diagnostic: guard every running gang but this share, the least unsaved (rank)
+    guard_node: float = 0.0  # diagnostic: per node, leave unguarded the least-unsaved gangs until this many cores
+    guard_tiers: bool = False  # diagnostic: guard plus scavenger classes by the gang's cores (1-2, 3-8, 9+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,6 +465,8 @@ class Outcome:
     ordinary_wait: list[float] = field(default_factory=list)
     interrupt_counts: list[int] = field(default_factory=list)
     unplaced: int = 0  # planner said start, the scheduler could not place every pod
+    violating: int = 0  # preemptions of scavengers whose victims violate a PodDisruptionBudget (guard)
+    violating_lost: float = 0.0  # core-minutes lost in those
     oracle_exhausted: int = 0
 
     @property
@@ -534,6 +546,8 @@ class Sim:
             return SCAVENGER + min(sj.interrupted, self.p.tiers - 1)
         if self.order == "gangs":
             return SCAVENGER + gang_tier(sj.spec.pods, sj.spec.pods * sj.spec.cpu_m, self.p.tiers)
+        if self.order == "guard" and self.p.guard_tiers:
+            return SCAVENGER + min(max(sj.spec.pods * sj.spec.cpu_m // 1000 - 1, 0).bit_length() // 2, 2)
         return SCAVENGER
 
     def _start(self, sj: SJ, now: float) -> bool:
@@ -614,11 +628,28 @@ class Sim:
         and the disruption controller keep them current to the second."""
         if self.order != "guard" or self.p.guard < 0:
             return None
-        out = {}
-        for sj in self.sjs:
-            if sj.pods and self._unsaved(sj, now)[1] * sj.cores >= self.p.guard:
-                out[f"sj{sj.spec.id}"] = 0
-        return out
+        run = [sj for sj in self.sjs if sj.pods]
+        loss = {sj.spec.id: self._unsaved(sj, now)[1] * sj.cores for sj in run}
+        if self.p.guard_keep > 0:  # rank: all but the least-unsaved share, cluster-wide
+            run.sort(key=lambda s: loss[s.spec.id])
+            held = run[int(len(run) * self.p.guard_keep):]
+        elif self.p.guard_node > 0:  # per node: the least-unsaved gangs left unguarded up to guard_node cores
+            on: dict[str, dict[int, SJ]] = {}
+            for sj in run:
+                for pod in sj.pods:
+                    on.setdefault(pod.node, {})[sj.spec.id] = sj
+            free: set[int] = set()
+            for name, gangs in on.items():
+                room = self.by_name[name].free_cpu
+                for sj in sorted(gangs.values(), key=lambda s: loss[s.spec.id]):
+                    if room >= self.p.guard_node * 1000:
+                        break
+                    free.add(sj.spec.id)
+                    room += sum(p.cpu_m for p in sj.pods if p.node == name)
+            held = [sj for sj in run if sj.spec.id not in free]
+        else:
+            held = [sj for sj in run if loss[sj.spec.id] >= self.p.guard]
+        return {f"sj{sj.spec.id}": 0 for sj in held}
 
     def _oracle_cost(self, owner: Hashable, now: float) -> float:
         if isinstance(owner, SJ):
@@ -632,6 +663,7 @@ class Sim:
         order = self.nodes[:]
         self.rng.shuffle(order)  # Go map order
         victims_owners: list[Hashable]
+        violating = False  # the chosen victims include PDB-violating pods (kube-scheduler's own choice only)
         if self.order == "oracle":
             best: tuple[tuple[int, float, int], str, list[Hashable]] | None = None
             for n in order:
@@ -658,11 +690,14 @@ class Sim:
             best2 = min(cands, key=lambda c: c[0])
             node, victims_owners = self.by_name[best2[1]], best2[2]
         else:
-            chosen = stock_preemption(order, pod, self._budgets(now))
+            budgets = self._budgets(now)
+            chosen = stock_preemption(order, pod, budgets)
             if chosen is None:
                 return None
             node = self.by_name[chosen[0]]
             victims_owners = list(dict.fromkeys(v.owner for v in chosen[1]))
+            violating = bool(budgets) and any(v.pdb in budgets for v in chosen[1])  # type: ignore[operator]
+        lost_before = self.out.lost
         hit = False
         for owner in victims_owners:
             if isinstance(owner, SJ):
@@ -673,6 +708,9 @@ class Sim:
                 self._evict_ordinary(owner, now)
         if hit and self.counting:
             self.out.preemptions += 1
+            if violating:
+                self.out.violating += 1
+                self.out.violating_lost += self.out.lost - lost_before
         return node
 
     def _evict_ordinary(self, pod: SimPod, now: float) -> None:
@@ -847,6 +885,15 @@ def compare(p: Params, seeds: Sequence[int], orders: Sequence[Order] = ORDERS, *
             f"{_h(mean(lambda r: r.useful)):>13.0f} {sum(r.completed for r in rs) / n:>5.1f}")
     out("(per day, mean of seeds " + ",".join(str(x) for x in seeds) + "; ratios: mean (min..max) of the days' "
         "ratios; restarts = after interruptions + at boundaries; loss/interr. in core-min)")
+    for o in orders:
+        rs = results[o]
+        picks, hits = sum(r.violating for r in rs), sum(r.preemptions for r in rs)
+        if picks:
+            lost = sum(r.violating_lost for r in rs)
+            out(f"{o}: {picks / len(rs):.0f} preemptions a day ({picks / hits:.0%}) found no node without a "
+                f"PDB-violating victim; they lost {_h(lost / len(rs)):.0f} core-h a day "
+                f"({lost / sum(r.lost for r in rs):.0%} of the loss; {lost / picks:.0f} core-min each, the others "
+                f"{(sum(r.lost for r in rs) - lost) / max(hits - picks, 1):.0f})")
     return results
 
 
@@ -1008,7 +1055,7 @@ def _params(a: argparse.Namespace) -> Params:
     return Params(nodes=a.nodes, load=a.load, checkpoint=a.checkpoint, segment=a.segment, restart=a.restart,
                   tiers=a.tiers, share=a.share, sigterm_save=a.sigterm_save, hours=a.hours, warmup=a.warmup,
                   guard=a.guard, boundary=a.boundary, pick="ideal" if a.ideal_node_pick else "stock",
-                  placement=a.placement)
+                  placement=a.placement, guard_keep=a.guard_keep, guard_node=a.guard_node, guard_tiers=a.guard_tiers)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1032,6 +1079,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="diagnostic: across nodes, pick the one whose victims' gangs lose least")
     ap.add_argument("--placement", choices=("spread", "pack"), default="spread",
                     help="scavenger pods: kube-scheduler's spreading score (default) or the planner's best fit")
+    ap.add_argument("--guard-keep", type=float, default=0.0, metavar="SHARE",
+                    help="diagnostic: the guard order holds every running gang but this share, the least unsaved")
+    ap.add_argument("--guard-node", type=float, default=0.0, metavar="CORES",
+                    help="diagnostic: the guard order leaves unguarded, per node, the least-unsaved gangs up to "
+                         "CORES of room (free included) and holds the rest")
+    ap.add_argument("--guard-tiers", action="store_true",
+                    help="diagnostic: the guard order plus scavenger classes by the gang's cores (1-2, 3-8, 9+)")
     ap.add_argument("--orders", default=",".join(ORDERS), help=f"orders to compare (default {','.join(ORDERS)})")
     ap.add_argument("--sweep", action="store_true", help="also run other checkpoint / segment / restart settings")
     ap.add_argument("--planning-pass", action="store_true", help="only time one planning pass")

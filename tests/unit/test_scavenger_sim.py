@@ -194,3 +194,45 @@ def test_guard_holds_gangs_with_enough_unsaved_work_and_never_stops_a_preemption
     # a PDB is not a guarantee: with no other victim, the held gang goes all the same
     held, plain = tiny_day("guard"), tiny_day("segments")
     assert (held.lost, held.interruptions) == (plain.lost, plain.interruptions)
+
+
+def _running(s: Any, *gangs: tuple[int, int, int, float, str]) -> None:
+    """Running gangs (id, pods, cores per pod, start, node) bound on the sim's own nodes."""
+    s.sjs = []
+    for gid, pods, cpu, start, name in gangs:
+        g = sim.SJ(sim.SJSpec(gid, 0.0, pods, cpu * 1000, cpu * GI, 600.0, False), run_start=start)
+        g.pods = [pod(100 * gid + k, cpu, owner=g) for k in range(pods)]
+        for q in g.pods:
+            s.by_name[name].bind(q)
+        s.sjs.append(g)
+
+
+def test_guard_keep_holds_all_but_the_least_unsaved_share():
+    s = sim.Sim(sim.Params(nodes=2, guard_keep=0.5), "guard", 1, [], [])
+    # at 10.5: 2, 6 and 8 minutes of compute x 4 cores; the 4th (1 core, 9 min) is the cheapest
+    _running(s, (0, 1, 4, 8.0, "node-000"), (1, 1, 4, 4.0, "node-000"), (2, 1, 4, 2.0, "node-001"),
+             (3, 1, 1, 1.0, "node-001"))
+    assert s._budgets(10.5) == {"sj1": 0, "sj2": 0}
+
+
+def test_guard_node_leaves_each_node_its_cheapest_gangs_up_to_the_room():
+    s = sim.Sim(sim.Params(nodes=2, node_cpu=8, guard_node=4), "guard", 1, [], [])
+    # node-000: two 4-core gangs (2 and 6 min in): the cheaper one makes the 4 cores; node-001: a
+    # 2-core gang (1 min in) and 6 cores free: nothing needs to be left
+    _running(s, (0, 1, 4, 8.0, "node-000"), (1, 1, 4, 4.0, "node-000"), (2, 1, 2, 9.0, "node-001"))
+    assert s._budgets(10.5) == {"sj1": 0, "sj2": 0}
+
+
+def test_guard_tiers_class_by_the_gang_cores():
+    s = sim.Sim(sim.Params(guard_tiers=True), "guard", 1, [], [])
+    got = [s._priority(sim.SJ(sim.SJSpec(0, 0.0, pods, cpu * 1000, GI, 60.0, False)))
+           for pods, cpu in ((1, 1), (2, 1), (1, 4), (2, 4), (4, 4), (4, 8))]
+    assert got == [SCAV, SCAV, SCAV + 1, SCAV + 1, SCAV + 2, SCAV + 2]
+    assert sim.Sim(sim.Params(), "guard", 1, [], [])._priority(sim.SJ(sim.SJSpec(0, 0.0, 4, 8000, GI, 60.0, False))) \
+        == SCAV
+
+
+def test_a_preemption_that_must_violate_a_budget_is_counted_with_its_loss():
+    held = tiny_day("guard")  # the only gang, 8 cores, guarded from 2.5 min of compute: preempted at 25
+    assert held.violating == 1 and held.violating_lost == pytest.approx(held.lost) and held.lost > 0
+    assert tiny_day("segments").violating == 0
