@@ -193,7 +193,12 @@ class Actuator:
             # the same name is not ours to delete.
             self.forget(ref.kind, self._stub(ref))
             return
-        if isinstance(resp, dict) and resp.get("kind") == ref.kind and (resp.get("metadata") or {}).get("deletionTimestamp"):
+        # Still there only while terminating: a deletionTimestamp with a grace period to run or
+        # finalizers to wait for. An unscheduled pod is deleted at once, yet its response shows
+        # a deletionTimestamp (grace period 0): taking that in would keep a pod that is gone.
+        md = (resp.get("metadata") or {}) if isinstance(resp, dict) else {}
+        if isinstance(resp, dict) and resp.get("kind") == ref.kind and md.get("deletionTimestamp") \
+                and (md.get("deletionGracePeriodSeconds") != 0 or md.get("finalizers")):
             self.observe(resp)
         else:
             self.forget(ref.kind, self._stub(ref))

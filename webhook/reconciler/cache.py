@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -55,8 +56,18 @@ def _rv_int(rv: str) -> int | None:
     return int(rv) if rv.isdigit() else None
 
 
+TOMBSTONES = 10_000  # uids of removed objects a store remembers (the newest this many)
+
+
 class Store(Generic[V]):
-    """Views by key, thread-safe."""
+    """Views by key, thread-safe.
+
+    A write's response (``upsert(only_newer=True)``) may be taken after the watch already
+    delivered the object's deletion: a DELETE response that still shows the pod (an unscheduled
+    pod is gone at once, yet the response carries a deletionTimestamp; a graceful one the
+    kubelet finished meanwhile), a patch or GET read just before the deletion. No watch event
+    ever removes such an object again, so the store keeps the uids of what it removed
+    (tombstones) and takes no write response of a removed uid (uids are never reused)."""
 
     def __init__(self, kind: Kind, convert: Callable[[Mapping[str, Any]], V]) -> None:
         self.kind = kind
@@ -64,6 +75,7 @@ class Store(Generic[V]):
         self._items: dict[Any, V] = {}
         self._rvs: dict[Any, str] = {}
         self._uids: dict[Any, str] = {}
+        self._removed: OrderedDict[str, None] = OrderedDict()  # tombstones: uids removed, oldest first
         self._lock = threading.Lock()
         self.synced = False
         self.absent = False
@@ -103,21 +115,31 @@ class Store(Generic[V]):
         k = self._key(obj)
         rv = md.get("resourceVersion") or ""
         view = self._convert(obj)
+        uid = md.get("uid") or ""
         with self._lock:
-            if only_newer and self._uids.get(k) == md.get("uid"):
+            if only_newer and uid and uid in self._removed:
+                return False  # deleted already: a late response must not bring it back
+            if only_newer and self._uids.get(k) == uid:
                 old, new = _rv_int(self._rvs.get(k, "")), _rv_int(rv)
                 if old is not None and new is not None and new <= old:
                     return False
             self._items[k] = view
             self._rvs[k] = rv
-            self._uids[k] = md.get("uid") or ""
+            self._uids[k] = uid
         return True
 
     def remove(self, obj: Mapping[str, Any]) -> bool:
+        """Drop ``obj`` (a watch's DELETED, or one we deleted / found gone); its uid is remembered."""
         md = obj.get("metadata") or {}
         k = self._key(obj)
+        uid = md.get("uid") or ""
         with self._lock:
-            if k not in self._items or (md.get("uid") and self._uids.get(k) != md.get("uid")):
+            if uid:
+                self._removed[uid] = None
+                self._removed.move_to_end(uid)
+                if len(self._removed) > TOMBSTONES:
+                    self._removed.popitem(last=False)
+            if k not in self._items or (uid and self._uids.get(k) != uid):
                 return False
             del self._items[k], self._rvs[k], self._uids[k]
         return True

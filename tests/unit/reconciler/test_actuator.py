@@ -110,6 +110,34 @@ def test_delete_of_something_already_gone_is_done() -> None:
     assert actuator(api).execute([stop])[0].result == "done"
 
 
+@pytest.mark.parametrize(("grace", "finalizers", "kept"), [
+    pytest.param(0, [], False, id="unbound pod: gone at once, the response shows a deletionTimestamp"),
+    pytest.param(30, [], True, id="bound pod: terminating for its grace period"),
+    pytest.param(0, ["batch.kubernetes.io/job-tracking"], True, id="grace 0 but a finalizer holds it"),
+])
+def test_a_delete_response_is_taken_in_only_while_the_object_is_still_there(
+        grace: int, finalizers: list[str], kept: bool) -> None:
+    """kube-apiserver 1.20, DELETE of a pod without nodeName (recorded): 200 with the pod,
+    ``deletionTimestamp`` now and ``deletionGracePeriodSeconds: 0``, and the pod is gone."""
+    api = FakeApi()
+    api.put(pod("p", started=0, annotations=deadline_ann("1h", started=0, deadline=HOUR, warned=HOUR)))
+    (stop,) = plan(snap(api), T0 + HOUR, SETTINGS).actions
+    plain = api.delete
+
+    def delete(*a: Any, **kw: Any) -> dict[str, Any]:
+        cur = api.objects[("pods", "demo", "p")]
+        plain(*a, **kw)
+        cur["metadata"].update({"deletionTimestamp": "2024-05-01T11:00:00Z", "deletionGracePeriodSeconds": grace,
+                                **({"finalizers": finalizers} if finalizers else {})})
+        return cur
+
+    api.delete = delete  # type: ignore[method-assign]
+    seen: list[str] = []
+    act = actuator(api, observe=lambda o: seen.append("observe"), forget=lambda k, o: seen.append("forget"))
+    assert act.execute([stop])[0].result == "done"
+    assert seen[-1] == ("observe" if kept else "forget")
+
+
 @pytest.mark.parametrize(("failures", "result", "delete_calls", "n_pauses"), [
     pytest.param([], "done", 1, 0, id="no failure"),
     pytest.param([Transient("503", status=503)], "done", 2, 1, id="one 503 is retried"),

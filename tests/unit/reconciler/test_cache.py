@@ -185,6 +185,22 @@ def test_write_responses_do_not_go_back_in_time() -> None:
     assert store.upsert(with_rv(pod("a"), "13"))  # the watch always wins
 
 
+def test_a_write_response_read_after_the_watch_deleted_the_object_does_not_bring_it_back() -> None:
+    """A DELETE, patch or GET response taken after the watch's DELETED event (the reflector runs on
+    its own thread): no event will ever remove the object again, so the store keeps it out."""
+    for late in ("delete response, still terminating", "patch response", "a GET before the deletion"):
+        store: Store[Any] = Store(POD, pod_view)
+        store.replace([with_rv(pod("a", uid="u-a"), "10")])
+        gone = with_rv(pod("a", uid="u-a", deleting=True), "12")
+        assert store.remove(gone)  # the watch: DELETED
+        assert not store.upsert(with_rv(pod("a", uid="u-a", deleting=late.startswith("delete")), "11"),
+                                only_newer=True), late
+        assert store.items() == {}, late
+        # a new pod of the same name (another uid) is a new object: it is taken
+        assert store.upsert(with_rv(pod("a", uid="u-b"), "13"), only_newer=True)
+        assert store.items()[("demo", "a")].ref.uid == "u-b"
+
+
 def test_cache_waits_for_every_store_before_a_snapshot() -> None:
     c = Cache(api=None, settings=Settings())  # type: ignore[arg-type]
     assert not c.wait_synced(timeout=0.01)

@@ -397,3 +397,56 @@ def test_the_guard_goes_with_its_segment():
     assert w.step(5) == ["sj-segment-running"]
     assert w.step(5 * MIN) == []
     assert w.step(5 * MIN) == ["sj-guard-create"] and _pdb(w, "md-2") is not None
+
+
+def _deleted_at_once(w: World) -> list[str]:
+    """kube-apiserver 1.20's DELETE of a pod that is not bound to a node: gone at once (grace period
+    0), yet the response is the pod with a deletionTimestamp (recorded). Under load the watch
+    delivers the DELETED event before the actuator reads that response: the cache hears of the
+    deletion first, then of the write."""
+    gone: list[str] = []
+    plain = w.api.delete
+
+    def delete(kind: Any, namespace: str | None, name: str, **kw: Any) -> Any:
+        cur = w.api.objects.get((kind.plural, namespace or "", name))
+        out = plain(kind, namespace, name, **kw)
+        if kind.plural == "pods" and cur is not None and not cur["spec"].get("nodeName"):
+            cur["metadata"].update({"deletionTimestamp": format_time(w.now), "deletionGracePeriodSeconds": 0})
+            w.c.cache.pods.remove(cur)  # the watch's DELETED, first
+            gone.append(name)
+            return cur
+        if cur is not None:
+            w.c.cache.stores[cur["kind"]].remove(cur)
+        return out
+
+    w.api.delete = delete  # type: ignore[method-assign]
+    return gone
+
+
+def test_an_interruption_whose_replacement_pod_is_deleted_at_once_restarts_without_a_relist():
+    """The demo e2e's stuck run (ScavengerJob Interrupted, no pod, no Job left, nothing planned for
+    5 minutes): kube-scheduler preempted the running pod, the Job controller made a replacement that
+    stayed unbound (the preemptor was nominated on the node), and the interruption deleted it. Its
+    DELETE response (a deletionTimestamp, grace period 0) came after the watch's DELETED event and
+    was taken into the cache as a terminating pod that no event would ever remove: the ScavengerJob
+    waited for it for good. Passes here run on the watch-fed cache, no relist."""
+    w = World(sj("md", pods=1))
+    _running(w)
+    # preempted: saved on SIGTERM and gone before any pass saw it; the replacement is unbound
+    del w.api.objects[("pods", "demo", "md-1-0")]
+    w.run_job("md-1", phase="Pending")
+    repl = w.api.objects[("pods", "demo", "md-1-0")]
+    repl["metadata"]["name"] = "md-1-r"
+    repl["spec"].pop("nodeName")
+    repl["status"].pop("startTime")
+    w.api.objects[("pods", "demo", "md-1-r")] = w.api.objects.pop(("pods", "demo", "md-1-0"))
+    w.c.cache.list_once()
+    gone = _deleted_at_once(w)
+    w.now += 1
+    assert [o.action.kind for o in w.c.run_pass() if o.result == "done"] == ["sj-interrupted"]
+    assert gone == ["md-1-r"] and not w.pods()
+    assert ("demo", "md-1-r") not in w.c.cache.pods.items()
+    w.now += 1
+    assert [o.action.kind for o in w.c.run_pass() if o.result == "done"] == ["sj-start"]
+    st = w.sj("md")["status"]
+    assert (st["phase"], st["interruptedCount"], st["jobName"]) == ("Interrupted", 1, "md-2")
