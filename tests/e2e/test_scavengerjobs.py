@@ -8,8 +8,12 @@ the kubelet: it writes pod status and finishes terminating pods.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
+import signal
 import subprocess
+import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -618,3 +622,220 @@ def test_leader_killed_at_a_boundary_and_at_an_interruption_the_next_finishes(
     assert not [p for p in kube.get(pods_path(ns))["items"]
                 if p["metadata"].get("labels", {}).get("job-name") in ("md-1", "md-2")]
     assert not kube.exists(jobs_path(ns, "md-4"))
+
+
+# -- 6. the demo workload, run for real ---------------------------------------------------------
+SPAN = 16384  # numbers the demo sieves between two looks at the clock and its stop flag
+
+
+class ProcessKubelet:
+    """A kubelet that really runs the ScavengerJob pods' containers as local processes: the pod's command
+    and args, its env, and its volumes as directories (a ConfigMap's keys written out; a PVC
+    bound to a hostPath PersistentVolume is that path), mount paths in the argv mapped to them.
+    Bound pods start and turn Running; an exit is written as the pod's phase and exit code; a
+    pod being deleted gets SIGTERM, and is gone once its process is."""
+
+    def __init__(self, kube: Any, ns: str, root: Path) -> None:
+        self.kube, self.ns, self.root = kube, ns, root
+        self.procs: dict[str, subprocess.Popen[str]] = {}
+        self.output: dict[str, list[str]] = {}  # its lines so far, read as they come
+        self.readers: dict[str, threading.Thread] = {}
+        self.runs: list[tuple[str, int, str]] = []  # (pod, exit code, output), in the order they ended
+
+    def _dirs(self, p: dict[str, Any]) -> dict[str, str]:
+        dirs: dict[str, str] = {}
+        for v in p["spec"].get("volumes") or []:
+            if "configMap" in v:
+                d = self.root / p["metadata"]["name"] / v["name"]
+                d.mkdir(parents=True, exist_ok=True)
+                cm = self.kube.get(f"/api/v1/namespaces/{self.ns}/configmaps/{v['configMap']['name']}")
+                for key, text in (cm.get("data") or {}).items():
+                    (d / key).write_text(text)
+                dirs[v["name"]] = str(d)
+            elif "persistentVolumeClaim" in v:
+                pvc = self.kube.get(f"/api/v1/namespaces/{self.ns}/persistentvolumeclaims/"
+                                    f"{v['persistentVolumeClaim']['claimName']}")
+                pv = self.kube.get(f"/api/v1/persistentvolumes/{pvc['spec']['volumeName']}")
+                dirs[v["name"]] = pv["spec"]["hostPath"]["path"]
+        (c,) = p["spec"]["containers"]
+        return {m["mountPath"]: dirs[m["name"]] for m in c.get("volumeMounts") or [] if m["name"] in dirs}
+
+    def _start(self, p: dict[str, Any]) -> None:
+        (c,) = p["spec"]["containers"]
+        mounts = self._dirs(p)
+
+        def local(arg: str) -> str:
+            for path, d in mounts.items():
+                if arg == path or arg.startswith(path.rstrip("/") + "/"):
+                    return d + arg[len(path.rstrip("/")):]
+            return arg
+
+        argv = [local(a) for a in [*c.get("command", []), *c.get("args", [])]]
+        if argv[0] == "python":
+            argv[0] = sys.executable
+        env = {e["name"]: e["value"] for e in c.get("env") or [] if "value" in e}
+        name = p["metadata"]["name"]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={"PATH": "/usr/bin:/bin", **env})
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
+        reader.start()
+        self.procs[name], self.output[name], self.readers[name] = proc, lines, reader
+        self.kube.set_pod_phase(self.ns, name, "Running")
+
+    def code(self, proc: subprocess.Popen[str]) -> int:
+        """The exit code as a container runtime reports it: 128 + N for a death by signal N."""
+        rc = proc.returncode
+        return 128 - rc if rc < 0 else rc
+
+    def _ended(self, name: str, proc: subprocess.Popen[str]) -> None:
+        self.readers[name].join(timeout=30)
+        self.runs.append((name, self.code(proc), "".join(self.output[name])))
+
+    def step(self) -> None:
+        for p in self.kube.get(pods_path(self.ns), labelSelector="batchgate.io/scavengerjob")["items"]:
+            name = p["metadata"]["name"]
+            proc = self.procs.get(name)
+            if p["metadata"].get("deletionTimestamp"):
+                if proc is not None and proc.returncode is None:
+                    if proc.poll() is None:  # still running: SIGTERM, and its grace period to save
+                        proc.send_signal(signal.SIGTERM)
+                        proc.wait(timeout=60)
+                    else:  # it had exited by itself before the deletion: report that first
+                        self._report(name, proc)
+                    self._ended(name, proc)
+                with contextlib.suppress(KubeApiError):  # its containers are stopped: the pod is gone
+                    self.kube.delete(pods_path(self.ns, name),
+                                     body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0})
+            elif proc is None and p["spec"].get("nodeName") and (p.get("status") or {}).get("phase") == "Pending":
+                self._start(p)
+            elif proc is not None and proc.returncode is None and proc.poll() is not None:
+                self._report(name, proc)
+                self._ended(name, proc)
+
+    def _report(self, name: str, proc: subprocess.Popen[str]) -> None:
+        code = self.code(proc)
+        with contextlib.suppress(KubeApiError):  # 404: finished meanwhile
+            self.kube.set_pod_phase(self.ns, name, "Succeeded" if code == 0 else "Failed", {"main": code})
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _dump(kube: Any, ns: str) -> str:
+    """The namespace's pods, Jobs and Events as one line each, for a failure message."""
+    out = []
+    for p in kube.get(pods_path(ns))["items"]:
+        md = p["metadata"]
+        out.append(f"pod {md['name']} uid={md['uid']} owner={[o['name'] + '/' + o['uid'] for o in md.get('ownerReferences') or []]} "
+                   f"del={md.get('deletionTimestamp')} node={p['spec'].get('nodeName')} phase={(p.get('status') or {}).get('phase')} "
+                   f"start={(p.get('status') or {}).get('startTime')} created={md['creationTimestamp']}")
+    for j in kube.get(jobs_path(ns))["items"]:
+        out.append(f"job {j['metadata']['name']} del={j['metadata'].get('deletionTimestamp')} status={j.get('status')}")
+    for e in kube.get(f"/api/v1/namespaces/{ns}/events")["items"]:
+        out.append(f"event {e.get('lastTimestamp') or e.get('eventTime')} {e['involvedObject'].get('name')} {e['reason']}: {e['message']}")
+    return "\n".join(out)
+
+
+def test_the_demo_checkpoints_ends_its_segments_and_resumes_after_an_interruption(
+        kube, webhook_server, namespace, pool, reconciler, tmp_path):
+    """The example manifests (examples/scavenger-demo: ConfigMap, PVC, ScavengerJob with
+    checkpointExitCode) with the sieve cut to 10^8 and a checkpoint every 1.5 s. The workload
+    really runs (a local process per pod, the PVC a directory): each segment ends after a
+    checkpoint with the agreed code, the next resumes from it. In its second segment an
+    ordinary pod needs the node: kube-scheduler preempts it, it gets SIGTERM and saves, and the
+    restarted ScavengerJob resumes there, not from zero. The answer is the published one and
+    every part of the range was sieved exactly once."""
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns, (pool_name, node) = namespace, pool
+    node(cpu="4")
+    demo = REPO / "examples" / "scavenger-demo"
+    state = tmp_path / "pv"
+    state.mkdir()
+    cm = yaml.safe_load((demo / "configmap.yaml").read_text())
+    pvc = yaml.safe_load((demo / "pvc.yaml").read_text())
+    sj = yaml.safe_load((demo / "scavengerjob.yaml").read_text())
+    for obj in (cm, pvc, sj):
+        obj["metadata"]["namespace"] = ns
+    pv_name = unique("demo-pv")
+    kube.create("/api/v1/persistentvolumes", {
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name},
+        "spec": {"capacity": {"storage": "16Mi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                 "hostPath": {"path": str(state)}, "persistentVolumeReclaimPolicy": "Retain",
+                 "claimRef": {"namespace": ns, "name": pvc["metadata"]["name"]}}})
+    try:
+        kube.create(f"/api/v1/namespaces/{ns}/configmaps", cm)
+        kube.create(f"/api/v1/namespaces/{ns}/persistentvolumeclaims", pvc)
+        kube.wait_for(lambda: kube.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/primes-state")
+                      ["status"].get("phase") == "Bound", 60, message="the PVC bound to its PV")
+        a = sj["spec"]["args"]
+        a[a.index("--limit") + 1], a[a.index("--checkpoint-every") + 1] = "1e8", "1.5"
+        a += ["--segment", str(SPAN)]  # small steps: a few seconds of compute, several segments
+        assert sj["spec"]["checkpointExitCode"] == 75
+        r = reconciler()
+        made = kube.create(sj_path(ns), sj)
+        kubelet = ProcessKubelet(kube, ns, tmp_path / "volumes")
+        urgent: str | None = None
+        attempts = 0
+        try:
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                kubelet.step()
+                st = status(kube, ns, "primes-1e12")
+                if st.get("phase") in ("Completed", "Failed"):
+                    break
+                saved_on_sigterm = 143 in [c for _, c, _ in kubelet.runs]
+                if urgent is None and not saved_on_sigterm and (st.get("runningSegment") or 0) >= 2 \
+                        and st.get("phase") == "Running" \
+                        and any(p.poll() is None and "resumed from" in "".join(kubelet.output[n])
+                                for n, p in kubelet.procs.items()):
+                    # mid-computation in its second segment or later: an ordinary pod needs 3.5 of the 4 cpus
+                    urgent = unique("urgent")
+                    attempts += 1
+                    kube.create(pods_path(ns), pod(urgent, containers=[container(cpu="3500m", memory="1Gi")],
+                                                   nodeSelector={POOL: pool_name}, priorityClassName="batchgate-batch"))
+                elif urgent and kube.get(pods_path(ns, urgent))["spec"].get("nodeName"):
+                    # It got the node (the scavenger is gone: preempted, or its segment had just ended
+                    # with 75 by itself, then no 143 and another try in a later segment); it ran, and
+                    # is done: room again for the scavenger.
+                    kube.delete(pods_path(ns, urgent),
+                                body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0})
+                    urgent = None
+                time.sleep(0.1)
+        finally:
+            kubelet.stop()
+        st = status(kube, ns, "primes-1e12")
+        logs = "\n".join(f"--- {n} exit {c}\n{o}" for n, c, o in kubelet.runs)
+        assert st.get("phase") == "Completed", f"{st}\n{logs}\n{r.logs(400)}\n{_dump(kube, ns)}"
+        codes = [c for _, c, _ in kubelet.runs]
+        # One run stopped by SIGTERM (saved); a try that found the segment ending by itself (exit
+        # 75 just before kube-scheduler's DELETE) may count as an interruption too: at most one
+        # per try.
+        assert codes.count(143) == 1 and codes[-1] == 0 and set(codes) == {75, 143, 0}, logs
+        assert 1 <= st["interruptedCount"] <= attempts, (st, attempts, logs)
+        assert codes.count(75) >= 1, codes
+        # Every run after the first resumed exactly where the one before it saved.
+        first, *rest = [o for _, _, o in kubelet.runs]
+        assert "no checkpoint, starting from 1" in first, first
+        for before, after in zip([o for _, _, o in kubelet.runs], rest, strict=False):
+            saved = before.rsplit("checkpoint", 1)[1]
+            assert "resumed from checkpoint.json: " in after, after
+            pos = after.split("(next ", 1)[1].split(",", 1)[0]
+            assert f"next {pos}," in saved, (before, after)
+        stopped = next(o for _, c, o in kubelet.runs if c == 143)
+        assert "stopped by signal 15, checkpoint saved at" in stopped
+        result = json.loads((state / "result.json").read_text())
+        assert (result["count"], result["sum"]) == (5761455, 279209790387276) and result["runs"] == len(codes)
+        assert json.loads((state / "checkpoint.json").read_text())["segments"] == -(-(10**8 - 1) // SPAN)
+        reasons = [e["reason"] for e in events(kube, ns, made["metadata"]["uid"])]
+        assert reasons.count("Interrupted") == st["interruptedCount"], reasons
+        assert reasons.count("SegmentEnded") + reasons.count("Interrupted") == len(codes) - 1, (reasons, codes)
+        assert reasons.count("Completed") == 1 and "Failed" not in reasons, reasons
+        # each run one segment (and a segment whose pod never got to run, back to waiting, one more)
+        assert st["segment"] == len(codes) + reasons.count("Unschedulable") + reasons.count("Requeued"), (st, codes)
+    finally:
+        with contextlib.suppress(KubeApiError):
+            kube.delete(f"/api/v1/persistentvolumes/{pv_name}")
