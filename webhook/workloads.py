@@ -194,7 +194,8 @@ def pod_group(obj: Any, shape: Shape | None) -> tuple[Any, Any]:
 def controller_of(obj: Any) -> dict[str, Any] | None:
     """The controlling ownerReference (``controller: true``), if any. Claimed by whoever
     wrote the object: who may be trusted to have written it is the caller's question."""
-    owners = dig(obj, ("metadata", "ownerReferences"))
+    meta = obj.get("metadata") if isinstance(obj, dict) else None  # dig(), unrolled: on every review
+    owners = meta.get("ownerReferences") if isinstance(meta, dict) else None
     for ref in owners if isinstance(owners, list) else ():
         if isinstance(ref, dict) and ref.get("controller") is True:
             return ref

@@ -110,7 +110,16 @@ def _exempt(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> bool:
 
 
 def read_limits(obj: dict[str, Any], kind: str) -> list[tuple[Path, bool, Any]]:
-    return [(path, writable, dig(obj, (*path, "annotations", ANNOTATION))) for path, writable in LOCATIONS.get(kind, ())]
+    return [(path, writable, _annotation(obj, path, ANNOTATION)) for path, writable in LOCATIONS.get(kind, ())]
+
+
+def _annotation(obj: Any, path: Path, key: str) -> Any:
+    """``dig(obj, (*path, "annotations", key))`` for a path of keys: a third of its cost
+    (no tuple built, no index case), on every review of a Pod or workload."""
+    for step in path:
+        obj = obj.get(step) if type(obj) is dict else None
+    annotations = obj.get("annotations") if type(obj) is dict else None
+    return annotations.get(key) if type(annotations) is dict else None
 
 
 def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
@@ -122,7 +131,11 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
         return []
     findings: list[Finding] = []
     places = read_limits(draft.root, shape.kind)
-    chosen = next((v for _, _, v in places if v is not None), None)
+    chosen = None  # the outermost limit set
+    for _, _, value in places:
+        if value is not None:
+            chosen = value
+            break
     if chosen is None and queue.default_time_limit is not None:
         chosen = format_duration(queue.default_time_limit)
         if not ctx.from_controller:
@@ -145,29 +158,34 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
         # (Kubernetes 1.23+), are not a better source. (A CronJob's Jobs, by contrast, are
         # recorded afresh: a CronJob's template is anyone's to edit.)
         record = admission_record(draft.root, shape) or record
-    _record(draft, shape, record)
+    pod = _record(draft, shape, record)
     if settings.backstop and queue.max_time_limit is not None:
-        findings += _backstop(settings, draft, ctx, queue)
+        findings += _backstop(settings, draft, ctx, queue, pod if shape.record_at == shape.pod_spec else None)
     return findings
 
 
-def _record(draft: Draft, shape: Shape, record: Record | None) -> None:
+def _record(draft: Draft, shape: Shape, record: Record | None) -> dict[str, Any] | None:
     """Write the admission record (webhook.workloads) into every container, replacing entries of
     the same names that the request carried; with ``record`` None, remove such entries. A
-    controller's copy of an admitted template already carries it: nothing changes then."""
+    controller's copy of an admitted template already carries it: nothing changes then.
+    Returns the pod spec (at ``shape.record_at``) where it was edited, for the backstop to
+    write into without another walk from the root (~7k instructions a Pod, ~13k a Job)."""
     if shape.record_at is None:
-        return
+        return None
     containers = draft.get(*shape.record_at, "containers")
     if not isinstance(containers, list):
-        return
-    path = shape.record_at
+        return None
+    pod = edited = None  # the pod spec and its containers, once edited
     for i, c in enumerate(containers):
         if type(c) is not dict:
             continue  # not a container: the API server refuses the object anyway
         env = c.get("env")
         if env is None:  # the common case: nothing to keep, nothing to replace
             if record is not None:
-                draft.edit(*path, "containers", i)["env"] = record.env()
+                if edited is None:
+                    pod = draft.edit(*shape.record_at)
+                    edited = draft.child(pod, "containers")
+                draft.child(edited, i)["env"] = record.env()
             continue
         if type(env) is not list:
             continue
@@ -187,22 +205,27 @@ def _record(draft: Draft, shape: Shape, record: Record | None) -> None:
                 new.append(e)
         new += [e for name, e in want.items() if name not in seen]
         if new != env:
-            draft.edit(*path, "containers", i)["env"] = new
+            if edited is None:
+                pod = draft.edit(*shape.record_at)
+                edited = draft.child(pod, "containers")
+            draft.child(edited, i)["env"] = new
+    return pod
 
 
-def _backstop(settings: Settings, draft: Draft, ctx: Ctx, queue: Queue) -> list[Finding]:
+def _backstop(settings: Settings, draft: Draft, ctx: Ctx, queue: Queue, pod: dict[str, Any] | None) -> list[Finding]:
+    """``pod``: the pod spec, edited already (or None)."""
     assert ctx.shape is not None and queue.max_time_limit is not None
     cap = queue.max_time_limit + settings.backstop_margin
     path = ctx.shape.pod_spec
-    spec = draft.get(*path)
+    spec = pod if pod is not None else draft.get(*path)
     if not isinstance(spec, dict):
         return []
     current = spec.get("activeDeadlineSeconds")
     if current is None:
-        draft.edit(*path)["activeDeadlineSeconds"] = cap
+        (pod if pod is not None else draft.edit(*path))["activeDeadlineSeconds"] = cap
         return []
     if isinstance(current, int) and not isinstance(current, bool) and current > cap:
-        draft.edit(*path)["activeDeadlineSeconds"] = cap
+        (pod if pod is not None else draft.edit(*path))["activeDeadlineSeconds"] = cap
         return [warn(
             f"{'.'.join(map(str, path))}.activeDeadlineSeconds {current} lowered to {cap}: queue "
             f"{queue.name!r} allows at most {format_duration(queue.max_time_limit)} "
