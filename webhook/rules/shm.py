@@ -33,9 +33,18 @@ class Settings:
     min_size: Fraction | None = None
     max_size: Fraction | None = None
     size_text: str | None = field(init=False, repr=False, compare=False)  # ``size``, formatted once
+    # sizeLimits by the memory limits (as written) they come from: the Fraction sum, product,
+    # clamps and format_memory's hashing of a Fraction cost ~20k instructions a review, and the
+    # same few limits recur. Bounded by MEMO_SIZE entries of at most MEMO_LIMITS strings.
+    memo: dict[tuple[str, ...], str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "size_text", None if self.size is None else format_memory(self.size))
+        object.__setattr__(self, "memo", {})
+
+
+MEMO_SIZE = 1024
+MEMO_LIMITS = 16
 
 
 def parse(node: Node, bundle: Bundle) -> Settings:
@@ -62,23 +71,37 @@ def parse(node: Node, bundle: Bundle) -> Settings:
 
 def size_limit(settings: Settings, spec: dict[str, Any]) -> str | None:
     """The emptyDir's sizeLimit, if it gets one."""
-    if settings.fraction is not None:
-        total: Fraction | int = 0  # not Fraction(0): that alone costs ~3k instructions a review
-        pod_limit = ((spec.get("resources") or {}).get("limits") or {}).get("memory")
-        if pod_limit is not None:  # pod-level resources (Kubernetes 1.32+): the pod's own limit
-            total = parse_quantity(pod_limit)
-        for c in spec.get("containers") or [] if pod_limit is None else ():  # app containers
+    if settings.fraction is None:
+        return settings.size_text
+    pod_limit = ((spec.get("resources") or {}).get("limits") or {}).get("memory")
+    if pod_limit is not None:  # pod-level resources (Kubernetes 1.32+): the pod's own limit
+        limits = [pod_limit]
+    else:
+        limits = []
+        for c in spec.get("containers") or []:  # app containers
             limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
             if limit is None:
+                for earlier in limits:  # a malformed one before it is still an error
+                    parse_quantity(earlier)
                 return settings.size_text  # no total memory limit: fall back to the fixed size
-            total += parse_quantity(limit)
-        size = total * settings.fraction
-        if settings.min_size is not None:
-            size = max(size, settings.min_size)
-        if settings.max_size is not None:
-            size = min(size, settings.max_size)
-        return format_memory(size)
-    return settings.size_text
+            limits.append(limit)
+    key = tuple(limits)
+    if (known := settings.memo.get(key)) is not None:
+        return known
+    total: Fraction | int = 0
+    for limit in limits:
+        total += parse_quantity(limit)
+    size = total * settings.fraction
+    if settings.min_size is not None:
+        size = max(size, settings.min_size)
+    if settings.max_size is not None:
+        size = min(size, settings.max_size)
+    text = format_memory(size)
+    # Strings only: True == 1 as a key, and a bool is no quantity (pod-level limits are not
+    # shape-checked).
+    if len(key) <= MEMO_LIMITS and len(settings.memo) < MEMO_SIZE and all(type(v) is str for v in key):
+        settings.memo[key] = text
+    return text
 
 
 _CONTAINER_LISTS = ("initContainers", "containers")
