@@ -105,7 +105,9 @@ def shape_of(group: str, kind: str) -> Shape | None:
 def dig(obj: Any, path: Path) -> Any:
     """``obj[path[0]][path[1]]...``, or None where the path does not exist."""
     for key in path:
-        if isinstance(key, int):
+        if obj.__class__ is dict and key.__class__ is str:  # the usual step, tested first: ~30% cheaper
+            obj = obj.get(key)
+        elif isinstance(key, int):
             obj = obj[key] if isinstance(obj, list) and -len(obj) <= key < len(obj) else None
         else:
             obj = obj.get(key) if isinstance(obj, dict) else None
@@ -312,11 +314,17 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+_DECLARED_FAILURE_FIELDS = frozenset({"podFailurePolicy", "backoffLimitPerIndex", "maxFailedIndexes", "successPolicy"})
+
+
 def failure_policy(job_spec: Any) -> FailurePolicy:
     """The Job's declared failure handling; anything malformed reads as absent (the API server
     rejects such Jobs anyway)."""
     if not isinstance(job_spec, dict):
         return DEFAULT_FAILURE_POLICY
+    if _DECLARED_FAILURE_FIELDS.isdisjoint(job_spec) and job_spec.get("backoffLimit") in (None, BACKOFF_LIMIT_DEFAULT) \
+            and dig(job_spec, ("template", "spec", "restartPolicy")) != "OnFailure":
+        return DEFAULT_FAILURE_POLICY  # the usual Job, without building a FailurePolicy to compare (~8k instructions)
     rules: list[PodFailureRule] = []
     pfp = job_spec.get("podFailurePolicy")
     for r in (pfp.get("rules") if isinstance(pfp, dict) else None) or ():
