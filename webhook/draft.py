@@ -31,6 +31,8 @@ class Draft:
 
     # -- reading ----------------------------------------------------------
     def get(self, *path: str | int, default: Any = None) -> Any:
+        if len(path) == 1:  # get(*shape.pod_spec) of a Pod, ten times a review: 2.3k, not 3.1k
+            return self.root.get(path[0], default)  # type: ignore[arg-type]  # a dict: an int key is absent
         node: Any = self.root
         try:
             for key in path:
