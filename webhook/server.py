@@ -19,7 +19,7 @@ import signal
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +54,7 @@ READ_TIMEOUT = 10.0  # seconds to receive a body once its headers are in
 IDLE_TIMEOUT = 30.0  # seconds a connection may sit without a request (or with half a request)
 REVIEW_BUDGET = 1.0  # seconds of policy work per review before policies answer with their failure mode
 JSON_TYPES = ("application/json",)
-# How the server runs its connections: no access log (the middleware logs), idle
+# How the server runs its connections: no access log (observed() logs), idle
 # connections (also ones stuck half-way through their headers) closed after IDLE_TIMEOUT.
 RUNNER_SETTINGS: dict[str, Any] = {"access_log": None, "shutdown_timeout": 10, "keepalive_timeout": IDLE_TIMEOUT}
 
@@ -118,9 +118,6 @@ class Answer:
     request: dict[str, Any] | None = None  # the parsed request, when it was an AdmissionReview
     decision: Decision | None = None
     error: str = ""  # the message of a 4xx/5xx, for the log
-
-
-SEEN = web.RequestKey("seen", Answer)  # what the handler learnt, for the middleware to count and log
 
 
 def error_body(message: str) -> bytes:
@@ -244,16 +241,23 @@ WORKER = web.AppKey("worker", LargeReviews)
 
 
 # -- handlers -----------------------------------------------------------------
+# A handler answers a request: an admission handler with the Answer to the review, the others
+# with their response. observed() turns it into what aiohttp registers.
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse | Answer]]
+
+
 def make_app(state: State) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[observe])
+    app = web.Application(client_max_size=MAX_BODY)
     app[STATE] = state
     app[LARGE] = asyncio.Semaphore(LARGE_IN_FLIGHT)
     app[WORKER] = LargeReviews()
-    app.router.add_post("/mutate", _admission("mutate"))
-    app.router.add_post("/validate", _admission("validate"))
-    app.router.add_get("/healthz", _healthz)
-    app.router.add_get("/readyz", _readyz)
-    app.router.add_get("/metrics", _metrics)
+    add_route(app, "POST", "/mutate", _admission("mutate"))
+    add_route(app, "POST", "/validate", _admission("validate"))
+    add_route(app, "GET", "/healthz", _healthz)
+    add_route(app, "GET", "/readyz", _readyz)
+    add_route(app, "GET", "/metrics", _metrics)
+    # Any other path, or another method on a known one: a JSON 404 or 405, timed like the rest.
+    app.router.add_route("*", "/{path:.*}", observed("other", _not_found))
 
     async def stop_worker(app: web.Application) -> None:
         app[WORKER].stop()
@@ -262,70 +266,85 @@ def make_app(state: State) -> web.Application:
     return app
 
 
+def add_route(app: web.Application, method: str, path: str, handler: Handler) -> None:
+    """Serve ``handler`` on ``method path`` (a GET also on HEAD), observed; the path's other
+    methods answer 405."""
+    served = observed(path, handler)
+    app.router.add_route(method, path, served)
+    if method == "GET":
+        app.router.add_route("HEAD", path, served)
+    app.router.add_route("*", path, observed(path, _not_allowed))
+
+
 def _error(status: int, message: str) -> web.Response:
     return web.Response(status=status, body=error_body(message), content_type="application/json")
 
 
-_PATHS = ("/mutate", "/validate", "/healthz", "/readyz", "/metrics")
+def observed(path: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """``handler`` timed, counted and logged, errors included: the handlers only answer.
 
-
-@web.middleware
-async def observe(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Time, count and log every request, errors included: the handlers only answer.
-
-    What a handler learnt about an admission request (its parsed request and the
-    Decision) it leaves in ``request[SEEN]``; nothing here reads the body again.
+    An admission handler returns its :class:`Answer` (the parsed request and the Decision
+    when it got that far), counted and logged here and then sent; nothing here reads the
+    body again. A wrapper around each handler rather than an aiohttp middleware: the same
+    work without the middleware chain aiohttp runs around every request (20k fewer CPU
+    instructions per review under callgrind, 1,098k -> 1,078k through HTTPS).
     """
-    started = time.perf_counter()
-    path = request.path if request.path in _PATHS else "other"
-    try:
-        response: web.StreamResponse = await handler(request)
-    except web.HTTPException as e:  # aiohttp's own: 404, 405, 413 from the body reader
-        response = _error(e.status, e.reason)
-    except asyncio.CancelledError:
-        metrics.observe_http(path, 499, time.perf_counter() - started)  # the client went away
-        raise
-    except Exception as e:  # a bug: say so, never with the traceback on the wire
-        log.exception("request failed", extra={"fields": {"path": path}})
-        response = _error(500, f"internal error: {type(e).__name__}")
-    seen: Answer | None = request.get(SEEN)
-    if seen is not None:
-        _account(path, seen)
-    metrics.observe_http(path, response.status, time.perf_counter() - started)
-    return response
+
+    async def timed(request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        try:
+            result = await handler(request)
+            if isinstance(result, Answer):
+                _account(path, result)
+                result = _respond(result)
+            response = result
+        except web.HTTPException as e:  # aiohttp's own, such as a 413 from the body reader
+            response = _error(e.status, e.reason)
+        except asyncio.CancelledError:
+            metrics.observe_http(path, 499, time.perf_counter() - started)  # the client went away
+            raise
+        except Exception as e:  # a bug: say so, never with the traceback on the wire
+            log.exception("request failed", extra={"fields": {"path": path}})
+            response = _error(500, f"internal error: {type(e).__name__}")
+        metrics.observe_http(path, response.status, time.perf_counter() - started)
+        return response
+
+    return timed
 
 
-def _admission(phase: Phase) -> Any:
-    async def handler(request: web.Request) -> web.Response:
+async def _not_found(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPNotFound()
+
+
+async def _not_allowed(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPMethodNotAllowed(request.method, ())
+
+
+def _admission(phase: Phase) -> Handler:
+    async def handler(request: web.Request) -> Answer:
         app = request.app
         state = app[STATE]
         if request.content_type not in JSON_TYPES:
-            request[SEEN] = seen = _bad(415, f"content type must be application/json, got {request.content_type!r}")
-            return _respond(seen)
+            return _bad(415, f"content type must be application/json, got {request.content_type!r}")
         length = request.content_length
         if length is not None and length > MAX_BODY:
-            request[SEEN] = seen = _bad(413, f"body of {length} bytes exceeds the {MAX_BODY} byte cap")
-            return _respond(seen)
+            return _bad(413, f"body of {length} bytes exceeds the {MAX_BODY} byte cap")
         if length is not None and length <= INLINE_BODY:
             # the whole body came with the headers (the common case): nothing to wait for
             raw = await request.read() if request.content.is_eof() else await _read(request)
             if isinstance(raw, Answer):
-                request[SEEN] = raw
-                return _respond(raw)
-            request[SEEN] = seen = answer(raw, state.bundle, phase, state.review_budget, keys=state.keys)
-            return _respond(seen)
+                return raw
+            return answer(raw, state.bundle, phase, state.review_budget, keys=state.keys)
         # A large (or chunked) body: at most LARGE_IN_FLIGHT held at once, decided in the
         # worker thread so the event loop keeps answering health probes and small reviews.
         async with app[LARGE]:
             raw = await _read(request)
             if isinstance(raw, Answer):
-                request[SEEN] = raw
-                return _respond(raw)
+                return raw
             seen = await asyncio.wrap_future(app[WORKER].submit(raw, state.bundle, phase, state.review_budget,
                                                                 state.keys))
             del raw
-        request[SEEN] = seen
-        return _respond(seen)
+        return seen
 
     return handler
 

@@ -270,24 +270,27 @@ def test_broken_certificate_keeps_previous(state):
     assert _served_certificate(state.ssl_context) == good  # new handshakes still get the old one
 
 
-async def test_middleware_times_every_path_errors_included(aiohttp_client, state, monkeypatch):
+async def test_every_path_is_timed_errors_included(aiohttp_client, state, monkeypatch):
     from webhook import server
 
     async def broken(request):
         raise RuntimeError("boom")
 
-    app = make_app(state)
-    app.router.add_get("/broken", broken)
-    client = await aiohttp_client(app)
+    monkeypatch.setattr(server, "_readyz", broken)
+    client = await aiohttp_client(make_app(state))
     r = await client.get("/nowhere")
     assert r.status == 404 and (await r.json())["error"] == "Not Found"
-    r = await client.get("/broken")
+    r = await client.get("/mutate")
+    assert r.status == 405 and (await r.json())["error"] == "Method Not Allowed"
+    r = await client.get("/readyz")
     assert r.status == 500 and (await r.json())["error"] == "internal error: RuntimeError"
+    assert (await client.head("/healthz")).status == 200
     r = await client.post("/mutate", data=b"[", headers={"Content-Type": "application/json"})
     assert r.status == 400
     text = await (await client.get("/metrics")).text()
     assert 'batchgate_http_request_duration_seconds_count{code="404",path="other"}' in text
-    assert 'batchgate_http_request_duration_seconds_count{code="500",path="other"}' in text
+    assert 'batchgate_http_request_duration_seconds_count{code="405",path="/mutate"}' in text
+    assert 'batchgate_http_request_duration_seconds_count{code="500",path="/readyz"}' in text
     assert 'batchgate_http_request_duration_seconds_count{code="400",path="/mutate"}' in text
     assert server.metrics.REQUESTS.value("/mutate", "", "bad_request") >= 1
 
