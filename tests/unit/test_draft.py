@@ -132,3 +132,21 @@ def test_ensure_leaves_an_equal_value_alone_and_sets_a_different_one():
     assert jsonpatch.apply_patch(original, patch) == {
         **original, "metadata": {"name": "p", "labels": {"a": "2"}, "annotations": {"new": "x"}}}
     assert original == BASE
+
+
+
+def test_a_replaced_copy_never_lends_its_id_to_an_object_from_outside():
+    """A copy the draft made and a rule then replaced is freed; an object made later (a list
+    memoised by a rule, say) may be given the same address. Were the draft to remember copies
+    by id alone, it would take such an object for its own copy and change it in place."""
+    draft = Draft({"spec": {"volumes": [{"name": "a"}]}})
+    draft.edit("spec", "volumes").append({"name": "b"})  # the draft's copy of the list
+    made_after: list[list[dict[str, str]]] = []
+    draft.edit("spec")["volumes"] = None  # replaced: nothing else holds the copy
+    for _ in range(500):  # CPython hands out a freed list's memory to the next list made
+        made_after.append([{"name": "kept"}])
+    for shared in made_after:
+        draft.edit("spec")["volumes"] = shared
+        draft.edit("spec", "volumes").append({"name": "c"})
+    assert all(shared == [{"name": "kept"}] for shared in made_after)
+    assert draft.root["spec"]["volumes"] == [{"name": "kept"}, {"name": "c"}]
