@@ -89,9 +89,16 @@ class Durations(Collector):
         registry.register(self)
 
     def observe(self, labels: tuple[str, ...], seconds: float) -> None:
+        self.record(self.series(labels), seconds)
+
+    def series(self, labels: tuple[str, ...]) -> list[Any]:
+        """The [counts, sum] of one label set, for a caller to keep and pass to record()."""
         series = self._series.get(labels)
         if series is None:
             series = self._series[labels] = [[0] * (len(self.bounds) + 1), 0.0]
+        return series
+
+    def record(self, series: list[Any], seconds: float) -> None:
         series[0][bisect_left(self.bounds, seconds)] += 1  # the first bound >= seconds: le is inclusive
         series[1] += seconds
 
@@ -111,15 +118,15 @@ HTTP_DURATION = Durations(
     (0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0),
     REGISTRY,
 )
-_LABELS: dict[tuple[str, int], tuple[str, str]] = {}
+_HTTP_SERIES: dict[tuple[str, int], list[Any]] = {}
 
 
 def observe_http(path: str, code: int, seconds: float) -> None:
-    """One request's duration; the label tuple is made once per (path, code)."""
-    labels = _LABELS.get((path, code))
-    if labels is None:
-        labels = _LABELS[(path, code)] = (path, str(code))
-    HTTP_DURATION.observe(labels, seconds)
+    """One request's duration; the series of each (path, code) found once, then kept here."""
+    series = _HTTP_SERIES.get((path, code))
+    if series is None:
+        series = _HTTP_SERIES[(path, code)] = HTTP_DURATION.series((path, str(code)))
+    HTTP_DURATION.record(series, seconds)
 
 
 POLICY_DECISIONS = Tally(

@@ -335,3 +335,20 @@ async def test_the_handler_seals_with_the_servers_keys(client, state):
     patch = json.loads(base64.b64decode(out["response"]["patch"]))
     seals = [op["value"] for op in patch if op["path"] == "/spec/template/metadata/annotations"]
     assert seals and seals[0]["batchgate.io/admitted"].startswith(state.keys.current + ".")
+
+
+def test_an_allowed_review_with_a_policy_out_of_budget_is_logged(caplog):
+    from webhook import server
+    from webhook.engine import Decision
+
+    decision = Decision(uid="u1", outcomes=[("shm", "mutated"), ("kata-cpu", "timeout")],
+                        warnings=["kata-cpu: skipped"])
+    seen = server.Answer(200, b"{}", "allowed", {"operation": "CREATE", "kind": {"kind": "Pod"}}, decision)
+    with caplog.at_level("INFO", logger="webhook.server"):
+        server._account("/mutate", seen)
+    assert [r.getMessage() for r in caplog.records] == ["review ran out of its time budget"]
+    assert caplog.records[0].fields["policies"] == "kata-cpu"
+    caplog.clear()
+    decision.outcomes = [("shm", "mutated"), ("kata-cpu", "passed")]
+    server._account("/mutate", seen)
+    assert caplog.records == []
