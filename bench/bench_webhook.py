@@ -14,16 +14,26 @@ a real AdmissionReview a kube-apiserver sent (shared/fixtures):
 Rounds alternate the three servers so the machine's noise hits them alike; each
 figure is the median over rounds, and the ratios are taken round by round.
 
+``--instructions`` counts instead the CPU instructions each server spends per review
+under valgrind's callgrind (counters zeroed after warm-up, then sequential POSTs on
+one kept-alive connection): slow, but the same figure on a busy machine as on a quiet
+one, which is how two versions of the edge are compared. Kernel time (sockets) is not
+in it, so it is not the throughput ratio, only the user-space part of it.
+
     python bench/bench_webhook.py [--duration 10] [--rounds 3] [--connections 16] [--fixture FILE]
+    python bench/bench_webhook.py --instructions [--requests 400] [--fixture FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
+import re
 import shutil
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -134,14 +144,59 @@ def server_cmd(name: str, port: int, tmp: Path) -> list[str]:
             "--cert-dir", str(tmp)]
 
 
+def instructions(name: str, port: int, tmp: Path, body: bytes, *, requests: int, core: str) -> float:
+    """Instructions per review of one server under callgrind: its counters are zeroed after
+    warm-up, ``requests`` sequential POSTs made, and the counters dumped."""
+    out = tmp / f"callgrind.{port}"
+    cmd = server_cmd(name, port, tmp)
+    if name == "batchgate":
+        cmd += ["--reload-interval", "100000"]  # no file polling inside the count
+    proc = subprocess.Popen(["taskset", "-c", core, "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                             *cmd], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_ready(port, timeout=600)
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=120)
+
+        def post() -> None:
+            conn.request("POST", "/mutate", body=body, headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            r.read()
+            if r.status != 200:
+                raise RuntimeError(f"{name} answered {r.status}")
+
+        for _ in range(100):
+            post()
+        subprocess.run(["callgrind_control", "--zero", str(proc.pid)], check=True, capture_output=True)
+        for _ in range(requests):
+            post()
+        subprocess.run(["callgrind_control", "--dump", str(proc.pid)], check=True, capture_output=True)
+        conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=120)
+    dump = next(p for p in tmp.iterdir() if p.name.startswith(out.name + "."))  # the --dump, not the exit's
+    total = re.search(rb"^(?:summary|totals): (\d+)", dump.read_bytes(), re.M)
+    if total is None:
+        raise RuntimeError(f"no total in {dump}")
+    return int(total.group(1)) / requests
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=int, default=10, help="seconds per saturation run (default 10)")
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--fixture", default=str(FIXTURES / "pod-create-by-namespace-user.mutate.json"))
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians are reported")
+    ap.add_argument("--instructions", action="store_true",
+                    help="count CPU instructions per review under callgrind instead (slow, exact)")
+    ap.add_argument("--requests", type=int, default=400, help="reviews counted with --instructions")
     args = ap.parse_args()
-    if not shutil.which("wrk"):
+    if args.instructions and not shutil.which("valgrind"):
+        print("bench: valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    if not args.instructions and not shutil.which("wrk"):
         print("bench: wrk is not installed (apt-get install wrk)", file=sys.stderr)
         return 2
     cpus = sorted(os.sched_getaffinity(0))
@@ -153,6 +208,18 @@ def main() -> int:
     (tmp / "same_stack_noop.py").write_text(SAME_STACK_NOOP)
     body = Path(args.fixture)
     json.loads(body.read_text())  # fail early on a bad fixture
+
+    if args.instructions:
+        counts = {name: instructions(name, free_port(), tmp, body.read_bytes(), requests=args.requests,
+                                     core=server_core) for name in SERVERS}
+        shutil.rmtree(tmp, ignore_errors=True)
+        print(f"fixture: {body.name}; CPU instructions per review under callgrind ({args.requests} sequential "
+              "reviews after 100 warm-up, one kept-alive HTTPS connection)")
+        for name in SERVERS:
+            print(f"{name:<17} {counts[name] / 1000:>8.1f}k")
+        for base in ("stdlib no-op", "same-stack no-op"):
+            print(f"instructions {base} / batchgate: {counts[base] / counts['batchgate']:.2f}")
+        return 0
 
     sat: dict[str, list[dict[str, float]]] = {k: [] for k in SERVERS}
     one: dict[str, list[dict[str, float]]] = {k: [] for k in SERVERS}
