@@ -276,6 +276,59 @@ def test_the_workload_ends_its_segment_with_the_agreed_exit_code(kube, webhook_s
     assert reasons == ["Queued", "SegmentEnded", "SegmentStarted", "Started", "Starting"], reasons
 
 
+
+def test_without_the_garbage_collector_a_boundary_and_a_left_over_pod_still_go(
+        kube, webhook_server, namespace, pool, reconciler):
+    """kube-controller-manager stopped (SIGSTOP: no garbage collector, no Job controller) across a
+    segment boundary: the reconciler deletes the segment's pods with its Job (they get SIGTERM
+    now), and a pod left over from the gone Job (as the Job controller makes when its cache has
+    not seen the Job's deletion) by its uid; then it creates the next segment's Job. Left to the
+    garbage collector, the next segment would wait for as long as it is away."""
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns, (_, node) = namespace, pool
+    node(cpu="8")
+    r = reconciler()
+    sj = kube.create(sj_path(ns), scavengerjob("md", pods=2, duration="20s"))
+    wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-1", "started", r=r)
+    pods = run_segment(kube, ns, "md-1", 2)
+    wait_status(kube, ns, "md", lambda s: s.get("phase") == "Running", "Running", r=r)
+    job1 = kube.get(jobs_path(ns, "md-1"))
+    kcm = kube.procs["kube-controller-manager"]
+    kcm.send_signal(signal.SIGSTOP)
+    try:
+        assert status(kube, ns, "md")["segment"] == 1, "the boundary came before the controller-manager stopped"
+        st = wait_status(kube, ns, "md", lambda s: s.get("segment") == 2, "segment boundary", timeout=90, r=r)
+        assert st["jobName"] == "md-2" and st["interruptedCount"] == 0
+        kube.wait_for(lambda: len(seg_pods(kube, ns, "md-1")) == 2 and all(
+            p["metadata"].get("deletionTimestamp") for p in seg_pods(kube, ns, "md-1")), 30,
+            message="md-1's pods deleted by the reconciler")
+        # the Job controller's late replacement, owned by the gone Job md-1, on the node
+        late = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "md-1-late", "labels": dict(pods[0]["metadata"]["labels"]),
+                             "annotations": dict(pods[0]["metadata"].get("annotations") or {}),
+                             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "md-1",
+                                                  "uid": job1["metadata"]["uid"], "controller": True,
+                                                  "blockOwnerDeletion": True}]},
+                "spec": {k: v for k, v in pods[0]["spec"].items()}}
+        made = kube.create(pods_path(ns), late)
+        finish_terminating(kube, ns)  # md-1's two pods saved and are gone; md-1-late is not deleted yet
+        gone = kube.wait_for(lambda: kube.exists(pods_path(ns, "md-1-late")) and kube.get(
+            pods_path(ns, "md-1-late"))["metadata"].get("deletionTimestamp"), 60,
+            message=f"md-1-late deleted by the reconciler\n{r.logs()}")
+        assert gone
+        assert kube.get(pods_path(ns, "md-1-late"))["metadata"]["uid"] == made["metadata"]["uid"]
+        finish_terminating(kube, ns)
+        kube.wait_for(lambda: kube.exists(jobs_path(ns, "md-2")), 60, message=f"Job md-2\n{r.logs()}")
+        assert "LeftoverPodsDeleted" in r.logs(400) or "md-1-late" in r.logs(400)
+    finally:
+        kcm.send_signal(signal.SIGCONT)
+    run_segment(kube, ns, "md-2", 2)
+    st = wait_status(kube, ns, "md", lambda s: s.get("runningSegment") == 2, "segment 2 running", r=r)
+    assert st["interruptedCount"] == 0 and not st.get("interruptedTimestamps")
+    reasons = sorted(e["reason"] for e in events(kube, ns, sj["metadata"]["uid"]))
+    assert reasons == ["Queued", "SegmentEnded", "SegmentStarted", "Started", "Starting"], reasons
+
+
 def sj_metrics(port: int) -> dict[str, float]:
     """The reconciler's ScavengerJob samples, ``'name{labels}' -> value``."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()

@@ -900,6 +900,17 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
                 deletes=(Delete(j.ref, "Background"),)))
     if sj.phase in FINAL:
         return None
+    left = leftovers(sj, current, st.pods)
+    if left:
+        # Not left to the garbage collector: it gets to them when it gets to them (never while
+        # kube-controller-manager is down), and until they are gone this ScavengerJob waits.
+        names = ", ".join(p.ref.name for p in left)
+        actions.append(Action(
+            kind="sj-cleanup", target=sj.ref, reason="LeftoverPodsDeleted", quiet=True,
+            key="pods/" + hashlib.sha256(",".join(sorted(p.ref.uid for p in left)).encode()).hexdigest()[:12],
+            message=f"deleting pod{'s' if len(left) != 1 else ''} {names}: left over from a Job that is gone or "
+                    f"not the current segment's",
+            deletes=tuple(Delete(p.ref) for p in left)))
     if not sj.phase:
         msg = "waiting for room to start"
         actions.append(_act("sj-queued", sj, "Queued", msg, now, phase="Pending", key="queued",
@@ -954,7 +965,7 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
                f"when its pods are gone")
         actions.append(_act("sj-segment", sj, "SegmentEnded", msg, now, phase="Running", key=f"segment/{seg}",
                             status={"segment": nxt, "jobName": name, "priorityStartOverTimestamp": format_time(now)},
-                            deletes=job_del))
+                            deletes=(*job_del, *dels)))
         return None
     if v.kind == "failed":
         assert v.pod is not None
@@ -1023,7 +1034,7 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
             actions.append(_act("sj-segment", sj, "SegmentEnded", msg, now, phase="Running", key=f"segment/{seg}",
                                 status={"segment": nxt, "jobName": name,
                                         "priorityStartOverTimestamp": format_time(now)},
-                                deletes=job_del))
+                                deletes=(*job_del, *dels)))
         else:
             wake.append(due)
         return None
@@ -1042,6 +1053,19 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
         else:
             wake.append(due)
     return None
+
+
+def leftovers(sj: SJView, current: JobView | None, pods: Iterable[PodView]) -> list[PodView]:
+    """Pods of ``sj`` still pending or running, not being deleted, that are not its current
+    segment's: the status says so (an earlier segment, or this one while it waits with no
+    ``jobName``; segments only grow, so a status read late still says so) and they are not the
+    current Job's. A Job controller's replacement made after its Job was deleted (on a cache
+    that had not seen the deletion), or pods of a Job the garbage collector has not got to yet."""
+    cur = current.ref.uid if current is not None else None
+    return [p for p in pods
+            if not p.terminal and not p.deleting and p.segment is not None
+            and (p.owner is None or p.owner.uid != cur)
+            and (p.segment < sj.segment or (p.segment == sj.segment and not sj.job_name))]
 
 
 def _interrupt(sj: SJView, now: float, why: str, pods: list[PodView], dels: tuple[Delete, ...],

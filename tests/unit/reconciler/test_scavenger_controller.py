@@ -50,6 +50,21 @@ class World:
             self.api.put(o)
         self.now = T0
         self.c = Controller(self.api, settings, clock=lambda: self.now)
+        plain = self.api.delete
+
+        def delete(kind: Any, namespace: str | None, name: str, **kw: Any) -> Any:
+            """A bound pod still going is deleted gracefully: it terminates until the kubelet is done."""
+            cur = self.api.objects.get((kind.plural, namespace or "", name))
+            if kind.plural == "pods" and cur is not None and cur["spec"].get("nodeName") \
+                    and cur["status"].get("phase") not in ("Succeeded", "Failed") \
+                    and kw.get("uid") in (None, cur["metadata"]["uid"]):
+                self.api.calls.append(("delete", "pods", namespace or "", name))
+                cur["metadata"].setdefault("deletionTimestamp", format_time(self.now))
+                cur["metadata"].setdefault("deletionGracePeriodSeconds", 60)
+                return cur
+            return plain(kind, namespace, name, **kw)
+
+        self.api.delete = delete  # type: ignore[method-assign]
 
     def step(self, dt: float = 1) -> list[str]:
         self.now += dt
@@ -87,9 +102,10 @@ class World:
         self.api.objects[("pods", "demo", name)]["status"].update(status)
 
     def kubelet_gone(self, job: str) -> None:
-        """The deleted Job's pods finish terminating (no garbage collector here)."""
+        """The Job's pods finish terminating (no garbage collector here: only what was deleted)."""
         for p in self.pods(job):
-            del self.api.objects[("pods", "demo", p["metadata"]["name"])]
+            if p["metadata"].get("deletionTimestamp") or p["status"].get("phase") in ("Succeeded", "Failed"):
+                del self.api.objects[("pods", "demo", p["metadata"]["name"])]
 
     def events(self, reason: str | None = None) -> list[str]:
         return [e["message"] for e in self.api.events() if reason is None or e["reason"] == reason]
@@ -122,6 +138,8 @@ def test_life_of_a_scavengerjob_with_segments():
     st = w.sj("md")["status"]
     assert (st["segment"], st["jobName"], st["phase"]) == (2, "md-2", "Running")
     assert st["priorityStartOverTimestamp"] > start_over and "md-1" not in w.jobs()
+    # its pods are deleted with it, by us (SIGTERM now, not when the garbage collector gets to them)
+    assert all(p["metadata"].get("deletionTimestamp") for p in w.pods("md-1")) and len(w.pods("md-1")) == 2
     assert w.step() == []  # the old pods are still checkpointing: no new segment yet
     w.kubelet_gone("md-1")
     assert w.step() == ["sj-resume"] and "md-2" in w.jobs()
@@ -206,7 +224,7 @@ def test_a_pod_deleted_from_outside_interrupts_it_and_it_restarts_first():
     assert st["phase"] == "Interrupted" and st["interruptedCount"] == 1 and len(st["interruptedTimestamps"]) == 1
     assert not st.get("jobName") and "md-1" not in w.jobs()
     assert "deleted while running" in st["message"]
-    assert ("pods", "demo", "md-1-1") not in w.api.objects  # every pod goes at once
+    assert w.api.objects[("pods", "demo", "md-1-1")]["metadata"].get("deletionTimestamp")  # every pod goes at once
     assert w.events("Interrupted")
     assert w.step() == []  # the interrupted pod is still terminating: no start on its room
     w.kubelet_gone("md-1")
@@ -450,3 +468,65 @@ def test_an_interruption_whose_replacement_pod_is_deleted_at_once_restarts_witho
     assert [o.action.kind for o in w.c.run_pass() if o.result == "done"] == ["sj-start"]
     st = w.sj("md")["status"]
     assert (st["phase"], st["interruptedCount"], st["jobName"]) == ("Interrupted", 1, "md-2")
+
+
+def test_left_over_pods_are_deleted_by_the_controller_not_left_to_the_garbage_collector():
+    """A pod of the ScavengerJob that is not the current segment's and not being deleted: the Job
+    controller's replacement made after the interruption deleted its Job (a cache that had not
+    seen the deletion), or an old segment's pod the garbage collector has not got to (it never
+    does while kube-controller-manager is down). Deleted by uid at once; the current segment's
+    pods and a pod of a later segment than the status says are never touched."""
+    w = World(sj("md"))
+    _running(w)
+    old_uid = w.jobs()["md-1"]["metadata"]["uid"]
+    w.api.objects[("pods", "demo", "md-1-0")]["metadata"]["deletionTimestamp"] = format_time(w.now)
+    assert w.step() == ["sj-interrupted"] and "md-1" not in w.jobs()
+    w.kubelet_gone("md-1")
+    assert not w.pods()
+    late = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "md-1-late", "namespace": "demo", "creationTimestamp": format_time(w.now),
+        "labels": {LABEL_SJ: "md", LABEL_SEGMENT: "1", "job-name": "md-1"},
+        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "md-1", "uid": old_uid,
+                             "controller": True}]},
+        "spec": {"nodeName": "n0", "containers": [{"name": "main", "image": "x"}]},
+        "status": {"phase": "Running", "startTime": format_time(w.now)}}
+    w.api.put(late)
+    assert w.step() == ["sj-cleanup"]
+    assert w.api.objects[("pods", "demo", "md-1-late")]["metadata"].get("deletionTimestamp")
+    assert ("delete", "pods", "demo", "md-1-late") in w.api.calls
+    assert w.step() == []  # it is terminating: still waiting for its room, nothing deleted twice
+    assert w.api.calls.count(("delete", "pods", "demo", "md-1-late")) == 1
+    w.kubelet_gone("md-1")
+    assert w.step() == ["sj-start"] and "md-2" in w.jobs()
+    # a pod of the current segment (md-2) is not a leftover; one of a later segment than the status is not either
+    w.run_job("md-2")
+    future = {**late, "metadata": {**late["metadata"], "name": "md-3-x", "uid": "u-md-3-x",
+                                   "labels": {LABEL_SJ: "md", LABEL_SEGMENT: "3", "job-name": "md-3"},
+                                   "ownerReferences": [{**late["metadata"]["ownerReferences"][0],
+                                                        "name": "md-3", "uid": "u-md-3"}]}}
+    w.api.put(future)
+    assert w.step(60) == ["sj-running"]
+    assert not any(p["metadata"].get("deletionTimestamp") for p in w.pods())
+
+
+def test_leftovers_rule():
+    from webhook.reconciler.model import pod_view
+    from webhook.reconciler.scavenger import leftovers, sj_view
+
+    def p(name: str, seg: int, owner: str, **kw: Any) -> Any:
+        md: dict[str, Any] = {"name": name, "namespace": "demo", "uid": f"u-{name}",
+                              "labels": {LABEL_SJ: "md", LABEL_SEGMENT: str(seg)},
+                              "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": f"md-{seg}",
+                                                   "uid": owner, "controller": True}]}
+        if kw.get("deleting"):
+            md["deletionTimestamp"] = ts(0)
+        return pod_view({"apiVersion": "v1", "kind": "Pod", "metadata": md,
+                         "spec": {"nodeName": "n0", "containers": [{"name": "main", "image": "x"}]},
+                         "status": {"phase": kw.get("phase", "Running")}})
+
+    pods = [p("a", 1, "j1"), p("b", 1, "j1", deleting=True), p("c", 1, "j1", phase="Failed"),
+            p("d", 2, "j2"), p("e", 3, "j3")]
+    waiting = sj_view(sj("md", status={"phase": "Interrupted", "segment": 2}))
+    assert [x.ref.name for x in leftovers(waiting, None, pods)] == ["a", "d"]
+    starting = sj_view(sj("md", status={"phase": "Running", "segment": 2, "jobName": "md-2"}))
+    assert [x.ref.name for x in leftovers(starting, None, pods)] == ["a"]
