@@ -88,9 +88,6 @@ class Durations(Collector):
         self._series: dict[tuple[str, ...], list[Any]] = {}  # labels -> [counts, sum]
         registry.register(self)
 
-    def observe(self, labels: tuple[str, ...], seconds: float) -> None:
-        self.record(self.series(labels), seconds)
-
     def series(self, labels: tuple[str, ...]) -> list[Any]:
         """The [counts, sum] of one label set, for a caller to keep and pass to record()."""
         series = self._series.get(labels)

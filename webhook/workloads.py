@@ -114,6 +114,16 @@ def dig(obj: Any, path: Path) -> Any:
     return obj
 
 
+def meta_entry(obj: Any, meta_path: Path, section: str, key: str) -> Any:
+    """``dig(obj, (*meta_path, section, key))`` for a ``meta_path`` of keys (a label or an
+    annotation of the metadata there), without building the path or testing for list indexes:
+    a third of dig's cost, read by several policies on every review."""
+    for step in meta_path:
+        obj = obj.get(step) if type(obj) is dict else None
+    entries = obj.get(section) if type(obj) is dict else None
+    return entries.get(key) if type(entries) is dict else None
+
+
 def _labels(meta: Any) -> dict[str, Any]:
     labels = meta.get("labels") if isinstance(meta, dict) else None
     return labels if isinstance(labels, dict) else {}

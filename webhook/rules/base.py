@@ -104,11 +104,14 @@ def no_settings(node: Node, bundle: Bundle) -> None:
     return None
 
 
+CONTAINER_LISTS = ("initContainers", "containers")  # a pod spec's lists of containers that policies shape
+
+
 def pod_spec_parts(spec: dict[str, Any]) -> list[tuple[str, int, dict[str, Any]]]:
     """(list name, index, container) for init containers and containers; a list that is
     not a list (a string, an object) has no containers."""
     out = []
-    for key in ("initContainers", "containers"):
+    for key in CONTAINER_LISTS:
         items = spec.get(key)
         if isinstance(items, list):
             for i, c in enumerate(items):

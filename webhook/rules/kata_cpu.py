@@ -63,7 +63,17 @@ from ..draft import Draft
 from ..globs import matches
 from ..units import format_cpu, parse_quantity
 from ..yamlsrc import Node
-from .base import ALL_POD_TEMPLATE_KINDS, Ctx, Finding, RuleType, deny, dig, pod_spec_parts, warn
+from .base import (
+    ALL_POD_TEMPLATE_KINDS,
+    CONTAINER_LISTS,
+    Ctx,
+    Finding,
+    RuleType,
+    deny,
+    dig,
+    pod_spec_parts,
+    warn,
+)
 
 if TYPE_CHECKING:
     from ..bundle import Bundle
@@ -323,7 +333,7 @@ def _as_pod(spec: dict[str, Any]) -> dict[str, Any]:
     """The containers as the API server stores each Pod made from ``spec``: a CPU limit
     without a request is both (the Pod defaulting; a template is not defaulted)."""
     out = dict(spec)
-    for key in ("initContainers", "containers"):
+    for key in CONTAINER_LISTS:
         if not isinstance(spec.get(key), list):
             continue
         out[key] = []
@@ -356,7 +366,7 @@ def _asked(spec: dict[str, Any], old: Any, recorded: Any, taken: int, settings: 
         originals = None
     if not isinstance(originals, dict):
         raise ValueError(f"the annotation {ANNOTATION} is not what this policy writes")
-    restored = {k: list(spec[k]) for k in ("initContainers", "containers") if isinstance(spec.get(k), list)}
+    restored = {k: list(spec[k]) for k in CONTAINER_LISTS if isinstance(spec.get(k), list)}
     ours: list[tuple[str, int, Kind]] = []
     for key, i, c in pod_spec_parts(spec):
         was = originals.get(c.get("name")) if isinstance(c, dict) else None

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from ..draft import Draft
 from ..globs import matcher
 from ..yamlsrc import Node
-from .base import ALL_POD_TEMPLATE_KINDS, Ctx, Finding, RuleType, warn
+from .base import ALL_POD_TEMPLATE_KINDS, CONTAINER_LISTS, Ctx, Finding, RuleType, warn
 
 if TYPE_CHECKING:
     from ..bundle import Bundle
@@ -140,7 +140,7 @@ def remove_injected(draft: Draft, spec_path: tuple[str | int, ...], spec: dict[s
     if not names:
         return
     still_used: set[str] = set()
-    for key in _CONTAINER_LISTS:
+    for key in CONTAINER_LISTS:
         items = spec.get(key)
         if type(items) is not list:
             continue
@@ -170,8 +170,6 @@ def remove_injected(draft: Draft, spec_path: tuple[str | int, ...], spec: dict[s
     else:
         del pod["volumes"]
 
-
-_CONTAINER_LISTS = ("initContainers", "containers")
 
 
 def _token_mount(m: dict[str, Any]) -> bool:

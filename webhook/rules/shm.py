@@ -18,7 +18,7 @@ from ..yamlsrc import Node
 
 if TYPE_CHECKING:
     from ..bundle import Bundle
-from .base import ALL_POD_TEMPLATE_KINDS, Ctx, Finding, RuleType, deny
+from .base import ALL_POD_TEMPLATE_KINDS, CONTAINER_LISTS, Ctx, Finding, RuleType, deny
 
 MOUNT_PATH = "/dev/shm"
 
@@ -104,8 +104,6 @@ def size_limit(settings: Settings, spec: dict[str, Any]) -> str | None:
     return text
 
 
-_CONTAINER_LISTS = ("initContainers", "containers")
-
 
 def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     if ctx.shape is None:
@@ -121,7 +119,7 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     volume_name = settings.volume_name
     needy: list[tuple[str, int]] = []
     ours_mounted = False
-    for key in _CONTAINER_LISTS:
+    for key in CONTAINER_LISTS:
         items = spec.get(key)
         if type(items) is not list:
             continue
