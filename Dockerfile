@@ -9,16 +9,21 @@
 
 ARG PYTHON_IMAGE=python:3.11-slim
 
-# -- build: a wheel of batchgate plus wheels of everything it depends on -----------
+# -- build: a wheel of batchgate plus the locked wheels of everything it depends on ----
+# requirements/runtime.txt pins every dependency with its hashes (`make lock`), so two builds
+# a month apart install the same code; batchgate's own wheel is built with the locked setuptools.
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
+COPY requirements/runtime.txt requirements/runtime.txt
+RUN pip wheel --require-hashes --no-deps --wheel-dir /wheels -r requirements/runtime.txt \
+ && pip install --no-index --find-links=/wheels setuptools
 COPY pyproject.toml README.md ./
 COPY webhook/ webhook/
 COPY policies/ policies/
-RUN pip wheel --wheel-dir /wheels .
+RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels .
 
 # -- runtime: the wheels installed into a venv; no compilers, no sources, no pip in the venv --
 FROM ${PYTHON_IMAGE}

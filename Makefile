@@ -5,15 +5,35 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup serve test unit suites e2e e2e-deps lint typecheck bench manifests readme clean
+SHELL := /bin/bash
+.PHONY: setup lock test-newest serve test unit suites e2e e2e-deps lint typecheck bench manifests readme clean
 
-$(STAMP): pyproject.toml
+# Installs come from the lock (requirements/dev.txt: exact versions, sha256 hashes), never
+# from whatever PyPI serves today; `make lock` refreshes it from pyproject.toml's ranges.
+# The editable install of batchgate itself uses the locked setuptools (no build isolation, so
+# nothing unlocked is fetched); setuptools' note on editable installs is informational.
+$(STAMP): pyproject.toml requirements/dev.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements/dev.txt
+	PYTHONWARNINGS="ignore:Editable installation" \
+	  $(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(BIN)/pip check --disable-pip-version-check >/dev/null
 	touch $(STAMP)
 
-setup: $(STAMP)  ## create .venv with batchgate and its test tools
+setup: $(STAMP)  ## create .venv with batchgate and its test tools, at the locked versions
+
+lock:  ## refresh requirements/*.txt (exact versions and hashes) from pyproject.toml's ranges
+	bash hack/lock.sh
+
+NEWEST := .venv-newest
+test-newest:  ## unit tests and suites on the newest versions pyproject.toml allows (not the lock)
+	rm -rf $(NEWEST) && $(PYTHON) -m venv $(NEWEST)
+	$(NEWEST)/bin/pip install --quiet --disable-pip-version-check -e '.[test]'
+	@$(NEWEST)/bin/python -m pytest tests/unit -q -p no:cacheprovider && $(NEWEST)/bin/batchgate test policies \
+	  || { echo "test-newest: FAILED with the newest versions pyproject.toml allows, green with the lock:" \
+	            "a dependency changed. What differs from requirements/dev.txt:" >&2; \
+	       $(NEWEST)/bin/pip freeze --exclude-editable | diff <(grep -Eo '^[A-Za-z0-9_.-]+==[^ ;]+' requirements/dev.txt | tr 'A-Z_' 'a-z-' | sort) \
+	            <(tr 'A-Z_' 'a-z-' | sort) | grep '^[<>]' >&2; exit 1; }
 
 serve: $(STAMP)  ## run the webhook on the bundled policies (https://127.0.0.1:8443)
 	$(BIN)/batchgate serve
@@ -53,4 +73,4 @@ readme: $(STAMP)  ## regenerate the README's generated parts (policy catalogue, 
 	$(BIN)/python hack/readme.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(NEWEST) .pytest_cache .mypy_cache .ruff_cache *.egg-info

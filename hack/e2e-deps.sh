@@ -6,10 +6,9 @@
 #   * kube-apiserver / kube-controller-manager / kube-scheduler v1.20.2, built
 #     once into ${BATCHGATE_KUBE_CACHE:-$HOME/.cache/batchgate/kube-v1.20.2}
 #     by hack/kube-binaries.sh (8 minutes on an idle 2-core machine, up to 15 when busy; then seconds)
-#   * python3 with venv support (Debian's python3-venv) for the Makefile's venv;
-#     and the Python packages the tests import (pytest, kubernetes,
-#     cryptography, pyyaml) into $PYTHON when missing and $PYTHON is not
-#     Debian's externally managed python3 (BATCHGATE_SKIP_PIP=1: never).
+#   * python3 with venv support (Debian's python3-venv) for the Makefile's venv.
+#     Python packages go into that venv only, from the lock (make setup); this
+#     script never pip-installs into the machine's Python.
 # Idempotent and quiet when everything is already in place. Prints the binary
 # directory on its last stdout line (as hack/kube-binaries.sh does).
 set -euo pipefail
@@ -44,21 +43,6 @@ if [[ -z "$PYTHON" ]]; then
   PYTHON="$(command -v python3)"
 elif ! "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1 && [[ "$PYTHON" == /usr/bin/* ]]; then
   apt_get_install python3-venv
-fi
-
-# The packages the tests import, for runs outside the Makefile's venv. Debian's
-# own python3 is "externally managed" (PEP 668): leave it alone there.
-if [[ "${BATCHGATE_SKIP_PIP:-}" != "1" ]] \
-   && ! "$PYTHON" -c 'import pytest, kubernetes, cryptography, yaml' >/dev/null 2>&1; then
-  if "$PYTHON" -c 'import sys, sysconfig, pathlib; sys.exit(sys.prefix == sys.base_prefix and (pathlib.Path(sysconfig.get_path("stdlib")) / "EXTERNALLY-MANAGED").exists())' 2>/dev/null \
-     && "$PYTHON" -m pip --version >/dev/null 2>&1; then
-    log "pip install pytest kubernetes cryptography pyyaml (into $PYTHON)"
-    "$PYTHON" -m pip install -q --disable-pip-version-check \
-      pytest kubernetes cryptography pyyaml >&2 || die "pip install failed"
-  else
-    log "note: $PYTHON lacks pytest/kubernetes/cryptography/pyyaml and is externally" \
-        "managed or has no pip; use a venv (make setup installs '.[test]')"
-  fi
 fi
 
 # Control-plane binaries (finds them, or builds them once).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -115,7 +116,8 @@ def test_check_captured_admission_review(capsys):
     ("kind: Pod\n", "apiVersion and kind"),
     ("a: [1,\n", "x.yaml:2: invalid YAML"),
     ("a: !foo x\n", "x.yaml:1: invalid YAML: could not determine a constructor for the tag '!foo'"),
-    ("a: " + "[" * 200000 + "]" * 200000, "x.yaml:1: nested more than 64 levels deep"),  # was a segfault
+    # was a segfault; refused by our depth check or PyYAML's own (6.0.4+), either naming nesting
+    ("a: " + "[" * 200000 + "]" * 200000, re.compile(r"x\.yaml:1: .*nest")),
     ("a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdef", "bcdefg", strict=True)),
      "expands to more than 200000 nodes"),
@@ -126,7 +128,8 @@ def test_check_usage_errors_exit_2_and_the_rest_is_still_decided(capsys, tmp_pat
     good = tmp_path / "pod.yaml"
     good.write_text(yaml.safe_dump(POD))
     code, out, err = run(capsys, "check", str(f), str(good))
-    assert code == 2 and needle in err
+    assert code == 2
+    assert (needle.search(err) if isinstance(needle, re.Pattern) else needle in err), err
     assert yaml.safe_load(out)["metadata"]["name"] == "p"
 
 

@@ -35,8 +35,10 @@ def test_installed_wheel_ships_the_default_bundle(tmp_path):
     for name in ("webhook", "policies"):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels),
-                    str(src)], check=True, capture_output=True, cwd=tmp_path)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                            "--wheel-dir", str(wheels), str(src)], check=True, capture_output=True, text=True,
+                           cwd=tmp_path)
+    assert "Warning" not in built.stdout + built.stderr, built.stderr  # e.g. a bundle dir setuptools was not told of
     (wheel,) = wheels.glob("batchgate-*.whl")
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)

@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# hack/kube-build.sh VERSION — build the Kubernetes control plane from Go
+# modules into a cache dir and print that dir on the LAST line of stdout.
+#
+#   VERSION   1.37 | 1.37.2 | v1.37.2 | 1.34 | ...  A minor version means the
+#             patch pinned in hack/kube/vMAJOR.MINOR/go.mod; a full version
+#             must be that pinned patch.
+#
+# The dir, ${BATCHGATE_KUBE_CACHE_ROOT:-$HOME/.cache/batchgate}/kube-vX.Y.Z/,
+# holds kube-apiserver, kube-controller-manager, kube-scheduler (from
+# hack/kube/vX.Y), etcd (hack/kube/etcd) and kwok (hack/kube/kwok), plus
+# BUILD-INFO. When all five exist and BUILD-INFO matches the pinned inputs
+# (those go.mod/go.sum files, etcd's main.go, this script's RECIPE), the dir
+# is printed at once. Otherwise what is missing is built (go.sum locked,
+# -mod=readonly) into a temp dir beside it, which then replaces the dir;
+# a flock on kube-vX.Y.Z.lock keeps two runs from building at once.
+#
+# Go: the `go` on PATH, GOTOOLCHAIN=local (it must be at least the go line of
+# the go.mod files: 1.26.0), CGO_ENABLED=0, the default GOMODCACHE/GOCACHE so
+# later builds reuse downloads and compiled packages. Cold, on 2 cores: see
+# hack/kube/README.md.
+#
+# Progress goes to stderr. A failed build prints the first error lines and
+# which module/version failed, and exits non-zero.
+set -euo pipefail
+
+# Bump when the build flags below change, so cached binaries are rebuilt.
+RECIPE=1
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+KUBE_MODS="$HERE/kube"
+
+log() { echo "kube-build: $*" >&2; }
+die() { echo "kube-build: ERROR: $*" >&2; exit 1; }
+
+[[ $# -eq 1 ]] || die "usage: hack/kube-build.sh VERSION (e.g. 1.37 or 1.37.2); pinned: $(
+  cd "$KUBE_MODS" && ls -d v*/ 2>/dev/null | tr -d / | tr '\n' ' ')"
+
+# --- version -> module dir, pinned patch ------------------------------------
+want="${1#v}"
+[[ "$want" =~ ^([0-9]+)\.([0-9]+)(\.([0-9]+))?$ ]] \
+  || die "bad VERSION '$1': want MAJOR.MINOR or MAJOR.MINOR.PATCH"
+major="${BASH_REMATCH[1]}" minor="${BASH_REMATCH[2]}"
+MOD_DIR="$KUBE_MODS/v$major.$minor"
+[[ -f "$MOD_DIR/go.mod" ]] || die "no module for Kubernetes $major.$minor under hack/kube/ (have: $(
+  cd "$KUBE_MODS" && ls -d v*/ 2>/dev/null | tr -d / | tr '\n' ' ')); see hack/kube/README.md to add one"
+pinned="$(sed -n 's/^require k8s\.io\/kubernetes v\([0-9][0-9.]*\)$/\1/p' "$MOD_DIR/go.mod")"
+[[ -n "$pinned" ]] || die "$MOD_DIR/go.mod has no 'require k8s.io/kubernetes vX.Y.Z' line"
+if [[ -n "${BASH_REMATCH[3]}" && "$want" != "$pinned" ]]; then
+  die "Kubernetes $want is not pinned; hack/kube/v$major.$minor pins $pinned"
+fi
+KV="v$pinned"
+CACHE_ROOT="${BATCHGATE_KUBE_CACHE_ROOT:-$HOME/.cache/batchgate}"
+DEST="$CACHE_ROOT/kube-$KV"
+KUBE_BINS=(kube-apiserver kube-controller-manager kube-scheduler)
+ALL_BINS=("${KUBE_BINS[@]}" etcd kwok)
+
+INPUTS=("$MOD_DIR/go.mod" "$MOD_DIR/go.sum"
+        "$KUBE_MODS/etcd/go.mod" "$KUBE_MODS/etcd/go.sum" "$KUBE_MODS/etcd/main.go"
+        "$KUBE_MODS/kwok/go.mod" "$KUBE_MODS/kwok/go.sum")
+stamp() { { echo "recipe $RECIPE"; cat "${INPUTS[@]}"; } | sha256sum | cut -d' ' -f1; }
+STAMP="$(stamp)"
+
+# up_to_date DIR: BUILD-INFO matches the inputs and every binary is there.
+up_to_date() {
+  local d=$1 b
+  grep -qx "inputs $STAMP" "$d/BUILD-INFO" 2>/dev/null || return 1
+  for b in "${ALL_BINS[@]}"; do [[ -x "$d/$b" ]] || return 1; done
+}
+
+# --- fast path --------------------------------------------------------------
+if up_to_date "$DEST"; then
+  echo "$DEST"
+  exit 0
+fi
+
+command -v go >/dev/null || die "no 'go' on PATH (need Go >= 1.26.0)"
+command -v flock >/dev/null || die "no 'flock' (util-linux) on PATH"
+mkdir -p "$CACHE_ROOT"
+exec 9>"$CACHE_ROOT/kube-$KV.lock"
+if ! flock -n 9; then
+  log "another kube-build.sh is building $KV; waiting for it"
+  flock 9
+fi
+if up_to_date "$DEST"; then # the other run built it
+  echo "$DEST"
+  exit 0
+fi
+
+# --- build ------------------------------------------------------------------
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false"
+unset GOOS GOARCH GOBIN
+go_version="$(go env GOVERSION)"
+
+TMP="$(mktemp -d "$CACHE_ROOT/.kube-$KV.tmp.XXXXXX")"
+LOGF="$TMP/.build.log"
+cleanup() { rm -rf "$TMP"; }
+trap cleanup EXIT
+
+# Keep the binaries of DEST that are current; build the rest.
+missing=()
+for b in "${ALL_BINS[@]}"; do
+  if [[ -x "$DEST/$b" ]] && grep -qx "inputs $STAMP" "$DEST/BUILD-INFO" 2>/dev/null; then
+    ln "$DEST/$b" "$TMP/$b" 2>/dev/null || cp -p "$DEST/$b" "$TMP/$b"
+  else
+    missing+=("$b")
+  fi
+done
+log "building ${missing[*]} for Kubernetes $KV with $go_version into $DEST"
+log "(cold, on 2 cores, this takes several minutes; see hack/kube/README.md)"
+
+# mod_version DIR MODULE: the version DIR's go.mod selects for MODULE.
+mod_version() { (cd "$1" && go list -m -f '{{.Version}}' "$2"); }
+
+# run_go WHAT DIR MODULE@VERSION go ARGS...: run in DIR, output to the log;
+# on failure show the first error lines and say what failed.
+run_go() {
+  local what=$1 dir=$2 modver=$3; shift 3
+  local t0=$SECONDS
+  if ! (cd "$dir" && "$@") >"$LOGF" 2>&1; then
+    log "FAILED: $what of $modver (module ${dir#"$HERE/"}, $go_version):"
+    grep -v '^go: downloading ' "$LOGF" | head -n 25 | sed 's/^/    /' >&2
+    log "(full output: $(wc -l <"$LOGF") lines; command: $*)"
+    exit 1
+  fi
+  log "$what of $modver: $((SECONDS - t0)) s"
+}
+
+build_date="$(date -u ${SOURCE_DATE_EPOCH:+--date=@$SOURCE_DATE_EPOCH} +%Y-%m-%dT%H:%M:%SZ)"
+want_kube=()
+for b in "${KUBE_BINS[@]}"; do
+  [[ " ${missing[*]} " == *" $b "* ]] && want_kube+=("k8s.io/kubernetes/cmd/$b")
+done
+if ((${#want_kube[@]})); then
+  # What kubernetes' own build (hack/lib/version.sh, hack/lib/golang.sh) sets.
+  # gitVersion also makes the binary version (component-base/compatibility)
+  # $KV, so emulation and compatibility versions default to it and the
+  # feature gates are those of $KV; without it the binary is v0.0.0-master.
+  # gitCommit is not known from a module; left empty.
+  kldf="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    kldf+=" -X $pkg.gitVersion=$KV -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+    kldf+=" -X $pkg.gitCommit= -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date"
+  done
+  run_go "download" "$MOD_DIR" "k8s.io/kubernetes@$KV" \
+    go list -deps -tags selinux,notest,grpcnotrace -f '' "${want_kube[@]}"
+  run_go "go build ${want_kube[*]##*/}" "$MOD_DIR" "k8s.io/kubernetes@$KV" \
+    go build -trimpath -tags selinux,notest,grpcnotrace -ldflags "$kldf" -o "$TMP/" "${want_kube[@]}"
+fi
+
+if [[ " ${missing[*]} " == *" etcd "* ]]; then
+  ev="$(mod_version "$KUBE_MODS/etcd" go.etcd.io/etcd/server/v3)"
+  run_go "download" "$KUBE_MODS/etcd" "go.etcd.io/etcd/server/v3@$ev" go list -deps -f '' .
+  run_go "go build etcd" "$KUBE_MODS/etcd" "go.etcd.io/etcd/server/v3@$ev" \
+    go build -trimpath -ldflags "-s -w" \
+    -o "$TMP/etcd" .
+fi
+
+if [[ " ${missing[*]} " == *" kwok "* ]]; then
+  wv="$(mod_version "$KUBE_MODS/kwok" sigs.k8s.io/kwok)"
+  run_go "download" "$KUBE_MODS/kwok" "sigs.k8s.io/kwok@$wv" \
+    go list -deps -f '' sigs.k8s.io/kwok/cmd/kwok
+  run_go "go build kwok" "$KUBE_MODS/kwok" "sigs.k8s.io/kwok@$wv" \
+    go build -trimpath -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$wv" \
+    -o "$TMP/kwok" sigs.k8s.io/kwok/cmd/kwok
+fi
+
+for b in "${ALL_BINS[@]}"; do
+  [[ -x "$TMP/$b" ]] || die "internal: $b was not built"
+done
+rm -f "$LOGF"
+{
+  echo "kubernetes $KV (hack/kube/v$major.$minor)"
+  echo "etcd $(mod_version "$KUBE_MODS/etcd" go.etcd.io/etcd/server/v3)"
+  echo "kwok $(mod_version "$KUBE_MODS/kwok" sigs.k8s.io/kwok)"
+  echo "go $go_version"
+  echo "built $build_date"
+  echo "inputs $STAMP"
+} >"$TMP/BUILD-INFO"
+chmod 755 "$TMP"
+
+# --- install: swap the finished dir in ---------------------------------------
+if [[ -e "$DEST" ]]; then
+  old="$(mktemp -d "$CACHE_ROOT/.kube-$KV.old.XXXXXX")"
+  mv "$DEST" "$old/"
+  mv "$TMP" "$DEST"
+  rm -rf "$old"
+else
+  mv "$TMP" "$DEST"
+fi
+trap - EXIT
+log "installed in $DEST"
+echo "$DEST"
