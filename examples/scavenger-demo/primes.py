@@ -257,6 +257,8 @@ def run(args: argparse.Namespace) -> int:
             b["sum"] += total
             b["segments"] += 1
             b["compute_seconds"] = round(b["compute_seconds"] + time.process_time() - c0, 3)
+            if stop:  # a signal during the segment wins over a checkpoint due now: report the signal
+                raise Stop
             if time.monotonic() >= next_save and b["next"] <= args.limit:
                 state.save()
                 log(f"scheduled checkpoint: {state.describe()}")
