@@ -42,3 +42,10 @@ GANG_RESTART_ANNOTATION = f"{GROUP}/gang-restart"
 SEAL_ANNOTATION = f"{GROUP}/admitted"
 RECONCILER_ANNOTATIONS = (STARTED_AT_ANNOTATION, DEADLINE_ANNOTATION, WARNED_FOR_ANNOTATION,
                           NEXT_MAINTENANCE_ANNOTATION)
+# A ScavengerJob's size, per pod and in pods (policy scavengerjob refuses more, the reconciler's view
+# fails such an object stored while the webhook was down): far beyond any node and any gang, and
+# small enough that the controller's arithmetic and the Job it makes stay what Kubernetes takes.
+# Durations are bounded by the parser (webhook.units.MAX_DURATION).
+SCAVENGERJOB_MAX_PODS = 10_000
+SCAVENGERJOB_MAX_CPU = 10_000  # cores per pod
+SCAVENGERJOB_MAX_MEMORY = 2**50  # bytes per pod: 1Pi

@@ -11,6 +11,13 @@ Both parsers bound their work before doing any: a quantity or duration is at mos
 (``1e999999999`` would otherwise be a number with a billion digits). Anything past
 the bounds is a ``ValueError`` naming the value, like any other malformed one, and
 never reaches the memo: a flood of distinct long strings cannot fill it.
+
+A duration is at most :data:`MAX_DURATION` (3650d, ten years): longer than any job,
+segment or window a cluster runs, and short enough that every date the reconciler
+derives from one (a start plus a limit) stays a date it can print. The bound is the
+parser's, so admission (the ``time-limit``, ``time-limit-extension`` and
+``scavengerjob`` policies, the bundle) and the reconciler's views refuse the same
+values in the same words.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ MAX_EXPONENT = 30  # |e| in 1e30; Exa (1e18) is the largest suffix, a node has <
 _LIMIT = Fraction(10) ** MAX_EXPONENT
 
 
-def _shown(text: object) -> str:
+def shown(text: object) -> str:
     """``text`` for an error message, cut to a readable length."""
     r = repr(text) if not isinstance(text, str) or len(text) <= MAX_TEXT else repr(text[:MAX_TEXT]) + "..."
     return r if len(r) <= 2 * MAX_TEXT else r[: 2 * MAX_TEXT] + "..."
@@ -55,11 +62,11 @@ def parse_quantity(text: str | int | float) -> Fraction:
     """``"250m"`` -> ``Fraction(1, 4)``; raises ValueError naming the problem."""
     if isinstance(text, str):
         if len(text) > MAX_TEXT:
-            raise ValueError(f"{_shown(text)} is not a quantity: longer than {MAX_TEXT} characters")
+            raise ValueError(f"{shown(text)} is not a quantity: longer than {MAX_TEXT} characters")
     elif isinstance(text, bool) or not isinstance(text, int | float):
-        raise ValueError(f"{_shown(text)} is not a quantity")
+        raise ValueError(f"{shown(text)} is not a quantity")
     elif text != text or abs(text) > _LIMIT:  # NaN, infinities, absurd magnitudes
-        raise ValueError(f"{_shown(text)} is not a quantity: beyond 1e{MAX_EXPONENT}")
+        raise ValueError(f"{shown(text)} is not a quantity: beyond 1e{MAX_EXPONENT}")
     return _parse_quantity(text)
 
 
@@ -102,14 +109,19 @@ def format_memory(value: Fraction) -> str:
     return str(n)
 
 
-_DURATION_PART = re.compile(r"(\d+)([smhdw])")
+_DURATION_PART = re.compile(r"([0-9]+)([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+MAX_DURATION = 3650 * 86400  # seconds: ten years ("3650d")
+
+
+class DurationTooLong(ValueError):
+    """A well-formed duration longer than :data:`MAX_DURATION`."""
 
 
 def parse_duration(text: str) -> int:
     """``"90m"`` -> 5400 seconds; ``"1h30m"`` works too; raises ValueError."""
     if not isinstance(text, str) or len(text) > MAX_TEXT:
-        raise ValueError(f"{_shown(text)} is not a duration (examples: 90m, 4h, 2d, 1h30m)")
+        raise ValueError(f"{shown(text)} is not a duration (examples: 90m, 4h, 2d, 1h30m)")
     return _parse_duration(text)
 
 
@@ -121,6 +133,9 @@ def _parse_duration(text: str) -> int:
     total = sum(int(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(s))
     if total <= 0:
         raise ValueError(f"{text!r} is not a positive duration (examples: 90m, 4h, 2d)")
+    if total > MAX_DURATION:
+        raise DurationTooLong(f"{text!r} is longer than {format_duration(MAX_DURATION)}, the longest duration "
+                              f"batchgate accepts")
     return total
 
 

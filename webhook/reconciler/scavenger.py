@@ -60,7 +60,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..units import format_duration, parse_duration
+from ..contract import SCAVENGERJOB_MAX_CPU, SCAVENGERJOB_MAX_MEMORY, SCAVENGERJOB_MAX_PODS
+from ..units import DurationTooLong, format_duration, format_memory, parse_duration, shown
 from .actions import Action, ActionKind, Delete, Requirement
 from .model import (
     LABEL_GROUP,
@@ -479,16 +480,28 @@ def sj_view(obj: Mapping[str, Any]) -> SJView:
         if cpu <= 0 or mem <= 0:
             problems.append("spec.resources: cpu and memory limits are required")
         elif not isinstance(pods, int) or isinstance(pods, bool) or pods < 1:
-            problems.append(f"spec.pods: must be a positive integer, got {pods!r}")
+            problems.append(f"spec.pods: must be a positive integer, got {shown(pods)}")
+        # Stored while the webhook was down, or before it bounded them: the same bounds as the
+        # scavengerjob policy (webhook.contract), so nothing past them reaches the arithmetic.
+        elif pods > SCAVENGERJOB_MAX_PODS:
+            problems.append(f"spec.pods: {pods} is more than {SCAVENGERJOB_MAX_PODS}, the most pods a ScavengerJob "
+                            f"may have")
+        elif cpu > SCAVENGERJOB_MAX_CPU * 1000 or mem > SCAVENGERJOB_MAX_MEMORY:
+            problems.append(f"spec.resources: more than {SCAVENGERJOB_MAX_CPU} cpu or "
+                            f"{format_memory(SCAVENGERJOB_MAX_MEMORY)} memory per pod, the most a scavenger pod "
+                            f"may ask for")
         else:
             need = Need(pods, cpu, mem)
     else:
         problems.append("spec.resources: missing")
     duration: int | None = None
     try:
-        duration = parse_duration(str(spec.get("duration")))
+        text = spec.get("duration")
+        duration = parse_duration(text if isinstance(text, str) else "")
+    except DurationTooLong as e:
+        problems.append(f"spec.duration: {e}")
     except ValueError:
-        problems.append(f"spec.duration: {spec.get('duration')!r} is not a duration like 30m")
+        problems.append(f"spec.duration: {shown(spec.get('duration'))} is not a duration like 30m")
     if duration is not None and duration <= 0:
         problems.append("spec.duration: must be positive")
         duration = None

@@ -12,8 +12,8 @@ import posixpath
 import re
 from typing import Any
 
-from ..contract import GROUP
-from ..units import parse_duration
+from ..contract import GROUP, SCAVENGERJOB_MAX_CPU, SCAVENGERJOB_MAX_MEMORY, SCAVENGERJOB_MAX_PODS
+from ..units import DurationTooLong, format_memory, parse_duration, shown
 from .base import Ctx, Finding, RuleType, deny, no_settings
 from .scavenger_qos import QOS_RESOURCES, quantity_or_none
 
@@ -24,6 +24,8 @@ VOLUME_FIELDS = ("name", "mountPath", "readOnly", *VOLUME_SOURCES)
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+MOST = {"cpu": (SCAVENGERJOB_MAX_CPU, str(SCAVENGERJOB_MAX_CPU)),
+        "memory": (SCAVENGERJOB_MAX_MEMORY, format_memory(SCAVENGERJOB_MAX_MEMORY))}
 
 
 def _int(v: Any) -> bool:
@@ -64,6 +66,9 @@ def _check_resources(errors: list[str], res: Any) -> None:
                 errors.append(f"spec.resources.{name}.{r}: {q!r} is not a quantity (e.g. 500m, 4, 8Gi)")
             elif value <= 0:
                 errors.append(f"spec.resources.{name}.{r}: must be more than zero, got {q}")
+            elif (most := MOST.get(r)) is not None and value > most[0]:
+                errors.append(f"spec.resources.{name}.{r}: {q} is more than {most[1]}, the most a scavenger pod "
+                              f"may ask for")
     for r in QOS_RESOURCES:
         if r not in limits:
             hint = f" (equal to spec.resources.requests.{r}, {requests[r]})" if r in requests else ""
@@ -160,7 +165,9 @@ def scavengerjob_problems(obj: dict[str, Any]) -> list[str]:
     _check_volumes(errors, spec.get("volumes"))
     pods = spec.get("pods")
     if pods is not None and (not _int(pods) or pods < 1):
-        errors.append(f"spec.pods: must be a whole number >= 1, got {pods!r}")
+        errors.append(f"spec.pods: must be a whole number >= 1, got {shown(pods)}")
+    elif pods is not None and pods > SCAVENGERJOB_MAX_PODS:
+        errors.append(f"spec.pods: {pods} is more than {SCAVENGERJOB_MAX_PODS}, the most pods a ScavengerJob may have")
     uid = spec.get("runAsUser")
     if uid is None:
         errors.append("spec.runAsUser: required, a non-root user id >= 1, e.g. 1000")
@@ -172,8 +179,10 @@ def scavengerjob_problems(obj: dict[str, Any]) -> list[str]:
     else:
         try:
             parse_duration(duration if isinstance(duration, str) else "")
+        except DurationTooLong as e:
+            errors.append(f"spec.duration: {e}")
         except ValueError:
-            errors.append(f"spec.duration: {duration!r} is not a duration, write e.g. 30m, 2h or 1h30m")
+            errors.append(f"spec.duration: {shown(duration)} is not a duration, write e.g. 30m, 2h or 1h30m")
     code = spec.get("checkpointExitCode")
     if code is not None and (not _int(code) or not 1 <= code <= 127):
         errors.append(f"spec.checkpointExitCode: must be a whole number 1..127 (the code the workload exits with "

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..contract import EXPECTED_RUNTIME_ANNOTATION, TIME_LIMIT_ANNOTATION
-from ..units import format_duration, parse_duration
+from ..units import MAX_DURATION, DurationTooLong, format_duration, parse_duration, shown
 from ..workloads import (
     RECORD_ENV,
     SERVICE_OWNER_KINDS,
@@ -270,8 +270,9 @@ def runtime_problems(obj: dict[str, Any], kind: str, old: dict[str, Any] | None 
 def runtime_problem(value: Any, limit: Any) -> str | None:
     seconds = seconds_or_none(value)
     if seconds is None:
-        return (f"{RUNTIME_ANNOTATION} {value!r} is not a duration; write how long you expect the job to run, "
-                f"{EXAMPLE}")
+        return too_long(RUNTIME_ANNOTATION, value) or (
+            f"{RUNTIME_ANNOTATION} {shown(value)} is not a duration; write how long you expect the job to run, "
+            f"{EXAMPLE}")
     most = seconds_or_none(limit)
     if most is not None and seconds > most:
         return (f"{RUNTIME_ANNOTATION} {value} is longer than the job's time limit {limit}: it is how long you "
@@ -286,10 +287,30 @@ def seconds_or_none(value: Any) -> int | None:
         return None
 
 
+def too_long(what: str, value: Any) -> str | None:
+    """The denial for a duration past the parser's bound (``units.MAX_DURATION``), naming it."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parse_duration(value)
+    except DurationTooLong:
+        return (f"{what} {shown(value)} is longer than {format_duration(MAX_DURATION)}, the longest duration "
+                f"batchgate accepts (ask for what the job needs, {EXAMPLE})")
+    except ValueError:
+        return None
+    return None
+
+
+def not_a_limit(value: Any) -> str:
+    """Why ``value`` is no time limit at all (malformed, or past the bound)."""
+    return too_long(ANNOTATION, value) or (
+        f"{ANNOTATION} {shown(value)} is not a duration; write a number and a unit, {EXAMPLE}")
+
+
 def limit_problem(value: Any, queue: Queue) -> str | None:
     seconds = seconds_or_none(value)
     if seconds is None:
-        return f"{ANNOTATION} {value!r} is not a duration; write a number and a unit, {EXAMPLE}"
+        return not_a_limit(value)
     if queue.max_time_limit is not None and seconds > queue.max_time_limit:
         return (
             f"{ANNOTATION} {value} exceeds the maximum of queue {queue.name!r}, "

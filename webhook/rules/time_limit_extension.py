@@ -23,6 +23,7 @@ from .time_limit import (
     EXAMPLE,
     LOCATIONS,
     limit_problem,
+    not_a_limit,
     read_limits,
     runtime_problems,
     seconds_or_none,
@@ -58,7 +59,7 @@ def validate_extension(settings: None, obj: dict[str, Any], ctx: Ctx) -> list[Fi
         elif queue is not None and (problem := limit_problem(new, queue)) is not None:
             findings.append(deny(f"{problem}{where}; {current}"))
         elif queue is None and seconds_or_none(new) is None:
-            findings.append(deny(f"{ANNOTATION} {new!r} is not a duration; write a number and a unit, {EXAMPLE}"))
+            findings.append(deny(f"{not_a_limit(new)}{where}; {current}"))
         elif path == ("metadata",) and (problem := _into_window(old, new, before)) is not None:
             findings.append(deny(problem))
     return findings + runtime_problems(obj, ctx.kind, old)

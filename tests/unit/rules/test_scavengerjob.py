@@ -124,6 +124,15 @@ SJ_BAD = [
     ("duration missing", sjob(duration=...), "spec.duration: required, the protection period"),
     ("duration words", sjob(duration="half an hour"), "spec.duration: 'half an hour' is not a duration, write e.g. 30m"),
     ("duration a number", sjob(duration=30), "spec.duration: 30 is not a duration"),
+    # issue 27: every duration and quantity is bounded, and the denial names the bound
+    ("duration past the bound", sjob(duration="99999999999999999999s"),
+     "spec.duration: '99999999999999999999s' is longer than 3650d, the longest duration batchgate accepts"),
+    ("duration just past the bound", sjob(duration="3650d1s"), "is longer than 3650d"),
+    ("too many pods", sjob(pods=10_001), "spec.pods: 10001 is more than 10000, the most pods a ScavengerJob may have"),
+    ("cpu past the bound", sjob(resources={"limits": {"cpu": "100000", "memory": "1Gi"}}),
+     "spec.resources.limits.cpu: 100000 is more than 10000, the most a scavenger pod may ask for"),
+    ("memory past the bound", sjob(resources={"limits": {"cpu": "1", "memory": "1Ei"}}),
+     "spec.resources.limits.memory: 1Ei is more than 1Pi, the most a scavenger pod may ask for"),
     ("checkpoint exit code 0", sjob(checkpointExitCode=0), "spec.checkpointExitCode: must be a whole number 1..127"),
     ("checkpoint exit code 143", sjob(checkpointExitCode=143), "128 and up mean killed by a signal), got 143"),
     ("checkpoint exit code a string", sjob(checkpointExitCode="3"), "spec.checkpointExitCode: must be a whole"),
@@ -137,6 +146,11 @@ def test_invalid_scavengerjobs(sj, obj, message):
     assert not d.allowed
     assert d.message.startswith("scavengerjob: invalid ScavengerJob demo/md: "), d.message
     assert message in d.message, d.message
+
+
+def test_the_bounds_themselves_are_allowed(sj):
+    assert run(sj, sjob(duration="3650d", pods=10_000,
+                        resources={"limits": {"cpu": "10000", "memory": "1Pi"}})).allowed
 
 
 def test_all_problems_at_once():

@@ -276,6 +276,13 @@ def test_queue_without_maximum_gets_no_backstop_and_without_default_no_annotatio
     d = run(b, pod())
     assert d.allowed and d.patch == []
     assert run(b, pod({ANN: "400d"})).allowed  # no maximum to exceed
+    # ... but the parser's own bound (issue 27: a limit past it overflowed the reconciler's dates)
+    d = run(b, pod({ANN: "99999999999999999999s"}))
+    assert not d.allowed
+    assert ("'99999999999999999999s' is longer than 3650d, the longest duration batchgate accepts"
+            in d.message), d.message
+    d = run(b, pod({ANN: "2h", "batchgate.io/expected-runtime": "9999999w"}))
+    assert not d.allowed and "batchgate.io/expected-runtime '9999999w' is longer than 3650d" in d.message
 
 
 BAD_SETTINGS = [

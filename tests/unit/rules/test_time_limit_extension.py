@@ -70,6 +70,19 @@ def test_extension_of_a_pod_stored_before_batchgate(ext):
     assert not d.allowed and "there was no limit" in d.message
 
 
+def test_a_limit_past_the_bound_is_refused_on_update_whatever_the_queue(ext):
+    """Issue 27: a bare Pod relabelled to a queue the bundle does not know, its limit then raised
+    to a duration whose deadline no date can hold; the denial names the bound."""
+    old = pod({ANN: "2h"}, queue="no-such-queue")
+    new = pod({ANN: "99999999999999999999s"}, queue="no-such-queue")
+    d = run(ext, new, op="UPDATE", old=old)
+    assert not d.allowed
+    assert "'99999999999999999999s' is longer than 3650d, the longest duration batchgate accepts" in d.message
+    assert "the current limit is 2h" in d.message
+    d = run(ext, _changed(limit="99999999999999999999s"), op="UPDATE", old=RUNNING)
+    assert not d.allowed and "is longer than 3650d" in d.message
+
+
 def test_extension_checks_cronjob_job_template(ext):
     old = cronjob({ANN: "3h"})
     new = cronjob({ANN: "9d"})
