@@ -59,6 +59,9 @@ ActionKind = Literal[
     "create-network",
     "update-network",
     "delete-network",
+    # an object that cannot be planned (a value no view should have let through, a bug): a Warning
+    # Event on it, nothing else; the rest of the pass goes on (issue 27)
+    "cannot-plan",
 ]
 KIND_ORDER: dict[str, int] = {k: i for i, k in enumerate(get_args(ActionKind))}
 EventType = Literal["Normal", "Warning"]
@@ -141,13 +144,48 @@ class Action(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class Unplannable:
+    """One object (or, with ``ref`` None, a whole concern) a pass could not plan, and why: what
+    the controller counts (``batchgate_reconciler_unplannable_objects``) and logs."""
+
+    concern: str  # "deadline", "gang", "pod-groups", "expected-start", "scavengerjob", "maintenance", "network"
+    ref: Ref | None
+    error: str
+
+
+# What each concern is, in an Event's words ("could not plan its deadline").
+CONCERNS = {"deadline": "deadline", "gang": "pod group's failure handling", "pod-groups": "PodGroup",
+            "expected-start": "expected start", "scavengerjob": "ScavengerJob", "maintenance": "maintenance",
+            "network": "network objects"}
+
+
+def unplannable(concern: str, ref: Ref | None, error: BaseException, failed: list[Unplannable],
+                actions: list[Action]) -> None:
+    """Record that ``ref`` (or the whole ``concern``) could not be planned this pass: into ``failed``,
+    and, for an object, a Warning Event on it (named after the error, so it is told once)."""
+    text = f"{type(error).__name__}: {error}"[:300]
+    failed.append(Unplannable(concern, ref, text))
+    if ref is None:
+        return
+    actions.append(Action(
+        kind="cannot-plan", target=ref, reason="CannotPlan", event_type="Warning",
+        key=f"{concern}|{hashlib.sha256(text.encode()).hexdigest()[:12]}",
+        message=(f"batchgate could not plan its {CONCERNS.get(concern, concern)} ({text}); it is left as it is "
+                 f"until it changes. Other objects are not affected; please report this to the cluster admins"),
+    ))
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """``actions`` to run now; ``wake_at``: when the next one falls due if nothing changes
     (epoch s); ``deferred``: bookkeeping actions held back for the next pass (see
     ``Settings.max_bookkeeping_per_pass``); ``runs``: the jobs this pass stops at their
-    deadline, as runs for the runtime history (runtimes.py: censored, they ran at least that long)."""
+    deadline, as runs for the runtime history (runtimes.py: censored, they ran at least that long);
+    ``unplannable``: what this pass could not plan (each object of it also has a ``cannot-plan``
+    action), so that one object costs itself, never the pass."""
 
     actions: list[Action]
     wake_at: float | None = None
     deferred: int = 0
     runs: tuple[Run, ...] = ()
+    unplannable: tuple[Unplannable, ...] = ()

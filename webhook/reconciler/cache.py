@@ -95,14 +95,34 @@ class Store(Generic[V]):
         items, rvs, uids = {}, {}, {}
         for page in pages:
             for o in page:
+                view = self._view(o)
+                if view is None:
+                    continue
                 k = self._key(o)
                 md = o.get("metadata") or {}
-                items[k] = self._convert(o)
+                items[k] = view
                 rvs[k] = md.get("resourceVersion") or ""
                 uids[k] = md.get("uid") or ""
         with self._lock:
             self._items, self._rvs, self._uids = items, rvs, uids
             self.synced, self.absent = True, False
+
+    def _view(self, obj: Mapping[str, Any]) -> V | None:
+        """``obj``'s view, or None when it has none: one object the views cannot read (whatever a
+        user stored that no view foresaw) is left out, logged and counted, and never stops the
+        list, the watch, or the reconciler for everyone else (issue 27)."""
+        try:
+            return self._convert(obj)
+        except Exception as e:
+            md = obj.get("metadata") if isinstance(obj, Mapping) else None
+            md = md if isinstance(md, Mapping) else {}
+            where = f"{md.get('namespace')}/{md.get('name')}" if self.kind.namespaced else str(md.get("name"))
+            log.warning("%s %s left out of the reconciler's view: %s: %s", self.kind.kind.lower(), where,
+                        type(e).__name__, str(e)[:200],
+                        extra={"fields": {"resource": self.kind.plural, "namespace": md.get("namespace"),
+                                          "name": md.get("name"), "uid": md.get("uid")}})
+            metrics.UNREADABLE.labels(self.kind.plural).inc()
+            return None
 
     def mark_absent(self) -> None:
         with self._lock:
@@ -114,7 +134,7 @@ class Store(Generic[V]):
         md = obj.get("metadata") or {}
         k = self._key(obj)
         rv = md.get("resourceVersion") or ""
-        view = self._convert(obj)
+        view = self._view(obj)
         uid = md.get("uid") or ""
         with self._lock:
             if only_newer and uid and uid in self._removed:
@@ -123,6 +143,10 @@ class Store(Generic[V]):
                 old, new = _rv_int(self._rvs.get(k, "")), _rv_int(rv)
                 if old is not None and new is not None and new <= old:
                     return False
+            if view is None:  # no view of what it is now: not the old one either
+                if k in self._items:
+                    del self._items[k], self._rvs[k], self._uids[k]
+                return False
             self._items[k] = view
             self._rvs[k] = rv
             self._uids[k] = uid

@@ -18,11 +18,12 @@ import logging
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TextIO
 
 from . import metrics
-from .actions import Action, Plan
+from .actions import CONCERNS, Action, Plan
 from .actuator import Actuator, Outcome
 from .cache import Cache
 from .errors import KubeError, NotFound
@@ -69,6 +70,8 @@ class Controller:
         self.history: History = {}  # runs seen since start (runtimes.py): predictions outlive deleted Jobs
         self.last_plan: Plan | None = None
         self._printed: set[tuple[str, str, str]] = set()
+        # cannot-plan actions carried out (target uid, key): told once, not every pass (issue 27)
+        self._told: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     def may_act(self) -> bool:
         return not self.dry_run and (self.elector is None or self.elector.is_leader())
@@ -136,6 +139,7 @@ class Controller:
         if estimate:
             self._estimated_at = now
         metrics.PLAN_SECONDS.observe(time.perf_counter() - t)
+        self._count_unplannable(result)
         for name, n in self.cache.sizes().items():
             metrics.CACHED.labels(name).set(n)
         if snapshot.scavenger_jobs is not None:
@@ -144,6 +148,18 @@ class Controller:
         self.last_plan = result
         return result
 
+    def _count_unplannable(self, result: Plan) -> None:
+        """The gauge, by concern; a whole concern that failed is logged here, each object that cannot
+        be planned when it is told (``run_pass``): its Event is the user's, the pass went on without it."""
+        counts = dict.fromkeys(CONCERNS, 0)
+        for u in result.unplannable:
+            counts[u.concern] = counts.get(u.concern, 0) + 1
+            if u.ref is None:
+                log.error("planning %s failed this pass as a whole: %s", u.concern, u.error,
+                          extra={"fields": {"concern": u.concern}})
+        for concern, n in counts.items():
+            metrics.UNPLANNABLE.labels(concern).set(n)
+
     def run_pass(self, trigger: str = "change") -> list[Outcome]:
         self.passes += 1
         metrics.PASSES.labels(trigger).inc()
@@ -151,9 +167,25 @@ class Controller:
         if self.dry_run:
             self._print(result.actions)
             return []
-        if not result.actions:
+        # An object that cannot be planned is planned as such every pass: told (and logged) once.
+        actions = []
+        for a in result.actions:
+            if a.kind == "cannot-plan":
+                if (a.target.uid, a.key) in self._told:
+                    continue
+                log.warning("cannot plan %s: %s", a.target, a.message,
+                            extra={"fields": {"kind": a.target.kind, "namespace": a.target.namespace,
+                                              "name": a.target.name, "reason": a.reason}})
+            actions.append(a)
+        if not actions:
             return []
-        return self.actuator.execute(result.actions)
+        outcomes = self.actuator.execute(actions)
+        for o in outcomes:
+            if o.action.kind == "cannot-plan" and o.result == "done":
+                self._told[(o.action.target.uid, o.action.key)] = None
+                if len(self._told) > 20_000:
+                    self._told.popitem(last=False)
+        return outcomes
 
     def publish(self) -> str:
         """The namespace labels the bundle's selectors read, into their ConfigMap (publish.py);

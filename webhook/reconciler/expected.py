@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .actions import Action, EventType
+from .actions import Action, EventType, Unplannable, unplannable
 from .model import (
     ANN_EXPECTED_REASON,
     ANN_EXPECTED_START,
@@ -29,7 +29,10 @@ from .shadow import Estimate
 UNKNOWN = "unknown"
 
 
-def plan_expected(snapshot: Snapshot, estimates: Iterable[Estimate], settings: Settings) -> list[Action]:
+def plan_expected(snapshot: Snapshot, estimates: Iterable[Estimate], settings: Settings, *,
+                  failed: list[Unplannable] | None = None) -> list[Action]:
+    """``failed``: where workloads whose estimate cannot be written are recorded (each with a
+    ``cannot-plan`` action) while the others go on; None: the error propagates."""
     actions: list[Action] = []
     objects: dict[str, JobView | PodView] = {j.ref.uid: j for j in snapshot.jobs.values()}
     seen: set[str] = set()
@@ -40,31 +43,15 @@ def plan_expected(snapshot: Snapshot, estimates: Iterable[Estimate], settings: S
         if obj is None or obj.ref.uid != e.workload.uid:
             continue
         seen.add(obj.ref.uid)
-        want = format_time(e.start) if e.start is not None else UNKNOWN
-        have = obj.expected_start
-        have_t = parse_time(have) if have and have != UNKNOWN else None
-        if have is not None and (
-            (e.start is None and have == UNKNOWN)
-            or (e.start is not None and have_t is not None and abs(have_t - e.start) <= settings.expected_start_slack)
-        ):
+        try:
+            action = _expected(obj, e, settings)
+        except Exception as error:
+            if failed is None:
+                raise
+            unplannable("expected-start", obj.ref, error, failed, actions)
             continue
-        annotations = {ANN_EXPECTED_START: want, ANN_EXPECTED_REASON: e.reason[:512]}
-        what = e.workload.kind
-        etype: EventType
-        if e.never:
-            reason, etype, message = "NeverFits", "Warning", f"this {what} can never start as it is: {e.reason}"
-        elif e.start is None:
-            reason, etype, message = "ExpectedStartUnknown", "Normal", f"no start time can be given: {e.reason}"
-        elif have_t is not None:
-            reason, etype = "ExpectedStartMoved", "Normal"
-            message = f"expected to start at {want} (was {have}): {e.reason}"
-        else:
-            reason, etype, message = "ExpectedStart", "Normal", f"expected to start at {want}: {e.reason}"
-        actions.append(Action(
-            kind="expected-start", target=obj.ref, reason=reason, event_type=etype,
-            message=message, key=f"{want}|{e.reason}" if e.start is None else want,
-            annotations=annotations, resource_version=obj.resource_version,
-        ))
+        if action is not None:
+            actions.append(action)
     rest: list[JobView | PodView] = [*snapshot.jobs.values(), *snapshot.pods.values()]
     for o in rest:
         if o.expected_start is not None and o.ref.uid not in seen:
@@ -74,3 +61,32 @@ def plan_expected(snapshot: Snapshot, estimates: Iterable[Estimate], settings: S
                 annotations={ANN_EXPECTED_START: None, ANN_EXPECTED_REASON: None}, resource_version=o.resource_version,
             ))
     return actions
+
+
+def _expected(obj: JobView | PodView, e: Estimate, settings: Settings) -> Action | None:
+    """The action that brings ``obj``'s recorded estimate to ``e``, or None when it is close enough."""
+    want = format_time(e.start) if e.start is not None else UNKNOWN
+    have = obj.expected_start
+    have_t = parse_time(have) if have and have != UNKNOWN else None
+    if have is not None and (
+        (e.start is None and have == UNKNOWN)
+        or (e.start is not None and have_t is not None and abs(have_t - e.start) <= settings.expected_start_slack)
+    ):
+        return None
+    annotations = {ANN_EXPECTED_START: want, ANN_EXPECTED_REASON: e.reason[:512]}
+    what = e.workload.kind
+    etype: EventType
+    if e.never:
+        reason, etype, message = "NeverFits", "Warning", f"this {what} can never start as it is: {e.reason}"
+    elif e.start is None:
+        reason, etype, message = "ExpectedStartUnknown", "Normal", f"no start time can be given: {e.reason}"
+    elif have_t is not None:
+        reason, etype = "ExpectedStartMoved", "Normal"
+        message = f"expected to start at {want} (was {have}): {e.reason}"
+    else:
+        reason, etype, message = "ExpectedStart", "Normal", f"expected to start at {want}: {e.reason}"
+    return Action(
+        kind="expected-start", target=obj.ref, reason=reason, event_type=etype,
+        message=message, key=f"{want}|{e.reason}" if e.start is None else want,
+        annotations=annotations, resource_version=obj.resource_version,
+    )

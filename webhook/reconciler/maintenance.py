@@ -36,6 +36,7 @@ The windows' status (``state``, ``nodeCount``) is kept for ``kubectl get mw``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..windows import (
@@ -46,7 +47,7 @@ from ..windows import (
     next_window,
     slack_for,
 )
-from .actions import Action, Delete
+from .actions import Action, Delete, Unplannable, unplannable
 from .model import (
     ANN_MAINTENANCE,
     ANN_NEXT_MAINTENANCE,
@@ -55,6 +56,7 @@ from .model import (
     PodView,
     Ref,
     Snapshot,
+    WindowView,
     format_time,
 )
 from .settings import Settings
@@ -96,8 +98,18 @@ def _min(a: float | None, b: float | None) -> float | None:
     return min(a, b)
 
 
-def plan_maintenance(snapshot: Snapshot, now: float, settings: Settings) -> tuple[list[Action], float | None]:
-    """The actions due at ``now`` for every window, and when to look again."""
+def plan_maintenance(snapshot: Snapshot, now: float, settings: Settings, *,
+                     failed: list[Unplannable] | None = None) -> tuple[list[Action], float | None]:
+    """The actions due at ``now`` for every window, and when to look again. ``failed``: where a node,
+    window or job that cannot be planned is recorded (with a ``cannot-plan`` action, and nothing
+    else planned for it) while the others go on; None: the error propagates."""
+
+    def fail(ref: Ref, error: Exception, n: int) -> None:
+        if failed is None:
+            raise error
+        del actions[n:]
+        unplannable("maintenance", ref, error, failed, actions)
+
     if snapshot.windows is None or snapshot.nodes is None:
         return [], None  # the CRD is not installed, or nodes may not be read: nothing to go by
     actions: list[Action] = []
@@ -123,49 +135,72 @@ def plan_maintenance(snapshot: Snapshot, now: float, settings: Settings) -> tupl
     counts: dict[str, int] = {w.name: 0 for w in windows}
     upcoming: dict[str, Window] = {}  # node -> the earliest window that has not started yet
     for node in snapshot.nodes.values():
-        covering = [w for w in windows if w.covers(node.name, node.labels)]
-        for w in covering:
-            counts[w.name] += 1
-            if w.start > now and (node.name not in upcoming or w.start < upcoming[node.name].start):
-                upcoming[node.name] = w
-        ahead = next_window(covering, node.name, node.labels, now)
-        active = [w for w in covering if w.start <= now < w.end]
-        wake = _min(wake, _countdown(actions, node, ahead, now, settings))
-        state = read_cordoned(node.maintenance)
-        if active:
-            if state is None:
-                _cordon(actions, node, min(active, key=lambda w: w.start))
-            else:
-                if not pods_on and snapshot.pods:
-                    for pod in snapshot.pods.values():
-                        if pod.node:
-                            pods_on.setdefault(pod.node, []).append(pod)
-                first = min(active, key=lambda w: w.start)
-                wake = _min(wake, _drain(actions, snapshot, node, first, pods_on.get(node.name, ()), now, settings))
-            wake = _min(wake, max(w.end for w in active))
-        elif state is not None:
-            _uncordon(actions, node, state)
-        for w in covering:
-            if w.start > now:
-                wake = _min(wake, w.start)
+        n = len(actions)
+        try:
+            covering = [w for w in windows if w.covers(node.name, node.labels)]
+            for w in covering:
+                counts[w.name] += 1
+                if w.start > now and (node.name not in upcoming or w.start < upcoming[node.name].start):
+                    upcoming[node.name] = w
+            wake = _min(wake, _node(actions, snapshot, node, covering, pods_on, now, settings))
+        except Exception as e:
+            fail(node.ref, e, n)
 
-    _record_on_jobs(actions, snapshot, upcoming)
+    _record_on_jobs(actions, snapshot, upcoming, fail)
 
     for wv in snapshot.windows.values():
         if wv.window is None:
             continue
-        state_now, count = wv.window.state(now), counts[wv.window.name]
-        if (wv.state, wv.node_count) != (state_now, count):
-            actions.append(Action(
-                kind="window-status", target=wv.ref, reason="MaintenanceWindowStatus",
-                message=f"{state_now}, {count} node(s)", quiet=True,
-                patch={"status": {"state": state_now, "nodeCount": count}}, subresource="status",
-            ))
-        if state_now == "Scheduled":
-            wake = _min(wake, wv.window.start)
-        elif state_now == "Active":
-            wake = _min(wake, wv.window.end)
+        n = len(actions)
+        try:
+            wake = _min(wake, _window_status(actions, wv, counts[wv.window.name], now))
+        except Exception as e:
+            fail(wv.ref, e, n)
     return actions, wake
+
+
+def _node(actions: list[Action], snapshot: Snapshot, node: NodeView, covering: list[Window],
+          pods_on: dict[str, list[PodView]], now: float, settings: Settings) -> float | None:
+    """One node: its countdown, and the cordon, drain or uncordon due; when to look again."""
+    wake: float | None = None
+    ahead = next_window(covering, node.name, node.labels, now)
+    active = [w for w in covering if w.start <= now < w.end]
+    wake = _min(wake, _countdown(actions, node, ahead, now, settings))
+    state = read_cordoned(node.maintenance)
+    if active:
+        if state is None:
+            _cordon(actions, node, min(active, key=lambda w: w.start))
+        else:
+            if not pods_on and snapshot.pods:
+                for pod in snapshot.pods.values():
+                    if pod.node:
+                        pods_on.setdefault(pod.node, []).append(pod)
+            first = min(active, key=lambda w: w.start)
+            wake = _min(wake, _drain(actions, snapshot, node, first, pods_on.get(node.name, ()), now, settings))
+        wake = _min(wake, max(w.end for w in active))
+    elif state is not None:
+        _uncordon(actions, node, state)
+    for w in covering:
+        if w.start > now:
+            wake = _min(wake, w.start)
+    return wake
+
+
+def _window_status(actions: list[Action], wv: WindowView, count: int, now: float) -> float | None:
+    """A window's status (state, node count), and when it changes next."""
+    assert wv.window is not None
+    state_now = wv.window.state(now)
+    if (wv.state, wv.node_count) != (state_now, count):
+        actions.append(Action(
+            kind="window-status", target=wv.ref, reason="MaintenanceWindowStatus",
+            message=f"{state_now}, {count} node(s)", quiet=True,
+            patch={"status": {"state": state_now, "nodeCount": count}}, subresource="status",
+        ))
+    if state_now == "Scheduled":
+        return wv.window.start
+    if state_now == "Active":
+        return wv.window.end
+    return None
 
 
 # -- the countdown ---------------------------------------------------------------------
@@ -269,7 +304,8 @@ def _uncordon(actions: list[Action], node: NodeView, state: Cordoned) -> None:
 
 
 # -- the next window, on the running jobs it concerns -------------------------------------------
-def _record_on_jobs(actions: list[Action], snapshot: Snapshot, upcoming: dict[str, Window]) -> None:
+def _record_on_jobs(actions: list[Action], snapshot: Snapshot, upcoming: dict[str, Window],
+                    fail: Callable[[Ref, Exception, int], None]) -> None:
     """Keep ``batchgate.io/next-maintenance`` on each running time-limited job (a Job, or a bare
     pod): the earliest window not yet started on any node its pods run on. The webhook refuses an
     extension past it from that (it has no API access of its own). A job whose deadline already
@@ -302,30 +338,38 @@ def _record_on_jobs(actions: list[Action], snapshot: Snapshot, upcoming: dict[st
     for obj, best_of in workloads:
         if obj.time_limit is None and obj.next_maintenance is None:
             continue
-        best = best_of.get(obj.ref.uid)
-        want = None
-        if best is not None and obj.time_limit is not None:
-            tkey = (best[0].name, best[1])
-            want = texts.get(tkey)
-            if want is None:
-                want = texts[tkey] = next_maintenance_text(*best)
-        if want == obj.next_maintenance:
-            continue
-        if best is None:
-            actions.append(Action(
-                kind="record-maintenance", target=obj.ref, reason="MaintenanceAhead", quiet=True,
-                message="no maintenance window ahead on its nodes any more", key="none",
-                annotations={ANN_NEXT_MAINTENANCE: None}, resource_version=obj.resource_version,
-            ))
-            continue
-        w, node = best
-        late = obj.deadline_t is not None and obj.deadline_t > w.start
-        what = "Job" if isinstance(obj, JobView) else "Pod"
-        message = (f"{w.describe()} covers node {node}, where this {what} runs"
-                   + (f": its deadline {obj.deadline} is later, so it will be evicted when the window starts"
-                      if late else f"; time limit extensions that would run past {format_time(w.start)} are refused"))
+        n = len(actions)
+        try:
+            _record_on_job(actions, obj, best_of.get(obj.ref.uid), texts)
+        except Exception as e:
+            fail(obj.ref, e, n)
+
+
+def _record_on_job(actions: list[Action], obj: JobView | PodView, best: tuple[Window, str] | None,
+                   texts: dict[tuple[str, str], str]) -> None:
+    want = None
+    if best is not None and obj.time_limit is not None:
+        tkey = (best[0].name, best[1])
+        want = texts.get(tkey)
+        if want is None:
+            want = texts[tkey] = next_maintenance_text(*best)
+    if want == obj.next_maintenance:
+        return
+    if best is None:
         actions.append(Action(
-            kind="record-maintenance", target=obj.ref, reason="MaintenanceAhead",
-            event_type="Warning" if late else "Normal", quiet=not late, message=message,
-            key=w.uid or w.name, annotations={ANN_NEXT_MAINTENANCE: want}, resource_version=obj.resource_version,
+            kind="record-maintenance", target=obj.ref, reason="MaintenanceAhead", quiet=True,
+            message="no maintenance window ahead on its nodes any more", key="none",
+            annotations={ANN_NEXT_MAINTENANCE: None}, resource_version=obj.resource_version,
         ))
+        return
+    w, node = best
+    late = obj.deadline_t is not None and obj.deadline_t > w.start
+    what = "Job" if isinstance(obj, JobView) else "Pod"
+    message = (f"{w.describe()} covers node {node}, where this {what} runs"
+               + (f": its deadline {obj.deadline} is later, so it will be evicted when the window starts"
+                  if late else f"; time limit extensions that would run past {format_time(w.start)} are refused"))
+    actions.append(Action(
+        kind="record-maintenance", target=obj.ref, reason="MaintenanceAhead",
+        event_type="Warning" if late else "Normal", quiet=not late, message=message,
+        key=w.uid or w.name, annotations={ANN_NEXT_MAINTENANCE: want}, resource_version=obj.resource_version,
+    ))

@@ -40,6 +40,18 @@ BUNDLE_STALE = Gauge(
     registry=REGISTRY,
 )
 
+UNPLANNABLE = Gauge(
+    "batchgate_reconciler_unplannable_objects",
+    "Objects the last planning pass could not plan, by concern (each has a CannotPlan Warning Event; the "
+    "rest of the pass went on). 'none' as object: a whole concern failed for one pass.",
+    ["concern"], registry=REGISTRY,
+)
+UNREADABLE = Counter(
+    "batchgate_reconciler_unreadable_objects_total",
+    "Objects the cache could not turn into a view and left out (logged with their name), by resource.",
+    ["resource"], registry=REGISTRY,
+)
+
 NAMESPACE_LABELS_PUBLISHED = Counter(
     "batchgate_reconciler_namespace_labels_publish_total",
     "Writes of the namespace labels ConfigMap (batchgate-namespaces) by result: created, updated, "

@@ -13,6 +13,7 @@ from plain dicts.
 from __future__ import annotations
 
 import calendar
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -394,11 +395,18 @@ def _controller(md: Mapping[str, Any]) -> Ref | None:
     return None
 
 
+_COUNT = re.compile(r"[0-9]{1,9}")  # ASCII digits only (str.isdigit() takes "\u00b2", which int() refuses)
+
+
+def _count(text: Any) -> int | None:
+    """A whole number written in a label or annotation (at most 9 digits: annotations are anyone's to
+    write, and a 5,000-digit one would make int() raise), else None."""
+    return int(text) if isinstance(text, str) and _COUNT.fullmatch(text) else None
+
+
 def _size(text: Any) -> int | None:
-    if isinstance(text, str) and text.isdigit():
-        n = int(text)
-        return n if n > 0 else None
-    return None
+    n = _count(text)
+    return n if n is not None and n > 0 else None
 
 
 def _describe_exit(container: str, term: Mapping[str, Any]) -> str:
@@ -503,8 +511,7 @@ def quantity_ceil(v: Any) -> int:
 
 
 def _segment(labels: Mapping[str, Any]) -> int | None:
-    v = labels.get(LABEL_SEGMENT)
-    return int(v) if isinstance(v, str) and v.isdigit() else None
+    return _count(labels.get(LABEL_SEGMENT))
 
 
 def pod_view(obj: Mapping[str, Any]) -> PodView:
@@ -620,7 +627,7 @@ def _program(spec: Mapping[str, Any]) -> str:
 
 
 def _index(v: Any) -> int | None:
-    return int(v) if isinstance(v, str) and v.isdigit() and len(v) < 10 else None
+    return _count(v)
 
 
 def _exits(st: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
@@ -648,7 +655,7 @@ def _net_member(labels: Mapping[str, Any], ann: Mapping[str, Any], spec: Mapping
         hostname=hostname if isinstance(hostname, str) else "",
         slots=slots,
         connect_to=tuple(p for p in str(ann.get(CONNECT_TO_ANNOTATION) or "").split(",") if p),
-        index=int(index) if isinstance(index, str) and index.isdigit() else None,
+        index=_count(index),
     )
 
 

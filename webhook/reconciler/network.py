@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..jobnet import HOSTFILE_KEY, HOSTS_KEY, NETWORK_LABEL, PEERS_KEY, Isolation, hostfile_name
-from .actions import Action, NetWrite
+from .actions import Action, NetWrite, Unplannable, unplannable
 from .model import (
     CONFIG_MAP,
     LABEL_MANAGED_BY,
@@ -189,9 +189,13 @@ def plan_network(
     *,
     isolation_for: Callable[[str], Isolation | None],
     excluded: Callable[[str], bool],
+    failed: list[Unplannable] | None = None,
 ) -> list[Action]:
     """Create or update what each workload should have; delete NetworkPolicies of namespaces no
-    longer isolated. Nothing when ``net_objects`` is unknown (the cache could not list them)."""
+    longer isolated. Nothing when ``net_objects`` is unknown (the cache could not list them).
+    ``failed``: where a workload that cannot be planned is recorded (with a ``cannot-plan`` action
+    on its first owner, and nothing else planned for it) while the others go on; None: the error
+    propagates."""
     existing = snapshot.net_objects
     if existing is None:
         return []
@@ -199,13 +203,19 @@ def plan_network(
     actions: list[Action] = []
     wanted: set[tuple[str, str, str]] = set()
     for w in sorted(ws.values(), key=lambda w: (w.namespace, w.service)):
-        peers = connected(w, ws)
-        bodies: list[tuple[Kind, dict[str, Any]]] = [(SERVICE, service(w))]
-        if len(w.members) >= w.size:
-            bodies.append((CONFIG_MAP, hostfile(w, peers)))
-        rule = isolation_for(w.namespace)
-        if rule is not None:
-            bodies.append((NETWORK_POLICY, network_policy(w, peers, rule)))
+        try:
+            peers = connected(w, ws)
+            bodies: list[tuple[Kind, dict[str, Any]]] = [(SERVICE, service(w))]
+            if len(w.members) >= w.size:
+                bodies.append((CONFIG_MAP, hostfile(w, peers)))
+            rule = isolation_for(w.namespace)
+            if rule is not None:
+                bodies.append((NETWORK_POLICY, network_policy(w, peers, rule)))
+        except Exception as e:
+            if failed is None or not w.owners:
+                raise
+            unplannable("network", w.owners[0], e, failed, actions)
+            continue
         for kind, body in bodies:
             name = body["metadata"]["name"]
             wanted.add((kind.kind, w.namespace, name))

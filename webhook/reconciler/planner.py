@@ -54,7 +54,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..units import format_duration
-from .actions import Action, ActionKind, Delete, Mark, Plan, PodGroupWrite
+from .actions import Action, ActionKind, Delete, Mark, Plan, PodGroupWrite, Unplannable, unplannable
 from .expected import plan_expected
 from .maintenance import plan_maintenance
 from .model import (
@@ -87,6 +87,16 @@ class _Pass:
     budget: int = 0  # bookkeeping actions (records, PodGroup writes) this pass may still plan
     deferred: int = 0  # bookkeeping actions left for the next pass
     runs: list[Run] = field(default_factory=list)  # jobs stopped at their deadline: runs that hit their limit
+    failed: list[Unplannable] = field(default_factory=list)  # what could not be planned (each costs only itself)
+
+    def undo(self, concern: str, ref: Ref | None, error: Exception, actions: int, runs: int) -> None:
+        """``ref`` (or the whole ``concern``) raised while planned: take back what it planned so far
+        (``actions`` and ``runs`` are the lengths before it) and record it (a ``cannot-plan`` action)."""
+        del self.actions[actions:]
+        del self.runs[runs:]
+        if ref is not None and self.stopped is not None:
+            self.stopped.discard(ref.uid)
+        unplannable(concern, ref, error, self.failed, self.actions)
 
     def spend(self) -> bool:
         """Whether one more bookkeeping action fits in this pass (else it is counted as deferred)."""
@@ -157,15 +167,28 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
             else:
                 g.append(pod)
 
+    # One object that cannot be planned (it raises: a value no view should have let through, a
+    # bug) costs that object a cannot-plan Event and the metric, never the pass: what it planned so
+    # far is taken back and the loop goes on. Whole concerns are guarded the same way below, and
+    # the concerns with loops of their own (ScavengerJobs, maintenance, network) isolate per object.
+    actions, runs = p.actions, p.runs
     no_pods: tuple[PodView, ...] = ()
     for job in jobs_by_uid.values():
         # A ScavengerJob's Jobs are its segments; its controller (scavenger.py) runs them.
         if ((job.time_limit is not None or job.admitted is not None) and not job.deleting and not job.finished
                 and not _sj_owned(job)):
-            _deadline(p, job, pods_of_job.get(job.ref.uid, no_pods), True)
+            n, r = len(actions), len(runs)
+            try:
+                _deadline(p, job, pods_of_job.get(job.ref.uid, no_pods), True)
+            except Exception as e:
+                p.undo("deadline", job.ref, e, n, r)
     for pod in bare_timed:
         if not pod.deleting and not pod.terminal:
-            _deadline(p, pod, (pod,), False)
+            n, r = len(actions), len(runs)
+            try:
+                _deadline(p, pod, (pod,), False)
+            except Exception as e:
+                p.undo("deadline", pod.ref, e, n, r)
 
     nodes = snapshot.nodes
     for (_ns, group, owner_uid), members in groups.items():
@@ -173,43 +196,65 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
         for m in members:
             if ((m.failure is not None and not m.restarted) or m.interrupted is not None
                     or (nodes and m.node and m.node not in nodes)):
-                _gang(p, group, owner_uid, members, jobs_by_uid, snapshot)
+                n, r = len(actions), len(runs)
+                try:
+                    _gang(p, group, owner_uid, members, jobs_by_uid, snapshot)
+                except Exception as e:
+                    owner_job = jobs_by_uid.get(owner_uid)
+                    p.undo("gang", owner_job.ref if owner_job is not None else m.ref, e, n, r)
                 break
 
     if snapshot.pod_groups is not None:
-        _pod_groups(p, snapshot, jobs_by_uid, pods_of_job, groups, excluded)
+        n, r = len(actions), len(runs)
+        try:
+            _pod_groups(p, snapshot, jobs_by_uid, pods_of_job, groups, excluded)
+        except Exception as e:
+            p.undo("pod-groups", None, e, n, r)
 
     if estimate and settings.expected_start and snapshot.nodes is not None:
         windows = [w.window for w in (snapshot.windows or {}).values() if w.window is not None]
         predictor = None
-        if settings.runtime_prediction:
-            predictor = Predictor.of(remember(history or {}, finished_runs(snapshot)))
-        estimates = shadow_schedule(snapshot, now, windows, runtimes=predictor,
-                                    limit_of=lambda o: effective_limit(o, settings))
-        p.actions += plan_expected(snapshot, estimates, settings)
+        n, r = len(actions), len(runs)
+        try:
+            if settings.runtime_prediction:
+                predictor = Predictor.of(remember(history or {}, finished_runs(snapshot)))
+            estimates = shadow_schedule(snapshot, now, windows, runtimes=predictor,
+                                        limit_of=lambda o: effective_limit(o, settings))
+            p.actions += plan_expected(snapshot, estimates, settings, failed=p.failed)
+        except Exception as e:
+            p.undo("expected-start", None, e, n, r)
 
+    concerns: list[tuple[str, Callable[[], tuple[list[Action], float | None]]]] = []
     if snapshot.scavenger_jobs:
-        s_actions, s_wake = plan_scavengers(snapshot, now, settings)
-        p.actions += s_actions
-        if s_wake is not None and (p.wake_at is None or s_wake < p.wake_at):
-            p.wake_at = s_wake
-
+        concerns.append(("scavengerjob", lambda: plan_scavengers(snapshot, now, settings, failed=p.failed)))
     if snapshot.windows is not None:
-        m_actions, m_wake = plan_maintenance(snapshot, now, settings)
-        p.actions += m_actions
-        if m_wake is not None and (p.wake_at is None or m_wake < p.wake_at):
-            p.wake_at = m_wake
+        concerns.append(("maintenance", lambda: plan_maintenance(snapshot, now, settings, failed=p.failed)))
+    for concern, planned in concerns:
+        try:
+            c_actions, c_wake = planned()
+        except Exception as e:
+            p.undo(concern, None, e, len(actions), len(runs))
+            continue
+        p.actions += c_actions
+        if c_wake is not None and (p.wake_at is None or c_wake < p.wake_at):
+            p.wake_at = c_wake
 
     if snapshot.net_objects is not None:
-        for a in plan_network(snapshot, isolation_for=queues.isolation_for, excluded=excluded):
-            if a.kind == "delete-network" or p.spend():
+        try:
+            n_actions = plan_network(snapshot, isolation_for=queues.isolation_for, excluded=excluded, failed=p.failed)
+        except Exception as e:
+            p.undo("network", None, e, len(actions), len(runs))
+            n_actions = []
+        for a in n_actions:
+            if a.kind in ("delete-network", "cannot-plan") or p.spend():
                 p.actions.append(a)
 
     # Order matters and is kept: an object's actions in the order they were planned
     # (record before warn), a teardown's cause last.
     if p.deferred:
         p.wake_at = now  # the rest right after this batch
-    return Plan(actions=p.actions, wake_at=p.wake_at, deferred=p.deferred, runs=tuple(p.runs))
+    return Plan(actions=p.actions, wake_at=p.wake_at, deferred=p.deferred, runs=tuple(p.runs),
+                unplannable=tuple(p.failed))
 
 
 def _owns(job: JobView | None, pod: PodView) -> bool:

@@ -62,7 +62,7 @@ from typing import Any, Literal
 
 from ..contract import SCAVENGERJOB_MAX_CPU, SCAVENGERJOB_MAX_MEMORY, SCAVENGERJOB_MAX_PODS
 from ..units import DurationTooLong, format_duration, format_memory, parse_duration, shown
-from .actions import Action, ActionKind, Delete, Requirement
+from .actions import Action, ActionKind, Delete, Requirement, Unplannable, unplannable
 from .model import (
     LABEL_GROUP,
     LABEL_GROUP_SIZE,
@@ -766,8 +766,11 @@ def eligible_nodes(nodes: Mapping[str, NodeView], selector: Iterable[tuple[str, 
             and all(n.labels.get(k) == v for k, v in sel)]
 
 
-def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings) -> tuple[list[Action], float | None]:
-    """ScavengerJob actions due at ``now``, and when to look again (a segment's end, a timeout)."""
+def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings, *,
+                    failed: list[Unplannable] | None = None) -> tuple[list[Action], float | None]:
+    """ScavengerJob actions due at ``now``, and when to look again (a segment's end, a timeout).
+    ``failed``: where ScavengerJobs that cannot be planned are recorded (each with a ``cannot-plan``
+    action, and nothing else planned for it) while the others go on; None: the error propagates."""
     sjs = snapshot.scavenger_jobs
     if not sjs:
         return [], None
@@ -828,7 +831,15 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings) -> tuple
     waiting_sj: dict[tuple[str, str], SJView] = {}
     pending_need: list[Need] = []  # gangs started but not all placed: they will take room
     for st in sorted(by_uid.values(), key=lambda s: (s.sj.ref.namespace, s.sj.ref.name)):
-        w = _one(st, now, qp, gone, actions, wake, nodes)
+        n_actions, n_wake = len(actions), len(wake)
+        try:
+            w = _one(st, now, qp, gone, actions, wake, nodes)
+        except Exception as e:
+            if failed is None:
+                raise
+            del actions[n_actions:], wake[n_wake:]
+            unplannable("scavengerjob", st.sj.ref, e, failed, actions)
+            continue
         if w is not None:
             waiting.append(w)
             waiting_sj[w.key] = st.sj
@@ -854,12 +865,15 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings) -> tuple
                 free = take(free, where, need)
         for d in choose_starts(waiting, free, alloc, (used_c, used_m), qp.scavenger_share):
             sj = waiting_sj[d.waiting.key]
-            if d.kind == "start":
-                actions.append(_start(sj, now, qp, d))
-            else:
-                a = _wait(sj, now, d)
-                if a is not None:
-                    actions.append(a)
+            try:
+                a = _start(sj, now, qp, d) if d.kind == "start" else _wait(sj, now, d)
+            except Exception as e:
+                if failed is None:
+                    raise
+                unplannable("scavengerjob", sj.ref, e, failed, actions)
+                continue
+            if a is not None:
+                actions.append(a)
     return actions, (min(wake) if wake else None)
 
 

@@ -7,10 +7,16 @@ see, and the planner plans every other object as if it were not there.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
 from reconbuild import HOUR, T0, deadline_ann, pod, snapshot
 from test_scavenger_controller import World, sj
 
-from webhook.reconciler.model import pod_view
+from webhook.reconciler import metrics
+from webhook.reconciler.cache import Store
+from webhook.reconciler.model import POD, Snapshot, pod_view
 from webhook.reconciler.planner import plan
 from webhook.reconciler.scavenger import sj_view
 from webhook.reconciler.settings import Settings
@@ -53,3 +59,85 @@ def test_a_bare_pod_with_a_limit_past_the_bound_does_not_stop_the_pass():
     assert pod_view(hostile).limit is None  # not a limit batchgate accepts: as malformed
     result = plan(snapshot(hostile, late), T0 + 2 * HOUR, Settings())
     assert [(a.kind, a.target.name) for a in result.actions] == [("stop", "late")]
+
+
+# -- one object that cannot be planned: an Event and a metric for it, never the pass ----------
+def _absurd(view: Any, **changes: Any) -> Any:
+    """A view carrying what no view lets through any more: whatever the next bug in a view lets
+    through must cost that object alone too."""
+    return dataclasses.replace(view, **changes)
+
+
+def test_a_job_that_cannot_be_planned_costs_itself_an_event_and_the_others_are_planned():
+    hostile = _absurd(pod_view(pod("hostile", annotations=deadline_ann("1h"))), limit=10**20)
+    late = pod_view(pod("late", annotations=deadline_ann("1h")))
+    result = plan(Snapshot.of(pods=[hostile, late]), T0 + 2 * HOUR, Settings())
+    assert [(a.kind, a.target.name, a.reason) for a in result.actions] == [
+        ("cannot-plan", "hostile", "CannotPlan"), ("stop", "late", "TimeLimitExceeded")]
+    told = result.actions[0]
+    assert told.event_type == "Warning" and "OverflowError" in told.message and "its deadline" in told.message
+    assert [(u.concern, u.ref.name if u.ref else None) for u in result.unplannable] == [("deadline", "hostile")]
+
+
+def test_a_scavengerjob_that_cannot_be_planned_fails_no_pass_and_is_told_once(monkeypatch):
+    w = World(sj("huge", cpu="1"), sj("other", cpu="1"))
+    store = w.c.cache.scavenger_jobs
+    real = store._convert
+    store._convert = lambda o: (_absurd(real(o), duration=10**20) if o["metadata"]["name"] == "huge"
+                                else real(o))
+    w.step()
+    w.step()
+    for name in w.jobs():
+        w.run_job(name)
+    assert w.step(60) == ["sj-running"]  # other; huge cannot be planned (its message's date overflows)
+    assert w.sj("other")["status"]["phase"] == "Running"
+    assert w.sj("huge")["status"]["phase"] == "Pending"  # left as it is
+    told = w.events("CannotPlan")
+    assert len(told) == 1 and "its ScavengerJob" in told[0] and "OverflowError" in told[0], told
+    assert metrics.UNPLANNABLE.labels("scavengerjob")._value.get() == 1
+    writes = len(w.api.writes())
+    w.step(60)
+    assert len(w.api.writes()) == writes  # told once: no Event written again, nothing else to do
+    assert len(w.events("CannotPlan")) == 1
+
+
+# -- views: what the API server stores, however odd, becomes a view or is left out ------------
+def test_views_take_any_annotation_text_without_raising():
+    o = pod("odd", labels={"batchgate.io/network": "svc", "batchgate.io/pod-group": "g",
+                           "batchgate.io/pod-group-size": "4"},
+            annotations={"batchgate.io/slots": "\u00b2", "batch.kubernetes.io/job-completion-index": "9" * 5000})
+    o["spec"]["subdomain"] = "svc"
+    v = pod_view(o)  # before: int('\u00b2') and a 5,000-digit int() raised, and the whole list failed
+    assert v.network is not None and v.network.slots == 1 and v.network.index is None and v.index is None
+    o["metadata"]["labels"]["batchgate.io/pod-group-size"] = "\u0663"  # ARABIC-INDIC DIGIT THREE: not ours
+    assert pod_view(o).group_size is None
+
+
+def test_an_object_whose_view_fails_is_left_out_and_the_rest_is_listed(caplog):
+    def convert(o: Mapping[str, Any]) -> Any:
+        if o["metadata"]["name"] == "bad":
+            raise ValueError("no view for this one")
+        return pod_view(o)
+
+    store = Store(POD, convert)
+    before = metrics.UNREADABLE.labels("pods")._value.get()
+    store.replace([pod("good"), pod("bad"), pod("also-good")])
+    assert sorted(k[1] for k in store.items()) == ["also-good", "good"]
+    assert metrics.UNREADABLE.labels("pods")._value.get() == before + 1
+    assert "pod demo/bad left out of the reconciler's view" in caplog.text
+    assert store.upsert(pod("bad")) is False and ("demo", "bad") not in store.items()
+    store.upsert(pod("good"))
+    assert ("demo", "good") in store.items()
+
+
+def test_a_node_that_cannot_be_planned_does_not_keep_the_others_cordoned():
+    """The issue's worst case: a failing pass meant no maintenance uncordon for anyone."""
+    from test_planner_maintenance import mw, node, window_view
+
+    w = mw("fw", -2 * HOUR, -1, nodes=["n1", "n2"])
+    bad = _absurd(node("n1", unschedulable=True, cordoned={"window": "fw"}), maintenance=12345)
+    good = node("n2", unschedulable=True, cordoned={"window": "fw", "unschedulable": False})
+    result = plan(Snapshot.of(nodes=[bad, good], windows=[window_view(w)]), T0, Settings())
+    assert [(a.kind, a.target.name) for a in result.actions if a.kind != "window-status"] == [
+        ("cannot-plan", "n1"), ("uncordon", "n2")]
+    assert [u.concern for u in result.unplannable] == ["maintenance"]
