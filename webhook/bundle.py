@@ -378,6 +378,8 @@ class Bundle:
             found = _remember(self._by_request, key, len(operation) + len(group) + len(version) + len(kind), tuple(
                 p for p in (self.mutating if mutating else self.validating)
                 if operation in p.match.operations and p.match.matches_kind(group, version, kind)
+                # a type that validates on more operations than it mutates (job-network) mutates on its own
+                and (not mutating or operation in p.rule.mutate_operations)
             ))
         return found
 
@@ -928,7 +930,7 @@ def _parse_match(node: Node, rule: PolicyType, *, exclude: bool = False) -> Matc
         operations = tuple(n.enum(*OPERATIONS) for n in o.seq())
         if rule.mutate is not None and not exclude:
             for n in o.seq():
-                if n.value not in rule.mutate_operations:
+                if n.value not in rule.mutate_operations and n.value not in rule.default_operations:
                     n.fail(
                         f"policy type {rule.name!r} mutates and may only run on "
                         f"{', '.join(rule.mutate_operations)} (other operations would touch immutable fields)"

@@ -522,7 +522,9 @@ def _needed(mutating: bool) -> set[tuple[str, str, str]]:
             shape = shape_of(group, kind)
             out |= {(group, kind.lower() + "s", op) for op in policy.match.operations
                     # the engine skips pod-deciding policies on UPDATE of an immutable template
-                    if not (op == "UPDATE" and policy.rule.decides_pod and shape and not shape.template_mutable)}
+                    if not (op == "UPDATE" and policy.rule.decides_pod and shape and not shape.template_mutable)
+                    # and mutates only on the type's mutate_operations (job-network validates on UPDATE)
+                    and (not mutating or op in policy.rule.mutate_operations)}
     return out
 
 

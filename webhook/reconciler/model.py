@@ -13,6 +13,7 @@ from plain dicts.
 from __future__ import annotations
 
 import calendar
+import hashlib
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -32,8 +33,8 @@ from ..contract import (
     TIME_LIMIT_ANNOTATION,
     WARNED_FOR_ANNOTATION,
 )
-from ..jobnet import CONNECT_TO_ANNOTATION, NETWORK_LABEL, SLOTS_ANNOTATION
-from ..units import parse_duration, parse_quantity
+from ..jobnet import CONNECT_TO_ANNOTATION, MAX_LABEL, NETWORK_LABEL, SLOTS_ANNOTATION, peers_view
+from ..units import MAX_TEXT, parse_duration, parse_quantity
 from ..windows import Window, parse_window
 from ..workloads import (
     DEFAULT_FAILURE_POLICY,
@@ -136,11 +137,17 @@ class Ref:
 
 
 # -- time ------------------------------------------------------------------
-@lru_cache(maxsize=1 << 15)
 def parse_time(text: str | None) -> float | None:
-    """RFC 3339 (``2024-05-01T10:00:00Z``, with or without fraction) -> epoch seconds; None if bad."""
-    if not text or not isinstance(text, str):
+    """RFC 3339 (``2024-05-01T10:00:00Z``, with or without fraction) -> epoch seconds; None if bad.
+    Memoised, but never for a text longer than any timestamp (an annotation is anyone's to write:
+    32,768 distinct 200 KB values would otherwise be kept)."""
+    if not text or not isinstance(text, str) or len(text) > 64:
         return None
+    return _parse_time(text)
+
+
+@lru_cache(maxsize=1 << 15)
+def _parse_time(text: str) -> float | None:
     try:
         dt = datetime.fromisoformat(text)
     except ValueError:
@@ -175,6 +182,9 @@ class PodSched:
     node_selector: tuple[tuple[str, str], ...]
     terms: tuple[Term, ...]  # required node affinity: (matchExpressions, matchFields) per term, ORed
     tolerations: tuple[tuple[str, str, str, str], ...]  # (key, operator, value, effect)
+    # The rules were longer than MAX_SCHED_TEXT and are not kept (the three above are empty): where
+    # the pod may go is not known (the shadow schedule gives no estimate, no NeverFits is told).
+    clipped: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,8 +194,9 @@ class NetMember:
     service: str  # batchgate.io/network
     hostname: str  # spec.hostname
     slots: int  # batchgate.io/slots, 1 when absent or malformed
-    connect_to: tuple[str, ...]  # batchgate.io/connect-to: peer Services
+    connect_to: tuple[str, ...]  # batchgate.io/connect-to: peer Services (at most jobnet.MAX_PEERS)
     index: int | None  # an Indexed Job's completion index, for the hostfile's order
+    connect_to_dropped: int = 0  # names of connect-to not kept: past MAX_PEERS, or not a Service name
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +222,9 @@ class Admitted:
 
 def _admitted(obj: Mapping[str, Any], shape_key: tuple[str, str]) -> Admitted | None:
     record = admission_record(obj, SHAPES[shape_key])
-    return None if record is None else _admitted_of(record.queue, record.time_limit)
+    # cut (a queue name is a label value, a limit at most units.MAX_TEXT): what is past the cut
+    # names no queue and parses as no limit, as before, without keeping or memoising it whole
+    return None if record is None else _admitted_of(record.queue[:MAX_LABEL + 1], record.time_limit[:MAX_TEXT + 1])
 
 
 @lru_cache(maxsize=4096)
@@ -395,6 +408,7 @@ def _controller(md: Mapping[str, Any]) -> Ref | None:
     return None
 
 
+MAX_EXITS = 64  # (container, exit code) pairs a failed pod's view keeps
 _COUNT = re.compile(r"[0-9]{1,9}")  # ASCII digits only (str.isdigit() takes "\u00b2", which int() refuses)
 
 
@@ -425,8 +439,8 @@ _LIMITS: dict[str, int | None] = {}
 
 def limit_seconds(text: str | None) -> int | None:
     """A parsed ``batchgate.io/time-limit``, memoised (a cluster has few distinct values)."""
-    if text is None:
-        return None
+    if text is None or not isinstance(text, str) or len(text) > MAX_TEXT:
+        return None  # not a duration (units.MAX_TEXT), and not kept in the memo
     try:
         return _LIMITS[text]
     except KeyError:
@@ -441,9 +455,24 @@ def limit_seconds(text: str | None) -> int | None:
     return value
 
 
+MAX_KEPT = 1024  # characters of an annotation a view keeps as written (the longest we write is ~600)
+
+
+def kept(value: Any) -> str | None:
+    """An annotation's value as a view keeps it: as written when a string of at most ``MAX_KEPT``
+    characters, else cut there and marked (so it never equals what the reconciler would write, and
+    parses as nothing); None when absent. Views are kept for every object: their size must not
+    follow what users store (issue 27)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        return "(not a string)"
+    return value if len(value) <= MAX_KEPT else value[:MAX_KEPT] + "... (cut)"
+
+
 def _state(ann: Mapping[str, Any]) -> dict[str, Any]:
-    """The reconciler's own annotations, as written and parsed."""
-    started, deadline, warned = ann.get(ANN_STARTED), ann.get(ANN_DEADLINE), ann.get(ANN_WARNED)
+    """The reconciler's own annotations, as written (``kept``) and parsed."""
+    started, deadline, warned = kept(ann.get(ANN_STARTED)), kept(ann.get(ANN_DEADLINE)), kept(ann.get(ANN_WARNED))
     return {
         "started_at": started, "deadline": deadline, "warned_for": warned,
         "started_at_t": parse_time(started), "deadline_t": parse_time(deadline), "warned_t": parse_time(warned),
@@ -477,20 +506,56 @@ def _requirements(items: Any) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
                  for e in items or () if isinstance(e, dict))
 
 
+# What a view keeps of a pod's placement rules (nodeSelector, required node affinity, tolerations):
+# at most this many characters of them, counted as they are written. Real pods need a few hundred;
+# a pod past it (the API server takes 1.5 MB of them) is kept as ``PodSched.clipped``, without them.
+MAX_SCHED_TEXT = 8192
+
+
+def _sched_text(spec: Mapping[str, Any]) -> int:
+    """About how many characters the placement rules take, counted without building anything
+    (stops past ``MAX_SCHED_TEXT``; iterative, so no nesting is too deep)."""
+    affinity = spec.get("affinity")
+    todo: list[Any] = [spec.get("nodeSelector"), spec.get("tolerations"),
+                       affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None]
+    total = 0
+    while todo and total <= MAX_SCHED_TEXT:
+        x = todo.pop()
+        if isinstance(x, str):
+            total += len(x) + 4
+        elif isinstance(x, Mapping):
+            todo += x.keys()
+            todo += x.values()
+        elif isinstance(x, list | tuple):
+            todo += x
+        elif x is not None:
+            total += 8
+    return total
+
+
 def _sched(md: Mapping[str, Any], spec: Mapping[str, Any]) -> PodSched:
-    affinity = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    terms = tuple((_requirements(t.get("matchExpressions")), _requirements(t.get("matchFields")))
-                  for t in affinity.get("nodeSelectorTerms") or () if isinstance(t, dict))
     prio = spec.get("priority")
+    clipped = _sched_text(spec) > MAX_SCHED_TEXT
+    if clipped:
+        node_selector: tuple[tuple[str, str], ...] = ()
+        terms: tuple[Term, ...] = ()
+        tolerations: tuple[tuple[str, str, str, str], ...] = ()
+    else:
+        affinity = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                    .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+        terms = tuple((_requirements(t.get("matchExpressions")), _requirements(t.get("matchFields")))
+                      for t in affinity.get("nodeSelectorTerms") or () if isinstance(t, dict))
+        node_selector = tuple(sorted((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items()))
+        tolerations = tuple((str(t.get("key") or ""), str(t.get("operator") or "Equal"), str(t.get("value") or ""),
+                             str(t.get("effect") or "")) for t in spec.get("tolerations") or () if isinstance(t, dict))
     return PodSched(
         cpu=_demand(spec, "cpu", 1000), mem=_demand(spec, "memory", 1),
         priority=prio if isinstance(prio, int) and not isinstance(prio, bool) else 0,
         created=parse_time(md.get("creationTimestamp")) or 0.0,
-        node_selector=tuple(sorted((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items())),
+        node_selector=node_selector,
         terms=terms,
-        tolerations=tuple((str(t.get("key") or ""), str(t.get("operator") or "Equal"), str(t.get("value") or ""),
-                           str(t.get("effect") or "")) for t in spec.get("tolerations") or () if isinstance(t, dict)),
+        tolerations=tolerations,
+        clipped=clipped,
     )
 
 
@@ -601,12 +666,12 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         group_size=_size(labels.get(LABEL_GROUP_SIZE)),
         pod_group_name=(labels.get(LABEL_COSCHEDULING) or group) if group else None,
         queue=labels.get(LABEL_QUEUE),
-        time_limit=ann.get(ANN_TIME_LIMIT),
+        time_limit=kept(ann.get(ANN_TIME_LIMIT)),
         limit=limit_seconds(ann.get(ANN_TIME_LIMIT)),
         **_state(ann),
-        next_maintenance=ann.get(ANN_NEXT_MAINTENANCE),
+        next_maintenance=kept(ann.get(ANN_NEXT_MAINTENANCE)),
         sched=_sched(md, obj.get("spec") or {}),
-        expected_start=ann.get(ANN_EXPECTED_START),
+        expected_start=kept(ann.get(ANN_EXPECTED_START)),
         segment=_segment(labels),
         exit_code=exit_code,
         network=_net_member(labels, ann, spec),
@@ -622,8 +687,10 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
 
 
 def _program(spec: Mapping[str, Any]) -> str:
-    """What a pod runs, for the runtime history: its containers' images, in order."""
-    return ",".join(str(c.get("image") or "") for c in spec.get("containers") or () if isinstance(c, dict))
+    """What a pod runs, for the runtime history: its containers' images, in order (a digest of them
+    when that is longer than ``MAX_KEPT``: it is only ever compared)."""
+    text = ",".join(str(c.get("image") or "") for c in spec.get("containers") or () if isinstance(c, dict))
+    return text if len(text) <= MAX_KEPT else "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 def _index(v: Any) -> int | None:
@@ -639,8 +706,8 @@ def _exits(st: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
             term = (cs.get("state") or {}).get("terminated") if isinstance(cs, dict) else None
             code = term.get("exitCode") if isinstance(term, dict) else None
             if isinstance(code, int) and not isinstance(code, bool) and code != 0:
-                out.append((str(cs.get("name") or ""), code))
-    return tuple(out)
+                out.append((str(cs.get("name") or "")[:MAX_LABEL], code))
+    return tuple(out[:MAX_EXITS])
 
 
 def _net_member(labels: Mapping[str, Any], ann: Mapping[str, Any], spec: Mapping[str, Any]) -> NetMember | None:
@@ -650,12 +717,14 @@ def _net_member(labels: Mapping[str, Any], ann: Mapping[str, Any], spec: Mapping
     hostname = spec.get("hostname")
     index = ann.get("batch.kubernetes.io/job-completion-index")
     slots = _size(ann.get(SLOTS_ANNOTATION)) or 1
+    peers, dropped = peers_view(ann.get(CONNECT_TO_ANNOTATION))
     return NetMember(
         service=service,
-        hostname=hostname if isinstance(hostname, str) else "",
+        hostname=hostname[:MAX_LABEL] if isinstance(hostname, str) else "",
         slots=slots,
-        connect_to=tuple(p for p in str(ann.get(CONNECT_TO_ANNOTATION) or "").split(",") if p),
+        connect_to=peers,
         index=_count(index),
+        connect_to_dropped=dropped,
     )
 
 
@@ -678,15 +747,15 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         resource_version=md.get("resourceVersion") or "",
         deleting=bool(md.get("deletionTimestamp")),
         finished=finished,
-        time_limit=time_limit,
+        time_limit=kept(time_limit),
         limit=limit_seconds(time_limit),
         queue=labels.get(LABEL_QUEUE) or t_labels.get(LABEL_QUEUE),
         **_state(ann),
         group=group,
         group_size=_size(t_labels.get(LABEL_GROUP_SIZE)),
         pod_group_name=(t_labels.get(LABEL_COSCHEDULING) or group) if group else None,
-        next_maintenance=ann.get(ANN_NEXT_MAINTENANCE),
-        expected_start=ann.get(ANN_EXPECTED_START),
+        next_maintenance=kept(ann.get(ANN_NEXT_MAINTENANCE)),
+        expected_start=kept(ann.get(ANN_EXPECTED_START)),
         owner=_controller(md),
         created=parse_time(md.get("creationTimestamp")),
         segment=_segment(labels),

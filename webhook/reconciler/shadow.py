@@ -413,6 +413,8 @@ def _place(work: _Work, placer: _Placer, position: int) -> Estimate:
     def est(start: float | None, reason: str, never: bool = False) -> Estimate:
         return Estimate(work.ref, start, reason, never, s.priority, position, size)
 
+    if s.clipped:
+        return est(None, "its node selector, node affinity and tolerations are too long to model")
     key = (s.node_selector, s.terms, s.tolerations)
     candidates = placer.candidates.get(key)
     if candidates is None:

@@ -55,6 +55,7 @@ from ..contract import POD_GROUP_LABEL, POD_GROUP_SIZE_LABEL
 from ..jobnet import (
     CONNECT_TO_ANNOTATION,
     HOSTS_KEY,
+    MAX_PEERS,
     NETWORK_LABEL,
     SLOTS_ANNOTATION,
     Isolation,
@@ -65,7 +66,7 @@ from ..jobnet import (
     parse_peers,
     service_name,
 )
-from ..units import parse_quantity
+from ..units import parse_quantity, shown
 from .base import Ctx, Finding, Path, RuleType, deny, dig, pod_spec_parts, warn
 
 if TYPE_CHECKING:
@@ -177,7 +178,8 @@ def _peers(annotations: list[dict[str, Any]]) -> str | None:
     for ann in annotations:
         given = ann.get(CONNECT_TO_ANNOTATION)
         if isinstance(given, str):
-            return ",".join(service_name(p) for p in parse_peers(given))
+            # more than MAX_PEERS is denied by validate; the mutation does no more work than that
+            return ",".join(service_name(p) for p in parse_peers(given, most=MAX_PEERS + 1))
     return None
 
 
@@ -260,36 +262,60 @@ def _stamp(settings: Settings, draft: Draft, *, meta_path: Path, spec_path: Path
 
 # -- validation ---------------------------------------------------------------------
 def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
+    """The stamps' values, wherever set (CREATE) or changed (UPDATE: labels and annotations stay
+    writable, and the reconciler reads them). An UPDATE that leaves a value as it was is not
+    judged on it, so an object stored with one refused now can still be changed and deleted."""
     shape = ctx.shape
     if shape is None:
         return []
     findings: list[Finding] = []
-    metas = [dig(obj, shape.pod_meta) or {}]
-    if not shape.is_pod:
-        metas.append(obj.get("metadata") or {})
-    for meta in metas:
+    paths = [shape.pod_meta] if shape.is_pod else [shape.pod_meta, ("metadata",)]
+    old = ctx.old_object if ctx.operation == "UPDATE" and isinstance(ctx.old_object, dict) else None
+    for path in paths:
+        meta = dig(obj, path)
         if not isinstance(meta, dict):
             continue
-        labels, ann = meta.get("labels") or {}, meta.get("annotations") or {}
-        net = labels.get(NETWORK_LABEL)
+        was = dig(old, path) if old is not None else None
+        net = _set(meta, was, "labels", NETWORK_LABEL)
         if net is not None and not (isinstance(net, str) and len(net) <= 63 and _SERVICE.fullmatch(net)):
             findings.append(deny(
                 f"label {NETWORK_LABEL} must name a Service (a DNS label starting with a letter, "
-                f"at most 63 characters); got {net!r}"))
-        slots = ann.get(SLOTS_ANNOTATION)
+                f"at most 63 characters); got {shown(net)}"))
+        slots = _set(meta, was, "annotations", SLOTS_ANNOTATION)
         if slots is not None and not (_size(slots) is not None and int(slots) <= MAX_SLOTS):
             findings.append(deny(
                 f"annotation {SLOTS_ANNOTATION} must be a whole number of slots from 1 to {MAX_SLOTS}, "
-                f"like \"8\"; got {slots!r}"))
-        peers = ann.get(CONNECT_TO_ANNOTATION)
+                f"like \"8\"; got {shown(slots)}"))
+        peers = _set(meta, was, "annotations", CONNECT_TO_ANNOTATION)
         if peers is not None:
-            bad = [p for p in parse_peers(peers if isinstance(peers, str) else "")
-                   if len(p) > 253 or not _WORKLOAD_NAME.fullmatch(p)]
-            if bad or not isinstance(peers, str):
-                findings.append(deny(
-                    f"annotation {CONNECT_TO_ANNOTATION} must list workload names in this namespace, "
-                    f"separated by commas; {', '.join(map(repr, bad)) or repr(peers)} is not one"))
+            findings += _peer_problems(peers)
     return findings
+
+
+def _set(meta: dict[str, Any], was: Any, where: str, key: str) -> Any:
+    """``meta[where][key]`` when set (CREATE: ``was`` None) or changed from ``was`` (UPDATE), else None."""
+    values = meta.get(where)
+    value = values.get(key) if isinstance(values, dict) else None
+    if isinstance(was, dict):
+        before = was.get(where)
+        if isinstance(before, dict) and before.get(key) == value:
+            return None
+    return value
+
+
+def _peer_problems(peers: Any) -> list[Finding]:
+    """``batchgate.io/connect-to``: at most ``MAX_PEERS`` workload names (DNS subdomains of at most
+    253 characters; the webhook stamps them on pods as Service names)."""
+    names = parse_peers(peers, most=MAX_PEERS + 1) if isinstance(peers, str) else ()
+    if len(names) > MAX_PEERS:
+        return [deny(f"annotation {CONNECT_TO_ANNOTATION} names more than {MAX_PEERS} workloads (at most "
+                     f"{MAX_PEERS}, comma-separated, connected workloads are few)")]
+    bad = [p for p in names if len(p) > 253 or not _WORKLOAD_NAME.fullmatch(p)]
+    if bad or not isinstance(peers, str):
+        return [deny(
+            f"annotation {CONNECT_TO_ANNOTATION} must list workload names in this namespace, "
+            f"separated by commas; {', '.join(map(shown, bad)) or shown(peers)} is not one")]
+    return []
 
 
 TYPE = RuleType(
@@ -302,5 +328,9 @@ TYPE = RuleType(
     parse=parse,
     mutate=mutate,
     validate=validate,
+    # UPDATE: validation only (the engine mutates on mutate_operations alone), for the labels and
+    # annotations users can still change and the reconciler reads (issue 27: connect-to was
+    # unbounded on UPDATE).
+    default_operations=("CREATE", "UPDATE"),
     order=45,
 )

@@ -8,9 +8,11 @@ see, and the planner plans every other object as if it were not there.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from reconbuild import HOUR, T0, deadline_ann, pod, snapshot
 from test_scavenger_controller import World, sj
 
@@ -141,3 +143,81 @@ def test_a_node_that_cannot_be_planned_does_not_keep_the_others_cordoned():
     assert [(a.kind, a.target.name) for a in result.actions if a.kind != "window-status"] == [
         ("cannot-plan", "n1"), ("uncordon", "n2")]
     assert [u.concern for u in result.unplannable] == ["maintenance"]
+
+
+# -- views: memory per object is bounded whatever is stored ---------------------------------------
+def _deep_size(obj: Any, seen: set[int] | None = None) -> int:
+    """Bytes reachable from a view (shared objects counted once)."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen or obj is None or (isinstance(obj, bool | int | float) and abs(obj) < 2**30):
+        return 0
+    seen.add(id(obj))
+    size = sys.getsizeof(obj)
+    if isinstance(obj, str | bytes):
+        return size
+    if isinstance(obj, Mapping):
+        return size + sum(_deep_size(k, seen) + _deep_size(v, seen) for k, v in obj.items())
+    if isinstance(obj, tuple | list | set | frozenset):
+        return size + sum(_deep_size(x, seen) for x in obj)
+    if dataclasses.is_dataclass(obj):
+        return size + sum(_deep_size(getattr(obj, f.name), seen) for f in dataclasses.fields(obj))
+    return size
+
+
+def _networked(name: str, annotations: dict[str, str]) -> dict[str, Any]:
+    o = pod(name, labels={"batchgate.io/network": "svc", "batchgate.io/pod-group": "svc",
+                          "batchgate.io/pod-group-size": "2"}, annotations=annotations)
+    o["spec"]["subdomain"] = "svc"
+    o["spec"]["hostname"] = name
+    return o
+
+
+def test_a_pod_view_keeps_at_most_64_peers_and_flags_the_rest():
+    """Before: 85,000 names of connect-to (written on an UPDATE, which the policy did not check)
+    were kept, about 4.8 MiB per pod: a hundred such pods pushed the reconciler past its 512 Mi."""
+    many = ",".join(f"w{i}" for i in range(85_000))
+    v = pod_view(_networked("p", {"batchgate.io/connect-to": many}))
+    assert v.network is not None
+    assert v.network.connect_to == tuple(f"w{i}" for i in range(64))
+    assert v.network.connect_to_dropped == 85_000 - 64
+    odd = pod_view(_networked("q", {"batchgate.io/connect-to": "viz,Not_A_Service," + "x" * 100}))
+    assert odd.network is not None and odd.network.connect_to == ("viz",) and odd.network.connect_to_dropped == 2
+
+
+HOSTILE = [
+    ("connect-to of 85,000 names", {"annotations": {"batchgate.io/connect-to": ",".join(
+        f"w{i}" for i in range(85_000))}}),
+    ("every annotation the view reads, 40 KB each", {"annotations": {k: "9" * 40_000 for k in (
+        "batchgate.io/time-limit", "batchgate.io/started-at", "batchgate.io/deadline", "batchgate.io/warned-for",
+        "batchgate.io/next-maintenance", "batchgate.io/expected-start", "batchgate.io/expected-runtime",
+        "batchgate.io/slots")}}),
+    ("an image name of 1 MB", {"image": "r/" + "a" * 1_000_000}),
+    ("10,000 tolerations and affinity terms", {"sched": True}),
+]
+
+
+@pytest.mark.parametrize("stored", [c[1] for c in HOSTILE], ids=[c[0] for c in HOSTILE])
+def test_a_pod_view_stays_small_whatever_is_stored(stored: dict[str, Any]) -> None:
+    o = _networked("p", stored.get("annotations", {}))
+    if "image" in stored:
+        o["spec"]["containers"][0]["image"] = stored["image"]
+    if stored.get("sched"):
+        o["spec"]["tolerations"] = [{"key": f"k{i}", "operator": "Exists"} for i in range(10_000)]
+        o["spec"]["nodeSelector"] = {f"k{i}": "v" for i in range(10_000)}
+        o["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": f"k{i}", "operator": "In", "values": ["a", "b"]}]}
+                                  for i in range(10_000)]}}}
+    plain = _deep_size(pod_view(_networked("p", {})))
+    view = pod_view(o)
+    assert _deep_size(view) < plain + 16 * 1024
+    assert view.sched is not None and view.sched.clipped is bool(stored.get("sched"))  # placement unknown
+
+
+def test_the_views_memos_never_keep_long_texts():
+    from webhook.reconciler import model
+
+    before = model._parse_time.cache_info().currsize, len(model._LIMITS)
+    for i in range(100):
+        text = f"{i}" + "9" * 100_000
+        assert model.parse_time(text) is None and model.limit_seconds(text) is None
+    assert (model._parse_time.cache_info().currsize, len(model._LIMITS)) == before

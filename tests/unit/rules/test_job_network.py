@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import time
 from pathlib import Path
 from typing import Any
 
@@ -229,3 +230,53 @@ def test_isolation_rules_parse(tmp_path: Path) -> None:
 def test_bad_settings_fail_at_load_with_file_line_field(tmp_path: Path, settings_yaml: str, needle: str) -> None:
     e = settings_error(tmp_path, "job-network", settings_yaml)
     assert needle in str(e) and "policy.yaml:" in str(e)
+
+
+# -- connect-to is bounded, on UPDATE too (issue 27) ------------------------------------------------
+MANY = ",".join(f"w{i}" for i in range(85_000))  # 85,000 names, about 570 KB (the issue's were 255 KB)
+
+
+def _stamped_pod(connect_to: str | None = None) -> dict[str, Any]:
+    pod = load_sample("job-network", "pod-opt-in.mutated.yaml")
+    if connect_to is not None:
+        pod["metadata"]["annotations"]["batchgate.io/connect-to"] = connect_to
+    return pod
+
+
+def _update(bundle: Bundle, new: dict[str, Any], old: dict[str, Any]) -> Decision:
+    return decided(synthetic_review(new, Caller(operation="UPDATE", namespace="demo"), old_object=old), bundle,
+                   phase="check")
+
+
+def test_connect_to_set_on_a_pod_update_is_validated_and_bounded(jn: Bundle) -> None:
+    """Before: the policy ran on CREATE only, so a Pod UPDATE stored any connect-to, and the
+    reconciler's pod view kept about 4.8 MiB of names for such a pod."""
+    d = _update(jn, _stamped_pod(MANY), _stamped_pod())
+    assert not d.allowed
+    assert "annotation batchgate.io/connect-to names more than 64 workloads" in d.message, d.message[:300]
+    assert len(d.message) < 1000
+    d = _update(jn, _stamped_pod("viz, Other_Job"), _stamped_pod())
+    assert not d.allowed and "'Other_Job' is not one" in d.message
+    assert _update(jn, _stamped_pod("viz,post"), _stamped_pod()).allowed
+    assert _update(jn, _stamped_pod(",".join(f"w{i}" for i in range(64))), _stamped_pod()).allowed
+
+
+def test_an_update_that_leaves_connect_to_as_it_was_passes(jn: Bundle) -> None:
+    """A pod stored with a value the policy refuses now (before the bound, or while the webhook
+    was down) can still be labelled, lose its finalizers and be deleted."""
+    old = _stamped_pod(MANY)
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"]["team"] = "hpc"
+    d = _update(jn, new, old)
+    assert d.allowed and d.patch == [], d.message[:300]
+
+
+def test_connect_to_with_many_names_is_denied_at_create_quickly(jn: Bundle) -> None:
+    """parse_peers was quadratic: 85,000 names took about a minute of the webhook's one thread."""
+    job = load_sample("job-network", "job-connected.yaml")
+    job["metadata"]["annotations"]["batchgate.io/connect-to"] = MANY
+    t = time.perf_counter()
+    d = checked_decide(jn, job, Caller(namespace="demo"))
+    assert time.perf_counter() - t < 5
+    assert not d.allowed and "names more than 64 workloads" in d.message
+    assert parse_peers(MANY, most=65) == tuple(f"w{i}" for i in range(65))
