@@ -62,7 +62,13 @@ ActionKind = Literal[
     # an object that cannot be planned (a value no view should have let through, a bug): a Warning
     # Event on it, nothing else; the rest of the pass goes on (issue 27)
     "cannot-plan",
+    # a pending pod in the scavenger queue that can never be placed: a Warning Event NeverFits on it,
+    # nothing else (it takes no share of the scavengers' cap)
+    "never-fits",
 ]
+# Event-only kinds planned on every pass while their condition holds: the controller sends each
+# (target uid, key) once.
+TELL_ONCE = frozenset({"cannot-plan", "never-fits"})
 KIND_ORDER: dict[str, int] = {k: i for i, k in enumerate(get_args(ActionKind))}
 EventType = Literal["Normal", "Warning"]
 Propagation = Literal["Background", "Foreground", "Orphan"]

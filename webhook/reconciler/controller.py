@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from . import metrics
-from .actions import CONCERNS, Action, Plan
+from .actions import CONCERNS, TELL_ONCE, Action, Plan
 from .actuator import Actuator, Outcome
 from .cache import Cache
 from .errors import KubeError, NotFound
@@ -70,7 +70,7 @@ class Controller:
         self.history: History = {}  # runs seen since start (runtimes.py): predictions outlive deleted Jobs
         self.last_plan: Plan | None = None
         self._printed: set[tuple[str, str, str]] = set()
-        # cannot-plan actions carried out (target uid, key): told once, not every pass (issue 27)
+        # TELL_ONCE actions carried out (target uid, key): told once, not every pass (issue 27)
         self._told: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     def may_act(self) -> bool:
@@ -167,12 +167,13 @@ class Controller:
         if self.dry_run:
             self._print(result.actions)
             return []
-        # An object that cannot be planned is planned as such every pass: told (and logged) once.
+        # An object that cannot be planned (or a pod that can never fit) is planned as such every
+        # pass: told (and logged) once.
         actions = []
         for a in result.actions:
+            if a.kind in TELL_ONCE and (a.target.uid, a.key) in self._told:
+                continue
             if a.kind == "cannot-plan":
-                if (a.target.uid, a.key) in self._told:
-                    continue
                 log.warning("cannot plan %s: %s", a.target, a.message,
                             extra={"fields": {"kind": a.target.kind, "namespace": a.target.namespace,
                                               "name": a.target.name, "reason": a.reason}})
@@ -181,7 +182,7 @@ class Controller:
             return []
         outcomes = self.actuator.execute(actions)
         for o in outcomes:
-            if o.action.kind == "cannot-plan" and o.result == "done":
+            if o.action.kind in TELL_ONCE and o.result == "done":
                 self._told[(o.action.target.uid, o.action.key)] = None
                 if len(self._told) > 20_000:
                     self._told.popitem(last=False)

@@ -58,6 +58,7 @@ import bisect
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Literal
 
 from ..contract import SCAVENGERJOB_MAX_CPU, SCAVENGERJOB_MAX_MEMORY, SCAVENGERJOB_MAX_PODS
@@ -84,6 +85,7 @@ from .model import (
     quantity_milli,
 )
 from .settings import QueuePolicy, Settings
+from .shadow import matches
 
 
 # -- resources ---------------------------------------------------------------
@@ -794,14 +796,23 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings, *,
     nodes = snapshot.nodes
     used_c = used_m = 0
     bound: dict[str, tuple[int, int, int]] = {}  # node -> (cpu, mem, pods) taken by live pods
+    actions: list[Action] = []
     for p in snapshot.pods.values():
         if p.terminal:
             continue
         if p.node:
             c, m, k = bound.get(p.node, (0, 0, 0))
             bound[p.node] = (c + p.cpu_m, m + p.mem_b, k + 1)
-        if p.queue == qp.scavenger_queue:
-            used_c, used_m = used_c + p.cpu_m, used_m + p.mem_b
+            # The cap counts what is bound: a pending pod takes nothing yet, and one that never binds
+            # (it can never fit, or waits for what batchgate cannot see) must not hold the share for
+            # good (issue 27). The ScavengerJobs' own gangs still unplaced are counted below.
+            if p.queue == qp.scavenger_queue:
+                used_c, used_m = used_c + p.cpu_m, used_m + p.mem_b
+        elif p.queue == qp.scavenger_queue and nodes and not p.deleting and not qp.excluded(p.ref.namespace) \
+                and not _estimated(p, settings):
+            told = _never_fits_event(p, nodes, failed)
+            if told is not None:
+                actions.append(told)
         o = p.owner
         if o is None or o.kind != "Job":
             continue
@@ -825,7 +836,6 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings, *,
     def gone(node: str) -> bool:
         return nodes is not None and node not in nodes
 
-    actions: list[Action] = []
     wake: list[float] = []
     waiting: list[Waiting] = []
     waiting_sj: dict[tuple[str, str], SJView] = {}
@@ -848,9 +858,10 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings, *,
             unbound = sum(1 for p in live if not p.node)
             missing = max(st.sj.need.pods - len(live), 0) + unbound
             if missing:
+                # started by choose_starts under the cap, not all bound yet: they count (their bound
+                # pods counted above, by the queue label job_body gives them)
                 pending_need.append(Need(missing, st.sj.need.cpu_m, st.sj.need.mem_b))
-                if not any(p.queue == qp.scavenger_queue for p in live):
-                    used_c, used_m = used_c + missing * st.sj.need.cpu_m, used_m + missing * st.sj.need.mem_b
+                used_c, used_m = used_c + missing * st.sj.need.cpu_m, used_m + missing * st.sj.need.mem_b
 
     if waiting and nodes is not None:
         elig = eligible_nodes(nodes, qp.scavenger_node_selector)
@@ -875,6 +886,48 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings, *,
             if a is not None:
                 actions.append(a)
     return actions, (min(wake) if wake else None)
+
+
+def never_fits(pod: PodView, nodes: Mapping[str, NodeView]) -> str | None:
+    """Why a pending ``pod`` can never be placed as the nodes are - no node matches its node
+    selector, required node affinity and tolerations (the taints of node conditions aside: they
+    come and go), or each that does is too small by allocatable - for people; None when some node
+    may take it, or when that cannot be told (no nodes, a node reporting no allocatable, placement
+    rules too long to keep)."""
+    s = pod.sched
+    if s is None or s.clipped or not nodes:
+        return None
+    may = [n for n in nodes.values() if matches(n, s, lasting_only=True)]
+    if not may:
+        return "no node matches its node selector, node affinity and tolerations"
+    if any((n.cpu == 0 and n.mem == 0) or (s.cpu <= n.cpu and s.mem <= n.mem) for n in may):
+        return None
+    largest = max(may, key=lambda n: (n.cpu, n.mem, n.name))
+    return (f"it asks for cpu {_cpu(s.cpu)}, memory {format_memory(Fraction(s.mem))}; the largest node it may use "
+            f"({largest.name}) has cpu {_cpu(largest.cpu)}, memory {format_memory(Fraction(largest.mem))}")
+
+
+def _estimated(pod: PodView, settings: Settings) -> bool:
+    """Whether the shadow schedule estimates ``pod``'s start (expected.py), and so already tells a
+    pod that can never fit (Event NeverFits): a bare pod or a Job's, with estimates on."""
+    return settings.expected_start and (pod.owner is None or pod.owner.kind == "Job")
+
+
+def _never_fits_event(pod: PodView, nodes: Mapping[str, NodeView], failed: list[Unplannable] | None) -> Action | None:
+    """A Warning Event NeverFits on a pending scavenger pod that can never be placed (told once)."""
+    try:
+        why = never_fits(pod, nodes)
+    except Exception as e:
+        if failed is None:
+            raise
+        out: list[Action] = []
+        unplannable("scavengerjob", pod.ref, e, failed, out)
+        return out[0]
+    if why is None:
+        return None
+    return Action(kind="never-fits", target=pod.ref, reason="NeverFits", event_type="Warning", key="never-fits",
+                  message=(f"this pod can never be scheduled as it is: {why}. It takes no share of the scavengers' "
+                           f"cap; delete it, or make it ask for what a node has"))
 
 
 def _start(sj: SJView, now: float, qp: QueuePolicy, d: Decision) -> Action:

@@ -30,7 +30,7 @@ import bisect
 import heapq
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..windows import COUNTDOWN_LABEL, Window
 from .model import JobView, PodSched, PodView, Ref, Snapshot
@@ -173,12 +173,15 @@ class _Node:
         return self.earliest(t, until - t, cpu, mem, margin) == t
 
 
-def _tolerated(taints: tuple[tuple[str, str, str], ...], tolerations: tuple[tuple[str, str, str, str], ...]) -> bool:
+def _tolerated(taints: tuple[tuple[str, str, str], ...], tolerations: tuple[tuple[str, str, str, str], ...],
+               lasting_only: bool = False) -> bool:
     for key, value, effect in taints:
         if effect not in ("NoSchedule", "NoExecute"):
             continue
         if key == "node.kubernetes.io/unschedulable":
             continue  # cordons are modelled separately
+        if lasting_only and key.startswith("node.kubernetes.io/"):
+            continue  # the node's conditions (not-ready, unreachable, pressure): they come and go
         if not any((not k and op == "Exists") or ((k == key and (op == "Exists" or v == value))
                    and (not e or e == effect)) for k, op, v, e in tolerations):
             return False
@@ -204,8 +207,20 @@ def _requirement(labels: Mapping[str, str], key: str, op: str, values: tuple[str
     return False
 
 
-def matches(node: _Node, sched: PodSched) -> bool:
-    """nodeSelector, required node affinity (countdown expressions aside) and taints."""
+class Placeable(Protocol):
+    """What matching a pod to a node reads of the node (a ``_Node`` here, a ``NodeView``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+    @property
+    def taints(self) -> tuple[tuple[str, str, str], ...]: ...
+
+
+def matches(node: Placeable, sched: PodSched, *, lasting_only: bool = False) -> bool:
+    """nodeSelector, required node affinity (countdown expressions aside) and taints (with
+    ``lasting_only``, not those of the node's conditions, which come and go)."""
     for k, v in sched.node_selector:
         if node.labels.get(k) != v:
             return False
@@ -218,7 +233,7 @@ def matches(node: _Node, sched: PodSched) -> bool:
                 break
         if not ok:
             return False
-    return _tolerated(node.taints, sched.tolerations)
+    return _tolerated(node.taints, sched.tolerations, lasting_only)
 
 
 def _fmt_cpu(m: int) -> str:

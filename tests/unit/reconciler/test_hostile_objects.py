@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 from reconbuild import HOUR, T0, deadline_ann, pod, snapshot
-from test_scavenger_controller import World, sj
+from test_scavenger_controller import SETTINGS, World, sj
 
 from webhook.reconciler import metrics
 from webhook.reconciler.cache import Store
-from webhook.reconciler.model import POD, Snapshot, pod_view
+from webhook.reconciler.model import POD, Snapshot, format_time, pod_view
 from webhook.reconciler.planner import plan
 from webhook.reconciler.scavenger import sj_view
 from webhook.reconciler.settings import Settings
@@ -221,3 +221,88 @@ def test_the_views_memos_never_keep_long_texts():
         text = f"{i}" + "9" * 100_000
         assert model.parse_time(text) is None and model.limit_seconds(text) is None
     assert (model._parse_time.cache_info().currsize, len(model._LIMITS)) == before
+
+
+# -- the scavenger cap counts what is bound ----------------------------------------------------
+def _scavenger_pod(name: str, *, cpu: str, mem: str, node: str = "", selector: dict[str, str] | None = None,
+                   phase: str = "Pending", owner: str | None = None) -> dict[str, Any]:
+    """A user's Guaranteed pod in queue scavenger (admitted as such: scavenger-qos lets it in);
+    ``owner``: the kind of a custom resource that controls it (an operator's pod)."""
+    res = {"cpu": cpu, "memory": mem}
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox",
+                                            "resources": {"requests": res, "limits": res}}]}
+    if node:
+        spec["nodeName"] = node
+    if selector:
+        spec["nodeSelector"] = selector
+    md: dict[str, Any] = {"name": name, "namespace": "mallory", "labels": {"batchgate.io/queue": "scavenger"},
+                          "creationTimestamp": format_time(T0 - 60)}
+    if owner:
+        md["ownerReferences"] = [{"apiVersion": "example.com/v1", "kind": owner, "name": "x", "uid": "u-x",
+                                  "controller": True}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": md, "spec": spec, "status": {"phase": phase}}
+
+
+def test_a_pending_pod_that_can_never_fit_is_reported_not_counted_against_the_cap():
+    """Before: one Pending pod asking cpu 100000 with a node selector nothing matches counted
+    against the scavengers' 70 % cap forever (every non-terminal scavenger pod counted, bound or
+    not), so no ScavengerJob of any tenant ever started again."""
+    w = World(sj("md", cpu="1"), nodes=1)
+    w.api.put(_scavenger_pod("hog", cpu="100000", mem="1Ei", selector={"pool": "nowhere"}))
+    w.step()
+    assert w.step() == ["sj-start"], w.sj("md")["status"]
+    # a bare pod: its expected-start estimate tells it (expected.py), once
+    (told,) = w.events("NeverFits")
+    assert "can never start as it is: no node matches its node selector, node affinity and tolerations" in told
+
+
+@pytest.mark.parametrize(("pod_kw", "settings", "why"), [
+    pytest.param({"selector": {"pool": "nowhere"}, "owner": "RayCluster"}, SETTINGS,
+                 "no node matches its node selector, node affinity and tolerations", id="operator-pod"),
+    pytest.param({"owner": "RayCluster"}, SETTINGS,
+                 "it asks for cpu 100000, memory 1Ei; the largest node it may use (n0) has cpu 8, memory 16Gi",
+                 id="operator-pod-too-big"),
+    pytest.param({}, dataclasses.replace(SETTINGS, expected_start=False),
+                 "it asks for cpu 100000, memory 1Ei; the largest node it may use (n0) has cpu 8, memory 16Gi",
+                 id="bare-pod-without-estimates"),
+])
+def test_a_pending_scavenger_pod_that_can_never_fit_is_told_so_once(pod_kw, settings, why):
+    """Pods the expected-start estimates do not cover (an operator's; or estimates off) are told by
+    the ScavengerJob concern itself."""
+    w = World(sj("md", cpu="1"), nodes=1, settings=settings)
+    w.api.put(_scavenger_pod("hog", cpu="100000", mem="1Ei", **pod_kw))
+    w.step()
+    assert w.step() == ["sj-start"]
+    (told,) = w.events("NeverFits")
+    assert told == (f"this pod can never be scheduled as it is: {why}. It takes no share of the scavengers' cap; "
+                    f"delete it, or make it ask for what a node has"), told
+    writes = len(w.api.writes())
+    w.step(60)
+    assert len(w.api.writes()) == writes and len(w.events("NeverFits")) == 1  # told once
+
+
+def test_a_node_condition_taint_does_not_make_a_pod_never_fit():
+    from webhook.reconciler.model import NodeView
+    from webhook.reconciler.scavenger import never_fits
+
+    p = pod_view(_scavenger_pod("p", cpu="1", mem="1Gi"))
+    n = NodeView("n0", "False", cpu=8000, mem=16 << 30, taints=(("node.kubernetes.io/not-ready", "", "NoSchedule"),))
+    assert never_fits(p, {"n0": n}) is None
+    tainted = dataclasses.replace(n, taints=(("gpu", "yes", "NoSchedule"),))
+    assert never_fits(p, {"n0": tainted}) == "no node matches its node selector, node affinity and tolerations"
+
+
+def test_only_bound_scavenger_pods_count_against_the_cap():
+    """A pod that could fit but is not bound (yet: kube-scheduler will place it, or never will for
+    reasons batchgate cannot see) takes no share; bound, it does."""
+    pending = _scavenger_pod("other", cpu="5", mem="1Gi")
+    w = World(sj("md", cpu="1"), nodes=1)  # 8 cpu, cap 5.6: 5 + 2 would be over it
+    w.api.put(pending)
+    w.step()
+    assert w.step() == ["sj-start"]
+    assert not w.events("NeverFits")  # it fits n0
+    w2 = World(sj("md", cpu="1"), nodes=1)
+    w2.api.put(_scavenger_pod("other", cpu="5", mem="1Gi", node="n0", phase="Running"))
+    w2.step()
+    assert w2.step() == ["sj-waiting"]
+    assert "more than is left of the scavengers' share" in w2.sj("md")["status"]["message"]
