@@ -1,7 +1,7 @@
 """A throw-away Kubernetes control plane on loopback, for end-to-end tests.
 
 ``LocalCluster`` starts etcd, kube-apiserver, kube-controller-manager and
-kube-scheduler (v1.20) on 127.0.0.1 with free ports and a temporary directory,
+kube-scheduler (Kubernetes $KUBE_VERSION, default 1.37) on 127.0.0.1 with free ports and a temporary directory,
 and tears everything down again (process groups, atexit, parent-death signal),
 so no process outlives the test session.
 
@@ -126,7 +126,8 @@ def find_binaries(allow_build: bool | None = None, timeout: float = 3600) -> Pat
         raise BinariesUnavailable(
             f"no Kubernetes control-plane binaries ({KUBE_BINARIES_SH} exited "
             f"{proc.returncode}): {err}\n"
-            "Run `hack/e2e-deps.sh` (as root, builds v1.20.2 once, ~8-15 min), or set "
+            "Run `hack/e2e-deps.sh` (builds Kubernetes $KUBE_VERSION, default 1.37, from Go "
+            "modules once, ~10 min), or set "
             "KUBEBUILDER_ASSETS, or USE_EXISTING_CLUSTER=true with KUBECONFIG, "
             "or BATCHGATE_E2E_BUILD=1 to build from the test run."
         )
@@ -139,6 +140,16 @@ def find_binaries(allow_build: bool | None = None, timeout: float = 3600) -> Pat
 
 # --------------------------------------------------------------------------
 # small utilities
+
+
+def binary_version(path: Path) -> tuple[int, int]:
+    """(major, minor) of a Kubernetes binary, from ``--version`` ("Kubernetes v1.37.2")."""
+    out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=60).stdout
+    try:
+        major, minor = out.split("v", 1)[1].split(".")[:2]
+        return int(major), int(minor)
+    except (IndexError, ValueError):
+        raise BinariesUnavailable(f"{path} --version said {out.strip()!r}, not 'Kubernetes vX.Y.Z'") from None
 
 
 def free_port() -> int:
@@ -396,6 +407,19 @@ class _Transport:
     ) -> Any:
         if query:
             path = f"{path}?{urllib.parse.urlencode(query)}"
+        # 429 with Retry-After is the API server saying "not yet" (a CRD's storage still
+        # initialising, priority and fairness): a client waits and asks again, as client-go does
+        for attempt in range(10):
+            try:
+                return self._once(method, path, body, content_type, timeout, accept)
+            except KubeApiError as e:
+                if e.status != 429 or attempt == 9:
+                    raise
+                time.sleep(1.0)
+        raise AssertionError("unreachable")
+
+    def _once(self, method: str, path: str, body: Any, content_type: str | None, timeout: float,
+              accept: str) -> Any:
         if self.scheme == "https":
             conn: http.client.HTTPConnection = http.client.HTTPSConnection(
                 self.host, self.port, context=self.ctx, timeout=timeout
@@ -568,6 +592,13 @@ class _ClusterBase:
         minor = "".join(ch for ch in v.get("minor", "0") if ch.isdigit()) or "0"
         return int(v.get("major", "1")), int(minor)
 
+    @property
+    def kubelet_version(self) -> str:
+        """What a fake node says its kubelet is: the control plane's own version."""
+        if not hasattr(self, "_kubelet_version"):
+            self._kubelet_version = self.get("/version").get("gitVersion", "v0.0.0")
+        return self._kubelet_version
+
     # ---- kubernetes client ---------------------------------------------
 
     def kubeconfig(self, identity: str = "admin") -> str:
@@ -700,7 +731,7 @@ class _ClusterBase:
                           {"type": "Hostname", "address": name}],
             "nodeInfo": {
                 "architecture": "amd64", "operatingSystem": "linux",
-                "kubeletVersion": "v1.20.2", "kubeProxyVersion": "v1.20.2",
+                "kubeletVersion": self.kubelet_version, "kubeProxyVersion": "",
                 "containerRuntimeVersion": "fake://0", "kernelVersion": "", "osImage": "fake",
                 "bootID": "", "machineID": "", "systemUUID": "",
             },
@@ -893,6 +924,7 @@ class LocalCluster(_ClusterBase):
         self.verbosity = verbosity
         self.extra_apiserver_args = list(extra_apiserver_args)
         self.components = [c for c in CONTROL_PLANE if os.access(self.bin_dir / c, os.X_OK)]
+        self.binary_version = binary_version(self.bin_dir / "kube-apiserver")
         self.procs: dict[str, subprocess.Popen] = {}
         self._args: dict[str, list[str]] = {}
         self.logs: dict[str, Path] = {}
@@ -981,6 +1013,9 @@ class LocalCluster(_ClusterBase):
             f"--token-auth-file={self.workdir / 'tokens.csv'}",
             "--authorization-mode=Node,RBAC",
             "--profiling=false",
+            # current API servers refuse a loopback advertise address for the `kubernetes`
+            # Service's endpoints; nothing here reaches the API server through that Service
+            *([] if self.binary_version < (1, 24) else ["--endpoint-reconciler-type=none"]),
             f"--v={self.verbosity}",
             *self.extra_apiserver_args,
         ])
@@ -991,9 +1026,10 @@ class LocalCluster(_ClusterBase):
                         any_answer=True)
         self.timings["kube-apiserver-listening"] = time.monotonic() - t0
 
+        old = self.binary_version < (1, 24)
         common = [
             "--bind-address=127.0.0.1",
-            "--port=0",  # no insecure HTTP port (1.20 still has one by default)
+            *(["--port=0"] if old else []),  # no insecure HTTP port (gone in 1.24; 1.20 has one by default)
             "--leader-elect=false",
             f"--kubeconfig={self._kubeconfigs['admin']}",
             f"--authentication-kubeconfig={self._kubeconfigs['admin']}",
@@ -1024,7 +1060,7 @@ class LocalCluster(_ClusterBase):
                 # fake nodes post no heartbeats: keep them Ready for the session
                 "--node-monitor-grace-period=2h",
                 "--node-startup-grace-period=2h",
-                "--pod-eviction-timeout=2h",
+                *(["--pod-eviction-timeout=2h"] if old else []),  # removed in 1.27
             ])
         if "kube-scheduler" in self.components:
             sched_certs = self.workdir / "scheduler-certs"

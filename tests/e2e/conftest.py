@@ -238,7 +238,7 @@ def node(kube: Any) -> Iterator[str]:
 def runtime_class(kube: Any, name: str, cpu: str) -> Iterator[dict[str, Any]]:
     """A RuntimeClass ``name`` whose pods carry ``cpu`` of VM overhead (no runtime behind it:
     the RuntimeClass admission plugin copies the overhead into each Pod it stores)."""
-    api = "node.k8s.io/v1beta1"
+    api = "node.k8s.io/v1"
     body = {"apiVersion": api, "kind": "RuntimeClass", "metadata": {"name": name},
             "handler": name, "overhead": {"podFixed": {"cpu": cpu, "memory": "160Mi"}}}
     try:

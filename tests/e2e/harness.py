@@ -411,9 +411,9 @@ def job(name: str | None, *, parallelism: int = 1, completions: int | None = Non
 
 
 def cronjob(name: str, *, parallelism: int = 1, labels: Mapping[str, str] | None = None,
-            job_labels: Mapping[str, str] | None = None, api_version: str = "batch/v1beta1",
+            job_labels: Mapping[str, str] | None = None, api_version: str = "batch/v1",
             **pod_spec: Any) -> dict[str, Any]:
-    """A CronJob that will not fire during a test run (batch/v1beta1: Kubernetes 1.20)."""
+    """A CronJob that will not fire during a test run (batch/v1)."""
     inner = job("unused", parallelism=parallelism, **pod_spec)["spec"]
     meta: dict[str, Any] = {"name": name}
     if labels:
@@ -531,7 +531,8 @@ def assert_pod_sealed(hook: Webhook, pod: Mapping[str, Any], ns: str) -> None:
 # Label and annotation keys the API server and controllers (not batchgate) add: a Job's
 # template labels, a Deployment's revision, a ReplicaSet's pod-template-hash, the generation a
 # DaemonSet's strategy records.
-SERVER_KEYS = {"controller-uid", "job-name", "deployment.kubernetes.io/revision", "pod-template-hash",
+SERVER_KEYS = {"controller-uid", "job-name", "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name",
+               "deployment.kubernetes.io/revision", "pod-template-hash",
                "deprecated.daemonset.template.generation"}
 
 

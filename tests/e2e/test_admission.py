@@ -176,7 +176,7 @@ def test_kube_system_pods_untouched(kube, webhook_server):
         assert TIME_LIMIT not in (p["metadata"].get("annotations") or {})
         names = {v["name"] for v in p["spec"].get("volumes") or []}
         assert "batchgate-shm" not in names
-        assert any(n.startswith("default-token-") for n in names), names  # the plugin's token stays
+        assert any(n.startswith("kube-api-access-") for n in names), names  # the plugin's token stays
         assert p["spec"]["priorityClassName"] == "batchgate-default"  # the globalDefault class
         assert p["spec"]["priority"] == 0
         assert created["metadata"]["uid"] == p["metadata"]["uid"]

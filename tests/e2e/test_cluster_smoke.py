@@ -43,9 +43,10 @@ def test_pod_by_alice_gets_token_volume_and_priority(kube, namespace, alice_clie
     assert created.metadata.uid == pod["metadata"]["uid"]
 
     vols = pod["spec"].get("volumes") or []
-    token_vols = [v for v in vols if v["name"].startswith("default-token-")]
-    assert token_vols, f"no default-token volume injected: {vols}"
-    assert token_vols[0]["secret"]["secretName"].startswith("default-token-")
+    token_vols = [v for v in vols if v["name"].startswith("kube-api-access-")]
+    assert token_vols, f"no kube-api-access volume injected: {vols}"
+    sources = token_vols[0]["projected"]["sources"]
+    assert any("serviceAccountToken" in s for s in sources), sources  # a bound, expiring token
     mounts = pod["spec"]["containers"][0].get("volumeMounts") or []
     assert any(
         m["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount" for m in mounts

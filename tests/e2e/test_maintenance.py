@@ -262,10 +262,10 @@ def test_a_window_cordons_drains_and_gives_the_nodes_back_as_they_were(
         node = scheduled_on(kube, ns, name)
         assert node in (a,), f"{name} on {node}"  # b is cordoned; the taint keeps everyone else off a
         kube.set_pod_phase(ns, name, "Running")
-    kube.create(f"/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets", {
-        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "guarded"},
+    kube.create(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "guarded"},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}})
-    wait_for(lambda: kube.get(f"/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets/guarded")
+    wait_for(lambda: kube.get(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/guarded")
              .get("status", {}).get("expectedPods") == 1, 30, message="the disruption controller to see the pod")
 
     drain = 30  # seconds of PDB-honouring evictions; generous, as the machine may be busy

@@ -169,7 +169,7 @@ def test_service_account_token_really_gone(kube, webhook_server, ns):
     # what the ServiceAccount plugin does to a pod without batchgate: a dry run as admin in
     # kube-system (never sent to batchgate) shows the injected volume
     plain = kube.request("POST", pods_path("kube-system"), obj, query={"dryRun": "All"})
-    assert any(v["name"].startswith("default-token-") for v in plain["spec"].get("volumes") or []), \
+    assert any(v["name"].startswith("kube-api-access-") for v in plain["spec"].get("volumes") or []), \
         "the ServiceAccount plugin injected no token here; the test would prove nothing"
 
     stored = stored_and_predicted(kube, webhook_server, ns, obj)
@@ -609,7 +609,7 @@ def test_scavengerjob_invalid_denied_naming_every_bad_field(kube, webhook_server
 
 @pytest.mark.parametrize(("field", "value", "says"), [
     pytest.param("command", "gmx mdrun", "spec.command in body must be of type array", id="command-string"),
-    pytest.param("image", "", "spec.image in body must be of type string", id="image-empty"),
+    pytest.param("image", 42, "spec.image in body must be of type string", id="image-number"),
 ])
 def test_scavengerjob_schema_errors_come_first(kube, webhook_server, ns, field, value, says):
     """Type errors never reach the webhook: the CRD schema answers 422 first."""

@@ -251,4 +251,4 @@ def test_cronjob_pods_get_what_the_admitted_template_says(kube, webhook_server, 
         assert cpus(p["spec"]) == cpus(template["spec"]) and p["spec"]["overhead"]["cpu"] == "250m"
         assert p["spec"].get("activeDeadlineSeconds") == template["spec"].get("activeDeadlineSeconds")
     finally:
-        kube.delete(f"/apis/batch/v1beta1/namespaces/{ns}/cronjobs/{name}")
+        kube.delete(f"/apis/batch/v1/namespaces/{ns}/cronjobs/{name}")
