@@ -161,3 +161,73 @@ def test_an_explicit_gang_starts_over_together_then_fails_by_its_own_backoff_lim
     assert gang_lines(reconcile(api, ns)) == []
     job_obj = kube.get(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}")  # kept, with its Failed condition
     assert not job_obj["metadata"].get("deletionTimestamp")
+
+
+IGNORE_DISRUPTIONS = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+
+
+def disruption_target(p: dict[str, Any]) -> dict[str, Any] | None:
+    return next((c for c in (p.get("status") or {}).get("conditions") or []
+                 if c["type"] == "DisruptionTarget" and c["status"] == "True"), None)
+
+
+def test_a_member_evicted_by_a_drain_is_an_interruption_and_a_non_zero_exit_a_failure(kube, webhook_server, ns, api):
+    """Kubernetes 1.26+ counts every pod deleted before it ended as a failure of its Job, unless the
+    Job's podFailurePolicy says otherwise. A gang Job gets the rule Ignore on DisruptionTarget from the
+    webhook; Kubernetes marks the pods it preempts, evicts or loses with that condition, and batchgate
+    the partners it takes down. With backoffLimit 0 any counted failure fails the Job at once: an
+    eviction (what kubectl drain does, through the Eviction API) and the gang's restart cost nothing,
+    a container exiting non-zero fails it."""
+    require_components(kube, "kube-controller-manager")
+    name = unique("halo")
+    body = job(name, parallelism=2, completions=2, labels=GANG,
+               containers=[container(cpu="100m", memory="64Mi")], nodeSelector=NOWHERE)
+    body["spec"]["backoffLimit"] = 0
+    stored = create_and_read(kube, ns, body)
+    assert stored["spec"]["podFailurePolicy"]["rules"] == [IGNORE_DISRUPTIONS]  # as the API server stored it
+    assert stored["spec"]["podReplacementPolicy"] == "Failed"
+    uid = stored["metadata"]["uid"]
+    first = kube.wait_for(lambda: exactly(2, active(job_pods(kube, ns, uid))), 60, message="the gang's 2 pods")
+    for p in first:
+        kube.set_pod_phase(ns, p["metadata"]["name"], "Running")
+    evicted, partner = first
+    kube.create(f"/api/v1/namespaces/{ns}/pods/{evicted['metadata']['name']}/eviction",
+                {"apiVersion": "policy/v1", "kind": "Eviction",
+                 "metadata": {"name": evicted["metadata"]["name"], "namespace": ns}})
+
+    lines = gang_lines(reconcile(api, ns))
+    assert len(lines) == 1 and lines[0].startswith("gang-interrupted") and f"Job {ns}/{name}" in lines[0], lines
+    assert evicted["metadata"]["name"] in lines[0] and "EvictionByEvictionAPI" in lines[0], lines
+    pods = {p["metadata"]["uid"]: p for p in job_pods(kube, ns, uid)}
+    # The partner, while the Job controller has not let it go: marked by batchgate, then deleted.
+    if (kept := pods.get(partner["metadata"]["uid"])) is not None:
+        assert kept["metadata"].get("deletionTimestamp")
+        cond = disruption_target(kept)
+        assert cond is not None and cond["reason"] == "BatchgateGangRestart", kept["status"]
+        assert evicted["metadata"]["name"] in cond["message"]
+    # The evicted pod keeps the Eviction API's reason, and is marked as dealt with.
+    if (ev := pods.get(evicted["metadata"]["uid"])) is not None:
+        assert (disruption_target(ev) or {}).get("reason") == "EvictionByEvictionAPI", ev["status"]
+        assert ev["metadata"]["annotations"][MARK] == evicted["metadata"]["uid"]
+
+    second = kube.wait_for(lambda: exactly(2, active(job_pods(kube, ns, uid))), 90, message="the gang made again")
+    assert not {p["metadata"]["uid"] for p in second} & {p["metadata"]["uid"] for p in first}
+    old = {p["metadata"]["uid"] for p in first}
+    kube.wait_for(lambda: not old & {p["metadata"]["uid"] for p in job_pods(kube, ns, uid)}, 60,
+                  message="the Job controller let the old pods go")
+    st = job_status(kube, ns, name)
+    assert not st.get("failed") and not [c for c in st.get("conditions") or [] if c["type"] == "Failed"], st
+    assert gang_lines(reconcile(api, ns)) == []
+
+    # A container exiting non-zero is a failure: the Job's backoffLimit 0 fails it, batchgate does nothing.
+    for p in second:
+        kube.set_pod_phase(ns, p["metadata"]["name"], "Running")
+    kube.set_pod_phase(ns, second[0]["metadata"]["name"], "Failed", {"main": 3})
+    assert gang_lines(reconcile(api, ns)) == []
+
+    def failed_condition() -> dict[str, Any] | None:
+        conds = job_status(kube, ns, name).get("conditions") or []
+        return next((c for c in conds if c["type"] == "Failed" and c["status"] == "True"), None)
+
+    cond = kube.wait_for(failed_condition, 90, message="the Job failed by its backoffLimit")
+    assert cond["reason"] == "BackoffLimitExceeded"  # (the partner it then stops counts as failed too)

@@ -37,6 +37,7 @@ NAMESPACE_WEBHOOK = "namespaces.validate.batchgate.io"
 #: (apiGroup, resource) -> verbs: everything the reconciler may do, cluster-wide
 RECONCILER_RIGHTS = {
     ("", "pods"): {"get", "list", "watch", "patch", "delete"},
+    ("", "pods/status"): {"patch"},  # a gang member's DisruptionTarget condition before its deletion
     ("batch", "jobs"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "nodes"): {"get", "list", "watch", "patch"},
     ("", "pods/eviction"): {"create"},

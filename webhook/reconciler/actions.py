@@ -74,9 +74,19 @@ EventType = Literal["Normal", "Warning"]
 Propagation = Literal["Background", "Foreground", "Orphan"]
 
 
+class Disruption(NamedTuple):
+    """The DisruptionTarget condition batchgate puts on a pod before it deletes it (as
+    kube-controller-manager's taint manager and PodGC do): the pod is stopped from outside, so a
+    Job's podFailurePolicy may take it for an interruption instead of counting a failure."""
+
+    reason: str  # CamelCase, one of model.OWN_DISRUPTION_REASONS
+    message: str
+
+
 class Delete(NamedTuple):
     ref: Ref  # ref.uid is the precondition: a new object of the same name is never hit
     propagation: Propagation | None = None
+    disruption: Disruption | None = None  # a pod: this condition is written first (status patch)
 
 
 class PodGroupWrite(NamedTuple):

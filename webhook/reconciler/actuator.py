@@ -11,7 +11,10 @@ Per action, in this order:
    the next pass re-plan on the fresh state;
 3. deletions with the uid as precondition, so that a new object of the same
    name is never hit; ``404`` means someone (perhaps we, before a crash) got
-   there first: done;
+   there first: done. A pod batchgate takes down from outside (a gang member
+   starting over with its gang) first gets a ``DisruptionTarget`` condition
+   (a status patch, as the taint manager and PodGC write it), so that its
+   Job's podFailurePolicy can tell the interruption from a failure;
 4. PodGroup writes; a PodGroup is only deleted after a live re-check that its
    workload is really gone (never on the word of a possibly stale cache).
 
@@ -36,8 +39,9 @@ from typing import Any, Literal, TypeVar
 
 from . import metrics
 from .actions import Action, Delete, Mark
-from .errors import AlreadyExists, Blocked, Conflict, KubeError, NotFound, Transient
+from .errors import AlreadyExists, Blocked, Conflict, Invalid, KubeError, NotFound, Transient
 from .model import (
+    DISRUPTION_TARGET,
     EVENT,
     JOB,
     KINDS,
@@ -182,6 +186,8 @@ class Actuator:
     def _delete(self, d: Delete) -> None:
         ref = d.ref
         kind = self._kind(ref.kind)
+        if d.disruption is not None and not self._disrupt(d):
+            return
         try:
             resp = self._write("delete", kind.plural, ref.name, lambda: self.api.delete(
                 kind, ref.namespace, ref.name, uid=ref.uid, propagation=d.propagation))
@@ -202,6 +208,35 @@ class Actuator:
             self.observe(resp)
         else:
             self.forget(ref.kind, self._stub(ref))
+
+    def _disrupt(self, d: Delete) -> bool:
+        """Write ``d.disruption`` as the pod's DisruptionTarget condition (a strategic merge patch of
+        its status: the other conditions stay), with its uid as precondition, before it is deleted,
+        as kube-controller-manager's taint manager and PodGC do. False when the pod is gone, or the
+        name now belongs to another pod: nothing of ours left to delete."""
+        ref, why = d.ref, d.disruption
+        assert why is not None
+        condition = {"type": DISRUPTION_TARGET, "status": "True", "reason": why.reason,
+                     "message": why.message[:1024], "lastTransitionTime": format_time(self.wall())}
+        patch = {"metadata": {"uid": ref.uid}, "status": {"conditions": [condition]}}
+        try:
+            resp = self._write("patch", "pods/status", ref.name, lambda: self.api.strategic_patch(
+                POD, ref.namespace, ref.name, patch, subresource="status"))
+        except (NotFound, Conflict):
+            self.forget(ref.kind, self._stub(ref))
+            return False
+        except Invalid:
+            # A uid is immutable: the API server refuses the patch of a pod of the same name made since.
+            try:
+                now = self.api.get(POD, ref.namespace, ref.name)
+            except NotFound:
+                now = None
+            if now is None or (now.get("metadata") or {}).get("uid") != ref.uid:
+                self.forget(ref.kind, self._stub(ref))
+                return False
+            raise
+        self.observe(resp)
+        return True
 
     def _mark(self, m: Mark) -> None:
         """Merge ``m.annotations`` into ``m.ref``; its uid in the patch makes the API server refuse

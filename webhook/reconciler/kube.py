@@ -24,6 +24,7 @@ from .model import POD, Kind
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
 class WatchStream:
@@ -192,6 +193,15 @@ class KubeApi:
         """JSON merge patch; put ``metadata.resourceVersion`` in it to fence it (409 when stale)."""
         path = kind.path(namespace, name) + (f"/{subresource}" if subresource else "")
         return self.request_object("PATCH", path, body=dict(patch), content_type=MERGE_PATCH)
+
+    def strategic_patch(self, kind: Kind, namespace: str | None, name: str, patch: Mapping[str, Any], *,
+                        subresource: str = "") -> dict[str, Any]:
+        """Strategic merge patch (built-in kinds only): lists with a merge key, such as a pod's
+        ``status.conditions`` (by ``type``), are merged entry by entry instead of replaced, so one
+        condition is written without taking the others' places. ``metadata.uid`` in it is a
+        precondition (the API server refuses to change a uid)."""
+        path = kind.path(namespace, name) + (f"/{subresource}" if subresource else "")
+        return self.request_object("PATCH", path, body=dict(patch), content_type=STRATEGIC_MERGE_PATCH)
 
     def evict(self, namespace: str, name: str, *, uid: str) -> None:
         """Evict a pod through the Eviction API (PodDisruptionBudgets apply), uid as precondition.

@@ -21,7 +21,8 @@ fenced by the node's resourceVersion, so what is recorded is what was there.
 Then every pod on it (but DaemonSet pods and static pods) is evicted through
 the Eviction API, so PodDisruptionBudgets are honoured, until ``drain_timeout``
 after the start; past it, a pod that a budget still protects is deleted, with
-a Warning Event. Every eviction is an Event on the pod's workload (its Job, or
+a Warning Event (and first, as the Eviction API would, a ``DisruptionTarget``
+condition: a Job's podFailurePolicy can take it for an interruption). Every eviction is an Event on the pod's workload (its Job, or
 the pod).
 
 **At its end** (or when the window is deleted), a node that no active window
@@ -47,10 +48,11 @@ from ..windows import (
     next_window,
     slack_for,
 )
-from .actions import Action, Delete, Unplannable, unplannable
+from .actions import Action, Delete, Disruption, Unplannable, unplannable
 from .model import (
     ANN_MAINTENANCE,
     ANN_NEXT_MAINTENANCE,
+    REASON_MAINTENANCE_DRAIN,
     JobView,
     NodeView,
     PodView,
@@ -285,9 +287,20 @@ def _drain(actions: list[Action], snapshot: Snapshot, node: NodeView, window: Wi
                 message=(f"{what} still ran on node {node.name} at {format_time(deadline)}, when the drain "
                          f"deadline of {window.describe()} passed (a PodDisruptionBudget kept refusing the "
                          f"eviction): deleting it"),
-                key=pod.ref.uid, deletes=(Delete(pod.ref),),
+                key=pod.ref.uid, deletes=(_force_drain(pod, node, window),),
             ))
     return wake
+
+
+def _force_drain(pod: PodView, node: NodeView, window: Window) -> Delete:
+    """The pod is deleted from outside, as the Eviction API would have: with a DisruptionTarget
+    condition first (unless it has one), which a Job's podFailurePolicy can match (a gang Job's
+    Ignore rule: no failure counted) and by which the reconciler tells its gang it was interrupted."""
+    if pod.disrupted:
+        return Delete(pod.ref)
+    return Delete(pod.ref, disruption=Disruption(
+        REASON_MAINTENANCE_DRAIN, f"batchgate: {window.describe()} started on node {node.name} and its drain "
+                                  f"deadline passed while a PodDisruptionBudget kept refusing the eviction"))
 
 
 def _uncordon(actions: list[Action], node: NodeView, state: Cordoned) -> None:

@@ -71,6 +71,18 @@ INTERRUPT_REASONS = frozenset({
     "NodeLost", "Evicted", "Shutdown", "NodeShutdown", "Terminated", "Preempting",
     "Preempted", "UnexpectedAdmissionError", "NodeAffinity",
 })
+# The pod condition by which Kubernetes (1.26+) marks a pod it is about to stop from outside:
+# kube-scheduler's preemption, the Eviction API (drains), the taint manager, PodGC, the kubelet's
+# evictions. A Job's podFailurePolicy can match it (the webhook gives gang Jobs an Ignore rule).
+DISRUPTION_TARGET = "DisruptionTarget"
+# The reasons batchgate writes into that condition on the gang members it takes down (a gang starts
+# over together): its own doing, never an interruption from outside.
+REASON_GANG_RESTART = "BatchgateGangRestart"  # a Job's gang: its Job makes the pods again
+REASON_GANG_TEARDOWN = "BatchgateGangTeardown"  # bare pods of a group: they go for good
+OWN_DISRUPTION_REASONS = frozenset({REASON_GANG_RESTART, REASON_GANG_TEARDOWN})
+# ...and on a pod it deletes past a maintenance window's drain deadline: an interruption from outside
+# for the pod's gang, as an eviction through the Eviction API (which writes EvictionByEvictionAPI).
+REASON_MAINTENANCE_DRAIN = "BatchgateMaintenanceDrain"
 
 Key = tuple[str, str]  # (namespace, name); ("", name) for cluster-scoped objects
 
@@ -271,6 +283,10 @@ class PodView:
     index: int | None = None  # an Indexed Job's completion index
     restarted: bool = False  # batchgate.io/gang-restart names this pod's uid
     exit_code: int | None = None  # the exit code behind ``failure`` (None: no container exited non-zero)
+    # -- for gangs: whether something (Kubernetes, or batchgate) marked the pod as stopped from outside
+    disrupted: bool = False  # a DisruptionTarget condition with status True, whoever wrote it
+    disrupted_at: float | None = None  # its lastTransitionTime, when it came from outside (``interrupted``)
+    created: float | None = None  # metadata.creationTimestamp
 
     @property
     def cpu_m(self) -> int:
@@ -621,14 +637,19 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
     reason = st.get("reason") or ""
     message = st.get("message") or ""
     interrupted: str | None = None
+    disruption = next((c for c in st.get("conditions") or ()
+                       if isinstance(c, dict) and c.get("type") == DISRUPTION_TARGET and c.get("status") == "True"),
+                      None)
+    disrupted_at: float | None = None
     if reason in INTERRUPT_REASONS:
         interrupted = f"{reason}: {message}" if message else reason
-    else:
-        for c in st.get("conditions") or ():
-            if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
-                why = c.get("reason") or "DisruptionTarget"
-                interrupted = f"{why}: {c['message']}" if c.get("message") else why
-                break
+    elif disruption is not None and not (isinstance(disruption.get("reason"), str)
+                                         and disruption["reason"] in OWN_DISRUPTION_REASONS):
+        # (batchgate's own mark, on a gang member it takes down, is no interruption from outside)
+        why = disruption.get("reason") or DISRUPTION_TARGET
+        interrupted = f"{why}: {disruption['message']}" if disruption.get("message") else why
+    if interrupted is not None and disruption is not None:
+        disrupted_at = parse_time(disruption.get("lastTransitionTime"))
     finished: float | None = None
     spec = obj.get("spec") or {}
     if phase == "Succeeded":
@@ -683,6 +704,9 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         conditions=conditions,
         index=_index(ann.get(LABEL_COMPLETION_INDEX) or labels.get(LABEL_COMPLETION_INDEX)),
         restarted=bool(ann.get(ANN_GANG_RESTART)) and ann.get(ANN_GANG_RESTART) == md.get("uid"),
+        disrupted=disruption is not None,
+        disrupted_at=disrupted_at,
+        created=created,
     )
 
 

@@ -34,9 +34,21 @@ triggers nothing again. Container restarts under ``restartPolicy: OnFailure`` or
 deleted. When a member is *interrupted* (evicted, preempted, its node gone) that
 is not the job's fault: the members are deleted but the Job stays, so its
 controller starts the whole group over (unless its podFailurePolicy fails it for
-that). Members already being deleted never trigger anything, and the member that
-caused a teardown is deleted (or marked) last, so a teardown cut short by a crash
-is found again and finished with the same cause (and the same Event names).
+that). On current Kubernetes such a member is usually being deleted already,
+with a ``DisruptionTarget`` condition (preemption, the Eviction API, the taint
+manager, PodGC): its partners created before that go too, and it is marked
+instead of deleted. Members being deleted for any other reason (by batchgate, by
+a user, with their Job) trigger nothing, and the member that caused a teardown
+is deleted (or marked) last, so a teardown cut short by a crash is found again
+and finished with the same cause (and the same Event names).
+
+Every member batchgate takes down that has not ended gets a ``DisruptionTarget``
+condition first (reason ``BatchgateGangRestart``, or ``BatchgateGangTeardown``
+for bare pods), as kube-controller-manager's taint manager and PodGC write it.
+Since Kubernetes 1.26 the Job controller counts every pod deleted before it
+ended as failed; with the rule the webhook gives gang Jobs
+(podFailurePolicy ``Ignore`` on ``DisruptionTarget``) a restart costs the Job
+the one failure that caused it, and an interruption none.
 
 **PodGroups.** With the coscheduling CRD installed, each group has a PodGroup
 (minMember = the group size) for as long as its workload exists: the Job (the
@@ -54,7 +66,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..units import format_duration
-from .actions import Action, ActionKind, Delete, Mark, Plan, PodGroupWrite, Unplannable, unplannable
+from .actions import (
+    Action,
+    ActionKind,
+    Delete,
+    Disruption,
+    Mark,
+    Plan,
+    PodGroupWrite,
+    Unplannable,
+    unplannable,
+)
 from .expected import plan_expected
 from .maintenance import plan_maintenance
 from .model import (
@@ -63,6 +85,8 @@ from .model import (
     ANN_STARTED,
     ANN_TIME_LIMIT,
     ANN_WARNED,
+    REASON_GANG_RESTART,
+    REASON_GANG_TEARDOWN,
     JobView,
     PodGroupView,
     PodView,
@@ -474,11 +498,22 @@ def _gang(
     failed: list[PodView] = []
     interrupted: list[tuple[PodView, str]] = []
     for m in live:
-        why = interruption(m)
+        why = interruption(m) if not m.restarted else None
         if why is not None:
             interrupted.append((m, why))
         elif m.failure is not None and not m.restarted:
             failed.append(m)
+    for m in members:
+        # A member that Kubernetes is taking down from outside (preempted, evicted by a drain, the
+        # taint manager's or PodGC's doing: it carries their DisruptionTarget condition, and is being
+        # deleted) leaves its partners running without it: they start over with it. Only partners it
+        # ran with, created before it was disrupted: the Job's replacements made since are the next
+        # start (and a mark another component wrote over batchgate's own, on a member batchgate took
+        # down, finds none).
+        if m.deleting and m.interrupted is not None and not m.restarted and m.disrupted_at is not None \
+                and m.ref.uid not in stopped \
+                and any(not x.terminal and x.created is not None and x.created <= m.disrupted_at for x in live):
+            interrupted.append((m, m.interrupted))
     kind: ActionKind
     if job is not None and failed:
         # As the Job controller counts it: a pod has failed once its phase says so (a container that
@@ -493,7 +528,8 @@ def _gang(
         kind, reason = "gang-failed", "GangFailed"
     elif interrupted and p.settings.teardown_interrupted_groups:
         cause, why = min(interrupted, key=lambda t: _cause_order(t[0]))
-        if job is not None and cause.terminal and job.failure_policy.action_for(cause.exits, cause.conditions) == "FailJob":
+        if job is not None and (cause.terminal or cause.deleting) \
+                and job.failure_policy.action_for(cause.exits, cause.conditions) == "FailJob":
             return  # the Job's own podFailurePolicy fails it for this: its controller stops the pods
         text = f"pod {cause.ref.name} of pod group {group} was interrupted ({why})"
         kind, reason = "gang-interrupted", "GangInterrupted"
@@ -501,22 +537,48 @@ def _gang(
         return
 
     others = sorted((m for m in live if m is not cause), key=lambda m: m.ref.name)
+    # The cause goes last: a teardown cut short is found again with the same cause. One that is
+    # being deleted already is marked instead, once the others are deleted, so it triggers nothing
+    # again while it terminates.
+    last: tuple[Delete, ...] = (() if cause.deleting else (Delete(cause.ref),) if kind == "gang-failed"
+                                else (_take_down(cause, job, text),))
+    mark = Mark(cause.ref, {ANN_GANG_RESTART: cause.ref.uid}) if cause.deleting else None
     if job is not None:
         p.actions.append(Action(
             kind="gang-interrupted", target=job.ref, reason=reason, event_type="Warning",
-            message=(f"{text}; deleting all {len(others) + 1} pods of the group so that the Job "
-                     f"starts them over together"),
+            message=(f"{text}; deleting " + (f"the other {len(others)}" if cause.deleting else f"all {len(others) + 1}")
+                     + " pods of the group so that the Job starts them over together"),
             key=cause.ref.uid,
-            deletes=(*(Delete(m.ref) for m in others), Delete(cause.ref)),
+            deletes=(*(_take_down(m, job, text) for m in others), *last), mark=mark,
         ))
     else:
         # Bare pods: each is its own workload, so each gets the Event; the cause goes last.
-        for m in [*others, cause]:
+        for m in others:
             p.actions.append(Action(
                 kind=kind, target=m.ref, reason=reason, event_type="Warning",
                 message=f"{text}; the whole group is torn down: deleting this pod",
-                key=cause.ref.uid, deletes=(Delete(m.ref),),
+                key=cause.ref.uid, deletes=(_take_down(m, job, text),),
             ))
+        p.actions.append(Action(
+            kind=kind, target=cause.ref, reason=reason, event_type="Warning",
+            message=f"{text}; the whole group is torn down" + ("" if cause.deleting else ": deleting this pod"),
+            key=cause.ref.uid, deletes=last, mark=mark,
+        ))
+
+
+def _take_down(m: PodView, job: JobView | None, why: str) -> Delete:
+    """Delete a gang member batchgate takes down because of another member (or, for an interruption
+    Kubernetes did not mark, because of itself). Unless it already ended (its Job controller has
+    judged it) or carries a DisruptionTarget condition already, that condition is written first, as
+    kube-controller-manager's taint manager and PodGC do: the Job's podFailurePolicy (the webhook
+    gives gang Jobs ``Ignore`` on it) then takes it for the interruption it is. Without it, a Job
+    counts every pod deleted before it ended as failed (Kubernetes 1.26+, pod tracking finalizers):
+    one restart would spend the Job's backoffLimit once per member."""
+    if m.terminal or m.disrupted:
+        return Delete(m.ref)
+    reason = REASON_GANG_RESTART if job is not None else REASON_GANG_TEARDOWN
+    return Delete(m.ref, disruption=Disruption(reason, f"batchgate: {why}; the pod group starts over together"
+                                               if job is not None else f"batchgate: {why}; the pod group is torn down"))
 
 
 def _job_gang_failed(p: _Pass, job: JobView, group: str, cause: PodView, live: list[PodView],
@@ -550,11 +612,12 @@ def _job_gang_failed(p: _Pass, job: JobView, group: str, cause: PodView, live: l
     others = sorted((m for m in live if m is not cause and not m.terminal), key=lambda m: m.ref.name)
     n = 1 + sum(1 for m in members if m.restarted)
     stopping = f"deleting its {len(others)} running pods so that" if others else "so that"
+    why = f"pod {cause.ref.name} of pod group {group} failed: {cause.failure}"
     p.actions.append(Action(
         kind="gang-restart", target=job.ref, reason="GangRestarted", event_type="Warning",
-        message=(f"pod {cause.ref.name} of pod group {group} failed: {cause.failure}; the group starts over "
-                 f"together (restart {n}; {budget}): {stopping} the Job makes them again"),
-        key=cause.ref.uid, deletes=tuple(Delete(m.ref) for m in others),
+        message=(f"{why}; the group starts over together (restart {n}; {budget}): {stopping} the Job makes "
+                 f"them again"),
+        key=cause.ref.uid, deletes=tuple(_take_down(m, job, why) for m in others),
         mark=Mark(cause.ref, {ANN_GANG_RESTART: cause.ref.uid}),
     ))
 

@@ -31,10 +31,18 @@ Where the group comes from:
 
 A workload that already names its gang for a scheduler itself (any of the
 scheduler keys below, without batchgate's) is left alone.
+
+A Job that is a gang also gets the podFailurePolicy rule ``Ignore`` on the
+``DisruptionTarget`` pod condition (``_ignore_disruptions``): the members the
+reconciler takes down when the gang starts over, and those Kubernetes preempts,
+evicts or loses with their node, are interruptions, not failures that spend the
+Job's backoffLimit (rooms of this feature: here, webhook/reconciler/planner.py
+``_gang``, webhook/reconciler/actuator.py ``_disrupt``).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
 from dataclasses import dataclass
@@ -216,7 +224,56 @@ def _mutate_job(settings: Settings, draft: Draft, ctx: Ctx, labels: dict[str, An
         draft.ensure(*meta_path, "labels", SIZE_LABEL, str(size))
     else:
         _write(settings, draft, meta_path, str(group), size)
+    findings += _ignore_disruptions(draft, ctx.subject)
     return findings
+
+
+# The podFailurePolicy rule a gang Job gets: a pod stopped from outside (Kubernetes' preemption,
+# eviction, taint manager, PodGC; batchgate taking the members down when the gang starts over) is
+# an interruption, not a failure.
+DISRUPTION_RULE: dict[str, Any] = {"action": "Ignore",
+                                   "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+MAX_POD_FAILURE_RULES = 20  # the API server's limit
+
+
+def _ignore_disruptions(draft: Draft, subject: str) -> list[Finding]:
+    """Give a gang Job's podFailurePolicy the rule ``Ignore`` on the ``DisruptionTarget`` condition,
+    first (the first matching rule decides: an exit-code rule would otherwise match the SIGTERM
+    exit of a member stopped from outside), and ``podReplacementPolicy: Failed``, which the API
+    server requires with a podFailurePolicy (it defaulted the field before the webhook saw the Job).
+
+    Why: since Kubernetes 1.26 the Job controller tracks pods with a finalizer and counts every pod
+    deleted before it ended as failed. When one member fails, the reconciler deletes the others so
+    the gang starts over together; without the rule that one restart would spend the Job's
+    backoffLimit once per member. With it, the restart costs the one failure that caused it: the
+    reconciler marks the members it takes down with DisruptionTarget, as Kubernetes marks those it
+    preempts, evicts or loses with their node. Left as written: a Job that decides about
+    DisruptionTarget itself (its own rule on it), one whose pods restart in place (podFailurePolicy
+    needs restartPolicy: Never), and one with no room for another rule (warned)."""
+    spec = draft.get("spec")
+    restart = dig(spec, ("template", "spec", "restartPolicy"))
+    if restart == "OnFailure":
+        return [warn(f"{subject}: with restartPolicy: OnFailure it can have no podFailurePolicy, so when its gang "
+                     f"starts over together after a pod was preempted, evicted or lost with its node, the pods "
+                     f"stopped count as failures against its backoffLimit; restartPolicy: Never avoids that")]
+    if not isinstance(spec, dict) or restart != "Never":
+        return []
+    pfp = spec.get("podFailurePolicy")
+    rules = pfp.get("rules") if isinstance(pfp, dict) else [] if pfp is None else None
+    if not isinstance(rules, list):
+        return []  # malformed: the API server says what is wrong with it
+    for rule in rules:
+        conds = rule.get("onPodConditions") if isinstance(rule, dict) else None
+        if any(isinstance(c, dict) and c.get("type") == "DisruptionTarget" for c in conds or ()):
+            return []  # its own decision about disruptions
+    if len(rules) >= MAX_POD_FAILURE_RULES:
+        return [warn(f"{subject}: spec.podFailurePolicy has {len(rules)} rules, the most Kubernetes allows, so "
+                     f"batchgate could not add {{action: Ignore, onPodConditions: [{{type: DisruptionTarget}}]}}: "
+                     f"when its gang starts over together, the pods batchgate stops count as failures against "
+                     f"its backoffLimit")]
+    draft.edit("spec", "podFailurePolicy", "rules", create=list).insert(0, copy.deepcopy(DISRUPTION_RULE))
+    draft.ensure("spec", "podReplacementPolicy", "Failed")
+    return []
 
 
 def _mutate_cronjob(draft: Draft, ctx: Ctx, labels: dict[str, Any]) -> list[Finding]:

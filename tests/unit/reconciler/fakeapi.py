@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from webhook.reconciler.errors import AlreadyExists, Blocked, Conflict, KubeError, NotFound
+from webhook.reconciler.errors import AlreadyExists, Blocked, Conflict, Invalid, KubeError, NotFound
 from webhook.reconciler.model import KINDS, Kind
 
 
@@ -121,6 +121,34 @@ class FakeApi:
         if rv is not None and rv != cur["metadata"]["resourceVersion"]:
             raise Conflict("the object has been modified", status=409, reason="Conflict")
         new = _merge(copy.deepcopy(cur), {k: v for k, v in patch.items()})
+        new["metadata"].pop("resourceVersion", None)
+        return self.put(new)
+
+    def strategic_patch(self, kind: Kind, namespace: str | None, name: str, patch: Mapping[str, Any], *,
+                        subresource: str = "") -> dict[str, Any]:
+        """A strategic merge patch as the API server applies one to a pod: ``status.conditions`` are
+        merged by ``type``; a ``metadata.uid`` other than the object's is refused (422: immutable)."""
+        self.calls.append(("patch", kind.plural + (f"/{subresource}" if subresource else ""), namespace or "", name))
+        self._maybe_fail("patch")
+        cur = self.objects.get(self._key(kind, namespace, name))
+        if cur is None:
+            raise NotFound("not found", status=404)
+        uid = (patch.get("metadata") or {}).get("uid")
+        if uid is not None and uid != cur["metadata"]["uid"]:
+            raise Invalid("metadata.uid: Invalid value: field is immutable", status=422, reason="Invalid")
+        new = copy.deepcopy(cur)
+        conditions = (patch.get("status") or {}).get("conditions")
+        rest = {k: v for k, v in patch.items() if k != "status"}
+        rest["status"] = {k: v for k, v in (patch.get("status") or {}).items() if k != "conditions"}
+        _merge(new, rest)
+        if conditions is not None:
+            have = new.setdefault("status", {}).setdefault("conditions", [])
+            for c in conditions:
+                old = next((x for x in have if x.get("type") == c.get("type")), None)
+                if old is None:
+                    have.append(copy.deepcopy(c))
+                else:
+                    old.update(copy.deepcopy(c))
         new["metadata"].pop("resourceVersion", None)
         return self.put(new)
 

@@ -5,6 +5,7 @@ The same behaviour is exercised against a real API server in tests/e2e.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -179,12 +180,63 @@ def test_gang_failure_restarts_the_group_keeps_the_job_and_marks_the_cause_last(
     assert ("jobs", "demo", "mpi") in api.objects and ("pods", "demo", "mpi-a") not in api.objects
     failed = api.objects[("pods", "demo", "mpi-b")]  # kept, for its logs and the Job's count
     assert failed["metadata"]["annotations"][ANN_GANG_RESTART] == failed["metadata"]["uid"]
+    assert not failed["status"].get("conditions")  # it failed: no DisruptionTarget on it
     ops = [(c[0], c[1], c[3]) for c in api.calls if c[0] in ("delete", "patch")]
-    assert ops == [("delete", "pods", "mpi-a"), ("patch", "pods", "mpi-b")]  # the mark comes last
+    # the partner is marked DisruptionTarget before it is deleted; the mark of the cause comes last
+    assert ops == [("patch", "pods/status", "mpi-a"), ("delete", "pods", "mpi-a"), ("patch", "pods", "mpi-b")]
     (ev,) = api.events()
     assert ev["involvedObject"]["kind"] == "Job" and "OOMKilled" in ev["message"] and "mpi-b" in ev["message"]
     assert ev["type"] == "Warning" and ev["reason"] == "GangRestarted"
     assert plan(snap(api), T0, SETTINGS).actions == []  # dealt with
+
+
+def test_the_partner_is_marked_disrupted_by_batchgate_beside_its_other_conditions() -> None:
+    """What the Job's podFailurePolicy (Ignore on DisruptionTarget) matches once the pod has ended: a
+    condition merged by type into the pod's status (a strategic merge patch, uid as precondition), as
+    the taint manager and PodGC write it; the kubelet's own conditions stay."""
+    api = FakeApi()
+    j = api.put(job("mpi", template_labels=group_labels("mpi", 2)))
+    ready = {"type": "Ready", "status": "True"}
+    partner = api.put(pod("mpi-a", owner=j, labels=group_labels("mpi", 2), conditions=[ready]))
+    api.put(pod("mpi-b", owner=j, labels=group_labels("mpi", 2), phase="Failed", containers=[terminated(1)]))
+    (a,) = plan(snap(api), T0, SETTINGS).actions
+    (d,) = a.deletes
+    assert d.disruption is not None and d.disruption.reason == "BatchgateGangRestart"
+    seen: list[dict[str, Any]] = []
+    real_delete = api.delete
+
+    def delete(kind: Any, ns: Any, name: str, **kw: Any) -> Any:
+        seen.append(copy.deepcopy(api.objects[("pods", ns, name)]))  # the pod as the delete finds it
+        return real_delete(kind, ns, name, **kw)
+
+    api.delete = delete  # type: ignore[method-assign]
+    assert actuator(api).execute([a])[0].result == "done"
+    (gone,) = seen
+    assert gone["metadata"]["uid"] == partner["metadata"]["uid"]
+    ready_now, disrupted = gone["status"]["conditions"]
+    assert ready_now == ready
+    assert disrupted["type"] == "DisruptionTarget" and disrupted["status"] == "True"
+    assert disrupted["reason"] == "BatchgateGangRestart" and disrupted["lastTransitionTime"]
+    assert "pod mpi-b of pod group mpi failed" in disrupted["message"]
+
+
+@pytest.mark.parametrize("what", ["gone", "replaced"])
+def test_a_partner_gone_or_replaced_before_its_mark_is_not_deleted(what: str) -> None:
+    """The status patch carries the uid: a pod of the same name made since is neither marked nor deleted."""
+    api = FakeApi()
+    j = api.put(job("mpi", template_labels=group_labels("mpi", 2)))
+    api.put(pod("mpi-a", owner=j, labels=group_labels("mpi", 2)))
+    api.put(pod("mpi-b", owner=j, labels=group_labels("mpi", 2), phase="Failed", containers=[terminated(1)]))
+    (a,) = plan(snap(api), T0, SETTINGS).actions
+    del api.objects[("pods", "demo", "mpi-a")]
+    if what == "replaced":
+        api.put(pod("mpi-a", owner=j, labels=group_labels("mpi", 2), uid="uid-new"))
+    assert actuator(api).execute([a])[0].result == "done"
+    assert not [c for c in api.calls if c[0] == "delete"]
+    if what == "replaced":
+        assert not api.objects[("pods", "demo", "mpi-a")]["status"].get("conditions")
+    failed = api.objects[("pods", "demo", "mpi-b")]
+    assert failed["metadata"]["annotations"][ANN_GANG_RESTART] == failed["metadata"]["uid"]
 
 
 def test_a_failed_delete_leaves_the_cause_unmarked_so_the_restart_is_planned_again() -> None:

@@ -17,6 +17,7 @@ from reconbuild import (
     running,
     snapshot,
     terminated,
+    ts,
 )
 
 from webhook.reconciler.model import ANN_GANG_RESTART, LABEL_COMPLETION_INDEX
@@ -324,3 +325,116 @@ def test_a_recorded_preempted_member_of_a_current_indexed_job() -> None:
     strict = job("train", uid="uid-demo-train", template_labels=group_labels("train", 4), spec=pfp(
         {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}))
     assert plan(snapshot(strict, PREEMPTED_131, *others), T0, Settings()).actions == []
+
+
+# -- Kubernetes 1.26+: what batchgate takes down is a disruption, not a failure --------------------
+# The Job controller counts every pod deleted before it ended as failed; the webhook gives gang Jobs a
+# podFailurePolicy rule {Ignore, onPodConditions: DisruptionTarget}, and batchgate marks the members
+# it takes down with that condition (reason BatchgateGangRestart) before deleting them.
+def disruption(reason: str, at: float) -> list[dict[str, Any]]:
+    return [{"type": "DisruptionTarget", "status": "True", "reason": reason, "message": "...",
+             "lastTransitionTime": ts(at)}]
+
+
+def disruptions(a: Any) -> list[tuple[str, str | None]]:
+    return [(d.ref.name, d.disruption.reason if d.disruption is not None else None) for d in a.deletes]
+
+
+def test_a_restart_marks_the_running_partners_disrupted_not_the_failed_one() -> None:
+    (a,) = plan(snapshot(J, *job_members({}, OOM)), T0, Settings()).actions
+    assert a.kind == "gang-restart"
+    assert disruptions(a) == [("mpi-a", "BatchgateGangRestart"), ("mpi-c", "BatchgateGangRestart")]
+    assert all(d.disruption is not None and "pod mpi-b of pod group mpi failed" in d.disruption.message
+               for d in a.deletes)
+
+
+def test_a_partner_kubernetes_marked_already_keeps_its_reason() -> None:
+    (a,) = plan(snapshot(J, *job_members({"conditions": disruption("PreemptionByScheduler", 30)}, OOM)),
+                T0 + 60, Settings()).actions
+    assert disruptions(a) == [("mpi-a", None), ("mpi-c", "BatchgateGangRestart")]
+
+
+def test_a_member_lost_with_its_node_is_marked_too_and_goes_last() -> None:
+    (a,) = plan(snapshot(J, *job_members({}, {"node": "node-gone"}), nodes=["node-1"]), T0, Settings()).actions
+    assert a.kind == "gang-interrupted"
+    assert disruptions(a) == [("mpi-a", "BatchgateGangRestart"), ("mpi-c", "BatchgateGangRestart"),
+                              ("mpi-b", "BatchgateGangRestart")]
+
+
+def test_an_evicted_member_that_ended_is_not_marked_after_the_fact() -> None:
+    (a,) = plan(snapshot(J, *job_members({"phase": "Failed", "reason": "Evicted", "containers": [terminated(137)]})),
+                T0, Settings()).actions
+    assert disruptions(a) == [("mpi-b", "BatchgateGangRestart"), ("mpi-c", "BatchgateGangRestart"), ("mpi-a", None)]
+
+
+def test_bare_members_are_marked_as_torn_down() -> None:
+    acts = plan(snapshot(member("r0"), member("r1", **OOM), member("r2")), T0, Settings()).actions
+    assert [disruptions(a) for a in acts] == [[("r0", "BatchgateGangTeardown")], [("r2", "BatchgateGangTeardown")],
+                                              [("r1", None)]]
+
+
+PREEMPTING = {"deleting": True, "conditions": disruption("PreemptionByScheduler", 30)}
+
+
+def test_a_member_kubernetes_is_taking_down_restarts_the_gang_and_is_marked_as_dealt_with() -> None:
+    """Preempted, evicted through the Eviction API (a drain), the taint manager's: the pod is being
+    deleted with Kubernetes' DisruptionTarget. Its partners go too; it is marked, not deleted again."""
+    (a,) = plan(snapshot(J, *job_members({}, PREEMPTING)), T0 + 60, Settings()).actions
+    assert (a.kind, a.reason) == ("gang-interrupted", "GangInterrupted") and a.key == "uid-demo-mpi-b"
+    assert "pod mpi-b of pod group mpi was interrupted (PreemptionByScheduler: ...)" in a.message
+    assert disruptions(a) == [("mpi-a", "BatchgateGangRestart"), ("mpi-c", "BatchgateGangRestart")]
+    assert a.mark is not None and a.mark.ref.name == "mpi-b" and a.mark.annotations == {ANN_GANG_RESTART: "uid-demo-mpi-b"}
+    marked = {**PREEMPTING, "annotations": {ANN_GANG_RESTART: "uid-demo-mpi-b"}}
+    assert plan(snapshot(J, *job_members({}, marked)), T0 + 60, Settings()).actions == []
+
+
+def test_a_bare_member_kubernetes_is_taking_down_tears_the_group_down() -> None:
+    acts = plan(snapshot(member("r0"), member("r1", **PREEMPTING)), T0 + 60, Settings()).actions
+    assert [(a.target.name, disruptions(a), a.mark is not None) for a in acts] == [
+        ("r0", [("r0", "BatchgateGangTeardown")], False), ("r1", [], True)]
+
+
+def test_only_partners_it_ran_with_start_over_not_the_replacements_made_since() -> None:
+    """The Job's replacements, created after the disruption, are the next start: and a condition another
+    component wrote over batchgate's own (PodGC on a lost node keeps its time) finds no partner."""
+    later = [member(n, owner=J) for n in ("mpi-a2", "mpi-c2")]
+    for p in later:
+        p["metadata"]["creationTimestamp"] = ts(45)
+    assert plan(snapshot(J, member("mpi-b", owner=J, **PREEMPTING), *later), T0 + 60, Settings()).actions == []
+    podgc = {"deleting": True, "phase": "Failed", "conditions": disruption("DeletionByPodGC", 30)}
+    assert plan(snapshot(J, member("mpi-a", owner=J, **podgc), *later), T0 + 60, Settings()).actions == []
+
+
+def test_a_member_batchgate_took_down_triggers_nothing() -> None:
+    ours = {"deleting": True, "conditions": disruption("BatchgateGangRestart", 30)}
+    assert plan(snapshot(J, *job_members(ours, {}, ours)), T0 + 60, Settings()).actions == []
+
+
+def test_a_restart_cut_short_between_a_mark_and_its_delete_is_finished_with_the_same_cause() -> None:
+    """A crash after a partner got batchgate's condition but before it was deleted: that partner is no
+    interruption of its own; the failure is found again and the same restart finished."""
+    ours = {"conditions": disruption("BatchgateGangRestart", 30)}
+    (a,) = plan(snapshot(J, *job_members(ours, OOM)), T0 + 60, Settings()).actions
+    assert (a.kind, a.key) == ("gang-restart", "uid-demo-mpi-b")
+    assert disruptions(a) == [("mpi-a", None), ("mpi-c", "BatchgateGangRestart")]
+
+
+def test_a_disruption_the_job_fails_for_is_left_to_its_controller_while_the_pod_terminates() -> None:
+    strict = job("mpi", template_labels=G, spec=pfp(
+        {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}))
+    assert plan(snapshot(strict, *job_members({}, PREEMPTING, owner=strict)), T0 + 60, Settings()).actions == []
+
+
+def test_the_partners_failures_batchgate_caused_are_not_counted_against_the_budget() -> None:
+    """After a restart the partners end Failed (SIGTERM, exit 143) with batchgate's DisruptionTarget: the
+    Job's Ignore rule leaves them uncounted, and so does the planner's budget."""
+    j = job("mpi", template_labels=G, spec={"backoffLimit": 2, **pfp(
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]})})
+    stopped = {"phase": "Failed", "deleting": True, "containers": [terminated(143)],
+               "conditions": disruption("BatchgateGangRestart", 30)}
+    members = [member("mpi-a", owner=j, **stopped),
+               member("mpi-b", owner=j, **{**OOM, "annotations": {RESTART: "uid-demo-mpi-b"}}),
+               member("mpi-c", owner=j, **stopped), member("mpi-a2", owner=j, **EXIT3), member("mpi-b2", owner=j)]
+    (a,) = plan(snapshot(j, *members), T0 + 60, Settings()).actions
+    assert a.kind == "gang-restart" and "(restart 2; 2 of the 2 failures its backoffLimit allows)" in a.message, a.message
+    assert disruptions(a) == [("mpi-b2", "BatchgateGangRestart")]

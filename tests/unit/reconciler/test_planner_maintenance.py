@@ -178,6 +178,10 @@ def test_the_drain_evicts_each_pod_with_an_event_on_its_workload() -> None:
     assert [(a.kind, [d.ref.name for d in a.deletes]) for a in late] == [("force-drain", ["solo"]),
                                                                         ("force-drain", ["train-a"])]
     assert late[0].event_type == "Warning" and "drain deadline" in late[0].message
+    # deleted from outside, as an eviction would have: marked DisruptionTarget first (a Job's
+    # podFailurePolicy can take it for an interruption; a gang starts over without counting it)
+    assert [(d.disruption.reason if d.disruption else None) for a in late for d in a.deletes] == [
+        "BatchgateMaintenanceDrain"] * 2
 
 
 def test_at_the_end_nodes_come_back_exactly_as_they_were() -> None:

@@ -195,12 +195,61 @@ def test_job_template_size_follows_parallelism_with_a_warning(pg):
     assert any("replaced by '2'" in w for w in d.warnings), d.warnings
 
 
-def test_job_patch_is_exactly_the_labels(pg):
+IGNORE_DISRUPTIONS = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+
+
+def test_job_patch_is_exactly_the_labels_and_the_disruption_rule(pg):
     assert run(pg, job(labels=GANG), phase="mutate").patch == [
         {"op": "add", "path": "/spec/template/metadata/labels/batchgate.io~1pod-group", "value": "mpi-sim2"},
         {"op": "add", "path": "/spec/template/metadata/labels/batchgate.io~1pod-group-size", "value": "2"},
         {"op": "add", "path": "/spec/template/metadata/labels/scheduling.x-k8s.io~1pod-group", "value": "mpi-sim2"},
+        {"op": "add", "path": "/spec/podFailurePolicy", "value": {"rules": [IGNORE_DISRUPTIONS]}},
+        {"op": "add", "path": "/spec/podReplacementPolicy", "value": "Failed"},
     ]
+
+
+# -- a gang's podFailurePolicy: a pod stopped from outside is no failure --------------------------
+EXIT_42 = {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}}
+
+
+def test_a_gang_job_ignores_disruptions_first_and_keeps_its_own_rules(pg):
+    """The first matching rule decides: the Ignore rule goes before the Job's own, so an exit-code
+    rule cannot take the SIGTERM exit of a member stopped from outside for a failure. A 1.29+ API
+    server has defaulted podReplacementPolicy to TerminatingOrFailed before the webhook sees the Job;
+    with a podFailurePolicy it must be Failed."""
+    d = run(pg, job(labels=GANG, podFailurePolicy={"rules": [EXIT_42]}, podReplacementPolicy="TerminatingOrFailed"))
+    assert d.obj["spec"]["podFailurePolicy"] == {"rules": [IGNORE_DISRUPTIONS, EXIT_42]}
+    assert d.obj["spec"]["podReplacementPolicy"] == "Failed"
+    assert d.warnings == []
+
+
+def test_a_gang_job_that_decides_about_disruptions_itself_is_left_as_written(pg):
+    own = {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    d = run(pg, job(labels=GANG, podFailurePolicy={"rules": [EXIT_42, own]}))
+    assert d.obj["spec"]["podFailurePolicy"] == {"rules": [EXIT_42, own]}
+    assert "podReplacementPolicy" not in d.obj["spec"] and d.warnings == []
+
+
+def test_a_gang_job_with_no_room_for_another_rule_is_warned(pg):
+    rules = [{"action": "Count", "onExitCodes": {"operator": "In", "values": [i]}} for i in range(1, 21)]
+    d = run(pg, job(labels=GANG, podFailurePolicy={"rules": rules}))
+    assert d.obj["spec"]["podFailurePolicy"]["rules"] == rules
+    assert len(d.warnings) == 1 and "has 20 rules, the most Kubernetes allows" in d.warnings[0], d.warnings
+
+
+def test_a_gang_job_whose_pods_restart_in_place_gets_no_policy_and_a_warning(pg):
+    obj = job(labels=GANG)
+    obj["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
+    d = run(pg, obj)
+    assert "podFailurePolicy" not in d.obj["spec"]  # the API server refuses one with OnFailure
+    assert d.obj["spec"]["template"]["metadata"]["labels"][GROUP] == "mpi-sim2"
+    assert any("can have no podFailurePolicy" in w and "restartPolicy: Never" in w for w in d.warnings), d.warnings
+
+
+def test_no_disruption_rule_for_a_job_that_is_no_gang_nor_in_a_cronjob_template(pg):
+    assert "podFailurePolicy" not in run(pg, job(parallelism=3, completions=None)).obj["spec"]
+    d = run(pg, cronjob(3))  # each Job the CronJob makes gets it at its own admission
+    assert "podFailurePolicy" not in d.obj["spec"]["jobTemplate"]["spec"]
 
 
 # -- schedulers ---------------------------------------------------------------------------
