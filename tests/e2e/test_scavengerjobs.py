@@ -140,16 +140,31 @@ def run_segment(kube: Any, ns: str, job: str, count: int, timeout: float = 60) -
 
 
 def finish_terminating(kube: Any, ns: str) -> int:
-    """The kubelet: pods being deleted are gone once their containers stopped. Once is not always
-    enough: when a pod is deleted from outside, the Job controller may make a replacement before
-    the segment's Job is deleted (or on a cache that has not seen the deletion yet); the garbage
-    collector deletes that pod later, and only a kubelet finishing it lets the next segment start."""
+    """The kubelet: a pod being deleted is finished once its containers stopped. As a kubelet does
+    since Kubernetes 1.27, its phase becomes terminal first (SIGTERM: exit 143, Failed), and only
+    then is it deleted for good (grace period 0). A pod the Job controller made keeps its
+    batch.kubernetes.io/job-tracking finalizer until that controller has counted it: it stays, in
+    its terminal phase, while kube-controller-manager is away. It holds no room any more: kube-scheduler
+    watches only pods that are not Succeeded or Failed, and the reconciler counts them the same way.
+    Once is not always enough: when a pod is deleted from outside, the Job controller may make a
+    replacement before the segment's Job is deleted (or on a cache that has not seen the deletion
+    yet); the garbage collector deletes that pod later, and only a kubelet finishing it lets the next
+    segment start. Returns how many pods it finished now."""
     n = 0
     for p in kube.get(pods_path(ns))["items"]:
-        if p["metadata"].get("deletionTimestamp"):
-            kube.delete(pods_path(ns, p["metadata"]["name"]),
+        md, terminal = p["metadata"], (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        if not md.get("deletionTimestamp") or (terminal and md.get("deletionGracePeriodSeconds") == 0):
+            continue  # not being deleted, or finished (and kept by a finalizer)
+        try:
+            if not terminal:
+                kube.set_pod_phase(ns, md["name"], "Failed", {c["name"]: 143 for c in p["spec"]["containers"]})
+            kube.delete(pods_path(ns, md["name"]),
                         body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0})
-            n += 1
+        except KubeApiError as e:
+            if e.status != 404:
+                raise
+            continue  # gone meanwhile
+        n += 1
     return n
 
 
@@ -283,7 +298,13 @@ def test_without_the_garbage_collector_a_boundary_and_a_left_over_pod_still_go(
     segment boundary: the reconciler deletes the segment's pods with its Job (they get SIGTERM
     now), and a pod left over from the gone Job (as the Job controller makes when its cache has
     not seen the Job's deletion) by its uid; then it creates the next segment's Job. Left to the
-    garbage collector, the next segment would wait for as long as it is away."""
+    garbage collector, the next segment would wait for as long as it is away.
+
+    On Kubernetes 1.26+ the Job controller's pods carry the job-tracking finalizer, which only that
+    controller removes: while it is away the old pods are never gone from the API. They are gone
+    from their nodes: the kubelet has stopped them and written their terminal phase, and
+    kube-scheduler (whose pod informer lists only pods that are not Succeeded or Failed) has given
+    their room back. That is what the next segment waits for, not for the objects to go."""
     require_components(kube, "kube-scheduler", "kube-controller-manager")
     ns, (_, node) = namespace, pool
     node(cpu="8")
@@ -306,12 +327,13 @@ def test_without_the_garbage_collector_a_boundary_and_a_left_over_pod_still_go(
         late = {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": "md-1-late", "labels": dict(pods[0]["metadata"]["labels"]),
                              "annotations": dict(pods[0]["metadata"].get("annotations") or {}),
+                             "finalizers": list(pods[0]["metadata"].get("finalizers") or []),
                              "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "md-1",
                                                   "uid": job1["metadata"]["uid"], "controller": True,
                                                   "blockOwnerDeletion": True}]},
                 "spec": {k: v for k, v in pods[0]["spec"].items()}}
         made = kube.create(pods_path(ns), late)
-        finish_terminating(kube, ns)  # md-1's two pods saved and are gone; md-1-late is not deleted yet
+        finish_terminating(kube, ns)  # md-1's two pods saved and ended; md-1-late is not deleted yet
         gone = kube.wait_for(lambda: kube.exists(pods_path(ns, "md-1-late")) and kube.get(
             pods_path(ns, "md-1-late"))["metadata"].get("deletionTimestamp"), 60,
             message=f"md-1-late deleted by the reconciler\n{r.logs()}")
@@ -320,6 +342,11 @@ def test_without_the_garbage_collector_a_boundary_and_a_left_over_pod_still_go(
         finish_terminating(kube, ns)
         kube.wait_for(lambda: kube.exists(jobs_path(ns, "md-2")), 60, message=f"Job md-2\n{r.logs()}")
         assert "LeftoverPodsDeleted" in r.logs(400) or "md-1-late" in r.logs(400)
+        # md-1's pods ended but are still there, uncounted by the Job controller (its finalizer)
+        left = seg_pods(kube, ns, "md-1")
+        assert all(p["status"]["phase"] == "Failed" for p in left), [p["status"]["phase"] for p in left]
+        if kube.server_version() >= (1, 26):
+            assert len(left) == 3 and all(p["metadata"].get("finalizers") for p in left), left
     finally:
         kcm.send_signal(signal.SIGCONT)
     run_segment(kube, ns, "md-2", 2)

@@ -1007,6 +1007,11 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
     seg = sj.segment
     cur_pods = [p for p in st.pods if p.segment == seg and (current is None or p.owner is None
                                                              or p.owner.uid == current.ref.uid)]
+    # "Gone", for the room a segment's pods held, is what kube-scheduler counts: a pod that ended
+    # (Succeeded or Failed) holds none, its pod informer lists only the others. Such a pod may stay
+    # (Kubernetes 1.26+: the Job controller's job-tracking finalizer, for as long as that controller
+    # is away); one being deleted that has not ended still runs on its node, holding its room, and
+    # may still be writing the checkpoint the next segment starts from.
     old_live = [p for p in st.pods if p not in cur_pods and not p.terminal]
     dels = tuple(Delete(p.ref) for p in cur_pods if not p.deleting and not p.terminal)
     job_del = (Delete(current.ref, "Background"),) if current is not None else ()

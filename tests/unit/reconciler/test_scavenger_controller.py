@@ -163,6 +163,27 @@ def test_life_of_a_scavengerjob_with_segments():
 HOUR_ = 3600
 
 
+def test_the_next_segment_starts_once_the_old_pods_ended_though_their_finalizer_keeps_them():
+    """Kubernetes 1.26+: the Job controller's pods carry its job-tracking finalizer, and while that
+    controller is away (kube-controller-manager down) they are never removed. Once the kubelet has
+    stopped them and written their terminal phase they hold no room: kube-scheduler lists only pods
+    that are not Succeeded or Failed. The next segment waits for that, not for the objects to go."""
+    w = World(sj("md"))
+    assert w.step() == ["sj-queued"] and w.step() == ["sj-start"]
+    w.run_job("md-1")
+    assert w.step(60) == ["sj-running"] and w.step(30 * MIN) == ["sj-segment"]
+    for p in w.pods("md-1"):
+        p["metadata"]["finalizers"] = ["batch.kubernetes.io/job-tracking"]
+    assert w.step() == []  # still running: they hold their room, and may still be writing the checkpoint
+    w.set_pod("md-1-0", phase="Failed", containerStatuses=[terminated(143)])  # saved on SIGTERM, ended
+    assert w.step() == []  # the other one still holds its room
+    w.set_pod("md-1-1", phase="Failed", containerStatuses=[terminated(143)])
+    assert w.step() == ["sj-resume"] and "md-2" in w.jobs()
+    assert len(w.pods("md-1")) == 2  # still there, kept by the finalizer, in their terminal phase
+    w.run_job("md-2")
+    assert w.step(5) == ["sj-segment-running"] and w.sj("md")["status"]["interruptedCount"] == 0
+
+
 def _running(w: World, name: str = "md") -> None:
     w.step()
     w.step()
