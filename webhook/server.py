@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import dataclasses
+import errno
 import logging
 import multiprocessing
 import os
 import queue
 import signal
+import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -667,8 +670,28 @@ def prepare(options: ServeOptions) -> State:
     return state
 
 
-def _serve_process(options: ServeOptions, state: State, reuse_port: bool) -> None:
+def _listen(options: ServeOptions, reuse_port: bool) -> socket.socket:
+    """The listening socket, bound before anything says "serving": a port already in use is one
+    clear error at start, not a traceback from inside the event loop."""
+    family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((options.host, options.port))
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def _serve_process(options: ServeOptions, state: State, reuse_port: bool,
+                   sock: socket.socket | None = None) -> None:
     app = make_app(state)
+    sock = sock or _listen(options, reuse_port)
 
     async def start_watch(app: web.Application) -> Any:
         task = asyncio.create_task(_watch(app, options.reload_interval))
@@ -679,8 +702,7 @@ def _serve_process(options: ServeOptions, state: State, reuse_port: bool) -> Non
     log.info("serving", extra={"fields": {
         "address": f"https://{options.host}:{options.port}", "pid": os.getpid(),
         "bundle": state.bundle.fingerprint if state.bundle else ""}})
-    web.run_app(app, host=options.host, port=options.port, ssl_context=state.ssl_context,
-                reuse_port=reuse_port, print=None, loop=_new_loop(), **RUNNER_SETTINGS)
+    web.run_app(app, sock=sock, ssl_context=state.ssl_context, print=None, loop=_new_loop(), **RUNNER_SETTINGS)
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -702,9 +724,18 @@ def run(options: ServeOptions) -> int:
     except (OSError, RuntimeError, ValueError) as e:
         log.error("cannot serve: %s", e)
         return 2
+    try:
+        sock = _listen(options, reuse_port=options.workers > 1)
+    except OSError as e:
+        why = "address already in use (another server on it? choose --port)" if e.errno == errno.EADDRINUSE \
+            else (e.strerror or str(e))
+        log.error("cannot serve on %s:%s: %s", options.host, options.port, why)
+        print(f"batchgate: cannot serve on {options.host}:{options.port}: {why}", file=sys.stderr, flush=True)
+        return 2
     if options.workers <= 1:
-        _serve_process(options, state, reuse_port=False)
+        _serve_process(options, state, reuse_port=False, sock=sock)
         return 0
+    sock.close()  # the check is done; each worker listens on its own socket (SO_REUSEPORT)
     # N processes, each with its own listening socket on the same port (SO_REUSEPORT):
     # the kernel spreads connections over them, so every core serves. Forked workers
     # inherit the state prepared above: the bundle is loaded and checked once.

@@ -70,6 +70,26 @@ class WatchStream:
                 self._resp.release_conn()
 
 
+def _quiet(api_client: Any) -> Any:
+    """No urllib3 retries: each would log a warning, and the reconciler retries on its own
+    (the next pass, the watch's backoff) with one line per failure."""
+    api_client.configuration.retries = False
+    api_client.rest_client.pool_manager.connection_pool_kw["retries"] = False
+    return api_client
+
+
+def _connection_problem(e: Exception, host: str) -> str:
+    """One line for a request that got no HTTP answer: 'cannot connect to HOST: connection refused'."""
+    text = " ".join(str(e).split())
+    if "Connection refused" in text:
+        return f"cannot connect to {host}: connection refused (is the API server up? is the kubeconfig's server right?)"
+    if "Name or service not known" in text or "Temporary failure in name resolution" in text:
+        return f"cannot connect to {host}: unknown host name"
+    if "timed out" in text.lower():
+        return f"no answer from {host}: timed out"
+    return f"{type(e).__name__}: {text[:300]}"
+
+
 class KubeApi:
     """JSON over REST with the credentials of a ``kubernetes.client.ApiClient``."""
 
@@ -79,22 +99,33 @@ class KubeApi:
 
     @staticmethod
     def connect(kubeconfig: str | None = None, *, timeout: float = 30.0) -> KubeApi:
-        """``kubeconfig`` if given; else in-cluster credentials; else ``$KUBECONFIG`` / ~/.kube/config."""
+        """``kubeconfig`` if given; else in-cluster credentials; else ``$KUBECONFIG`` / ~/.kube/config.
+        Whatever goes wrong is one ``KubeError`` line naming the file and what was tried."""
+        import os
+
         from kubernetes import client
         from kubernetes import config as kube_config
 
         config: Any = kube_config  # untyped library: its functions are called as documented
-        try:
-            if kubeconfig:
-                return KubeApi(config.new_client_from_config(config_file=kubeconfig), timeout=timeout)
+        if not kubeconfig:
             try:
                 cfg = client.Configuration()
                 config.load_incluster_config(client_configuration=cfg)
-                return KubeApi(client.ApiClient(cfg), timeout=timeout)
+                return KubeApi(_quiet(client.ApiClient(cfg)), timeout=timeout)
             except config.ConfigException:
-                return KubeApi(config.new_client_from_config(), timeout=timeout)
-        except (config.ConfigException, OSError) as e:
-            raise KubeError(f"no usable Kubernetes credentials: {e}") from e
+                pass
+        tried = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        first = tried.split(os.pathsep)[0]
+        if not any(os.path.isfile(f) for f in tried.split(os.pathsep) if f):
+            where = "" if kubeconfig else (
+                " (not in a cluster either: no service-account token mounted; tried "
+                + ("$KUBECONFIG" if os.environ.get("KUBECONFIG") else "the default ~/.kube/config") + ")")
+            raise KubeError(f"no kubeconfig at {tried}{where}; pass --kubeconfig FILE")
+        try:
+            return KubeApi(_quiet(config.new_client_from_config(config_file=kubeconfig or None)), timeout=timeout)
+        except Exception as e:  # YAML errors, missing keys, unreadable files, bad base64: the library's many kinds
+            detail = " ".join(str(e).split())
+            raise KubeError(f"kubeconfig {first} is not usable: {detail[:300]}") from e
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -117,7 +148,7 @@ class KubeApi:
         except ApiException as e:  # raised before any response, e.g. TLS trouble
             raise Transient(f"{e.reason or e}", status=0, method=method, path=path) from e
         except Exception as e:  # urllib3: connection refused, timeouts, ...
-            raise Transient(f"{type(e).__name__}: {e}", method=method, path=path) from e
+            raise Transient(_connection_problem(e, self.client.configuration.host), method=method, path=path) from e
 
     def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
                 content_type: str | None = None, timeout: float | None = None,
