@@ -175,8 +175,20 @@ def main(argv: list[str] | None = None) -> int:
             return total(m, "batchgate_reconciler_cached_objects") > 0 and \
                 m.get('batchgate_reconciler_cached_objects{resource="Pod"}', 0) >= args.pods - len(errors)
         cluster.wait_for(planned_all, 600, interval=2, message="the reconciler's cache holding every pod")
-        # one more resync, so the pass after the last change is behind us
-        time.sleep(float(args.resync.rstrip("s")) + 5)
+        # settled: the writes that the pods' arrival called for are done (a resync with none)
+        resync = float(args.resync.rstrip("s"))
+        t_settle = time.monotonic()
+        last = total(metrics(metrics_port), "batchgate_reconciler_api_writes_total")
+        while time.monotonic() - t_settle < 1800:
+            time.sleep(resync + 2)
+            now = total(metrics(metrics_port), "batchgate_reconciler_api_writes_total")
+            if now == last:
+                break
+            last = now
+        m = metrics(metrics_port)
+        print(f"settled {time.monotonic() - t_settle:.0f} s after the cache held every pod; writes so far: "
+              + ", ".join(f"{k.split('{', 1)[1].rstrip('}')}: {v:.0f}" for k, v in sorted(m.items())
+                          if k.startswith("batchgate_reconciler_api_writes_total{") and v), flush=True)
         before, t1 = metrics(metrics_port), time.monotonic()
         time.sleep(args.steady)
         after, t2 = metrics(metrics_port), time.monotonic()
@@ -184,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         writes = total(after, "batchgate_reconciler_api_writes_total") - total(before, "batchgate_reconciler_api_writes_total")
         plan_s = (total(after, "batchgate_reconciler_plan_seconds_sum") - total(before, "batchgate_reconciler_plan_seconds_sum"))
         rss, peak = rss_mib(reconciler.pid)
+        for k, v in sorted(after.items()):
+            if k.startswith("batchgate_reconciler_api_writes_total{") and v != before.get(k, 0):
+                print(f"  steady-state writes {k.split('{', 1)[1].rstrip('}')}: {v - before.get(k, 0):.0f}")
         print(f"steady state, {t2 - t1:.0f} s: {passes:.0f} passes, {writes:.0f} API writes "
               f"({writes / passes if passes else float('nan'):.2f} per pass); "
               f"planning {plan_s / passes * 1000 if passes else float('nan'):.0f} ms per pass (mean)", flush=True)
