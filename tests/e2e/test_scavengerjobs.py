@@ -537,9 +537,9 @@ def test_the_guard_steers_kube_scheduler_to_the_scavenger_with_less_unsaved_work
     assert held_pod["spec"]["nodeName"] == node_a
     wait_status(kube, ns, "held", lambda s: s.get("phase") == "Running", "held running", r=r)
     wait_status(kube, ns, "held", lambda s: s.get("guardedSegment") == 1, "held guarded", timeout=90, r=r)
-    pdb = kube.get(f"/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets/held-1")
+    pdb = kube.get(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/held-1")
     assert pdb["spec"]["minAvailable"] == 1 and pdb["metadata"]["ownerReferences"][0]["name"] == "held-1"
-    kube.wait_for(lambda: (kube.get(f"/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets/held-1")
+    kube.wait_for(lambda: (kube.get(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/held-1")
                            .get("status") or {}).get("observedGeneration"), 30, message="the disruption controller")
     assert not status(kube, ns, "free").get("guardedSegment")
     assert time.monotonic() - free_start < 230, "too slow to tell the two apart: free may be guarded too"
