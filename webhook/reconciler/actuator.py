@@ -48,8 +48,6 @@ from .model import (
     LABEL_GROUP,
     LABEL_MANAGED_BY,
     MANAGED_BY,
-    PDB,
-    PDB_V1BETA1,
     POD,
     POD_GROUP,
     Kind,
@@ -104,7 +102,6 @@ class Actuator:
         self._known_events: OrderedDict[str, None] = OrderedDict()
         self._foreign: OrderedDict[tuple[str, str, str], None] = OrderedDict()  # names others hold
         self._host = socket.gethostname()
-        self._pdb: Kind | None = None  # the PodDisruptionBudget version the API server serves
 
     # -- plumbing ------------------------------------------------------------------
     def _write(self, verb: str, resource: str, what: str, fn: Callable[[], T]) -> T:
@@ -290,17 +287,8 @@ class Actuator:
         return None
 
     def _kind(self, name: str) -> Kind:
-        """The resource to write ``name`` objects to. PodDisruptionBudgets: policy/v1 where the API
-        server serves it (1.21 and later), else policy/v1beta1 (1.20); asked once."""
-        if name != "PodDisruptionBudget":
-            return KINDS[name]
-        if self._pdb is None:
-            try:
-                self.api.request("GET", PDB.path().rsplit("/", 1)[0])
-                self._pdb = PDB
-            except NotFound:
-                self._pdb = PDB_V1BETA1
-        return self._pdb
+        """The resource to write ``name`` objects to."""
+        return KINDS[name]
 
     def _create(self, body: Mapping[str, Any]) -> None:
         """Create an object; AlreadyExists means an earlier run (maybe one that crashed) did."""

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .errors import Blocked, Invalid, KubeError, Transient, error_for
+from .errors import Blocked, KubeError, Transient, error_for
 from .model import POD, Kind
 
 log = logging.getLogger(__name__)
@@ -237,24 +237,17 @@ class KubeApi:
     def evict(self, namespace: str, name: str, *, uid: str) -> None:
         """Evict a pod through the Eviction API (PodDisruptionBudgets apply), uid as precondition.
 
-        ``policy/v1`` first (Kubernetes >= 1.22), ``policy/v1beta1`` where that is unknown.
         Raises ``Blocked`` when a budget forbids it now (429), ``NotFound`` when the pod is gone.
         """
         path = POD.path(namespace, name) + "/eviction"
-        for version in ("policy/v1", "policy/v1beta1"):
-            body = {"apiVersion": version, "kind": "Eviction", "metadata": {"name": name, "namespace": namespace},
-                    "deleteOptions": {"preconditions": {"uid": uid}}}
-            try:
-                self.request("POST", path, body=body)
-                return
-            except Invalid:
-                if version == "policy/v1":
-                    continue  # an API server older than 1.22
-                raise
-            except Transient as e:
-                if e.status == 429:
-                    raise Blocked(e.args[0], status=429, reason=e.reason, method=e.method, path=e.path) from e
-                raise
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace},
+                "deleteOptions": {"preconditions": {"uid": uid}}}
+        try:
+            self.request("POST", path, body=body)
+        except Transient as e:
+            if e.status == 429:
+                raise Blocked(e.args[0], status=429, reason=e.reason, method=e.method, path=e.path) from e
+            raise
 
     def delete(self, kind: Kind, namespace: str | None, name: str, *, uid: str | None = None,
                propagation: str | None = None) -> dict[str, Any] | None:

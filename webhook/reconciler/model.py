@@ -124,10 +124,8 @@ NET_CONFIG_MAP = Kind("v1", "ConfigMap", "configmaps", selector=f"{LABEL_MANAGED
 NETWORK_POLICY = Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies",
                       selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}")
 NET_KINDS = (SERVICE, NET_CONFIG_MAP, NETWORK_POLICY)
-# A ScavengerJob segment's guard (see ``scavenger``): policy/v1 from Kubernetes 1.21, policy/v1beta1
-# before (the actuator asks the API server which one it serves).
+# A ScavengerJob segment's guard (see ``scavenger``).
 PDB = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
-PDB_V1BETA1 = Kind("policy/v1beta1", "PodDisruptionBudget", "poddisruptionbudgets")
 KINDS = {k.kind: k for k in (POD, JOB, NODE, POD_GROUP, EVENT, LEASE, MAINTENANCE_WINDOW, NAMESPACE,
                              SCAVENGER_JOB, CONFIG_MAP, SECRET, PVC, SERVICE, NETWORK_POLICY, PDB)}
 LABEL_SJ = f"{GROUP}/scavengerjob"  # on a ScavengerJob's Jobs and pods: its name
