@@ -61,6 +61,12 @@ class Proxy:
     pod_selector: tuple[tuple[str, str], ...]
 
 
+# The cluster's DNS pods (CoreDNS keeps kube-dns's label), found through the namespace name label
+# the API server sets itself.
+CLUSTER_DNS = Proxy(namespace_selector=(("kubernetes.io/metadata.name", "kube-system"),),
+                    pod_selector=(("k8s-app", "kube-dns"),))
+
+
 @dataclass(frozen=True, slots=True)
 class Isolation:
     """One namespace rule: workloads in ``namespaces`` (globs) get a NetworkPolicy."""
@@ -68,6 +74,7 @@ class Isolation:
     namespaces: tuple[str, ...]
     proxy: Proxy | None = None
     egress: Egress = "open"
+    dns: Proxy = CLUSTER_DNS  # where restricted egress may still resolve names
 
 
 def is_dns_label(text: str) -> bool:

@@ -233,7 +233,10 @@ def test_reconciler_builds_each_jobs_network_and_isolation_holds(kube, webhook_s
     assert connection_allowed(pols, endpoint(solver[1], ns), s), "inside the job"
     assert connection_allowed(pols, v, s) and connection_allowed(pols, s, v), "connected both ways"
     assert connection_allowed(pols, proxy, s) and connection_allowed(pols, proxy, x), "the proxy"
-    assert connection_allowed(pols, s, Endpoint("kube-system", {"k8s-app": "kube-dns"}), protocol="UDP", port=53)
+    # DNS: the cluster's DNS pods, found by the namespace name label the API server itself sets
+    system = kube.get("/api/v1/namespaces/kube-system")["metadata"]["labels"]
+    assert connection_allowed(pols, s, Endpoint("kube-system", {"k8s-app": "kube-dns"}, system), protocol="UDP", port=53)
+    assert not connection_allowed(pols, s, Endpoint("elsewhere", {"app": "resolver"}), protocol="UDP", port=53)
     assert not connection_allowed(pols, x, s), "snoop named solver, solver did not agree"
     assert not connection_allowed(pols, s, x)
     assert not connection_allowed(pols, Endpoint(ns, {"app": "other"}), s), "another app in the namespace"

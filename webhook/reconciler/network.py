@@ -170,7 +170,9 @@ def network_policy(w: Workload, peers: Sequence[Workload], rule: Isolation) -> d
         spec["policyTypes"] = ["Ingress", "Egress"]
         spec["egress"] = [
             {"to": inside},
-            {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+            {"to": [{"namespaceSelector": {"matchLabels": dict(rule.dns.namespace_selector)},
+                     "podSelector": {"matchLabels": dict(rule.dns.pod_selector)}}],
+             "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
         ]
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": _meta(w, w.service), "spec": spec}

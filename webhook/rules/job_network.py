@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..contract import POD_GROUP_LABEL, POD_GROUP_SIZE_LABEL
 from ..jobnet import (
+    CLUSTER_DNS,
     CONNECT_TO_ANNOTATION,
     HOSTS_KEY,
     MAX_PEERS,
@@ -105,7 +106,7 @@ def parse(node: Node, bundle: Bundle) -> Settings:
     wait = node.get("waitForHostfile")
     rules: list[Isolation] = []
     for r in (iso.seq() if (iso := node.get("isolation")) is not None else []):
-        r.mapping(allowed=("namespaces", "proxy", "egress"))
+        r.mapping(allowed=("namespaces", "proxy", "egress", "dns"))
         names = r.req("namespaces").str_list()
         if not names:
             r.req("namespaces").fail("name at least one namespace (globs like hpc-*)")
@@ -116,9 +117,14 @@ def parse(node: Node, bundle: Bundle) -> Settings:
             pod_sel = _selector(p.req("podSelector"))
             proxy = Proxy(ns_sel, pod_sel)
         egress = r.get("egress")
+        dns = CLUSTER_DNS
+        if (where := r.get("dns")) is not None:
+            where.mapping(allowed=("namespaceSelector", "podSelector"))
+            dns = Proxy(_selector(where.req("namespaceSelector")), _selector(where.req("podSelector")))
         rules.append(Isolation(
             namespaces=names, proxy=proxy,
             egress=egress.enum("open", "restricted") if egress else "open",  # type: ignore[arg-type]
+            dns=dns,
         ))
     return Settings(
         mount_path=mount.str(pattern=r"/[^:]*", hint="an absolute path") if mount else d.mount_path,

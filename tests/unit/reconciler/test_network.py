@@ -210,9 +210,20 @@ def test_restricted_egress_keeps_dns_and_peers_only() -> None:
     rule = Isolation(namespaces=(NS,), proxy=PROXY, egress="restricted")
     pols = policies(run(snap([*SOLVER, *VIZ], [job("solver"), job("viz")]), rule))
     solver, viz = ep({NET: "solver"}), ep({NET: "viz"})
-    dns = ep({"k8s-app": "kube-dns"}, ns="kube-system")
+    dns = ep({"k8s-app": "kube-dns"}, ns="kube-system", ns_labels={"kubernetes.io/metadata.name": "kube-system"})
     assert connection_allowed(pols, solver, dns, protocol="UDP", port=53)
     assert connection_allowed(pols, solver, dns, protocol="TCP", port=53)
+    # port 53 anywhere else is not DNS: a pod in the namespace, or one posing as kube-dns elsewhere
+    assert not connection_allowed(pols, solver, ep({"app": "resolver"}, ns="internet"), protocol="UDP", port=53)
+    assert not connection_allowed(pols, solver, ep({"k8s-app": "kube-dns"}, ns="mine",
+                                                   ns_labels={"kubernetes.io/metadata.name": "mine"}), port=53)
+    # a cluster whose DNS lives elsewhere says so in the rule
+    own = Isolation(namespaces=(NS,), egress="restricted",
+                    dns=Proxy((("kubernetes.io/metadata.name", "dns"),), (("app", "unbound"),)))
+    pols_own = policies(run(snap([*SOLVER, *VIZ], [job("solver"), job("viz")]), own))
+    unbound = ep({"app": "unbound"}, ns="dns", ns_labels={"kubernetes.io/metadata.name": "dns"})
+    assert connection_allowed(pols_own, solver, unbound, protocol="UDP", port=53)
+    assert not connection_allowed(pols_own, solver, dns, protocol="UDP", port=53)
     assert connection_allowed(pols, solver, viz)
     assert not connection_allowed(pols, solver, ep({"app": "web"}, ns="internet"), port=443)
     open_pols = policies(run(snap([*SOLVER, *VIZ], [job("solver"), job("viz")]), ISOLATED))
