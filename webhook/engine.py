@@ -610,7 +610,6 @@ def make_ctx(req: AdmissionRequest, obj: dict[str, Any], bundle: Bundle, namespa
         bundle.admins.contains(username, groups),  # admin
         from_controller,
         req.get("oldObject"),  # old_object
-        req["uid"],
         trusted,
         from_controller and not trusted,  # unsealed
     )
@@ -621,7 +620,7 @@ def make_ctx(req: AdmissionRequest, obj: dict[str, Any], bundle: Bundle, namespa
 # The check fails at import when Ctx's fields change, so the two cannot drift apart.
 _CTX_FIELDS = ("operation", "group", "version", "kind", "namespace", "name", "username", "groups", "dry_run",
                "bundle", "shape", "queue_name", "queue", "queue_explicit", "namespace_rule", "admin",
-               "from_controller", "old_object", "uid", "trusted", "unsealed")
+               "from_controller", "old_object", "trusted", "unsealed")
 if tuple(f.name for f in dataclasses.fields(Ctx))[: len(_CTX_FIELDS)] != _CTX_FIELDS:
     raise ImportError("webhook.engine.make_ctx builds Ctx by position: update it with Ctx's fields")
 

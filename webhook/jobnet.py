@@ -27,7 +27,6 @@ __all__ = [
     "Egress",
     "Isolation",
     "Proxy",
-    "generated_name",
     "hostfile_name",
     "hostname_for",
     "is_dns_label",
@@ -46,9 +45,6 @@ MAX_PEERS = 64
 _PEER = re.compile(r"[^\s,]+")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-# The API server's generateName alphabet (no vowels, no look-alikes): a name picked here reads
-# like one it would have picked.
-_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 Egress = Literal["open", "restricted"]
 
 
@@ -110,18 +106,6 @@ def hostfile_name(service: str) -> str:
 def hostname_for(pod_name: str) -> str:
     """A pod's ``spec.hostname``: its name, when that is a DNS label (pods of Jobs always are)."""
     return _squash(pod_name, pattern=_DNS_LABEL, prefix="h")
-
-
-def generated_name(generate_name: str, seed: str) -> str:
-    """What the API server would make of ``generateName`` (base cut to 58 characters, 5 characters
-    appended), with the 5 characters taken from ``seed`` (the admission request's uid, unique
-    per request) instead of a random source, so that the webhook knows the name it becomes."""
-    digest = int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "big")
-    suffix = ""
-    for _ in range(5):
-        digest, i = divmod(digest, len(_ALPHABET))
-        suffix += _ALPHABET[i]
-    return generate_name[: MAX_LABEL - 5] + suffix
 
 
 def parse_peers(text: str | None, *, most: int | None = None) -> tuple[str, ...]:

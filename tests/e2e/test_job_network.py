@@ -1,8 +1,8 @@
 """Job networking against a real API server: what the webhook stamps is what gets stored.
 
-Every member of a multi-pod Job (pods from ``generateName`` on 1.20) is stored with
-hostname == its name and the Job's Service as subdomain; the names the webhook
-chose are accepted by the API server as the pods' names.
+Every member of a gang Job (made Indexed by the webhook) is stored with hostname
+``<job>-<index>`` (the Job controller's) and the Job's Service as subdomain; a bare
+pod's hostname is its name; a pod with only ``generateName`` gets no hostname.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ def ns(module_namespace: str) -> str:
     return module_namespace
 
 
-def assert_member(p: dict[str, Any], service: str, size: int) -> None:
+def assert_member(p: dict[str, Any], service: str, size: int, hostname: str | None = None) -> None:
     spec, md = p["spec"], p["metadata"]
-    assert spec["hostname"] == md["name"], "hostname = pod name"
+    assert spec["hostname"] == (hostname or md["name"])
     assert spec["subdomain"] == service and md["labels"][NET] == service
     assert {"name": "batchgate-hostfile", "configMap": {"name": f"{service}-hostfile", "optional": False,
                                                         "defaultMode": 420}} in spec["volumes"]
@@ -53,18 +53,19 @@ def assert_member(p: dict[str, Any], service: str, size: int) -> None:
         assert {"name": "batchgate-hostfile", "mountPath": "/etc/batchgate", "readOnly": True} in c["volumeMounts"]
 
 
-def test_job_pods_are_named_by_the_webhook_and_use_it_as_hostname(kube, webhook_server, ns):
+def test_gang_job_is_indexed_and_its_pods_are_named_by_index(kube, webhook_server, ns):
     require_components(kube, "kube-controller-manager")
     name = unique("mpi")
     created = create(kube, ns, job(name, parallelism=3, completions=3, labels=GANG,
                                    containers=[container(cpu="100m", memory="64Mi")]))
+    assert created["spec"]["completionMode"] == "Indexed"
     assert created["spec"]["template"]["spec"]["subdomain"] == name
     pods = kube.wait_for_pods(ns, label_selector=f"controller-uid={created['metadata']['uid']}", count=3)
-    names = {p["metadata"]["name"] for p in pods}
-    assert len(names) == 3
-    for p in pods:
-        assert re.fullmatch(rf"{name}-[bcdfghjklmnpqrstvwxz2456789]{{5}}", p["metadata"]["name"])
-        assert_member(p, name, 3)
+    by_index = {int(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]): p for p in pods}
+    assert sorted(by_index) == [0, 1, 2]
+    for i, p in by_index.items():
+        assert re.fullmatch(rf"{name}-{i}-[a-z0-9]{{5}}", p["metadata"]["name"])
+        assert_member(p, name, 3, hostname=f"{name}-{i}")
 
 
 def test_generate_name_job_with_a_dotted_name_gets_valid_service_and_hostnames(kube, webhook_server, ns):
@@ -79,7 +80,7 @@ def test_generate_name_job_with_a_dotted_name_gets_valid_service_and_hostnames(k
     for p in pods:
         assert p["metadata"]["name"].startswith(f"{job_name}-")
         assert p["spec"]["subdomain"] == service and p["metadata"]["labels"][NET] == service
-        assert "." not in p["spec"]["hostname"] and len(p["spec"]["hostname"]) <= 63
+        assert "hostname" not in p["spec"], "not Indexed (completions unset): no stable hostname"
 
 
 def test_bare_pods_of_a_group_keep_their_names_as_hostnames(kube, webhook_server, ns):
@@ -91,8 +92,8 @@ def test_bare_pods_of_a_group_keep_their_names_as_hostnames(kube, webhook_server
         assert_member(p, group, 2)
 
 
-def test_the_name_follows_the_request_uid_not_the_object(kube, webhook_server, ns):
-    """Two identical generateName pods: two requests, two names (what the API server would do)."""
+def test_generate_name_pods_get_no_hostname(kube, webhook_server, ns):
+    """Two identical generateName pods: the API server names them; the webhook gives them none."""
     group = unique("twin")
     body = pod("x", labels={"batchgate.io/pod-group": group, "batchgate.io/pod-group-size": "2"})
     body["metadata"] = {**body["metadata"], "generateName": f"{group}-"}
@@ -100,8 +101,7 @@ def test_the_name_follows_the_request_uid_not_the_object(kube, webhook_server, n
     a, b = (create(kube, ns, body) for _ in range(2))
     assert a["metadata"]["name"] != b["metadata"]["name"]
     for p in (a, b):
-        assert p["spec"]["hostname"] == p["metadata"]["name"]
-        assert len(p["metadata"]["name"]) == len(group) + 1 + 5
+        assert "hostname" not in p["spec"] and p["spec"]["subdomain"] == group
 
 
 # -- the reconciler: Service, hostfile, NetworkPolicy from the stamps ------------------

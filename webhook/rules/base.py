@@ -62,7 +62,6 @@ class Ctx:
     admin: bool  # in the bundle's admins
     from_controller: bool  # a Pod (or ReplicaSet, Job) that a listed controller made from its owner
     old_object: dict[str, Any] | None
-    uid: str = ""  # the request's uid: unique per admission request (seeds names chosen at admission)
     # Made by a controller from a template this webhook judged as its writer (the seal verifies,
     # or an owner batchgate does not seal): checks that depend on who asks are not made again.
     # A controller's object whose template is not sealed is judged with no one's grants

@@ -12,15 +12,15 @@ The webhook holds no API credentials.
   DNS-1035 label: see :func:`webhook.jobnet.service_name`) and the label
   ``batchgate.io/network: <service>`` by which the Service and NetworkPolicy
   select the members.
-- **Hostname = pod name.** A Pod's ``spec.hostname`` is set to its name. Pods that
-  controllers make (every Job's pods on 1.20, which has no Indexed Jobs) arrive
-  with ``generateName`` only; the API server would pick the name after the
-  webhooks, so the webhook picks it itself, exactly as the API server would
-  (base cut to 58 characters + 5 characters), with the characters derived from
-  the request's uid. Pods that already have a hostname keep it: an Indexed Job's
-  pods on current Kubernetes come with ``<job>-<index>`` from the Job controller.
-  ``<hostname>.<service>`` then resolves from any pod in the namespace, and is
-  stable for the pod's life.
+- **Stable hostnames.** A gang Job whose pods all run at once is made
+  ``completionMode: Indexed`` by the pod-group policy, so the Job controller
+  gives each pod ``spec.hostname: <job>-<index>``: ``<job>-<index>.<service>``
+  resolves from any pod in the namespace and names the same rank when the pod
+  is replaced. A bare Pod with a name gets ``spec.hostname`` = its name. Pods
+  that already have a hostname keep it. A pod with ``generateName`` only and no
+  hostname (a non-indexed Job's: its name is chosen by the API server after the
+  webhooks) gets none: it is in the Service, but not in the hostfile, which
+  lists only members with a resolvable name.
 - Every container gets ``BATCHGATE_SERVICE``, ``BATCHGATE_NUM_HOSTS``,
   ``BATCHGATE_HOSTFILE`` (the mounted file) and ``BATCHGATE_HOSTS`` (comma
   separated, read from the ConfigMap when the container starts), and the
@@ -61,7 +61,6 @@ from ..jobnet import (
     SLOTS_ANNOTATION,
     Isolation,
     Proxy,
-    generated_name,
     hostfile_name,
     hostname_for,
     parse_peers,
@@ -213,20 +212,9 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     size = _size((meta.get("labels") or {}).get(POD_GROUP_SIZE_LABEL)) or 1
     _stamp(settings, draft, meta_path=shape.pod_meta, spec_path=shape.pod_spec, service=service, size=size,
            slots=_slots(settings, ann_sources, spec), peers=_peers(ann_sources))
-    if shape.is_pod and not spec.get("hostname"):
-        _name_host(draft, ctx)
+    if shape.is_pod and not spec.get("hostname") and (name := draft.get("metadata", "name")):
+        draft.set("spec", "hostname", hostname_for(str(name)))
     return []
-
-
-def _name_host(draft: Draft, ctx: Ctx) -> None:
-    name = draft.get("metadata", "name")
-    if not name:
-        base = draft.get("metadata", "generateName")
-        if not isinstance(base, str) or not base:
-            return
-        name = generated_name(base, ctx.uid or base)
-        draft.set("metadata", "name", name)
-    draft.set("spec", "hostname", hostname_for(str(name)))
 
 
 def _stamp(settings: Settings, draft: Draft, *, meta_path: Path, spec_path: Path, service: str, size: int,
@@ -327,7 +315,8 @@ def _peer_problems(peers: Any) -> list[Finding]:
 TYPE = RuleType(
     name="job-network",
     doc=(
-        "Multi-pod workloads: hostname = pod name, `spec.subdomain` = the workload's headless "
+        "Multi-pod workloads: stable hostnames (`<job>-<index>` of Indexed gang Jobs, a bare pod's "
+        "name), `spec.subdomain` = the workload's headless "
         "Service, the member list as a mounted hostfile and `BATCHGATE_*` variables; connected "
         "workloads (`batchgate.io/connect-to`) and per-namespace isolation for the reconciler."
     ),

@@ -224,8 +224,38 @@ def _mutate_job(settings: Settings, draft: Draft, ctx: Ctx, labels: dict[str, An
         draft.ensure(*meta_path, "labels", SIZE_LABEL, str(size))
     else:
         _write(settings, draft, meta_path, str(group), size)
+    findings += _make_indexed(draft, ctx.subject)
     findings += _ignore_disruptions(draft, ctx.subject)
     return findings
+
+
+def _make_indexed(draft: Draft, subject: str) -> list[Finding]:
+    """A gang Job whose pods all run at once (``completions == parallelism``; Indexed needs
+    completions) becomes ``completionMode: Indexed``: the Job controller then gives each pod
+    ``spec.hostname: <job>-<index>`` and the completion index, so with the job-network policy's
+    subdomain ``<job>-<index>.<service>`` names one rank for the Job's life (a replaced pod keeps
+    its index) and the hostfile lists the members by index.
+
+    The API server writes ``completionMode: NonIndexed`` into every Job that leaves it out, before
+    the webhooks see it, so NonIndexed is taken for "not chosen" and replaced (silently: a warning
+    would come with every gang Job); a Job that must stay NonIndexed and a gang opts out of the
+    gang with ``batchgate.io/gang: "false"``. Left alone: a Job already Indexed, one whose
+    completions are unset or differ from its parallelism (not every index runs at once: warned, as
+    its pods then have no stable hostname), and a mode the API server will refuse anyway."""
+    spec = draft.get("spec")
+    if not isinstance(spec, dict):
+        return []
+    mode = spec.get("completionMode")
+    if mode == "Indexed" or mode not in (None, "NonIndexed"):
+        return []
+    completions, parallelism = _count(spec.get("completions")), _count(spec.get("parallelism"))
+    if completions is None or completions != parallelism:
+        return []  # documented: its pods get no stable hostname
+    draft.set("spec", "completionMode", "Indexed")
+    return []
+
+def _count(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 # The podFailurePolicy rule a gang Job gets: a pod stopped from outside (Kubernetes' preemption,

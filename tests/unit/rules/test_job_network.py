@@ -21,7 +21,6 @@ from tests.unit.conftest import (
 from webhook.bundle import Bundle
 from webhook.engine import Decision
 from webhook.jobnet import (
-    generated_name,
     hostfile_name,
     hostname_for,
     is_dns_label,
@@ -71,15 +70,6 @@ def test_other_group_names_become_distinct_dns_1035_labels(group: str) -> None:
     assert s != service_name(group + "x")
 
 
-def test_generated_name_reads_like_the_api_servers_and_depends_on_the_uid_only() -> None:
-    a = generated_name("mpi-sim2-", "uid-1")
-    assert a.startswith("mpi-sim2-") and len(a) == len("mpi-sim2-") + 5
-    assert a == generated_name("mpi-sim2-", "uid-1")
-    assert a != generated_name("mpi-sim2-", "uid-2")
-    long = generated_name("j" * 80 + "-", "u")
-    assert len(long) == 63 and long.startswith("j" * 58)
-
-
 def test_hostname_is_the_pod_name_when_that_is_a_dns_label() -> None:
     assert hostname_for("mpi-sim-bk2xq") == "mpi-sim-bk2xq"
     h = hostname_for("run.v2-abcde")
@@ -91,28 +81,30 @@ def test_peers_parse_in_order_without_repeats() -> None:
     assert parse_peers(None) == () and parse_peers("") == ()
 
 
-# -- pods on 1.20 --------------------------------------------------------------------
-def test_generate_name_pod_gets_a_name_and_the_same_hostname(bundle: Bundle) -> None:
-    """Full bundle, as the cluster runs it: pod-group names the group after the owner Job, then
-    job-network picks the pod's name from the request uid and makes it the hostname."""
+# -- pods ------------------------------------------------------------------------------
+def test_generate_name_pod_gets_no_name_and_no_hostname(bundle: Bundle) -> None:
+    """Full bundle, as the cluster runs it: pod-group names the group after the owner Job and
+    job-network stamps the pod, but a pod with generateName only (a non-indexed Job's) is not
+    given a name or a hostname: the API server picks its name after the webhooks, and its
+    hostname would not outlive it anyway. Gang Jobs are Indexed (pod-group), whose pods come with
+    ``<job>-<index>``."""
     obj = pod_of_generate_name_job()
     d = decided(with_uid(obj, "dacd21f1-732d-4369-9c06-0d61ea09518b", CONTROLLER), bundle, phase="check")
     assert d.allowed and not d.errors
     assert d.obj is not None
-    name = d.obj["metadata"]["name"]
-    assert name == generated_name("mpi-sim2-", "dacd21f1-732d-4369-9c06-0d61ea09518b")
+    assert "name" not in d.obj["metadata"] and d.obj["metadata"]["generateName"] == "mpi-sim2-"
     spec = d.obj["spec"]
-    assert spec["hostname"] == name and spec["subdomain"] == "mpi-sim2"
+    assert "hostname" not in spec and spec["subdomain"] == "mpi-sim2"
     assert d.obj["metadata"]["labels"][NET] == "mpi-sim2"
-    assert {"op": "add", "path": "/metadata/name", "value": name} in d.patch
+    assert not any(op["path"] in ("/metadata/name", "/spec/hostname") for op in d.patch)
     env = {e["name"]: e for e in spec["containers"][0]["env"]}
     assert env["BATCHGATE_NUM_HOSTS"]["value"] == "2"
     assert env["BATCHGATE_HOSTS"]["valueFrom"]["configMapKeyRef"] == {
         "name": "mpi-sim2-hostfile", "key": "hosts", "optional": False}
-    # a second request (another pod of the same Job) gets another name
+    # the request's uid no longer matters: another request gets the same patch
     other = decided(with_uid(obj, "0f0c3a55-0000-4000-8000-000000000001", CONTROLLER), bundle, phase="check")
-    assert other.obj is not None and other.obj["metadata"]["name"] != name
-    # reinvocation: the named pod passes unchanged
+    assert other.patch == d.patch
+    # reinvocation: the stamped pod passes unchanged
     again = decided(synthetic_review(d.obj, CONTROLLER), bundle, phase="mutate")
     assert again.patch == []
 

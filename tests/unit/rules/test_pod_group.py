@@ -471,3 +471,27 @@ def test_the_gang_label_means_nothing_on_a_pod_and_is_not_judged_there(pg):
     for obj, user in ((bare_pod({GANG_KEY: "yes"}), "alice"), (controller_pod({GANG_KEY: "yes"}), CONTROLLER)):
         d = run(pg, obj, user=user)
         assert d.allowed and d.patch == [], d.message
+
+# -- Indexed gangs: stable hostnames <job>-<index> -----------------------------------
+def test_a_gang_job_whose_pods_all_run_at_once_becomes_indexed(pg):
+    """completionMode left out (offline) is set; NonIndexed, which the API server writes into every
+    Job that leaves it out, is replaced."""
+    spec = job(labels=GANG)
+    spec["spec"].pop("completionMode", None)
+    d = run(pg, spec)
+    assert d.obj["spec"]["completionMode"] == "Indexed"
+    assert not any("completionMode" in w for w in d.warnings)
+    d = run(pg, job(labels=GANG, completionMode="NonIndexed"))
+    assert d.obj["spec"]["completionMode"] == "Indexed"
+    assert not any("completionMode" in w for w in d.warnings)
+
+
+@pytest.mark.parametrize(("parallelism", "completions"), [(4, 2), (2, 4), (2, None)])
+def test_a_gang_whose_indexes_do_not_all_run_at_once_is_not_made_indexed(pg, parallelism, completions):
+    d = run(pg, job(labels=GANG, parallelism=parallelism, completions=completions, completionMode="NonIndexed"))
+    assert d.obj["spec"]["completionMode"] == "NonIndexed"
+
+
+def test_no_gang_no_completion_mode(pg):
+    d = run(pg, job(completionMode="NonIndexed"))
+    assert d.obj["spec"]["completionMode"] == "NonIndexed"
