@@ -10,7 +10,7 @@ Orders compared, on the same cluster, the same ordinary arrivals, the same Scave
 
   stock     (a) each ScavengerJob runs as one long pod per gang member that checkpoints every
                 C minutes inside; kube-scheduler picks the victims by its own rules.
-  segments  (b) batchgate's design (docs/reconciler.md, "Scavenger jobs"): a pod boundary at a checkpoint every
+  segments  (b) batchgate's design (docs/dev/reconciler.md, "Scavenger jobs"): a pod boundary at a checkpoint every
                 S minutes, so a pod's status.startTime is its last checkpoint and the
                 scheduler's "latest start goes first" is "least progress since the checkpoint".
   tiers     (c) segments, and a ScavengerJob interrupted k times gets scavenger class

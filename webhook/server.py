@@ -657,7 +657,7 @@ def prepare(options: ServeOptions) -> State:
         state.keys_path = Path(options.seal_keys)
         if not state.keys_path.is_file():
             raise RuntimeError(f"seal keys {state.keys_path}: no such file; mount the batchgate-seal Secret "
-                               "there (docs/deploy.md), or make one with `batchgate seal-key > FILE`")
+                               "there (docs/admin/deploy.md), or make one with `batchgate seal-key > FILE`")
     reload_keys(state)  # raises: without its keys the server cannot tell admitted templates
     state.bundle = state.loaded = load_bundle(state.policies)  # a bad bundle at start is fatal: nothing to serve
     reload_facts(state, time.time())  # missing or bad labels are not fatal: selector grants fail closed

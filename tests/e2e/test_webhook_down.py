@@ -1,4 +1,4 @@
-"""What an outage of the webhook does: exactly docs/deploy.md, "When the webhook is down".
+"""What an outage of the webhook does: exactly docs/admin/webhook-down.md.
 
 The session's webhook server is stopped (its port then refuses connections)
 while the generated webhook configurations stay registered, every row of the
@@ -182,7 +182,7 @@ def test_webhook_down_behaves_as_documented(kube, webhook_server, namespace, out
             problems.append("after restart, the Job's pod is not mutated")
 
     timings = {label: f"{r[0]} in {r[2]:.2f}s" for label, r in results.items()}
-    assert not problems, "webhook-down behaviour differs from docs/deploy.md:\n  " + \
+    assert not problems, "webhook-down behaviour differs from docs/admin/webhook-down.md:\n  " + \
         "\n  ".join(problems) + f"\nresults: {timings}"
 
 

@@ -1,4 +1,4 @@
-"""Pure core, thin edges (README "Layout"). The import contracts of the layers are import-linter's
+"""Pure core, thin edges (docs/dev/architecture.md, "Layout"). The import contracts of the layers are import-linter's
 (pyproject.toml, `make lint`); what it cannot see is checked here on the source: the pure
 modules read no clock, and no module imports another's private names."""
 

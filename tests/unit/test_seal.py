@@ -205,7 +205,7 @@ def test_controller_objects_from_unsealed_or_changed_templates_get_no_grants():
     rc = controller_pod(cls="batchgate-urgent")
     rc["metadata"]["ownerReferences"][0].update(apiVersion="v1", kind="ReplicationController")
     assert "no valid batchgate.io/admitted seal" in run(rc, CM).message
-    # an operator's custom resource is trusted as before (docs/security.md: listed operators)
+    # an operator's custom resource is trusted as before (docs/admin/security.md: listed operators)
     cr = controller_pod(cls="batchgate-urgent")
     cr["metadata"]["ownerReferences"][0].update(apiVersion="kubeflow.org/v1", kind="MPIJob")
     assert run(cr, CM).allowed

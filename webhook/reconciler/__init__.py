@@ -1,7 +1,7 @@
 """The reconciler: the controller half of batchgate, acting on the cluster over time.
 
 Layout, from the pure core outwards (the planner layer never imports ``kubernetes``,
-does no I/O and never reads the clock; README "Layout" and the import contracts in
+does no I/O and never reads the clock; docs/dev/architecture.md and the import contracts in
 pyproject.toml say which module may import which):
 
 - ``model``: what the planner sees: slim, immutable views of Pods, Jobs, Nodes

@@ -154,7 +154,7 @@ def corrected(predicted: float, elapsed: float, limit: float) -> float:
     workload archives (Mu'alem and Feitelson), so the middle of what is left is expected, a
     new estimate at every pass (Tsafrir et al. raise an outlived prediction in small steps
     instead, a choice made for backfilling: for start times it says "a minute from now" over and
-    over, see the README's figures)."""
+    over, see bench/README.md's figures)."""
     if predicted > elapsed:
         return predicted
     return (elapsed + max(limit, elapsed)) / 2

@@ -1,6 +1,6 @@
 """ScavengerJobs: pure planning (no I/O, no clock, no ``kubernetes``).
 
-The mechanism (docs/reconciler.md "Scavenger jobs", the README's "Scavenger preemption"): a
+The mechanism (docs/dev/reconciler.md "Scavenger jobs", bench/README.md "Scavenger preemption"): a
 ScavengerJob runs as a sequence of ``batch/v1`` Jobs it owns, one per
 *segment*. A segment lasts at most ``spec.duration``; at its end the status
 records the boundary (``priorityStartOverTimestamp``) *before* the segment's
