@@ -32,9 +32,7 @@ import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-FIXTURES = ROOT.parent / "shared" / "fixtures" / "admission-k8s-1.20"
-if not FIXTURES.is_dir():
-    FIXTURES = ROOT / "tests" / "fixtures" / "admission-k8s-1.20"
+FIXTURES = Path(os.environ.get("BATCHGATE_FIXTURES") or ROOT / "tests" / "fixtures" / "admission-k8s-1.37")
 DEFAULT_FIXTURE = FIXTURES / "pod-create-by-namespace-user.mutate.json"
 
 

@@ -42,9 +42,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT.parent / "shared" / "fixtures" / "admission-k8s-1.20"
-if not FIXTURES.is_dir():
-    FIXTURES = ROOT / "tests" / "fixtures" / "admission-k8s-1.20"
+FIXTURES = Path(os.environ.get("BATCHGATE_FIXTURES") or ROOT / "tests" / "fixtures" / "admission-k8s-1.37")
 
 STDLIB_NOOP = r'''
 import json, ssl, sys

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import random
 import re
 import sys
@@ -33,9 +34,7 @@ from webhook.bundle import Bundle  # noqa: E402
 from webhook.rules import load_bundle  # noqa: E402
 from webhook.server import answer  # noqa: E402
 
-FIXTURES = ROOT.parent / "shared" / "fixtures" / "admission-k8s-1.20"
-if not FIXTURES.is_dir():
-    FIXTURES = ROOT / "tests" / "fixtures" / "admission-k8s-1.20"
+FIXTURES = Path(os.environ.get("BATCHGATE_FIXTURES") or ROOT / "tests" / "fixtures" / "admission-k8s-1.37")
 
 ABSURD: list[Any] = [
     None, True, False, 0, -1, 2**63, -(2**63) - 1, 10**40, 1.5, 1e308, -0.0, "", " ", "x",

@@ -57,8 +57,9 @@ OWNER = {"apiVersion": "batch/v1", "kind": "Job", "name": "owner-job", "uid": "0
 
 
 def fixtures_dir() -> Path:
-    shared = ROOT.parent / "shared" / "fixtures" / "admission-k8s-1.20"
-    return shared if shared.is_dir() else ROOT / "tests" / "fixtures" / "admission-k8s-1.20"
+    """This checkout's recorded requests (or $BATCHGATE_FIXTURES), also for --against: the same
+    inputs on both sides, whichever recordings the other checkout has."""
+    return Path(os.environ.get("BATCHGATE_FIXTURES") or HERE.parent.parent / "tests" / "fixtures" / "admission-k8s-1.37")
 
 
 def changed(obj: dict[str, Any]) -> dict[str, Any]:

@@ -14,10 +14,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICIES = ROOT / "policies"
-# shared/ sits beside the repo on developer machines and in CI; a copy in tests/fixtures
-# keeps the suite runnable from a lone clone.
-_SHARED = ROOT.parent / "shared" / "fixtures" / "admission-k8s-1.20"
-FIXTURES = Path(os.environ.get("BATCHGATE_FIXTURES", _SHARED if _SHARED.is_dir() else ROOT / "tests" / "fixtures" / "admission-k8s-1.20"))
+# Recorded from a real Kubernetes 1.37 control plane by hack/record-fixtures.py (its README says
+# how); BATCHGATE_FIXTURES runs the suite on another recording.
+FIXTURES = Path(os.environ.get("BATCHGATE_FIXTURES") or ROOT / "tests" / "fixtures" / "admission-k8s-1.37")
 
 
 def fixture(name: str) -> dict[str, Any]:

@@ -199,12 +199,16 @@ IGNORE_DISRUPTIONS = {"action": "Ignore", "onPodConditions": [{"type": "Disrupti
 
 
 def test_job_patch_is_exactly_the_labels_and_the_disruption_rule(pg):
+    """The recorded Job came with completionMode: NonIndexed and podReplacementPolicy:
+    TerminatingOrFailed, as the API server defaults them: a gang whose pods all run at once becomes
+    Indexed, and a podFailurePolicy requires Failed."""
     assert run(pg, job(labels=GANG), phase="mutate").patch == [
         {"op": "add", "path": "/spec/template/metadata/labels/batchgate.io~1pod-group", "value": "mpi-sim2"},
         {"op": "add", "path": "/spec/template/metadata/labels/batchgate.io~1pod-group-size", "value": "2"},
         {"op": "add", "path": "/spec/template/metadata/labels/scheduling.x-k8s.io~1pod-group", "value": "mpi-sim2"},
+        {"op": "replace", "path": "/spec/completionMode", "value": "Indexed"},
+        {"op": "replace", "path": "/spec/podReplacementPolicy", "value": "Failed"},
         {"op": "add", "path": "/spec/podFailurePolicy", "value": {"rules": [IGNORE_DISRUPTIONS]}},
-        {"op": "add", "path": "/spec/podReplacementPolicy", "value": "Failed"},
     ]
 
 
@@ -225,9 +229,13 @@ def test_a_gang_job_ignores_disruptions_first_and_keeps_its_own_rules(pg):
 
 def test_a_gang_job_that_decides_about_disruptions_itself_is_left_as_written(pg):
     own = {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
-    d = run(pg, job(labels=GANG, podFailurePolicy={"rules": [EXIT_42, own]}))
-    assert d.obj["spec"]["podFailurePolicy"] == {"rules": [EXIT_42, own]}
-    assert "podReplacementPolicy" not in d.obj["spec"] and d.warnings == []
+    # podReplacementPolicy: Failed, as the API server defaults it for a Job with a podFailurePolicy
+    obj = job(labels=GANG, podFailurePolicy={"rules": [EXIT_42, own]}, podReplacementPolicy="Failed",
+              completionMode="Indexed")
+    d = run(pg, copy.deepcopy(obj))
+    assert {k: v for k, v in d.obj["spec"].items() if k != "template"} == {
+        k: v for k, v in obj["spec"].items() if k != "template"}
+    assert d.warnings == []
 
 
 def test_a_gang_job_with_no_room_for_another_rule_is_warned(pg):
@@ -471,6 +479,7 @@ def test_the_gang_label_means_nothing_on_a_pod_and_is_not_judged_there(pg):
     for obj, user in ((bare_pod({GANG_KEY: "yes"}), "alice"), (controller_pod({GANG_KEY: "yes"}), CONTROLLER)):
         d = run(pg, obj, user=user)
         assert d.allowed and d.patch == [], d.message
+
 
 # -- Indexed gangs: stable hostnames <job>-<index> -----------------------------------
 def test_a_gang_job_whose_pods_all_run_at_once_becomes_indexed(pg):
