@@ -9,11 +9,13 @@
 # The dir, ${BATCHGATE_KUBE_CACHE_ROOT:-$HOME/.cache/batchgate}/kube-vX.Y.Z/,
 # holds kube-apiserver, kube-controller-manager, kube-scheduler (from
 # hack/kube/vX.Y), etcd (hack/kube/etcd) and kwok (hack/kube/kwok), plus
-# BUILD-INFO. When all five exist and BUILD-INFO matches the pinned inputs
-# (those go.mod/go.sum files, etcd's main.go, this script's RECIPE), the dir
-# is printed at once. Otherwise what is missing is built (go.sum locked,
-# -mod=readonly) into a temp dir beside it, which then replaces the dir;
-# a flock on kube-vX.Y.Z.lock keeps two runs from building at once.
+# kwok-stages/ (kwok's own Stage files from its module, for kwok --config; see
+# hack/kube/README.md) and BUILD-INFO. When all of it exists and BUILD-INFO
+# matches the pinned inputs (those go.mod/go.sum files, etcd's main.go, this
+# script's RECIPE), the dir is printed at once. Otherwise what is missing is
+# built (go.sum locked, -mod=readonly) into a temp dir beside it, which then
+# replaces the dir; a flock on kube-vX.Y.Z.lock keeps two runs from building
+# at once.
 #
 # Go: the `go` on PATH, GOTOOLCHAIN=local (it must be at least the go line of
 # the go.mod files: 1.26.0), CGO_ENABLED=0, the default GOMODCACHE/GOCACHE so
@@ -54,6 +56,11 @@ CACHE_ROOT="${BATCHGATE_KUBE_CACHE_ROOT:-$HOME/.cache/batchgate}"
 DEST="$CACHE_ROOT/kube-$KV"
 KUBE_BINS=(kube-apiserver kube-controller-manager kube-scheduler)
 ALL_BINS=("${KUBE_BINS[@]}" etcd kwok)
+# kwok's Stage files (sigs.k8s.io/kwok/kustomize/stage/...) copied to
+# kwok-stages/: kwokctl's defaults for a cluster with node leases.
+KWOK_STAGES=(node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
+             node/heartbeat/node-heartbeat.yaml
+             pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml)
 
 INPUTS=("$MOD_DIR/go.mod" "$MOD_DIR/go.sum"
         "$KUBE_MODS/etcd/go.mod" "$KUBE_MODS/etcd/go.sum" "$KUBE_MODS/etcd/main.go"
@@ -66,6 +73,7 @@ up_to_date() {
   local d=$1 b
   grep -qx "inputs $STAMP" "$d/BUILD-INFO" 2>/dev/null || return 1
   for b in "${ALL_BINS[@]}"; do [[ -x "$d/$b" ]] || return 1; done
+  for b in "${KWOK_STAGES[@]##*/}"; do [[ -f "$d/kwok-stages/$b" ]] || return 1; done
 }
 
 # --- fast path --------------------------------------------------------------
@@ -106,8 +114,11 @@ for b in "${ALL_BINS[@]}"; do
     missing+=("$b")
   fi
 done
-log "building ${missing[*]} for Kubernetes $KV with $go_version into $DEST"
-log "(cold, on 2 cores, this takes several minutes; see hack/kube/README.md)"
+if ((${#missing[@]})); then
+  log "building ${missing[*]} for Kubernetes $KV with $go_version into $DEST"
+  [[ " ${missing[*]} " == *" kube-apiserver "* ]] &&
+    log "(from cold, on 2 cores, the Kubernetes part takes 10-20 minutes; see hack/kube/README.md)"
+fi
 
 # mod_version DIR MODULE: the version DIR's go.mod selects for MODULE.
 mod_version() { (cd "$1" && go list -m -f '{{.Version}}' "$2"); }
@@ -118,7 +129,7 @@ run_go() {
   local what=$1 dir=$2 modver=$3; shift 3
   local t0=$SECONDS
   if ! (cd "$dir" && "$@") >"$LOGF" 2>&1; then
-    log "FAILED: $what of $modver (module ${dir#"$HERE/"}, $go_version):"
+    log "FAILED: $what of $modver (module hack/${dir#"$HERE/"}, $go_version):"
     grep -v '^go: downloading ' "$LOGF" | head -n 25 | sed 's/^/    /' >&2
     log "(full output: $(wc -l <"$LOGF") lines; command: $*)"
     exit 1
@@ -126,7 +137,15 @@ run_go() {
   log "$what of $modver: $((SECONDS - t0)) s"
 }
 
-build_date="$(date -u ${SOURCE_DATE_EPOCH:+--date=@$SOURCE_DATE_EPOCH} +%Y-%m-%dT%H:%M:%SZ)"
+# buildDate: $SOURCE_DATE_EPOCH if set, else the release time of
+# k8s.io/kubernetes@$KV on the module proxy, so that a rebuild gives the same
+# bytes (with the same Go).
+if [[ -n "${SOURCE_DATE_EPOCH:-}" ]]; then
+  build_date="$(date -u --date=@"$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)"
+else
+  build_date="$(cd "$MOD_DIR" && go list -m -f '{{if .Time}}{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}' k8s.io/kubernetes 2>/dev/null || true)"
+  [[ -n "$build_date" ]] || build_date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+fi
 want_kube=()
 for b in "${KUBE_BINS[@]}"; do
   [[ " ${missing[*]} " == *" $b "* ]] && want_kube+=("k8s.io/kubernetes/cmd/$b")
@@ -168,13 +187,20 @@ fi
 for b in "${ALL_BINS[@]}"; do
   [[ -x "$TMP/$b" ]] || die "internal: $b was not built"
 done
+kwok_src="$(cd "$KUBE_MODS/kwok" && go mod download sigs.k8s.io/kwok && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
+mkdir -p "$TMP/kwok-stages"
+for f in "${KWOK_STAGES[@]}"; do
+  f="$kwok_src/kustomize/stage/$f"
+  [[ -f "$f" ]] || die "kwok stage file $f is missing (sigs.k8s.io/kwok layout changed?)"
+  install -m 644 "$f" "$TMP/kwok-stages/"
+done
 rm -f "$LOGF"
 {
   echo "kubernetes $KV (hack/kube/v$major.$minor)"
   echo "etcd $(mod_version "$KUBE_MODS/etcd" go.etcd.io/etcd/server/v3)"
   echo "kwok $(mod_version "$KUBE_MODS/kwok" sigs.k8s.io/kwok)"
   echo "go $go_version"
-  echo "built $build_date"
+  echo "updated $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "inputs $STAMP"
 } >"$TMP/BUILD-INFO"
 chmod 755 "$TMP"
