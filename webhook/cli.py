@@ -81,14 +81,19 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="offline dry run of manifests against the bundle",
                        description="Decide manifests as the cluster would: the admitted objects on "
                        "stdout (-o json: always one List), warnings, denials and skipped inputs on stderr. "
-                       "Directories and documents that are no Kubernetes objects (kustomization.yaml) are "
-                       "skipped with a note. Exit 0 all allowed, 1 any denial, 2 usage or bundle error or "
-                       "an unusable input (unreadable, invalid YAML, an object without apiVersion or kind); "
+                       "Directories are read as kubectl apply -f reads them (-R: recursively); documents that are no "
+                       "Kubernetes objects (kustomization.yaml) are skipped with a note. Exit 0 all allowed, 1 any "
+                       "denial, 2 usage or bundle error, an unusable input (unreadable, invalid YAML, an object "
+                       "without apiVersion or kind) or no objects at all; "
                        "every other document is still decided. Note: the API server's own plugins (service-account token injection, "
                        "Priority, RuntimeClass overhead) run before webhooks in a cluster and not here. Admitted pod "
                        "templates show the admission seal (batchgate.io/admitted) made with the published "
                        "key 'offline', which no cluster accepts: a cluster's webhook seals with its own.")
-    c.add_argument("files", nargs="+", metavar="FILE", help="YAML or JSON manifests; - for stdin")
+    c.add_argument("files", nargs="+", metavar="FILE",
+                   help="YAML or JSON manifests, or directories of them (their .json, .yaml and .yml files, "
+                   "as kubectl apply -f DIR); - for stdin")
+    c.add_argument("-R", "--recursive", action="store_true",
+                   help="also the files in directories' subdirectories (as kubectl apply -R)")
     c.add_argument("--policies", default=None, help=POLICIES_HELP)
     c.add_argument("-o", "--output", choices=("yaml", "json", "diff"), default="yaml")
     c.add_argument("--operation", choices=("CREATE", "UPDATE", "DELETE"), default="CREATE")
@@ -236,8 +241,9 @@ def _with_labels(bundle: Any, path: str | None) -> Any:
 def cmd_check(args: argparse.Namespace) -> int:
     """Decide every document it can; report the rest. Exit 2 if any input was unusable (an
     unreadable file, invalid YAML, a broken object), else 1 if anything was denied, else 0.
-    Directories and documents that are no Kubernetes objects (kustomization.yaml) are skipped
-    with a note and do not change the exit code."""
+    Directories are read as ``kubectl apply -f DIR`` reads them (``-R``: recursively); documents
+    that are no Kubernetes objects (kustomization.yaml) are skipped with a note. No objects at all
+    is an unusable input, as kubectl's "no objects passed to apply"."""
     from .engine import BadReview
     from .offline import (
         Caller,
@@ -262,11 +268,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     )
     unusable = denied = False
     objects: list[tuple[str, Any]] = []
-    for name in args.files:
-        if name != "-" and Path(name).is_dir():
-            print(f"skipped: {name}: a directory (pass its files, e.g. {name.rstrip('/')}/*.yaml)",
-                  file=sys.stderr)
+    names: list[str] = []
+    for name in args.files:  # a directory as `kubectl apply -f DIR` (-R: its subdirectories too)
+        if name == "-" or not Path(name).is_dir():
+            names.append(name)
             continue
+        found = manifest_files(Path(name), recursive=args.recursive)
+        if not found:
+            print(f"error: {name}: a directory with no {', '.join(MANIFEST_SUFFIXES)} files"
+                  + ("" if args.recursive else " (-R to look in its subdirectories)"), file=sys.stderr)
+            unusable = True
+        names.extend(str(f) for f in found)
+    for name in names:
         try:
             text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
             docs = parse_manifests(text, name)
@@ -315,11 +328,23 @@ def cmd_check(args: argparse.Namespace) -> int:
                 a, b, f"{label} (submitted)", f"{label} (admitted)", lineterm=""))
         else:
             out.append(admitted)
+    if not objects and not unusable:  # like kubectl's "no objects passed to apply"
+        print("error: no objects passed to check", file=sys.stderr)
+        unusable = True
     if args.output == "yaml" and out:
         sys.stdout.write(yaml.safe_dump_all(out, sort_keys=False))
     elif args.output == "json":  # always one document of one shape, even with 0 or 1 items
         sys.stdout.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": out}, indent=2) + "\n")
     return 2 if unusable else 1 if denied else 0
+
+
+MANIFEST_SUFFIXES = (".json", ".yaml", ".yml")  # what `kubectl apply -f DIR` reads
+
+
+def manifest_files(directory: Path, *, recursive: bool) -> list[Path]:
+    """The manifests in ``directory`` as kubectl takes them: by suffix, in name order."""
+    pattern = "**/*" if recursive else "*"
+    return sorted(f for f in directory.glob(pattern) if f.is_file() and f.suffix in MANIFEST_SUFFIXES)
 
 
 def _submitted(obj: dict[str, Any]) -> dict[str, Any]:

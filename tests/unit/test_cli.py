@@ -146,12 +146,33 @@ def test_check_skips_kustomization_and_directories(capsys, tmp_path):
     (tmp_path / "sub").mkdir()
     code, out, err = run(capsys, "check", str(tmp_path / "kustomization.yaml"), str(tmp_path / "old-kustomization.yaml"),
                          str(tmp_path / "sub"), str(tmp_path / "pod.yaml"))
-    assert code == 0, err
-    assert err.count("skipped: ") == 3
+    assert code == 2, err  # an empty directory is an unusable input, as for kubectl
+    assert err.count("skipped: ") == 2
     assert "kustomization.yaml: not a Kubernetes object (Kustomization of kustomize.config.k8s.io" in err
     assert "old-kustomization.yaml: not a Kubernetes object (no apiVersion and no kind" in err
-    assert "sub: a directory" in err
+    assert "sub: a directory with no .json, .yaml, .yml files (-R to look in its subdirectories)" in err
     assert [d["metadata"]["name"] for d in yaml.safe_load_all(out)] == ["p"]
+
+
+def test_check_reads_a_directory_as_kubectl_apply_does(capsys, tmp_path):
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(POD))
+    (tmp_path / "b.json").write_text(json.dumps({**POD, "metadata": {"name": "p2"}}))
+    (tmp_path / "notes.txt").write_text("kind: Pod\n")  # not a manifest suffix: not read
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "c.yml").write_text(yaml.safe_dump({**POD, "metadata": {"name": "p3"}}))
+    code, out, err = run(capsys, "check", str(tmp_path))
+    assert code == 0, err
+    assert [d["metadata"]["name"] for d in yaml.safe_load_all(out)] == ["p", "p2"]
+    code, out, err = run(capsys, "check", "-R", str(tmp_path))
+    assert code == 0, err
+    assert [d["metadata"]["name"] for d in yaml.safe_load_all(out)] == ["p", "p2", "p3"]
+
+
+def test_check_with_no_objects_at_all_exits_2(capsys, tmp_path):
+    f = tmp_path / "empty.yaml"
+    f.write_text("# nothing here\n---\n")
+    code, _, err = run(capsys, "check", str(f))
+    assert code == 2 and "no objects passed to check" in err
 
 
 @pytest.mark.parametrize("pods", [[POD], [POD, {**POD, "metadata": {"name": "p2"}}], []])
@@ -159,7 +180,7 @@ def test_check_json_is_always_one_list(capsys, tmp_path, pods):
     f = tmp_path / "pods.yaml"
     f.write_text(yaml.safe_dump_all(pods) if pods else "# nothing\n")
     code, out, _ = run(capsys, "check", "-o", "json", str(f))
-    assert code == 0
+    assert code == (0 if pods else 2)  # no objects at all: as kubectl, an error, still one List
     doc = json.loads(out)
     assert doc["kind"] == "List" and doc["apiVersion"] == "v1"
     assert [i["metadata"]["name"] for i in doc["items"]] == [p["metadata"]["name"] for p in pods]
