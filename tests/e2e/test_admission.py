@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from cluster import KubeApiError, require_components, wait_for
 from harness import (
-    DISABLED_LABEL,
     GANG,
     QUEUE_LABEL,
     TIME_LIMIT,
@@ -186,24 +185,3 @@ def test_kube_system_pods_untouched(kube, webhook_server):
         kube.delete(pods_path("kube-system", name))
 
 
-def test_kube_system_excluded_by_the_bundle_too(kube, webhook_server):
-    """Without the namespace label the API server calls the webhook for kube-system, and the
-    bundle's own exclusion still leaves the pod alone (defence in depth)."""
-    if kube.server_version() >= (1, 21):
-        pytest.skip("kubernetes.io/metadata.name keeps kube-system out on 1.21+")
-    path = "/api/v1/namespaces/kube-system"
-    kube.patch(path, {"metadata": {"labels": {DISABLED_LABEL: None}}})
-    try:
-        before = webhook_server.server.mutate_outcomes()
-
-        def called():
-            got = create(kube, "kube-system", pod(unique("sys")), as_user="admin", dry_run=True)
-            m = webhook_server.server.mutate_outcomes()
-            return (got, m) if m["allowed"] > before["allowed"] else None
-
-        got, after = wait_for(called, 15, message="the webhook to be called for kube-system")
-        assert after["mutated"] == before["mutated"]
-        assert QUEUE_LABEL not in (got["metadata"].get("labels") or {})
-        assert "batchgate-shm" not in {v["name"] for v in got["spec"].get("volumes") or []}
-    finally:
-        kube.patch(path, {"metadata": {"labels": {DISABLED_LABEL: "disabled"}}})
