@@ -17,24 +17,56 @@ it runs can never silently disagree with ``policies/``:
     bundle again. Editing a policy changes only the ConfigMap (the server
     reloads it in place); adding or removing one changes the items and so rolls
     the Deployments.
+``mutatingwebhookconfiguration.yaml``, ``validatingwebhookconfiguration.yaml``
+    the five webhooks: their rules list exactly the kinds and operations some policy
+    of the bundle acts on, and their ``matchConditions`` (CEL, evaluated by the API
+    server) leave out the requests the bundle provably allows unchanged, so the API
+    server does not call batchgate for them (:func:`webhook_objects`).
+``admission-policies.yaml``
+    ValidatingAdmissionPolicies (CEL, run inside the API server) with their bindings:
+    what must hold even while the webhook is unreachable, the same rules as the
+    policies they come from (:func:`admission_policies`).
 
 :func:`webhook_configurations` renders the two webhook configurations of
 ``manifests/`` with a ``caBundle`` and a Service or URL client config (``batchgate
 certs --patch`` and the e2e harness use it). The rest of ``manifests/`` is plain
 kustomize: ``kubectl apply -k``.
+
+What the CEL may assume, and why a skipped request is one the bundle allows unchanged, is
+said where each piece is generated (:func:`_update_reads` per policy type); the unit tests
+evaluate the generated CEL on recorded and synthetic requests and check every skip against
+:func:`webhook.engine.decide`.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
+from .contract import (
+    CONNECT_TO_ANNOTATION,
+    EXCLUSIVE_LABEL,
+    EXPECTED_RUNTIME_ANNOTATION,
+    GROUP,
+    NETWORK_LABEL,
+    OPT_OUT_LABEL,
+    QUEUE_LABEL,
+    RECONCILER_ANNOTATIONS,
+    SEAL_ANNOTATION,
+    SLOTS_ANNOTATION,
+    TIME_LIMIT_ANNOTATION,
+)
+from .workloads import Shape, label_places, shape_of
+
 if TYPE_CHECKING:
-    from .bundle import Bundle
+    from .bundle import Bundle, LabelSelector, Match, Policy, Principals
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 HEADER = (
@@ -48,6 +80,7 @@ LABELS = {"app.kubernetes.io/part-of": "batchgate", "app.kubernetes.io/managed-b
 BASE = "base"  # generated files and the webhook configurations live in manifests/base/
 MUTATING_FILE = f"{BASE}/mutatingwebhookconfiguration.yaml"
 VALIDATING_FILE = f"{BASE}/validatingwebhookconfiguration.yaml"
+POLICIES_FILE = "admission-policies.yaml"  # beside pdb.yaml: Kubernetes 1.30+, not in ../k8s-1.20
 _CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 
 
@@ -55,10 +88,14 @@ _CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 def generated_manifests(bundle: Bundle) -> dict[str, str]:
     """File name relative to ``manifests/`` -> YAML text, deterministic for a given bundle."""
     files = policy_files(bundle)
+    mutating, validating = webhook_objects(bundle)
     return {
         f"{BASE}/priorityclasses.yaml": _dump_all(priority_classes(bundle)),
         f"{BASE}/policies-configmap.yaml": _dump_all([policies_configmap(bundle, files)]),
         f"{BASE}/policies-volume.yaml": _dump_all([policies_volume_patch(files)]),
+        MUTATING_FILE: _dump_all([mutating], MUTATING_NOTE),
+        VALIDATING_FILE: _dump_all([validating], VALIDATING_NOTE),
+        POLICIES_FILE: _dump_all(admission_policies(bundle), POLICIES_NOTE),
     }
 
 
@@ -127,15 +164,16 @@ class _Dumper(yaml.SafeDumper):
 
 
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
+    # a long line (a CEL expression) as one line, not folded into quoted pieces
+    style = "|" if "\n" in value or (len(value) > 90 and value == value.strip() and " " in value) else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
 _Dumper.add_representer(str, _str)
 
 
-def _dump_all(docs: list[dict[str, Any]]) -> str:
-    return HEADER + yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, explicit_start=True, width=100)
+def _dump_all(docs: list[dict[str, Any]], note: str = "") -> str:
+    return HEADER + note + yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, explicit_start=True, width=100)
 
 
 # -- webhook configurations --------------------------------------------------------
@@ -145,6 +183,7 @@ def webhook_configurations(
     url: str | None = None,
     service: str | None = None,
     manifests: str | Path = MANIFESTS,
+    bundle: Bundle | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(MutatingWebhookConfiguration, ValidatingWebhookConfiguration) from ``manifests/``
     with ``caBundle`` set in every webhook.
@@ -152,13 +191,16 @@ def webhook_configurations(
     ``url`` (e.g. ``https://127.0.0.1:8443``) replaces the Service with a URL client
     config, the endpoint path appended; ``service`` (``NAMESPACE/NAME``) points at
     another Service; neither keeps the Service of the files. Rules, selectors,
-    failure policies and timeouts stay exactly as deployed.
+    failure policies and timeouts stay exactly as deployed. ``bundle``: generated
+    for that bundle instead of read from ``manifests`` (rules and matchConditions
+    are the bundle's: a server running another bundle needs its own).
     """
     if url and service:
         raise ValueError("give url or service, not both")
     out = []
-    for file in (MUTATING_FILE, VALIDATING_FILE):
-        config = copy.deepcopy(_load_one(Path(manifests) / file))
+    generated = webhook_objects(bundle) if bundle is not None else None
+    for i, file in enumerate((MUTATING_FILE, VALIDATING_FILE)):
+        config = copy.deepcopy(generated[i] if generated is not None else _load_one(Path(manifests) / file))
         for hook in config["webhooks"]:
             client = hook["clientConfig"]
             path = client["service"]["path"]
@@ -188,3 +230,756 @@ def _load_one(path: Path) -> dict[str, Any]:
     if len(docs) != 1 or not isinstance(docs[0], dict):
         raise ValueError(f"{path}: expected exactly one object")
     return docs[0]
+
+
+# -- admission configuration: webhooks and ValidatingAdmissionPolicies, from the bundle ---------
+# The API server evaluates this CEL, not batchgate: what is generated here may only assume what
+# the API server guarantees (a field it validated has its type; `oldObject` is null on CREATE;
+# a map field may be absent, so every step is guarded with has()), and a webhook's condition may
+# only skip a request whose decision by webhook.engine.decide is provably "allowed, no patch".
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A kind batchgate can be sent, as a webhook rule names it."""
+
+    group: str
+    kind: str
+    plural: str
+    versions: tuple[str, ...]  # the first is the one requests arrive in (matchPolicy: Equivalent)
+    scope: Literal["Namespaced", "Cluster"]
+
+
+# batch/v1beta1 (CronJobs before 1.21) is listed so that 1.20 sends those too; newer servers
+# send every version converted to v1.
+RESOURCES: tuple[Resource, ...] = (
+    Resource("", "Pod", "pods", ("v1",), "Namespaced"),
+    Resource("batch", "Job", "jobs", ("v1", "v1beta1"), "Namespaced"),
+    Resource("batch", "CronJob", "cronjobs", ("v1", "v1beta1"), "Namespaced"),
+    *(Resource("apps", k, k.lower() + "s", ("v1",), "Namespaced")
+      for k in ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet")),
+    Resource(GROUP, "ScavengerJob", "scavengerjobs", ("v1alpha1",), "Namespaced"),
+    Resource(GROUP, "MaintenanceWindow", "maintenancewindows", ("v1alpha1",), "Cluster"),
+    Resource("", "Namespace", "namespaces", ("v1",), "Cluster"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Hook:
+    """One webhook: one failure policy for one kind of request (docs/admin/webhook-down.md)."""
+
+    name: str
+    mutating: bool
+    operations: tuple[str, ...]
+    failure_policy: Literal["Fail", "Ignore"]
+    timeout: int
+    namespaces: bool = False  # judges Namespace objects themselves (and nothing else)
+
+
+HOOKS: tuple[Hook, ...] = (
+    Hook("mutate.batchgate.io", True, ("CREATE",), "Fail", 5),
+    Hook("update.mutate.batchgate.io", True, ("UPDATE",), "Ignore", 5),
+    Hook("create.validate.batchgate.io", False, ("CREATE",), "Fail", 5),
+    Hook("update.validate.batchgate.io", False, ("UPDATE",), "Ignore", 3),
+    Hook("namespaces.validate.batchgate.io", False, ("CREATE", "UPDATE"), "Fail", 5, namespaces=True),
+)
+# Never sent to batchgate, whatever the bundle says: the control plane's namespaces and
+# batchgate's own (so that it can always be restarted).
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", NAMESPACE)
+NAME_LABEL = "kubernetes.io/metadata.name"
+
+MUTATING_NOTE = """\
+# Mutations run on CREATE, and on UPDATE of the kinds whose pod template may change
+# (Deployment, StatefulSet, DaemonSet, ReplicaSet, CronJob: never a Pod's or Job's spec,
+# which Kubernetes treats as immutable), so that what new pods will get is decided on the
+# workload, in front of whoever changed it. UPDATE fails open (update.mutate.batchgate.io):
+# controllers update these objects all the time; during an outage the pods are still
+# decided one by one at their CREATE. Its matchConditions send only UPDATEs that change the
+# pod template (the only ones a mutation acts on); the others are never sent.
+# failurePolicy Fail: a workload admitted unmutated would keep the wrong priority for
+# good (a Pod's priority is immutable), its service-account token, and no /dev/shm;
+# so while the webhook is unreachable, CREATE of these kinds fails in user namespaces
+# and nowhere else. What that means precisely: docs/admin/webhook-down.md.
+# Never kube-system & co. nor batchgate's own namespace (so batchgate can always be
+# restarted), nor namespaces an admin labels batchgate.io/admission=disabled (do that
+# for cluster infrastructure: CNI, DNS, storage, ingress), nor those the bundle excludes.
+# caBundle: `batchgate certs --patch mutating`, or cert-manager (manifests/cert-manager).
+"""
+VALIDATING_NOTE = """\
+# Three webhooks, one failure policy each (docs/admin/webhook-down.md):
+# - CREATE fails closed: a denial protects something (admin-only priority classes,
+#   time-limit maxima, Guaranteed QoS of scavengers, a valid ScavengerJob), and Pods
+#   made later by controllers are trusted because their template passed here.
+# - UPDATE fails open: controllers update these objects all the time (finalizers, owner
+#   references, annotations); failing those would stall Jobs and garbage collection in
+#   every user namespace. Its matchConditions send only UPDATEs that change something a
+#   policy reads (a batchgate label or annotation, the pod template, a ScavengerJob's or
+#   MaintenanceWindow's spec), so the others never wait for batchgate, up or down.
+#   What an outage lets through on UPDATE is bounded by the ValidatingAdmissionPolicies
+#   (../admission-policies.yaml: admin-only classes, reconciler annotations, the opt-out label).
+# - Namespace CREATE/UPDATE fails closed, except for kube-system & co. and batchgate's own
+#   namespace (by name, in matchConditions: unlike a label, a name cannot be forged), and is
+#   sent only when someone who is not an admin sets or changes a Namespace's labels: only
+#   admins may set or remove batchgate.io/admission (the opt-out every selector here honours)
+#   or the labels queue grants select by (policy namespace-opt-out); a namespaceSelector on
+#   labels would skip the very request that adds the label.
+# caBundle: `batchgate certs --patch validating`, or cert-manager (manifests/cert-manager).
+"""
+POLICIES_NOTE = """\
+# What must hold even while the webhook is unreachable (its UPDATE webhook fails open), checked
+# by the API server itself: the policies below are the same rules as the bundle's policies they
+# are named after, in CEL, so an outage of batchgate no longer opens them. They deny a subset
+# of what the webhook denies (never more; the unit tests check that on every recorded request).
+# Kubernetes 1.30+ (admissionregistration.k8s.io/v1).
+"""
+
+
+def webhook_objects(bundle: Bundle) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The (Mutating, Validating) WebhookConfiguration for ``bundle``: rules for exactly the
+    kinds and operations its policies act on, matchConditions that leave out what they provably
+    allow unchanged. Raises ValueError for a policy no webhook can route (a wildcard or unknown
+    kind, DELETE or CONNECT)."""
+    _check_routable(bundle)
+    configs = []
+    for kind, mutating in (("MutatingWebhookConfiguration", True), ("ValidatingWebhookConfiguration", False)):
+        hooks = [h for hook in HOOKS if hook.mutating == mutating and (h := _hook(bundle, hook)) is not None]
+        configs.append({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": kind,
+            "metadata": {"name": "batchgate", "labels": {
+                "app.kubernetes.io/part-of": "batchgate", "app.kubernetes.io/component": "webhook"}},
+            "webhooks": hooks,
+        })
+    return configs[0], configs[1]
+
+
+def _check_routable(bundle: Bundle) -> None:
+    known = {(r.group, r.kind) for r in RESOURCES}
+    for p in bundle.policies:
+        for group, _version, kind in p.match.kinds:
+            if (group, kind) not in known:
+                raise ValueError(f"policy {p.name}: kind {group or 'core'}/{kind} cannot be sent to the webhook; "
+                                 f"known kinds: {', '.join(r.kind for r in RESOURCES)}")
+        for op in p.match.operations:
+            if op not in ("CREATE", "UPDATE"):
+                raise ValueError(f"policy {p.name}: operation {op} is not sent to the webhook (CREATE and UPDATE are)")
+
+
+def _hook(bundle: Bundle, hook: Hook) -> dict[str, Any] | None:
+    routes: list[tuple[Resource, list[str]]] = []
+    conditions: list[dict[str, str]] = []
+    for res in RESOURCES:
+        if (res.kind == "Namespace") != hook.namespaces:
+            continue
+        ops = []
+        for op in hook.operations:
+            acts = _actions(bundle, mutating=hook.mutating, operation=op, res=res)
+            if not acts:
+                continue
+            ops.append(op)
+            when = _or(acts)
+            if when != "true":
+                this = _and([_is_kind(res), *([f'request.operation == "{op}"'] if len(hook.operations) > 1 else [])])
+                conditions.append({"name": f"{res.plural}-{op.lower()}", "expression": f"!({this}) ||\n{when}"})
+        if ops:
+            routes.append((res, ops))
+    if not routes:
+        return None
+    literal, globs = _excluded(bundle)
+    if hook.namespaces:
+        # by name, not by label: on the Namespace object itself a label selector would read
+        # labels the request sets (1.20 lets anyone set kubernetes.io/metadata.name)
+        conditions.insert(0, {"name": "not-a-system-namespace",
+                              "expression": f"!({_matches(NAME, (*literal, *globs))})"})
+    elif globs:
+        conditions.insert(0, {"name": "not-in-an-excluded-namespace",
+                              "expression": f"!({_matches(NS, globs)})"})
+    out: dict[str, Any] = {
+        "name": hook.name,
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "timeoutSeconds": hook.timeout,
+        "failurePolicy": hook.failure_policy,
+        "matchPolicy": "Equivalent",
+    }
+    if hook.mutating:
+        out["reinvocationPolicy"] = "IfNeeded"
+    out["clientConfig"] = {"service": {"namespace": NAMESPACE, "name": "batchgate-webhook",
+                                       "path": "/mutate" if hook.mutating else "/validate", "port": 443}}
+    if not hook.namespaces:
+        out["namespaceSelector"] = _namespace_selector(literal)
+    out["rules"] = _rules(routes)
+    if conditions:
+        out["matchConditions"] = conditions
+    return out
+
+
+def _excluded(bundle: Bundle) -> tuple[list[str], list[str]]:
+    """The namespaces no request is sent from: (names, globs)."""
+    names = [*SYSTEM_NAMESPACES, *(n for n in bundle.excluded_namespaces if not _is_glob(n))]
+    return list(dict.fromkeys(names)), [n for n in bundle.excluded_namespaces if _is_glob(n)]
+
+
+def _namespace_selector(names: list[str]) -> dict[str, Any]:
+    return {"matchExpressions": [
+        {"key": NAME_LABEL, "operator": "NotIn", "values": names},
+        {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": ["disabled"]},
+    ]}
+
+
+def _rules(routes: list[tuple[Resource, list[str]]]) -> list[dict[str, Any]]:
+    """One rule per API group, versions, scope and operations, in RESOURCES order."""
+    rules: list[dict[str, Any]] = []
+    for res, ops in routes:
+        key = ([res.group], list(res.versions), ops, res.scope)
+        last = rules[-1] if rules else None
+        if last is not None and (last["apiGroups"], last["apiVersions"], last["operations"], last["scope"]) == key:
+            last["resources"].append(res.plural)
+        else:
+            rules.append({"apiGroups": [res.group], "apiVersions": list(res.versions), "resources": [res.plural],
+                          "operations": list(ops), "scope": res.scope})
+    return rules
+
+
+Entries = tuple[tuple[tuple[str, ...], str, tuple[str, ...]], ...]  # (metadata path, labels|annotations, keys)
+
+
+def _actions(bundle: Bundle, *, mutating: bool, operation: str, res: Resource) -> list[str]:
+    """When the engine may act on a request of this kind and operation (CEL, one per thing that
+    may act: a policy, the admission seal); none: it never does, so the webhook is not sent it."""
+    shape = shape_of(res.group, res.kind)
+    out: list[str] = []
+    entries: dict[tuple[str, str], list[tuple[tuple[str, ...], str, tuple[str, ...]]]] = {}
+    for p in bundle.candidates(mutating=mutating, operation=operation, group=res.group,
+                               version=res.versions[0], kind=res.kind):
+        acts: Entries | str
+        if operation == "UPDATE" and p.rule.decides_pod:
+            if shape is None or not shape.template_mutable:
+                continue  # the engine runs it on UPDATE only where the pod template may change
+            guard, acts = "true", _changed(_template_root(shape))  # ... and did
+        else:
+            guard, acts = _reads(p, bundle, shape) if operation == "UPDATE" else ("true", _creates(p, bundle))
+        if isinstance(acts, tuple):  # labels and annotations: merged with the others' that have the same guard
+            entries.setdefault((_applies(p.match), guard), []).extend(acts)
+        elif acts != "false":
+            out.append(_and([_applies(p.match), guard, acts]))
+    out += [_and([applies, guard, _any_changed(e)]) for (applies, guard), e in entries.items() if e]
+    if mutating and shape is not None:  # webhook.engine._seal_template
+        sealed = any(p.rule.sealed_check for p in bundle.candidates(
+            mutating=False, operation=operation, group=res.group, version=res.versions[0], kind=res.kind))
+        if operation == "CREATE" and (shape.is_pod or sealed):
+            out.append("true")  # a user's Pod loses a seal it brings; a template is sealed
+        elif operation == "UPDATE" and shape.template_mutable and sealed:
+            out.append(_changed(_template_root(shape)))  # resealed, or the seal taken away
+        elif operation == "UPDATE" and shape.is_pod and out:  # a seal on a Pod is a controller's
+            out.append(_present(("metadata", "annotations"), SEAL_ANNOTATION))
+    return out
+
+
+def _template_root(shape: Shape) -> tuple[str, ...]:
+    """Where Shape.template_changed looks: the pod template (its metadata and spec)."""
+    return tuple(str(k) for k in shape.pod_meta[:-1])
+
+
+def _creates(policy: Policy, bundle: Bundle) -> str:
+    """When a policy may act on CREATE. Every policy acts on what it is sent, but one: a
+    Namespace created by someone who is not an admin with no label but its own name label has
+    nothing namespace-opt-out judges (it reads a Namespace's labels only)."""
+    if policy.rule.name == "namespace-opt-out":
+        labels = _map_at("object", ("metadata", "labels"))
+        return _and([f"!({_exempt(bundle, policy)})",
+                     f'{labels}.exists(k, k != "{NAME_LABEL}" || {labels}[k] != {NAME})'])
+    return "true"
+
+
+def _meta(path: Sequence[str | int]) -> tuple[str, ...]:
+    return tuple(map(str, path))
+
+
+def _reads(policy: Policy, bundle: Bundle, shape: Shape | None) -> tuple[str, Entries | str]:
+    """When a policy may act on an UPDATE the engine sends it (decides_pod ones: where the pod
+    template changed, see _actions), as (who it judges, what it reads): the labels and
+    annotations it reads, or CEL. What each type reads on UPDATE, from its validate(): each
+    judges what the update changes, never what it leaves as it was, so an UPDATE that leaves
+    all of it alone is allowed with no finding. A type not listed may act on any UPDATE
+    ("true"); one that reads something new must say so here (tests/unit/test_admission_cel.py
+    fails on a request skipped that the engine judges)."""
+    t = policy.rule.name
+    controller = _caller_in(bundle.controllers)
+    if t == "job-network":  # the stamps' values where set or changed (pod template and object)
+        if shape is None:
+            return "true", "false"
+        places = [shape.pod_meta] if shape.is_pod else [shape.pod_meta, ("metadata",)]
+        return "true", tuple(e for pl in places for e in (
+            (_meta(pl), "labels", (NETWORK_LABEL,)),
+            (_meta(pl), "annotations", (SLOTS_ANNOTATION, CONNECT_TO_ANNOTATION))))
+    if t == "queue-access":  # a queue named, or whole nodes asked for, that were not before
+        if shape is None:  # a ScavengerJob's queue is the scavenger queue, before and after
+            return "true", "false"
+        # admins pass; an object a controller made is judged with no one's grants unless sealed
+        return (f"!({_caller_in(bundle.admins)}) || ({controller})",
+                tuple((_meta(pl), "labels", (QUEUE_LABEL, EXCLUSIVE_LABEL)) for pl in label_places(shape)))
+    if t == "reconciler-annotations":  # set, changed or removed by someone else than its writers
+        return (f"!({_exempt(bundle, policy)}) || ({controller})",
+                ((("metadata",), "annotations", RECONCILER_ANNOTATIONS),))
+    if t == "time-limit-extension":  # a changed limit or expected runtime; a relabelled queue warns
+        from .rules.time_limit import LOCATIONS
+
+        if shape is None or shape.kind not in LOCATIONS:
+            return "true", "false"
+        keys = (TIME_LIMIT_ANNOTATION, EXPECTED_RUNTIME_ANNOTATION)
+        queue_at = [("metadata",)] + ([] if shape.is_pod else [shape.pod_meta])
+        return "true", (tuple((_meta(path), "annotations", keys) for path, _ in LOCATIONS[shape.kind])
+                        + tuple((_meta(pl), "labels", (QUEUE_LABEL,)) for pl in queue_at))
+    if t in ("scavengerjob", "maintenance-window"):  # a changed spec
+        return "true", _changed(("spec",))
+    if t == "namespace-opt-out":  # changed labels, by someone who is not an admin (any label:
+        # the ones grants read are the bundle's, and the ConfigMap may change before this does)
+        return f"!({_exempt(bundle, policy)})", _changed(("metadata", "labels"))
+    return "true", "true"
+
+
+def _any_changed(entries: Iterable[tuple[tuple[str, ...], str, tuple[str, ...]]]) -> str:
+    """One of the keys set, changed or removed in the labels or annotations at its path: per
+    metadata path, the object's (n) and the old object's (o) bound once ([x].exists(n, ...))."""
+    places: dict[tuple[str, ...], dict[str, list[str]]] = {}
+    for path, section, keys in entries:
+        known = places.setdefault(path, {}).setdefault(section, [])
+        known += [k for k in keys if k not in known]
+    parts = []
+    for path, sections in places.items():
+        inner = _or([f"[has(n.{sec}) ? n.{sec} : {{}}].exists(a, [has(o.{sec}) ? o.{sec} : {{}}].exists(b, "
+                     f"{_list(keys)}.exists(k, {_diff('k', 'a', 'b')})))" for sec, keys in sections.items()])
+        parts.append(f"[{_map_at('object', path)}].exists(n, [{_map_at('oldObject', path)}].exists(o, {inner}))")
+    return _or(parts)
+
+
+def _exempt(bundle: Bundle, policy: Policy) -> str:
+    """The callers a policy type lets through whatever they do: the bundle's admins and the
+    policy's own ``writers`` (namespace-opt-out, reconciler-annotations)."""
+    writers = getattr(policy.settings, "writers", None)
+    return _or([_caller_in(bundle.admins), *([_caller_in(writers)] if writers is not None else [])])
+
+
+def _applies(match: Match) -> str:
+    """A policy's match on namespaces and object labels (kind and operation: the route). Users,
+    groups and service accounts count as matching: the engine judges a controller's unsealed
+    object as no one, whoever sent it, so a condition on the caller could skip what it judges;
+    ``exclude`` is left out for the same reason (a webhook sent more than needed is safe)."""
+    parts = []
+    if match.namespaces:
+        parts.append(_matches(NS, match.namespaces))
+    if match.selector is not None:
+        parts.append(_selector(match.selector, _map_at("object", ("metadata", "labels"))))
+    return _and(parts)
+
+
+# -- ValidatingAdmissionPolicies ----------------------------------------------------------------
+def admission_policies(bundle: Bundle) -> list[dict[str, Any]]:
+    """ValidatingAdmissionPolicy + binding pairs for what must hold while the webhook is down:
+    for each policy of a type whose rule CEL can say exactly (namespace-opt-out,
+    reconciler-annotations, the admin-only classes of queue-priority). Each denies a subset of
+    what its policy denies: where the webhook knows more (a verified seal, a queue's access),
+    the policy here lets the request through and leaves it to the webhook."""
+    out: list[dict[str, Any]] = []
+    literal, globs = _excluded(bundle)
+    for p in bundle.validating:
+        make = _PROTECTED.get(p.rule.name)
+        for part in make(bundle, p) if make is not None else ():
+            out += _admission_policy(bundle, p, part, literal, globs)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One ValidatingAdmissionPolicy of a bundle policy: the kinds and operations it checks and
+    how (one per pod-template path for queue-priority: CEL is typed per kind)."""
+
+    suffix: str
+    routes: tuple[tuple[Resource, tuple[str, ...]], ...]
+    variables: tuple[tuple[str, str], ...]
+    validations: tuple[dict[str, str], ...]
+
+
+def _admission_policy(bundle: Bundle, policy: Policy, part: _Part, literal: list[str],
+                      globs: list[str]) -> list[dict[str, Any]]:
+    name = f"batchgate-{policy.name}{part.suffix}"
+    namespaces = any(res.kind == "Namespace" for res, _ in part.routes)
+    if namespaces and len(part.routes) > 1:
+        raise ValueError(f"policy {policy.name}: Namespaces and other kinds in one policy")
+    constraints: dict[str, Any] = {"matchPolicy": "Equivalent"}
+    if not namespaces:  # the engine leaves excluded namespaces alone; a Namespace is judged whatever its name
+        constraints["namespaceSelector"] = _namespace_selector(literal)
+    constraints["resourceRules"] = [{k: v for k, v in r.items() if k != "scope"}
+                                    for r in _rules([(res, list(ops)) for res, ops in part.routes])]
+    conditions = []
+    if globs and not namespaces:
+        conditions.append({"name": "not-in-an-excluded-namespace", "expression": f"!({_matches(NS, globs)})"})
+    if (subject := _subject_exact(policy)) != "true":
+        conditions.append({"name": "policy-applies", "expression": subject})
+    spec: dict[str, Any] = {"failurePolicy": "Fail", "matchConstraints": constraints}
+    if conditions:
+        spec["matchConditions"] = conditions
+    spec["variables"] = [{"name": n, "expression": e} for n, e in part.variables]
+    spec["validations"] = [{**v, "reason": "Forbidden"} for v in part.validations]
+    meta = {"name": name, "labels": dict(LABELS),
+            "annotations": {"batchgate.io/policy": f"{policy.name} (version {policy.version})"}}
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+         "metadata": meta, "spec": spec},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": {"name": name, "labels": dict(LABELS)},
+         "spec": {"policyName": name, "validationActions": ["Deny"]}},
+    ]
+
+
+def _subject_exact(policy: Policy) -> str:
+    """The whole of a policy's match and exclude on the caller, namespace and labels (as
+    webhook.engine._applies), for a ValidatingAdmissionPolicy: there it must not judge more."""
+    inc = _and([_applies(policy.match), _identity(policy.match)])
+    ex = policy.exclude
+    if ex is None:
+        return inc
+    excluded = _and([
+        _or([f'request.operation == "{op}"' for op in ex.operations]) if ex.operations else "true",
+        _or([_kind_matches(k) for k in ex.kinds]) if ex.kinds else "true",
+        _applies(ex), _identity(ex),
+    ])
+    return _and([inc, f"!({excluded})"])
+
+
+def _identity(match: Match) -> str:
+    parts = []
+    if match.users:
+        parts.append(_matches(USER, match.users))
+    if match.groups:
+        parts.append(f"has(request.userInfo.groups) && request.userInfo.groups.exists(g, {_matches('g', match.groups)})")
+    if match.service_accounts:
+        parts.append(_service_accounts(match.service_accounts))
+    return _and(parts)
+
+
+def _has_identity_filter(policy: Policy) -> bool:
+    return any(m is not None and (m.users or m.groups or m.service_accounts) for m in (policy.match, policy.exclude))
+
+
+def _kind_matches(kind: tuple[str, str, str]) -> str:
+    g, v, k = kind
+    return _and([*([f'request.kind.group == "{g}"'] if g != "*" else []),
+                 *([f'request.kind.version == "{v}"'] if v != "*" else []),
+                 *([f'request.kind.kind == "{k}"'] if k != "*" else [])])
+
+
+def _routes(policy: Policy, *, kinds: Iterable[Resource], update: Sequence[Resource] | None = None
+            ) -> tuple[tuple[Resource, tuple[str, ...]], ...]:
+    """The policy's kinds among ``kinds``, with its operations (UPDATE only for ``update``)."""
+    out = []
+    for res in kinds:
+        if not policy.match.matches_kind(res.group, res.versions[0], res.kind):
+            continue
+        ops = tuple(op for op in ("CREATE", "UPDATE") if op in policy.match.operations
+                    and (op == "CREATE" or update is None or res in update))
+        if ops:
+            out.append((res, ops))
+    return tuple(out)
+
+
+def _controller_made(bundle: Bundle) -> str:
+    """As Bundle.made_by_controller: a controlling owner, created by one of its controllers."""
+    return _and([_caller_in(bundle.controllers),
+                 "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
+                 "has(o.controller) && o.controller == true)"])
+
+
+def _who(bundle: Bundle) -> str:
+    a = bundle.admins  # as the rules name them in their denials
+    names = [*(f"group {g}" for g in a.groups), *(f"user {u}" for u in a.users),
+             *(f"service account {s}" for s in a.service_accounts)]
+    return ", ".join(names) or "the bundle's admins"
+
+
+def _diff(key: str, new: str, old: str) -> str:
+    """``key`` set, changed or removed between two maps (``new.get(key) != old.get(key)``)."""
+    return f"(({key} in {new}) ? (!({key} in {old}) || {new}[{key}] != {old}[{key}]) : ({key} in {old}))"
+
+
+def _opt_out_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
+    routes = _routes(policy, kinds=[r for r in RESOURCES if r.kind == "Namespace"])
+    if not routes:
+        return []
+    new, old = "variables.labels", "variables.oldLabels"
+    who = _who(bundle)
+    validations = [{
+        "expression": f"variables.exempt || !{_diff(_s(OPT_OUT_LABEL), new, old)}",
+        "message": (f"namespace-opt-out: setting, changing or removing the label {OPT_OUT_LABEL} on a Namespace "
+                    f"is for cluster admins only ({who}): {OPT_OUT_LABEL}=disabled turns every batchgate "
+                    "policy off in that namespace; ask an admin"),
+    }]
+    keys = [k for k in bundle.selector_keys if k != NAME_LABEL]
+    if keys:
+        validations.append({
+            "expression": f"variables.exempt || !{_list(keys)}.exists(k, {_diff('k', new, old)})",
+            "message": (f"namespace-opt-out: setting, changing or removing the labels {', '.join(keys)} on a "
+                        f"Namespace is for cluster admins only ({who}): queue grants select namespaces by "
+                        "them; ask an admin"),
+        })
+    name = _s(NAME_LABEL)
+    validations.append({
+        "expression": (f"variables.exempt || !({name} in {new}) || {new}[{name}] == object.metadata.name"
+                       f" || ({name} in {old} && {old}[{name}] == {new}[{name}])"),
+        "message": (f"namespace-opt-out: the label {NAME_LABEL} must be the namespace's own name: the webhook "
+                    "configurations use it to leave system namespaces out"),
+    })
+    return [_Part("", routes, (
+        ("exempt", _exempt(bundle, policy)),
+        ("labels", _map_at("object", ("metadata", "labels"))),
+        ("oldLabels", _map_at("oldObject", ("metadata", "labels"))),
+    ), tuple(validations))]
+
+
+def _reconciler_annotations_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
+    routes = _routes(policy, kinds=[r for r in RESOURCES if r.kind != "Namespace"])
+    if not routes:
+        return []
+    exempt = _exempt(bundle, policy)
+    if _has_identity_filter(policy):  # the engine judges a controller's unsealed object as no one
+        exempt = _or([exempt, _controller_made(bundle)])
+    touched = f"{_list(RECONCILER_ANNOTATIONS)}.filter(k, {_diff('k', 'variables.annotations', 'variables.oldAnnotations')})"
+    hint = ("written by the batchgate reconciler only; to get more time, change batchgate.io/time-limit instead "
+            "(kubectl annotate --overwrite ... batchgate.io/time-limit=8h)")
+    return [_Part("", routes, (
+        ("exempt", exempt),
+        ("annotations", _map_at("object", ("metadata", "annotations"))),
+        ("oldAnnotations", _map_at("oldObject", ("metadata", "annotations"))),
+        ("touched", touched),
+    ), ({
+        "expression": "variables.exempt || size(variables.touched) == 0",
+        "message": f"reconciler-annotations: {', '.join(RECONCILER_ANNOTATIONS)} are {hint}",
+        "messageExpression": ('"reconciler-annotations: " + variables.touched.join(", ") + '
+                              f'(size(variables.touched) == 1 ? " is " : " are ") + {_s(hint)}'),
+    },))]
+
+
+def _admin_classes_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
+    """queue-priority's rule for the admin-only classes: only admins put one in a workload or its
+    pod template (the globalDefault class counts as no choice on a Pod; a class that is a queue's
+    is allowed in that queue; what a controller makes from a template is judged at the template,
+    and the webhook checks its seal)."""
+    classes = [pc.name for pc in bundle.priority_classes.values() if pc.admin_only and not pc.global_default]
+    if not classes:
+        return []
+    owned = {q.name: q.priority_class for q in bundle.queues.values() if q.priority_class in classes}
+    menu = ", ".join(f"{q.name} -> {q.priority_class}" for q in bundle.queues.values()
+                     if not bundle.priority_classes[q.priority_class].admin_only)
+    families: dict[tuple[str, ...], list[Resource]] = {}
+    for res in RESOURCES:
+        shape = shape_of(res.group, res.kind)
+        if shape is not None:
+            families.setdefault(tuple(map(str, shape.pod_spec)), []).append(res)
+    parts = []
+    for spec_path, kinds in families.items():
+        shape = shape_of(kinds[0].group, kinds[0].kind)
+        assert shape is not None
+        routes = _routes(policy, kinds=kinds, update=[r for r in kinds if (s := shape_of(r.group, r.kind)) and s.template_mutable])
+        if not routes:
+            continue
+        pc_path = (*spec_path, "priorityClassName")
+        variables = [
+            ("exempt", _or([_caller_in(bundle.admins), _controller_made(bundle)])),
+            ("pc", f'({_has("object", pc_path)} ? object.{".".join(pc_path)} : "")'),
+        ]
+        allowed = [
+            "variables.exempt",
+            f"!(variables.pc in {_list(classes)})",
+            f'(request.operation == "UPDATE" && ({_has("oldObject", pc_path)} ? '
+            f'oldObject.{".".join(pc_path)} : "") == variables.pc)',
+        ]
+        if owned:  # the class of the queue the workload runs in (Bundle.queue_for)
+            variables.append(("queue", _queue_of(bundle, shape)))
+            allowed.append(f"(variables.queue in {_map(owned)} && {_map(owned)}[variables.queue] == variables.pc)")
+        hint = f"leave priorityClassName out and choose a queue with the label {QUEUE_LABEL} ({menu})"
+        suffix = "-" + ("pods" if shape.is_pod else "cronjobs" if shape.kind == "CronJob" else "templates")
+        parts.append(_Part(suffix, routes, tuple(variables), ({
+            "expression": " ||\n".join(allowed),
+            "message": f"queue-priority: priority classes {', '.join(classes)} are reserved for admins; {hint}",
+            "messageExpression": f"\"queue-priority: priorityClassName '\" + variables.pc + \"' is reserved for admins; {hint}\"",
+        },)))
+    return parts
+
+
+def _queue_of(bundle: Bundle, shape: Shape) -> str:
+    """The queue a workload runs in: its label, else its pod template's, else the namespace's
+    default (webhook.workloads.requested_queue, Bundle.queue_for)."""
+    default = _s(bundle.default_queue)
+    for rule in reversed(bundle.namespaces):  # the first rule that matches decides
+        default = f"({_matches(NS, rule.names)} ? {_s(rule.default_queue or bundle.default_queue)} : {default})"
+    out = default
+    places = [("metadata",)] + ([] if shape.is_pod else [tuple(map(str, shape.pod_meta))])
+    for place in reversed(places):
+        labels = _map_at("object", (*place, "labels"))
+        out = f"({_s(QUEUE_LABEL)} in {labels} ? {labels}[{_s(QUEUE_LABEL)}] : {out})"
+    return out
+
+
+_PROTECTED = {
+    "namespace-opt-out": _opt_out_policy,
+    "reconciler-annotations": _reconciler_annotations_policy,
+    "queue-priority": _admin_classes_policy,
+}
+
+
+# -- CEL building blocks --------------------------------------------------------------------
+NS = '(has(request.namespace) ? request.namespace : "")'
+NAME = '(has(object.metadata.name) ? object.metadata.name : "")'  # set by now, also from generateName
+USER = '(has(request.userInfo.username) ? request.userInfo.username : "")'
+
+
+def _s(value: str) -> str:
+    """A CEL string literal (JSON's escapes are CEL's)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _list(values: Iterable[str]) -> str:
+    return "[" + ", ".join(_s(v) for v in values) + "]"
+
+
+def _map(values: dict[str, str]) -> str:
+    return "{" + ", ".join(f"{_s(k)}: {_s(v)}" for k, v in values.items()) + "}"
+
+
+def _or(parts: Iterable[str]) -> str:
+    parts = [p for p in dict.fromkeys(parts) if p != "false"]
+    if not parts:
+        return "false"
+    if "true" in parts:
+        return "true"
+    return parts[0] if len(parts) == 1 else " || ".join(f"({p})" for p in parts)
+
+
+def _and(parts: Iterable[str]) -> str:
+    parts = [p for p in dict.fromkeys(parts) if p != "true"]
+    if not parts:
+        return "true"
+    if "false" in parts:
+        return "false"
+    return parts[0] if len(parts) == 1 else " && ".join(f"({p})" for p in parts)
+
+
+def _is_kind(res: Resource) -> str:
+    return f'request.kind.group == "{res.group}" && request.kind.kind == "{res.kind}"'
+
+
+def _has(root: str, path: Sequence[str]) -> str:
+    """Every step of ``root.path`` is there (``oldObject`` is null on CREATE; an object always
+    has its metadata)."""
+    steps = [f"has({root}.{'.'.join(path[:i])})" for i in range(1, len(path) + 1) if tuple(path[:i]) != ("metadata",)]
+    return " && ".join((["oldObject != null"] if root == "oldObject" else []) + steps) or "true"
+
+
+def _map_at(root: str, path: Sequence[str]) -> str:
+    """The map at ``root.path``, or an empty one."""
+    has = _has(root, path)
+    return f"{root}.{'.'.join(path)}" if has == "true" else f"({has} ? {root}.{'.'.join(path)} : {{}})"
+
+
+def _changed(path: Sequence[str]) -> str:
+    """The value at ``path`` differs between object and oldObject (absent counts as a value)."""
+    new, old = _has("object", path), _has("oldObject", path)
+    dotted = ".".join(path)
+    return f"(({new}) ? (!({old}) || object.{dotted} != oldObject.{dotted}) : ({old}))"
+
+
+def _present(path: Sequence[str], key: str) -> str:
+    return f"{_s(key)} in {_map_at('object', path)}"
+
+
+def _selector(sel: LabelSelector, labels: str) -> str:
+    parts = [f"{_s(k)} in {labels} && {labels}[{_s(k)}] == {_s(v)}" for k, v in sel.match_labels.items()]
+    for key, op, values in sel.match_expressions:
+        k, vs = _s(key), _list(sorted(values))
+        parts.append({"In": f"{k} in {labels} && {labels}[{k}] in {vs}",
+                      "NotIn": f"!({k} in {labels}) || !({labels}[{k}] in {vs})",
+                      "Exists": f"{k} in {labels}", "DoesNotExist": f"!({k} in {labels})"}[op])
+    return _and(parts)
+
+
+def _is_glob(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")
+
+
+def _matches(value: str, patterns: Iterable[str]) -> str:
+    """``value`` matches one of ``patterns`` as webhook.globs.matches does (shell globs)."""
+    patterns = list(patterns)
+    exact = [p for p in patterns if not _is_glob(p)]
+    wild = [p for p in patterns if _is_glob(p)]
+    parts = []
+    if len(exact) == 1:
+        parts.append(f"{value} == {_s(exact[0])}")
+    elif exact:
+        parts.append(f"{value} in {_list(exact)}")
+    if wild:
+        parts.append(f"{value}.matches({_s(_regex(wild))})")
+    return _or(parts)
+
+
+def _regex(globs: Iterable[str], *, prefix: str = "", swap: tuple[str, str] | None = None) -> str:
+    """An RE2 regular expression matching what fnmatch matches for one of ``globs`` (whole
+    string, any character for ``*`` and ``?``). ``swap``: a literal character written as another
+    (a service account ``ns/name`` glob over the user name ``...:ns:name``)."""
+    alternatives = []
+    for glob in globs:
+        out, i = [], 0
+        while i < len(glob):
+            c = glob[i]
+            i += 1
+            if c == "*":
+                out.append(".*")
+            elif c == "?":
+                out.append(".")
+            elif c == "[":
+                j = i + (glob[i:i + 1] == "!")
+                j += glob[j:j + 1] == "]"
+                end = glob.find("]", j)
+                if end < 0:
+                    out.append(r"\[")
+                    continue
+                body, i = glob[i:end], end + 1
+                if swap and any(ch in body for ch in swap):
+                    raise ValueError(f"{glob!r}: a character class with {swap[0]!r} is not supported here")
+                body = body.replace("\\", "\\\\")
+                out.append("[" + ("^" + body[1:] if body.startswith("!") else "\\" + body if body.startswith("^")
+                                  else body) + "]")
+            elif swap and c == swap[0]:
+                out.append(_re_escape(swap[1]))
+            else:
+                out.append(_re_escape(c))
+        alternatives.append("".join(out))
+    return f"^(?s:{_re_escape(prefix)}(?:{'|'.join(alternatives)}))$"
+
+
+def _re_escape(text: str) -> str:
+    return "".join("\\" + c if c in ".^$*+?()[]{}|\\" else c for c in text)
+
+
+def _service_accounts(globs: Iterable[str]) -> str:
+    """The caller is a service account ``namespace/name`` matching one of ``globs``: the user
+    ``system:serviceaccount:namespace:name`` (neither part can hold ':' or '/')."""
+    usable = [g for g in globs if ":" not in g]  # matches no ns/name
+    exact = [f"system:serviceaccount:{g.replace('/', ':', 1)}" for g in usable if not _is_glob(g)]
+    wild = [g for g in usable if _is_glob(g)]
+    return _or([_matches(USER, exact),
+                *([f"{USER}.matches({_s(_regex(wild, prefix='system:serviceaccount:', swap=('/', ':')))})"]
+                  if wild else [])])
+
+
+def _caller_in(principals: Principals) -> str:
+    """As Principals.contains on the request's user and groups."""
+    parts = []
+    if principals.users:
+        parts.append(_matches(USER, principals.users))
+    if principals.groups:
+        parts.append("has(request.userInfo.groups) && request.userInfo.groups.exists(g, "
+                     f"{_matches('g', principals.groups)})")
+    if principals.service_accounts:
+        parts.append(_service_accounts(principals.service_accounts))
+    return _or(parts)

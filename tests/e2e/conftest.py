@@ -278,3 +278,12 @@ def pytest_runtest_makereport(item, call):
                 tails = str(exc)
             if tails:
                 report.sections.append(("kube control plane logs", tails))
+
+
+# -- ValidatingAdmissionPolicies (manifests/admission-policies.yaml) ------------------------------
+# Not applied to the session's cluster with the rest of manifests/: tests that change a pod template
+# while the webhook is down (test_seal.py) rely on what they forbid. test_admission_policies.py
+# installs them for its own tests and removes them after.
+import harness as _harness  # noqa: E402
+
+_harness.NOT_APPLIED |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}

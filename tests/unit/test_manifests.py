@@ -24,7 +24,7 @@ from webhook.workloads import shape_of
 MANIFESTS = ROOT / "manifests"
 SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "batchgate-system")
 OPT_OUT = ("batchgate.io/admission", "disabled")
-#: the failure policy of every webhook, as docs/deploy.md explains it
+#: the failure policy of every webhook, as docs/admin/webhook-down.md explains it
 FAILURE_POLICIES = {
     "mutate.batchgate.io": "Fail",
     "update.mutate.batchgate.io": "Ignore",
@@ -92,8 +92,14 @@ def _targets(variant: str) -> list[str]:
         if not wanted:
             pytest.fail("this kubernetes-validate has no 1.20 schemas (its 1.28.x releases do)")
         return wanted
-    newer = [v for v in versions if tuple(map(int, v.split(".")[:2])) >= (1, 21)]
-    return sorted({newer[0], newer[-1]})  # the oldest and newest this variant supports
+    # The default variant needs 1.30+ (ValidatingAdmissionPolicy v1; webhook matchConditions are
+    # 1.28+); this kubernetes-validate's newest schemas are 1.28's, the closest it has.
+    return [versions[-1]]
+
+
+# No schema for them in kubernetes-validate 1.28.x: tests/e2e/test_admission_policies.py has a
+# 1.37 API server validate, compile and type-check them.
+NO_SCHEMA = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -103,6 +109,8 @@ def test_every_object_validates_against_the_kubernetes_openapi_schemas(variant, 
     failures = []
     for version in _targets(variant):
         for obj in rendered[variant]:
+            if obj["kind"] in NO_SCHEMA:
+                continue
             try:
                 kubernetes_validate.validate(obj, version, strict=True)
             except kubernetes_validate.ValidationError as e:
@@ -168,18 +176,27 @@ def test_kustomization_lists_every_file_and_only_existing_ones(directory):
     )
 
 
-def test_the_1_20_variant_differs_only_in_the_pdb_api_version(rendered):
+def test_the_1_20_variant_differs_only_in_what_1_20_lacks(rendered):
+    """PodDisruptionBudgets in policy/v1beta1, no ValidatingAdmissionPolicies (1.30+) and no
+    webhook matchConditions (1.28+): otherwise the same objects."""
     def norm(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out = []
         for o in objs:
             o = copy.deepcopy(o)
+            if o["kind"] in NO_SCHEMA:
+                continue
             if o["kind"] == "PodDisruptionBudget":
                 o["apiVersion"] = "policy/*"
+            for w in o.get("webhooks", []):
+                w.pop("matchConditions", None)
             out.append(o)
         return sorted(out, key=lambda o: json.dumps(o, sort_keys=True))
 
-    assert {o["apiVersion"] for o in rendered["k8s-1.20"] if o["kind"] == "PodDisruptionBudget"} == {"policy/v1beta1"}
-    assert norm(rendered["default"]) == norm(rendered["k8s-1.20"])
+    old = rendered["k8s-1.20"]
+    assert {o["apiVersion"] for o in old if o["kind"] == "PodDisruptionBudget"} == {"policy/v1beta1"}
+    assert not [o for o in old if o["kind"] in NO_SCHEMA]
+    assert not [w for o in old for w in o.get("webhooks", []) if "matchConditions" in w]
+    assert norm(rendered["default"]) == norm(old)
 
 
 # -- generated from the bundle -----------------------------------------------------------
@@ -319,7 +336,7 @@ def test_the_webhook_has_no_api_access_and_no_token(objects):
 def test_every_binding_refers_to_a_role_and_account_that_exist(objects):
     names = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects}
     for obj in objects:
-        if not obj["kind"].endswith("Binding"):
+        if not obj["kind"].endswith("Binding") or obj["kind"] in NO_SCHEMA:  # RBAC bindings
             continue
         ref = obj["roleRef"]
         ns = obj["metadata"].get("namespace") if ref["kind"] == "Role" else None
@@ -496,9 +513,15 @@ def _workload_webhooks(objects: list[dict[str, Any]]) -> list[tuple[str, dict[st
 
 def test_namespaces_are_judged_whatever_their_labels(objects):
     """The opt-out label is checked on every Namespace: a namespaceSelector or objectSelector
-    would skip the very request that adds it (or, on 1.20, a forged kubernetes.io/metadata.name)."""
+    would skip the very request that adds it (or, on 1.20, a forged kubernetes.io/metadata.name).
+    The system namespaces and batchgate's own are left out by name, in matchConditions (a name
+    cannot be forged; tests/unit/test_admission_cel.py evaluates the condition)."""
     (w,) = [w for _, w in _webhooks(objects) if w["name"] == NAMESPACE_WEBHOOK]
     assert "namespaceSelector" not in w and "objectSelector" not in w
+    (left_out,) = [c["expression"] for c in w["matchConditions"] if c["name"] == "not-a-system-namespace"]
+    assert "object.metadata.name" in left_out and "labels" not in left_out
+    for name in SYSTEM_NAMESPACES:
+        assert f'"{name}"' in left_out
     assert w["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["namespaces"],
                            "operations": ["CREATE", "UPDATE"], "scope": "Cluster"}]
     assert w["failurePolicy"] == "Fail"
@@ -543,6 +566,42 @@ def test_updates_fail_open_and_creates_fail_closed(objects):
         ops = {op for r in w["rules"] for op in r["operations"]}
         assert w["failurePolicy"] == ("Ignore" if ops == {"UPDATE"} else "Fail"), w["name"]
         assert "DELETE" not in ops and "CONNECT" not in ops
+
+
+def test_only_updates_and_namespaces_have_match_conditions(objects):
+    """CREATE of a workload is always sent (every CREATE is mutated: a queue, a class, a seal);
+    UPDATEs and Namespaces only when something a policy reads may change (test_admission_cel)."""
+    have = {w["name"] for _, w in _webhooks(objects) if w.get("matchConditions")}
+    assert have == {"update.mutate.batchgate.io", "update.validate.batchgate.io", NAMESPACE_WEBHOOK}
+
+
+def test_admission_policies_are_bound_to_deny_and_fail_closed(objects):
+    policies = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"}
+    bindings = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"}
+    assert set(policies) == set(bindings) == {
+        "batchgate-queue-priority-pods", "batchgate-queue-priority-templates", "batchgate-queue-priority-cronjobs",
+        "batchgate-namespace-opt-out", "batchgate-reconciler-annotations"}
+    for name, p in policies.items():
+        assert p["apiVersion"] == "admissionregistration.k8s.io/v1"
+        assert bindings[name]["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+        assert p["spec"]["failurePolicy"] == "Fail"
+        ops = {op for r in p["spec"]["matchConstraints"]["resourceRules"] for op in r["operations"]}
+        assert ops <= {"CREATE", "UPDATE"}
+        for v in p["spec"]["validations"]:
+            assert v["reason"] == "Forbidden" and v["message"].startswith(p["metadata"]["annotations"][
+                "batchgate.io/policy"].split()[0] + ": ")
+        # the namespaces the webhooks leave out, these leave out too (the engine judges nothing there)
+        selector = p["spec"]["matchConstraints"].get("namespaceSelector")
+        if name != "batchgate-namespace-opt-out":
+            for ns in SYSTEM_NAMESPACES:
+                assert not _selects(selector, {"kubernetes.io/metadata.name": ns})
+        else:  # ... but a Namespace is judged whatever its name (kube-system's opt-out label too)
+            assert selector is None
+
+
+def test_webhook_configurations_for_a_bundle_are_the_files_for_the_shipped_one():
+    from_files = webhook_configurations("Q0E=", url="https://127.0.0.1:9443")
+    assert webhook_configurations("Q0E=", url="https://127.0.0.1:9443", bundle=load_bundle(POLICIES)) == from_files
 
 
 @pytest.mark.parametrize(("url", "service", "expected"), [
