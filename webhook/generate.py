@@ -80,7 +80,7 @@ LABELS = {"app.kubernetes.io/part-of": "batchgate", "app.kubernetes.io/managed-b
 BASE = "base"  # generated files and the webhook configurations live in manifests/base/
 MUTATING_FILE = f"{BASE}/mutatingwebhookconfiguration.yaml"
 VALIDATING_FILE = f"{BASE}/validatingwebhookconfiguration.yaml"
-POLICIES_FILE = "admission-policies.yaml"  # beside pdb.yaml: Kubernetes 1.30+, not in ../k8s-1.20
+POLICIES_FILE = "admission-policies.yaml"  # beside pdb.yaml
 _CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 
 

@@ -272,9 +272,8 @@ def apply_object(kube: Any, obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def apply_manifests(kube: Any) -> list[dict[str, Any]]:
-    """The cluster-side objects of the manifests/ variant for this API server version."""
-    variant = "k8s-1.20" if kube.server_version() < (1, 21) else ""
-    objects = kustomize(REPO_ROOT / "manifests" / variant)
+    """The cluster-side objects of manifests/."""
+    objects = kustomize(REPO_ROOT / "manifests")
     kinds = {o["kind"] for o in objects}
     unknown = kinds - set(APPLIED_KINDS) - NOT_APPLIED
     assert not unknown, f"manifests/ has kinds the e2e fixture does not know how to apply: {unknown}"

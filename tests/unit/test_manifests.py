@@ -55,7 +55,7 @@ RECONCILER_RIGHTS = {
     ("policy", "poddisruptionbudgets"): {"get", "create", "delete"},  # a ScavengerJob segment's guard
     ("", "namespaces"): {"get", "list", "watch"},  # labels for queue grants by namespaceSelector
 }
-VARIANTS = {"default": MANIFESTS, "k8s-1.20": MANIFESTS / "k8s-1.20"}
+VARIANTS = {"default": MANIFESTS}
 
 
 @pytest.fixture(scope="module")
@@ -87,11 +87,6 @@ def _schema_versions() -> list[str]:
 
 def _targets(variant: str) -> list[str]:
     versions = _schema_versions()
-    if variant == "k8s-1.20":
-        wanted = [v for v in versions if v.startswith("1.20.")]
-        if not wanted:
-            pytest.fail("this kubernetes-validate has no 1.20 schemas (its 1.28.x releases do)")
-        return wanted
     # The default variant needs 1.30+ (ValidatingAdmissionPolicy v1; webhook matchConditions are
     # 1.28+); this kubernetes-validate's newest schemas are 1.28's, the closest it has.
     return [versions[-1]]
@@ -176,30 +171,6 @@ def test_kustomization_lists_every_file_and_only_existing_ones(directory):
     )
 
 
-def test_the_1_20_variant_differs_only_in_what_1_20_lacks(rendered):
-    """PodDisruptionBudgets in policy/v1beta1, no ValidatingAdmissionPolicies (1.30+) and no
-    webhook matchConditions (1.28+): otherwise the same objects."""
-    def norm(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        out = []
-        for o in objs:
-            o = copy.deepcopy(o)
-            if o["kind"] in NO_SCHEMA:
-                continue
-            if o["kind"] == "PodDisruptionBudget":
-                o["apiVersion"] = "policy/*"
-            for w in o.get("webhooks", []):
-                w.pop("matchConditions", None)
-            out.append(o)
-        return sorted(out, key=lambda o: json.dumps(o, sort_keys=True))
-
-    old = rendered["k8s-1.20"]
-    assert {o["apiVersion"] for o in old if o["kind"] == "PodDisruptionBudget"} == {"policy/v1beta1"}
-    assert not [o for o in old if o["kind"] in NO_SCHEMA]
-    assert not [w for o in old for w in o.get("webhooks", []) if "matchConditions" in w]
-    assert norm(rendered["default"]) == norm(old)
-
-
-# -- generated from the bundle -----------------------------------------------------------
 def test_generated_files_have_not_drifted_from_the_bundle():
     for name, text in generated_manifests(load_bundle(POLICIES)).items():
         path = MANIFESTS / name
