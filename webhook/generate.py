@@ -250,12 +250,11 @@ class Resource:
     scope: Literal["Namespaced", "Cluster"]
 
 
-# batch/v1beta1 (CronJobs before 1.21) is listed so that 1.20 sends those too; newer servers
-# send every version converted to v1.
+# The API server sends every version converted to these (matchPolicy Equivalent).
 RESOURCES: tuple[Resource, ...] = (
     Resource("", "Pod", "pods", ("v1",), "Namespaced"),
-    Resource("batch", "Job", "jobs", ("v1", "v1beta1"), "Namespaced"),
-    Resource("batch", "CronJob", "cronjobs", ("v1", "v1beta1"), "Namespaced"),
+    Resource("batch", "Job", "jobs", ("v1",), "Namespaced"),
+    Resource("batch", "CronJob", "cronjobs", ("v1",), "Namespaced"),
     *(Resource("apps", k, k.lower() + "s", ("v1",), "Namespaced")
       for k in ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet")),
     Resource(GROUP, "ScavengerJob", "scavengerjobs", ("v1alpha1",), "Namespaced"),
