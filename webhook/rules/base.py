@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..units import parse_quantity
 from ..workloads import ALL_POD_TEMPLATE_KINDS, SHAPES, WORKLOAD_KINDS, Path, Shape, dig
 
 if TYPE_CHECKING:
@@ -116,3 +118,15 @@ def pod_spec_parts(spec: dict[str, Any]) -> list[tuple[str, int, dict[str, Any]]
             for i, c in enumerate(items):
                 out.append((key, i, c))
     return out
+
+
+# Guaranteed QoS: the resources whose requests must equal their limits (scavenger-qos, scavengerjob).
+QOS_RESOURCES = ("cpu", "memory")
+
+
+def quantity_or_none(value: Any) -> Fraction | None:
+    """A Kubernetes quantity as a number; None when it is not one."""
+    try:
+        return parse_quantity(value) if isinstance(value, str | int | float) else None
+    except ValueError:
+        return None

@@ -14,12 +14,11 @@ Guaranteed either way, and is treated so here for every kind.
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import Any
 
-from ..units import parse_quantity
 from .base import (
     ALL_POD_TEMPLATE_KINDS,
+    QOS_RESOURCES,
     Ctx,
     Finding,
     RuleType,
@@ -27,16 +26,8 @@ from .base import (
     dig,
     no_settings,
     pod_spec_parts,
+    quantity_or_none,
 )
-
-QOS_RESOURCES = ("cpu", "memory")
-
-
-def quantity_or_none(value: Any) -> Fraction | None:
-    try:
-        return parse_quantity(value) if isinstance(value, str | int | float) else None
-    except ValueError:
-        return None
 
 
 def container_problems(container: dict[str, Any]) -> list[str]:

@@ -14,8 +14,7 @@ from typing import Any
 
 from ..contract import GROUP, SCAVENGERJOB_MAX_CPU, SCAVENGERJOB_MAX_MEMORY, SCAVENGERJOB_MAX_PODS
 from ..units import DurationTooLong, format_memory, parse_duration, shown
-from .base import Ctx, Finding, RuleType, deny, no_settings
-from .scavenger_qos import QOS_RESOURCES, quantity_or_none
+from .base import QOS_RESOURCES, Ctx, Finding, RuleType, deny, no_settings, quantity_or_none
 
 SPEC_FIELDS = ("image", "command", "args", "env", "resources", "volumes", "pods", "runAsUser", "duration",
                "checkpointExitCode")
