@@ -172,6 +172,46 @@ class Queue:
     # gang: always - every Job running more than one pod at a time is a gang (pod-group policy)
     # unless it says batchgate.io/gang: "false"; auto - only those that ask or whose shape needs it.
     gangs: bool = False
+    # The batch queue (docs/admin/queues.md): whether its work waits behind batchgate's gate until the
+    # reconciler releases it, and its state (open: admit and release; hold: admit, release nothing;
+    # drain: refuse new work, release what waits; stop: refuse and release nothing), with the
+    # admin's reason, which refusals quote.
+    gated: bool = True
+    state: str = "open"
+    state_reason: str = ""
+
+
+QUEUE_STATES = ("open", "hold", "drain", "stop")
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    """``spec.fairShare.accounts[]``: the namespaces whose usage counts together, and their shares."""
+
+    name: str
+    namespaces: tuple[str, ...]  # names or globs
+    shares: float
+
+
+@dataclass(frozen=True, slots=True)
+class FairShare:
+    """``spec.fairShare``: how the queue orders waiting work after priority (Slurm's multifactor,
+    classic fair-share factor ``2^(-usage/shares)``; docs/admin/queues.md)."""
+
+    half_life: int = 7 * 86400  # usage decays by half in this many seconds
+    interval: int = 60  # usage is sampled (and stored) this often
+    # what a second of one unit of each resource costs (Slurm's TRESBillingWeights): cpu per core,
+    # memory per GiB, extended resources per unit
+    weights: tuple[tuple[str, float], ...] = (("cpu", 1.0), ("memory", 0.25), ("nvidia.com/gpu", 10.0))
+    accounts: tuple[Account, ...] = ()  # namespaces not listed are accounts of their own, 1 share each
+    age_weight: float = 1.0  # how much a full max_age adds to the fair-share factor (which is 0..1)
+    max_age: int = 7 * 86400  # the age factor grows to 1 over this many seconds, then stays
+
+    def account_of(self, namespace: str) -> str:
+        return next((a.name for a in self.accounts if matches(a.namespaces, namespace)), namespace)
+
+    def shares_of(self, account: str) -> float:
+        return next((a.shares for a in self.accounts if a.name == account), 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,6 +390,7 @@ class Bundle:
     policies: tuple[Policy, ...]
     fingerprint: str = ""
     scavengers: Scavengers = field(default_factory=Scavengers)
+    fair_share: FairShare = field(default_factory=FairShare)
     # Grants by namespace label (queues[].access namespaceSelector): every distinct selector, the
     # label keys they read (the reconciler publishes those, and only those; nsfacts), and the
     # published labels in force (the server swaps in a new view when they change or go stale).
@@ -524,7 +565,7 @@ def _document(path: Path, kind: str, digest: Any, *, with_metadata: bool = False
 def _parse_bundle(doc: Node, root: str) -> Bundle:
     spec = doc.req("spec").mapping(allowed=(
         "defaultQueue", "priorityClasses", "queues", "namespaces", "exclude", "admins", "controllers",
-        "scavengers", "sealing",
+        "scavengers", "sealing", "fairShare",
     ))
     classes: dict[str, PriorityClass] = {}
     for node in spec.req("priorityClasses").seq():
@@ -547,7 +588,7 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
     queues: dict[str, Queue] = {}
     for node in spec.req("queues").seq():
         node.mapping(allowed=("name", "priorityClass", "scavenger", "timeLimit", "nodeSelector", "access",
-                              "exclusiveAccess", "gang"))
+                              "exclusiveAccess", "gang", "gated", "state", "stateReason"))
         name = node.req("name").str(pattern=NAME, hint="a lowercase DNS name")
         if name in queues:
             node.req("name").fail("duplicate queue")
@@ -565,16 +606,22 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
             if default and maximum and default > maximum:
                 tl.req("default").fail("the default time limit exceeds the maximum")
         sel = node.get("nodeSelector")
+        scavenger = node.opt("scavenger", Node.bool, False)
         queues[name] = Queue(
             name=name,
             priority_class=pc,
-            scavenger=node.opt("scavenger", Node.bool, False),
+            scavenger=scavenger,
             default_time_limit=default,
             max_time_limit=maximum,
             node_selector=_label_map(sel) if sel else {},
             access=parse_access(node, "access"),
             exclusive_access=parse_access(node, "exclusiveAccess"),
             gangs=(g.enum("auto", "always") == "always") if (g := node.get("gang")) is not None else False,
+            # scavenger queues default to ungated: ScavengerJobs already wait in the reconciler, and
+            # scavenger pods never preempt, so kube-scheduler's queue is their backfill
+            gated=node.opt("gated", Node.bool, not scavenger),
+            state=st.enum(*QUEUE_STATES) if (st := node.get("state")) is not None else "open",
+            state_reason=node.opt("stateReason", lambda n: n.str(), ""),
         )
     if not queues:
         spec.req("queues").fail("declare at least one queue")
@@ -654,6 +701,8 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
         first = next((q for q in queues.values() if q.scavenger), None)
         sv_settings = Scavengers(queue=first.name if first else "")
 
+    fair_share = _parse_fair_share(spec.get("fairShare"))
+
     unsealed_trusted = False
     if (sealing := spec.get("sealing")) is not None:
         sealing.mapping(allowed=("unsealed",))
@@ -672,6 +721,52 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
         controllers=parse_principals(spec.get("controllers")) or Principals(
             users=("system:kube-controller-manager",), service_accounts=TEMPLATE_CONTROLLERS),
         policies=(),
+        fair_share=fair_share,
+    )
+
+
+def _parse_fair_share(node: Node | None) -> FairShare:
+    if node is None:
+        return FairShare()
+    node.mapping(allowed=("halfLife", "interval", "weights", "accounts", "ageWeight", "maxAge"))
+    dflt = FairShare()
+    duration = "a duration like 7d, 12h or 1m"
+
+    def seconds(key: str, default: int, minimum: int) -> int:
+        n = node.get(key)
+        if n is None:
+            return default
+        value = n.parsed(parse_duration, expected=duration)
+        if value < minimum:
+            n.fail(f"at least {minimum} s")
+        return value
+
+    def number(n: Node, maximum: float) -> float:
+        v = n.value
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= maximum:
+            n.fail(f"a number from 0 to {maximum:g}")
+        return float(v)
+
+    weights = dflt.weights
+    if (w := node.get("weights")) is not None:
+        weights = tuple((k, number(v, 1e6)) for k, v in w.items())
+    accounts: list[Account] = []
+    for a in node.each("accounts"):
+        a.mapping(allowed=("name", "namespaces", "shares"))
+        name = a.req("name").str(pattern=NAME, hint="a lowercase DNS name")
+        if any(x.name == name for x in accounts):
+            a.req("name").fail("duplicate account")
+        shares = number(a.req("shares"), 1e6) if a.get("shares") is not None else 1.0
+        if shares <= 0:
+            a.req("shares").fail("more than 0 (an account with no share would never run)")
+        accounts.append(Account(name, a.req("namespaces").str_list(), shares))
+    return FairShare(
+        half_life=seconds("halfLife", dflt.half_life, 60),
+        interval=seconds("interval", dflt.interval, 10),
+        weights=weights,
+        accounts=tuple(accounts),
+        age_weight=number(aw, 100.0) if (aw := node.get("ageWeight")) is not None else dflt.age_weight,
+        max_age=seconds("maxAge", dflt.max_age, 60),
     )
 
 

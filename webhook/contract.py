@@ -40,6 +40,13 @@ GANG_RESTART_ANNOTATION = f"{GROUP}/gang-restart"
 # On a pod template (and so on the pods made from it): the webhook's seal over what it judged when
 # it admitted the template (webhook.seal); written by the webhook only, a forged one never verifies.
 SEAL_ANNOTATION = f"{GROUP}/admitted"
+# The batch queue (policy queue-gate, reconciler queue.py): the scheduling gate on the pods of
+# workloads waiting in a gated queue, and the annotation on a Job that waits suspended; only the
+# reconciler (and admins) take either away, when the workload's turn comes.
+QUEUE_GATE = f"{GROUP}/queue"
+QUEUED_ANNOTATION = f"{GROUP}/queued"
+# Workloads another queue manager admits (Kueue) are never gated.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 RECONCILER_ANNOTATIONS = (STARTED_AT_ANNOTATION, DEADLINE_ANNOTATION, WARNED_FOR_ANNOTATION,
                           NEXT_MAINTENANCE_ANNOTATION)
 # A ScavengerJob's size, per pod and in pods (policy scavengerjob refuses more, the reconciler's view

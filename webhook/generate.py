@@ -530,6 +530,16 @@ def _reads(policy: Policy, bundle: Bundle, shape: Shape | None) -> tuple[str, En
         queue_at = [("metadata",)] + ([] if shape.is_pod else [shape.pod_meta])
         return "true", (tuple((_meta(path), "annotations", keys) for path, _ in LOCATIONS[shape.kind])
                         + tuple((_meta(pl), "labels", (QUEUE_LABEL,)) for pl in queue_at))
+    if t == "queue-gate":  # a waiting workload (gated Pod, queued Job), or the mark added, by a non-releaser
+        from .contract import QUEUE_GATE, QUEUED_ANNOTATION
+
+        if shape is not None and shape.is_pod:
+            gates = "oldObject.spec.schedulingGates"
+            acts = f"has({gates}) && {gates}.exists(g, g.name == {_s(QUEUE_GATE)})"
+        else:
+            acts = _or([f"{_s(QUEUED_ANNOTATION)} in {_map_at(r, ('metadata', 'annotations'))}"
+                        for r in ("oldObject", "object")])
+        return f"!({_exempt(bundle, policy)}) || ({controller})", acts
     if t in ("scavengerjob", "maintenance-window"):  # a changed spec
         return "true", _changed(("spec",))
     if t == "namespace-opt-out":  # changed labels, by someone who is not an admin (any label:

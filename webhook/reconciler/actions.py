@@ -39,6 +39,7 @@ ActionKind = Literal[
     "window-invalid",  # a stored MaintenanceWindow whose spec does not parse: Warning Event, ignored
     "record-maintenance",  # batchgate.io/next-maintenance on a running job (extensions are checked against it)
     "expected-start",  # batchgate.io/expected-start on a pending workload, from the shadow schedule
+    "release",  # the batch queue (queue.py): a waiting workload's turn came and it fits: gate off / Job resumed
     # ScavengerJobs (scavenger.py); each writes the status (fenced) and, where it says so, a Job
     "sj-queued",  # first seen: status Pending, waiting to start
     "sj-waiting",  # why it still waits (no room, over the cap, can never fit): status message
@@ -172,7 +173,7 @@ class Unplannable:
 # What each concern is, in an Event's words ("could not plan its deadline").
 CONCERNS = {"deadline": "deadline", "gang": "pod group's failure handling", "pod-groups": "PodGroup",
             "expected-start": "expected start", "scavengerjob": "ScavengerJob", "maintenance": "maintenance",
-            "network": "network objects"}
+            "network": "network objects", "queue": "place in the batch queue"}
 
 
 def unplannable(concern: str, ref: Ref | None, error: BaseException, failed: list[Unplannable],

@@ -28,9 +28,11 @@ from .actuator import Actuator, Outcome
 from .cache import Cache
 from .errors import KubeError, NotFound
 from .lease import LeaderElector
+from .ledger import Ledger
 from .model import NAMESPACE, NODE, NodeView, Snapshot, node_view
 from .planner import plan
 from .publish import LabelPublisher
+from .queue import queue_of, waiting
 from .runtimes import History, finished_runs, remember
 from .scavenger import phase_counts
 from .settings import QueuePolicy, Settings
@@ -59,6 +61,7 @@ class Controller:
         self.stop_event = threading.Event()
         self.cache = Cache(api, settings, on_change=self._dirty.set, namespaces=bool(settings.namespace_labels))
         self.publisher = LabelPublisher(api, settings, self.cache.namespaces, clock)
+        self.ledger = Ledger(api, settings.lease_namespace, clock)
         self.elector: LeaderElector | None = None
         if settings.leader_elect and not dry_run:
             self.elector = LeaderElector(api, settings, on_change=self._leadership)
@@ -78,6 +81,7 @@ class Controller:
 
     def _leadership(self, leading: bool) -> None:
         metrics.LEADER.set(1 if leading else 0)
+        self.ledger.reset()  # a new leader reads the stored usage before it writes
         if leading:
             self._dirty.set()  # act at once on the warm cache
 
@@ -133,7 +137,8 @@ class Controller:
         estimate = now - self._estimated_at >= self.settings.expected_start_interval
         if estimate and self.settings.runtime_prediction:
             self.history = remember(self.history, finished_runs(snapshot))
-        result = plan(snapshot, now, self.settings, estimate=estimate, history=self.history)
+        usage = self.ledger.billing(now, self.settings.queues)
+        result = plan(snapshot, now, self.settings, estimate=estimate, history=self.history, usage=usage)
         if result.runs and self.settings.runtime_prediction:
             self.history = remember(self.history, result.runs)  # stopped at their limit, deleted now
         if estimate:
@@ -145,7 +150,40 @@ class Controller:
         if snapshot.scavenger_jobs is not None:
             for phase, n in phase_counts(snapshot).items():
                 metrics.SJ_PHASE.labels(phase).set(n)
+        self._queue_metrics(snapshot, now, usage)
         self.last_plan = result
+        return result
+
+    def _queue_metrics(self, snapshot: Snapshot, now: float, usage: dict[str, float]) -> None:
+        qp = self.settings.queues
+        metrics.QUEUE_WAITING.clear()
+        for w in waiting(snapshot, now, qp, usage, lambda o: None):
+            metrics.QUEUE_WAITING.labels(w.queue, w.account).inc()
+        metrics.QUEUE_UNGATED.clear()
+        for p in snapshot.pods.values():
+            if (not p.node and not p.gated and not p.terminal and p.owner is None and not qp.excluded(p.ref.namespace)
+                    and (q := queue_of(p, qp)) in qp.gated):
+                metrics.QUEUE_UNGATED.labels(q).inc()
+        metrics.USAGE.clear()
+        for account, v in usage.items():
+            metrics.USAGE.labels(account).set(v)
+
+    def account(self) -> str:
+        """Sample usage into its ConfigMap when an interval has passed (ledger.py); the leader only."""
+        if self.dry_run or not self.may_act():
+            return "follower"
+        qp = self.settings.queues
+        if not qp.gated:
+            return "disabled"  # no queue orders by fair share
+        pods = [p for p in self.cache.snapshot().pods.values() if p.node and not qp.excluded(p.ref.namespace)]
+        try:
+            result = self.ledger.step(pods, qp, lambda p: qp.fair_share.account_of(p.ref.namespace),
+                                      lambda p: queue_of(p, qp))
+        except Exception:  # never let accounting stop the loop
+            log.exception("storing usage failed")
+            return "failed"
+        if result == "conflict":
+            self._dirty.set()
         return result
 
     def _count_unplannable(self, result: Plan) -> None:
@@ -260,6 +298,9 @@ class Controller:
             for _ in range(3):  # a conflict re-reads the ConfigMap and tries again
                 if self.publish() != "conflict":
                     break
+            for _ in range(3):
+                if self.account() not in ("conflict", "unchanged"):
+                    break
         finally:
             if self.elector is not None:
                 self.elector.release()
@@ -321,7 +362,10 @@ class Controller:
                     self._dirty.set()
                     continue
                 self.publish()
+                self.account()
                 wake_at = self.last_plan.wake_at if self.last_plan is not None else None
+                if (due := self.ledger.due_at(self.settings.queues)) is not None:
+                    wake_at = due if wake_at is None else min(wake_at, due)
                 if self.last_plan is not None and self.last_plan.deferred:
                     self._dirty.set()  # the held-back bookkeeping, next
                 if any(o.result == "conflict" for o in outcomes):

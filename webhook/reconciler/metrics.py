@@ -83,6 +83,23 @@ SJ_WAIT = Histogram("batchgate_scavengerjobs_wait_seconds",
 SJ_PHASE = Gauge("batchgate_scavengerjobs", "ScavengerJobs by phase.", ["phase"], registry=REGISTRY)
 
 
+# The batch queue (queue.py, ledger.py)
+QUEUE_WAITING = Gauge("batchgate_queue_waiting_workloads", "Workloads waiting in batchgate's queue.",
+                      ["queue", "account"], registry=REGISTRY)
+QUEUE_RELEASED = Counter("batchgate_queue_released_total", "Pods and Jobs released from the queue.",
+                         registry=REGISTRY)
+QUEUE_WAIT = Histogram("batchgate_queue_wait_seconds", "From creation to release, per workload released.",
+                       buckets=(1, 10, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 7 * 86400), registry=REGISTRY)
+QUEUE_UNGATED = Gauge("batchgate_queue_ungated_pods",
+                      "Pending pods in a gated queue that carry no gate (admitted while the webhook was down).",
+                      ["queue"], registry=REGISTRY)
+USAGE = Gauge("batchgate_usage_billing", "Each account's decayed usage (weighted resource-seconds).", ["account"],
+              registry=REGISTRY)
+USAGE_WRITES = Counter("batchgate_usage_writes_total",
+                       "Samples of usage stored, by outcome (written, conflict, broken, failed).", ["result"],
+                       registry=REGISTRY)
+
+
 def scavenger_action(kind: str, amount: float) -> None:
     """Count a ScavengerJob transition that went through."""
     if kind == "sj-running":
@@ -97,3 +114,6 @@ def scavenger_action(kind: str, amount: float) -> None:
         SJ_LOST.inc(max(amount, 0.0))
     elif kind == "sj-segment":
         SJ_SEGMENTS.inc()
+    elif kind == "release":
+        QUEUE_RELEASED.inc()
+        QUEUE_WAIT.observe(max(amount, 0.0))

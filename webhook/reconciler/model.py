@@ -28,7 +28,9 @@ from ..contract import (
     GANG_RESTART_ANNOTATION,
     GROUP,
     NEXT_MAINTENANCE_ANNOTATION,
+    QUEUE_GATE,
     QUEUE_LABEL,
+    QUEUED_ANNOTATION,
     STARTED_AT_ANNOTATION,
     TIME_LIMIT_ANNOTATION,
     WARNED_FOR_ANNOTATION,
@@ -285,6 +287,10 @@ class PodView:
     disrupted: bool = False  # a DisruptionTarget condition with status True, whoever wrote it
     disrupted_at: float | None = None  # its lastTransitionTime, when it came from outside (``interrupted``)
     created: float | None = None  # metadata.creationTimestamp
+    # -- the batch queue (queue.py)
+    gated: bool = False  # waits behind batchgate's scheduling gate
+    other_gates: tuple[str, ...] = ()  # the other scheduling gates on a gated pod (kept when ours goes)
+    extended: tuple[tuple[str, int], ...] = ()  # requests of other resources (GPUs, ...), milli-units
 
     @property
     def cpu_m(self) -> int:
@@ -332,6 +338,14 @@ class JobView:
     # -- for gangs: what the Job declares about failures, and how many its controller counted
     failure_policy: FailurePolicy = DEFAULT_FAILURE_POLICY
     failed: int = 0  # status.failed
+    # -- the batch queue (queue.py)
+    queued: bool = False  # suspended by batchgate, waiting in its queue (batchgate.io/queued)
+    suspended: bool = False  # spec.suspend
+    wanted: int = 0  # pods it runs at once while it runs: parallelism, at most the completions left
+    active: int = 0  # status.active
+    template: PodSched | None = None  # its pods' requests and placement (unfinished Jobs only)
+    priority_class: str = ""  # its pod template's priorityClassName
+    extended: tuple[tuple[str, int], ...] = ()  # per pod, as PodView.extended
 
 
 @dataclass(frozen=True, slots=True)
@@ -573,6 +587,26 @@ def _sched(md: Mapping[str, Any], spec: Mapping[str, Any]) -> PodSched:
     )
 
 
+# Requests of resources other than these are kept (GPUs and other devices: usage, fit); at most
+# MAX_EXTENDED of them per pod, names as long as a qualified resource name may be.
+BASIC_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", "pods", "storage"})
+MAX_EXTENDED = 8
+
+
+def _extended(spec: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    names: dict[str, None] = {}
+    for c in spec.get("containers") or ():
+        res = c.get("resources") if isinstance(c, dict) else None
+        for section in ("requests", "limits"):
+            items = res.get(section) if isinstance(res, dict) else None
+            for k in items if isinstance(items, dict) else ():
+                if isinstance(k, str) and k not in BASIC_RESOURCES and len(k) <= 253 and len(names) < MAX_EXTENDED:
+                    names[k] = None
+    if not names:
+        return ()
+    return tuple((k, v) for k in names if (v := _demand(spec, k, 1000)) > 0)
+
+
 def quantity_milli(v: Any) -> int:
     try:
         q = parse_quantity(v) * 1000
@@ -705,7 +739,17 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         disrupted=disruption is not None,
         disrupted_at=disrupted_at,
         created=created,
+        **_gates(spec),
+        extended=_extended(spec),
     )
+
+
+def _gates(spec: Mapping[str, Any]) -> dict[str, Any]:
+    gates = spec.get("schedulingGates")
+    names = [g.get("name") for g in gates if isinstance(g, dict)] if isinstance(gates, list) else []
+    if QUEUE_GATE not in names:
+        return {}
+    return {"gated": True, "other_gates": tuple(str(n)[:MAX_KEPT] for n in names[:MAX_EXTENDED] if n != QUEUE_GATE)}
 
 
 def _program(spec: Mapping[str, Any]) -> str:
@@ -764,6 +808,11 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
     group = t_labels.get(LABEL_GROUP) or None
     time_limit = ann.get(ANN_TIME_LIMIT) or t_ann.get(ANN_TIME_LIMIT)
     failed = (obj.get("status") or {}).get("failed")
+    spec = obj.get("spec") or {}
+    template = spec.get("template") or {}
+    t_spec = template.get("spec") or {}
+    suspended = spec.get("suspend") is True
+    unfinished = not finished and not md.get("deletionTimestamp")
     return JobView(
         ref=_ref(JOB, md),
         resource_version=md.get("resourceVersion") or "",
@@ -789,7 +838,33 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         failure_policy=(failure_policy(obj.get("spec")) if group is not None or LABEL_GROUP_SIZE in t_labels
                         else _NO_POLICY),
         failed=failed if isinstance(failed, int) and not isinstance(failed, bool) and failed > 0 else 0,
+        queued=suspended and ann.get(QUEUED_ANNOTATION) is not None,
+        suspended=suspended,
+        wanted=_wanted(spec, status) if unfinished else 0,
+        active=_whole(status.get("active")),
+        template=_sched(template.get("metadata") or md, t_spec) if unfinished else None,
+        priority_class=str(t_spec.get("priorityClassName") or "")[:MAX_LABEL] if unfinished else "",
+        extended=_extended(t_spec) if unfinished else (),
     )
+
+
+MAX_JOB_PODS = 100_000  # more pods at once than any cluster runs: a Job asking more is taken at this
+
+
+def _wanted(spec: Mapping[str, Any], status: Mapping[str, Any]) -> int:
+    """How many pods a Job runs at once while it runs: its parallelism (1 by default), at most the
+    completions it still needs."""
+    par = spec.get("parallelism")
+    par = par if isinstance(par, int) and not isinstance(par, bool) and par >= 0 else 1
+    comp = spec.get("completions")
+    if isinstance(comp, int) and not isinstance(comp, bool):
+        par = min(par, max(comp - _whole(status.get("succeeded")), 0))
+    return min(par, MAX_JOB_PODS)
+
+
+def _whole(v: Any) -> int:
+    """A count the API server writes (status.active): a non-negative int, else 0."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
 
 
 _NO_POLICY = DEFAULT_FAILURE_POLICY

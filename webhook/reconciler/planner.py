@@ -62,10 +62,12 @@ the hostfile ConfigMap and, in isolated namespaces, a NetworkPolicy.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..units import format_duration
+from . import queue
 from .actions import (
     Action,
     ActionKind,
@@ -98,7 +100,7 @@ from .network import plan_network
 from .runtimes import History, Predictor, Run, finished_runs, job_key, pod_key, remember
 from .scavenger import plan_scavengers
 from .settings import Settings
-from .shadow import shadow_schedule
+from .shadow import Queued, shadow_schedule
 
 
 @dataclass(slots=True)
@@ -132,11 +134,12 @@ class _Pass:
 
 
 def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool = True,
-         history: History | None = None) -> Plan:
+         history: History | None = None, usage: Mapping[str, float] | None = None) -> Plan:
     """Everything due at ``now`` (epoch seconds), and when to look again. ``estimate``: also run
     the shadow schedule for expected start times (the controller does so at most every
     ``expected_start_interval``: it costs more than the rest of a pass on a busy cluster).
-    ``history``: the runs the controller remembers (runtimes.py), besides those the snapshot shows."""
+    ``history``: the runs the controller remembers (runtimes.py), besides those the snapshot shows.
+    ``usage``: each account's decayed usage now (usage.py), for the batch queue's fair share."""
     p = _Pass(now=now, settings=settings, actions=[], stopped=set(), budget=settings.max_bookkeeping_per_pass)
     queues = settings.queues
     excluded_cache: dict[str, bool] = {}
@@ -235,15 +238,32 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
         except Exception as e:
             p.undo("pod-groups", None, e, n, r)
 
+    windows = [w.window for w in (snapshot.windows or {}).values() if w.window is not None]
+    limit_of: Callable[[JobView | PodView], int | None] = lambda o: effective_limit(o, settings)  # noqa: E731
+    queued: list[Queued] = []
+    queue_args: dict[str, Any] = {}
+    if snapshot.nodes is not None:
+        n, r = len(actions), len(runs)
+        try:
+            waiting = queue.waiting(snapshot, now, queues, usage or {}, limit_of)
+            if waiting or queues.gated:
+                queued = queue.as_queued(waiting, queues)
+                queue_args = {"queued": queued, "preempts_below": queue.preempts_below(queues),
+                              "class_values": queues.class_values, "released": queue.released(queues)}
+            if waiting:
+                placed = shadow_schedule(snapshot, now, windows, limit_of=limit_of, **queue_args)
+                p.actions += queue.plan_release(waiting, placed, now, queues)
+        except Exception as e:
+            p.undo("queue", None, e, n, r)
+            queue_args = {}
+
     if estimate and settings.expected_start and snapshot.nodes is not None:
-        windows = [w.window for w in (snapshot.windows or {}).values() if w.window is not None]
         predictor = None
         n, r = len(actions), len(runs)
         try:
             if settings.runtime_prediction:
                 predictor = Predictor.of(remember(history or {}, finished_runs(snapshot)))
-            estimates = shadow_schedule(snapshot, now, windows, runtimes=predictor,
-                                        limit_of=lambda o: effective_limit(o, settings))
+            estimates = shadow_schedule(snapshot, now, windows, runtimes=predictor, limit_of=limit_of, **queue_args)
             p.actions += plan_expected(snapshot, estimates, settings, failed=p.failed)
         except Exception as e:
             p.undo("expected-start", None, e, n, r)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..bundle import FairShare
 from ..globs import matches
 from ..jobnet import Isolation
 
@@ -39,6 +40,13 @@ class QueuePolicy:
     # the namespace label keys queue grants select by (publish.py publishes those), and the bundle
     # they were taken from (informational: a bundle edit that changes no key changes nothing here)
     namespace_label_keys: tuple[str, ...] = ()
+    # the batch queue (queue.py): the gated queues, each queue's state, the priority classes' values
+    # (a queued Job's pods have none yet), and fair share
+    gated: tuple[str, ...] = ()
+    states: dict[str, str] = field(default_factory=dict)
+    class_values: dict[str, int] = field(default_factory=dict)
+    queue_classes: dict[str, str] = field(default_factory=dict)  # queue -> its priority class
+    fair_share: FairShare = field(default_factory=FairShare)
     bundle: str = field(default="", compare=False)
 
     @staticmethod
@@ -60,6 +68,11 @@ class QueuePolicy:
             isolation=next((tuple(p.settings.isolation) for p in bundle.policies
                             if p.rule.name == "job-network"), ()),
             namespace_label_keys=bundle.selector_keys,
+            gated=tuple(q.name for q in bundle.queues.values() if q.gated),
+            states={q.name: q.state for q in bundle.queues.values()},
+            class_values={c.name: c.value for c in bundle.priority_classes.values()},
+            queue_classes={q.name: q.priority_class for q in bundle.queues.values()},
+            fair_share=bundle.fair_share,
             bundle=bundle.fingerprint,
         )
 

@@ -27,6 +27,7 @@ nothing matches), or it waits for work that has no time limit.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import heapq
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -66,6 +67,7 @@ class Estimate:
     priority: int = 0
     position: int = 0  # 1-based place in kube-scheduler's order among pending workloads
     pods: int = 1
+    queued: bool = False  # waits in batchgate's queue (its start is when the queue releases it)
 
 
 @dataclass(slots=True)
@@ -253,6 +255,23 @@ class _Work:
     limit: int | None
     gang: bool
     predicted: float | None = None  # its runtime as predicted from earlier runs (runtimes.py)
+    size: int = 0  # pods, when they do not exist yet (a queued or just released Job); else len(pods)
+    rank: int = -1  # its place in batchgate's queue (queue.py); -1: kube-scheduler's to serve
+    held: str = ""  # why it is not placed at all (its queue is on hold or stopped)
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """A workload waiting in batchgate's queue, as queue.py orders it: ``rank`` is its place."""
+
+    ref: Ref
+    sched: PodSched  # its pods' (priority: its class's)
+    size: int
+    limit: int | None
+    rank: int
+    job: JobView | None = None
+    pods: tuple[PodView, ...] = ()  # a bare pod or a group of them
+    held: str = ""
 
 
 class _Earliest:
@@ -341,11 +360,24 @@ def recorded_limit(obj: JobView | PodView) -> int | None:
 
 def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *,
                     margin: float = 300.0, runtimes: Predictor | None = None,
-                    limit_of: Callable[[JobView | PodView], int | None] = recorded_limit) -> list[Estimate]:
+                    limit_of: Callable[[JobView | PodView], int | None] = recorded_limit,
+                    queued: Iterable[Queued] = (), preempts_below: int | None = None,
+                    class_values: Mapping[str, int] | None = None,
+                    released: Callable[[JobView], bool] | None = None) -> list[Estimate]:
     """Estimates for every pending workload, in kube-scheduler's order. With ``runtimes``, work
     is expected to run as long as predicted from earlier runs (never past its limit), not to its
     limit; see runtimes.py. ``limit_of``: a workload's time limit as the reconciler enforces it
-    (``planner.effective_limit``), so estimates and deadlines agree."""
+    (``planner.effective_limit``), so estimates and deadlines agree.
+
+    ``queued``: the workloads waiting in batchgate's queue, in its order (queue.py); their gated
+    pods are theirs, not pending work of kube-scheduler's. Within a priority, what kube-scheduler
+    already has comes first (it binds that as soon as there is room), then the queue, each placed
+    at its earliest start around the reservations of all before it: conservative backfill. A Job
+    the queue released (``released``: a Job of a gated queue) with fewer pods than it runs at once
+    holds room for the missing ones (its controller is making them), with its class's value from
+    ``class_values``.
+    ``preempts_below``: running pods of lower priority hold no room (kube-scheduler preempts them
+    for the queue's work: scavengers)."""
     if snapshot.nodes is None:
         return []
     ws = list(windows)
@@ -360,14 +392,24 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
 
     jobs_by_uid: dict[str, JobView] = {j.ref.uid: j for j in snapshot.jobs.values()}
     pending: dict[str, _Work] = {}
+    live: dict[str, int] = {}  # a Job's uid -> its pods that hold or wait for room
+    ended: set[str] = set()  # Jobs with a pod that ended: starting over or finishing, not being made
     for pod in snapshot.pods.values():
         if pod.terminal or pod.sched is None:
+            if pod.owner is not None and pod.owner.kind == "Job":
+                ended.add(pod.owner.uid)
             continue
         job = jobs_by_uid.get(pod.owner.uid) if pod.owner is not None and pod.owner.kind == "Job" else None
+        if job is not None:
+            live[job.ref.uid] = live.get(job.ref.uid, 0) + 1
+        if pod.gated and not pod.node:
+            continue  # the queue's (``queued``)
         limit = limit_of(job if job is not None else pod)
         if pod.node:
             node = nodes.get(pod.node)
             if node is None:
+                continue
+            if preempts_below is not None and pod.sched.priority < preempts_below and not pod.deleting:
                 continue
             deadline = (job.deadline_t if job is not None else pod.deadline_t)
             if pod.deleting:
@@ -402,7 +444,25 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
             if pod.sched.priority > w.sched.priority or pod.sched.created < w.sched.created:
                 w.sched = pod.sched
 
-    order = sorted(pending.values(), key=lambda w: (-w.sched.priority, w.sched.created, w.ref.namespace, w.ref.name))
+    making = released or (lambda job: False)
+    for job in jobs_by_uid.values():  # Jobs whose pods are being made
+        if not making(job):
+            continue
+        missing = job.wanted - live.get(job.ref.uid, 0)
+        if (missing > 0 and not job.suspended and job.template is not None and job.ref.uid not in pending
+                and job.ref.uid not in ended):
+            sched = _with_priority(job.template, job.priority_class, class_values)
+            limit = limit_of(job)
+            pending[job.ref.uid] = _Work(job.ref, [], sched, limit, gang=job.group is not None, size=missing,
+                                         predicted=_predicted(runtimes, job, None, limit) if runtimes and limit else None)
+    works = list(pending.values())
+    for q in queued:
+        predicted = None
+        if runtimes is not None and q.limit is not None and (q.job is not None or q.pods):
+            predicted = _predicted(runtimes, q.job, q.pods[0] if q.pods else None, q.limit)
+        works.append(_Work(q.ref, list(q.pods), q.sched, q.limit, gang=True, predicted=predicted, size=q.size,
+                           rank=q.rank, held=q.held))
+    order = sorted(works, key=lambda w: (-w.sched.priority, w.rank, w.sched.created, w.ref.namespace, w.ref.name))
     log: list[_Node] = []  # from here on, each node tells its changes
     for node in nodes.values():
         node.log = log
@@ -410,24 +470,34 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
     return [_place(work, placer, position) for position, work in enumerate(order, 1)]
 
 
-def _predicted(runtimes: Predictor, job: JobView | None, pod: PodView, limit: int | None) -> float | None:
+def _with_priority(sched: PodSched, priority_class: str, class_values: Mapping[str, int] | None) -> PodSched:
+    """A pod template's scheduling view with the priority its pods will get from their class."""
+    value = (class_values or {}).get(priority_class)
+    return sched if value is None or value == sched.priority else dataclasses.replace(sched, priority=value)
+
+
+def _predicted(runtimes: Predictor, job: JobView | None, pod: PodView | None, limit: int | None) -> float | None:
     """How long the workload is expected to run: the user's own ``batchgate.io/expected-runtime``
     (the webhook keeps it within the limit), else the prediction from earlier runs; never past
     the limit."""
-    own = job.expected_runtime if job is not None else pod.expected_runtime
+    own = job.expected_runtime if job is not None else pod.expected_runtime if pod is not None else None
     if own is not None:
         return float(min(own, limit)) if limit is not None else float(own)
-    return runtimes.predict(job_key(job) if job is not None else pod_key(pod), limit)
+    if job is None and pod is None:
+        return None
+    return runtimes.predict(job_key(job) if job is not None else pod_key(pod), limit)  # type: ignore[arg-type]
 
 
 def _place(work: _Work, placer: _Placer, position: int) -> Estimate:
     s = work.sched
-    size = len(work.pods)
+    size = work.size or len(work.pods)
     now, margin = placer.now, placer.margin
 
     def est(start: float | None, reason: str, never: bool = False) -> Estimate:
-        return Estimate(work.ref, start, reason, never, s.priority, position, size)
+        return Estimate(work.ref, start, reason, never, s.priority, position, size, work.rank >= 0)
 
+    if work.held:
+        return est(None, work.held)
     if s.clipped:
         return est(None, "its node selector, node affinity and tolerations are too long to model")
     key = (s.node_selector, s.terms, s.tolerations)
@@ -448,7 +518,7 @@ def _place(work: _Work, placer: _Placer, position: int) -> Estimate:
         return est(None, (f"each pod asks for cpu {_fmt_cpu(s.cpu)}, memory {_fmt_mem(s.mem)}; the largest node it "
                           f"may use ({largest.name}) has cpu {_fmt_cpu(largest.cpu)}, memory {_fmt_mem(largest.mem)}"),
                    never=True)
-    if work.gang and size > 1:
+    if (work.gang or work.rank >= 0) and size > 1:
         return _place_gang(work, index, now, duration, margin, est, hold)
     best = index.best()
     if best is None:
@@ -457,7 +527,7 @@ def _place(work: _Work, placer: _Placer, position: int) -> Estimate:
                              "node it may use")
         return est(None, "waits for work without a time limit on every node it may use")
     t, n = best
-    for _ in work.pods:
+    for _ in range(size):
         n.reserve(t, t + duration, s.cpu, s.mem)
     return est(t, "fits now" if t <= now else _why(n, t))
 
@@ -474,7 +544,7 @@ def _place_gang(work: _Work, index: _Earliest, now: float, duration: float, marg
     """All pods of the group at one time: the candidate times are when single pods could start
     on each node; at each, count how many fit together (several per node if room)."""
     s = work.sched
-    size = len(work.pods)
+    size = work.size or len(work.pods)
     nodes = index.nodes
     # A node can only take a pod at t if one could start there at t or sooner (more reserved never
     # makes room): the others are not asked, with the same outcome.

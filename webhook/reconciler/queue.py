@@ -1,0 +1,174 @@
+"""The batch queue's back half: release waiting work in queue order, whole, when it fits.
+
+The webhook (policy ``queue-gate``) holds every workload of a gated queue at CREATE: a Job
+suspended and marked ``batchgate.io/queued``, a bare Pod behind the scheduling gate
+``batchgate.io/queue``. Each pass, this module
+
+1. gathers the waiting workloads: queued Jobs (their pods do not exist yet: the pod template times
+   the pods they run at once) and gated pods (a pod group's members together; a group waits until
+   all its pods exist);
+2. orders them as Slurm's multifactor plugin would: priority (the queue's class) first, then the
+   fair-share factor of the account (``usage.factors``: Slurm's classic ``2^(-U/S)``) plus the age
+   factor (``min(age / maxAge, 1) * ageWeight``, so old work never waits forever), then age;
+3. places them, in that order and after what kube-scheduler already has, on the shadow schedule
+   (shadow.py): every workload reserves room at its earliest start, all its pods at once, around
+   the reservations of those ahead of it; what can start now without moving any of those
+   reservations is released (conservative backfill): the gate comes off every pod, or the Job
+   resumes. kube-scheduler binds them.
+
+Queues on ``hold`` or ``stop`` release nothing; a queue no longer gated (or gone from the bundle)
+releases what still waits in it at once. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+from ..bundle import FairShare
+from ..contract import QUEUED_ANNOTATION
+from .actions import Action
+from .model import JobView, PodSched, PodView, Ref, Snapshot
+from .settings import QueuePolicy
+from .shadow import Estimate, Queued
+from .usage import factors
+
+HELD = {"hold": "is on hold: it releases nothing until an admin opens it",
+        "stop": "is stopped: it releases nothing until an admin opens it"}
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """One workload waiting in the queue, with what orders it."""
+
+    ref: Ref
+    queue: str
+    account: str
+    priority: int
+    created: float
+    size: int  # pods it runs at once
+    sched: PodSched
+    limit: int | None
+    job: JobView | None = None
+    pods: tuple[PodView, ...] = ()
+    incomplete: str = ""  # a pod group not all of whose pods exist yet
+    factor: float = 1.0  # fair share
+    age: float = 0.0  # 0..1
+    score: float = 0.0  # factor + ageWeight * age: the order within a priority
+
+
+def queue_of(obj: JobView | PodView, policy: QueuePolicy) -> str:
+    """The queue a workload waits in: the one recorded at admission (nobody can change it), else the
+    label, else the namespace's default."""
+    if obj.admitted is not None and obj.admitted.queue:
+        return obj.admitted.queue
+    return policy.queue_for(obj.ref.namespace, obj.queue)
+
+
+def waiting(snapshot: Snapshot, now: float, policy: QueuePolicy, usage: Mapping[str, float],
+            limit_of: Callable[[JobView | PodView], int | None]) -> list[Waiting]:
+    """Every waiting workload, in queue order."""
+    fair = policy.fair_share
+    out: list[Waiting] = []
+    for job in snapshot.jobs.values():
+        if not job.queued or job.deleting or job.finished or job.template is None or policy.excluded(job.ref.namespace):
+            continue
+        prio = policy.class_values.get(job.priority_class, job.template.priority)
+        out.append(Waiting(job.ref, queue_of(job, policy), fair.account_of(job.ref.namespace), prio,
+                           job.created or 0.0, job.wanted, replace(job.template, priority=prio), limit_of(job), job=job))
+    groups: dict[tuple[str, str], list[PodView]] = {}
+    for pod in snapshot.pods.values():
+        if not pod.gated or pod.node or pod.deleting or pod.terminal or pod.sched is None:
+            continue
+        if policy.excluded(pod.ref.namespace):
+            continue
+        key = (pod.ref.namespace, pod.group) if pod.group else (pod.ref.namespace, "\0" + pod.ref.uid)
+        groups.setdefault(key, []).append(pod)
+    for members in groups.values():
+        members.sort(key=lambda p: (p.created or 0.0, p.ref.name))
+        first = members[0]
+        assert first.sched is not None
+        want = first.group_size if first.group and first.group_size else len(members)
+        incomplete = (f"waits for all {want} pods of its group {first.group!r} to exist ({len(members)} do)"
+                      if len(members) < want else "")
+        sched = max((m.sched for m in members if m.sched is not None), key=lambda s: (s.cpu, s.mem))
+        out.append(Waiting(first.ref, queue_of(first, policy), fair.account_of(first.ref.namespace),
+                           first.sched.priority, first.created or 0.0, max(len(members), 1), sched,
+                           limit_of(first), pods=tuple(members), incomplete=incomplete))
+    return order(out, now, usage, fair)
+
+
+def order(items: list[Waiting], now: float, usage: Mapping[str, float], fair: FairShare) -> list[Waiting]:
+    """Priority, then fair share plus age, then age (then name, for a stable order)."""
+    f = factors(usage, {w.account for w in items}, fair)
+    scored = []
+    for w in items:
+        age = min(max(now - w.created, 0.0) / fair.max_age, 1.0) if fair.max_age > 0 else 0.0
+        scored.append(replace(w, factor=f.get(w.account, 1.0), age=age, score=f.get(w.account, 1.0) + fair.age_weight * age))
+    return sorted(scored, key=lambda w: (-w.priority, -w.score, w.created, w.ref.namespace, w.ref.name))
+
+
+def as_queued(items: list[Waiting], policy: QueuePolicy) -> list[Queued]:
+    """What the shadow schedule places, ``rank`` their order; held ones reserve nothing."""
+    out = []
+    for rank, w in enumerate(items):
+        state = policy.states.get(w.queue, "open")
+        held = (f"queue {w.queue!r} {HELD[state]}" if state in HELD else w.incomplete)
+        out.append(Queued(w.ref, w.sched, w.size, w.limit, rank, job=w.job, pods=w.pods, held=held))
+    return out
+
+
+def preempts_below(policy: QueuePolicy) -> int | None:
+    """Running pods below every gated queue's class hold no room the queue counts on (kube-scheduler
+    preempts them for its work): scavengers, in the default bundle."""
+    classes = [policy.class_values[c] for q, c in policy.queue_classes.items()
+               if q in policy.gated and c in policy.class_values]
+    return min(classes) if classes else None
+
+
+def released(policy: QueuePolicy) -> Callable[[JobView], bool]:
+    """Jobs of a gated queue that run (or are about to): their missing pods are being made."""
+    def test(job: JobView) -> bool:
+        return not job.queued and queue_of(job, policy) in policy.gated
+    return test
+
+
+def plan_release(items: list[Waiting], estimates: list[Estimate], now: float, policy: QueuePolicy) -> list[Action]:
+    """Release what the placement says starts now; a queue no longer gated releases everything."""
+    by_uid = {w.ref.uid: w for w in items}
+    out: list[Action] = []
+    go: list[tuple[Waiting, str]] = []
+    for e in estimates:
+        w = by_uid.get(e.workload.uid)
+        if w is None or not e.queued:
+            continue
+        if w.queue not in policy.gated:
+            go.append((w, f"queue {w.queue!r} no longer holds work" if w.queue in policy.states
+                       else f"queue {w.queue!r} no longer exists"))
+        elif e.start is not None and e.start <= now and not w.incomplete and policy.states.get(w.queue, "open") in ("open", "drain"):
+            go.append((w, f"its turn in queue {w.queue!r} came and all {w.size} pod{'s' if w.size != 1 else ''} fit"))
+    for w, why in go:
+        waited = max(now - w.created, 0.0)
+        message = f"{why}; released after waiting {_human(int(waited))}"
+        if w.job is not None:
+            out.append(Action(
+                kind="release", target=w.ref, reason="Released", message=message, key="release",
+                patch={"metadata": {"resourceVersion": w.job.resource_version, "annotations": {QUEUED_ANNOTATION: None}},
+                       "spec": {"suspend": False}},
+                amount=waited))
+            continue
+        for pod in w.pods:
+            gates = [{"name": g} for g in pod.other_gates] or None
+            out.append(Action(
+                kind="release", target=pod.ref, reason="Released", message=message, key="release",
+                patch={"metadata": {"resourceVersion": pod.resource_version}, "spec": {"schedulingGates": gates}},
+                amount=waited))
+    return out
+
+
+def _human(seconds: int) -> str:
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"

@@ -1,0 +1,147 @@
+"""The batch queue's front half: work in a gated queue waits until the reconciler releases it.
+
+At CREATE, a bare Pod in a gated queue gets the scheduling gate ``batchgate.io/queue`` (kube-scheduler
+leaves it alone until the gate is gone) and a Job gets ``spec.suspend: true`` with the annotation
+``batchgate.io/queued`` (no pods exist while it waits; Kubernetes restarts the Job's
+``activeDeadlineSeconds`` clock when it resumes, and batchgate's time limit counts from the first
+container start, so waiting never counts against a limit). The reconciler (``reconciler/queue.py``)
+releases each workload whole when its turn comes and all of it fits: it removes the gate, or
+resumes the Job and drops the annotation.
+
+Never gated: excluded namespaces (the engine never calls a policy there), queues with
+``gated: false``, workloads another queue manager admits (``kueue.x-k8s.io/queue-name``), and pods a
+listed controller makes from its owner's template (a Job's pods: the Job waited, not its pods).
+
+On UPDATE only the ``releasers`` (the reconciler's ServiceAccount) and admins may take the gate off a
+Pod, resume a queued Job or remove its annotation; nobody else may add the annotation. Kubernetes
+itself refuses adding a scheduling gate to an existing pod. A queue whose ``state`` is ``drain`` or
+``stop`` refuses new Pods and Jobs, naming the queue and the admin's reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..contract import KUEUE_QUEUE_LABEL, QUEUE_GATE, QUEUED_ANNOTATION
+from ..workloads import meta_entry
+from .base import Ctx, Finding, RuleType, deny
+
+if TYPE_CHECKING:
+    from ..bundle import Bundle, Principals
+    from ..draft import Draft
+    from ..yamlsrc import Node
+
+RECONCILER = "batchgate-system/batchgate-reconciler"
+KINDS = (("", "v1", "Pod"), ("batch", "v1", "Job"))
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    writers: Principals  # who releases (``releasers`` in the policy), besides admins
+
+
+def parse(node: Node, bundle: Bundle) -> Settings:
+    from ..bundle import Principals, parse_principals
+
+    node.mapping(allowed=("releasers",))
+    releasers = parse_principals(node.get("releasers")) if node.get("releasers") else None
+    return Settings(writers=releasers or Principals(service_accounts=(RECONCILER,)))
+
+
+def _gates(spec: Any) -> list[Any]:
+    gates = spec.get("schedulingGates") if isinstance(spec, dict) else None
+    return gates if isinstance(gates, list) else []
+
+
+def gated(pod: Any) -> bool:
+    """Whether a Pod (as a dict) waits behind batchgate's gate."""
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    return any(isinstance(g, dict) and g.get("name") == QUEUE_GATE for g in _gates(spec))
+
+
+def queued(job: Any) -> bool:
+    """Whether a Job (as a dict) waits in batchgate's queue: suspended, with the annotation."""
+    spec = job.get("spec") if isinstance(job, dict) else None
+    return (meta_entry(job, ("metadata",), "annotations", QUEUED_ANNOTATION) is not None
+            and isinstance(spec, dict) and spec.get("suspend") is True)
+
+
+def holds(ctx: Ctx, obj: Any) -> bool:
+    """Whether this new object waits in the queue."""
+    q = ctx.queue
+    if q is None or not q.gated or (ctx.from_controller and ctx.kind == "Pod"):
+        return False
+    return meta_entry(obj, ("metadata",), "labels", KUEUE_QUEUE_LABEL) is None
+
+
+def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
+    root = draft.root
+    hold = holds(ctx, root)
+    if ctx.kind == "Pod":
+        mine = [i for i, g in enumerate(_gates(root.get("spec"))) if isinstance(g, dict) and g.get("name") == QUEUE_GATE]
+        if hold and not mine:
+            draft.edit("spec", "schedulingGates", create=list).append({"name": QUEUE_GATE})
+        elif not hold and mine:  # a gate of ours nobody would ever take off
+            gates = draft.edit("spec", "schedulingGates", create=list)
+            for i in reversed(mine):
+                del gates[i]
+            if not gates:
+                draft.delete("spec", "schedulingGates")
+        return []
+    if hold:
+        if meta_entry(root, ("metadata",), "annotations", QUEUED_ANNOTATION) != "true":
+            draft.edit("metadata", "annotations")[QUEUED_ANNOTATION] = "true"
+        if draft.get("spec", "suspend") is not True:
+            draft.edit("spec")["suspend"] = True
+    elif meta_entry(root, ("metadata",), "annotations", QUEUED_ANNOTATION) is not None:
+        draft.delete("metadata", "annotations", QUEUED_ANNOTATION)
+    return []
+
+
+def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
+    q = ctx.queue
+    if ctx.operation == "CREATE":
+        if q is None or q.state not in ("drain", "stop") or (ctx.kind == "Pod" and ctx.from_controller):
+            return []
+        why = f" ({q.state_reason})" if q.state_reason else ""
+        return [deny(f"queue {q.name!r} is {'draining' if q.state == 'drain' else 'stopped'}{why}: it takes no "
+                     f"new work; the work waiting in it {'still runs' if q.state == 'drain' else 'stays queued'}; "
+                     "choose another queue with the label batchgate.io/queue, or ask your admins when it reopens")]
+    old = ctx.old_object
+    if old is None or ctx.admin or settings.writers.contains(ctx.username, ctx.groups):
+        return []
+    if ctx.kind == "Pod":
+        if gated(old) and not gated(obj):
+            return [deny(f"{ctx.subject} waits in queue {ctx.queue_name!r} behind the scheduling gate "
+                         f"{QUEUE_GATE}, which only batchgate's reconciler (or an admin) removes, when its turn "
+                         "comes; `batchgate queue` shows where it stands")]
+        return []
+    was = meta_entry(old, ("metadata",), "annotations", QUEUED_ANNOTATION) is not None
+    now = meta_entry(obj, ("metadata",), "annotations", QUEUED_ANNOTATION) is not None
+    if not was and now:
+        return [deny(f"{QUEUED_ANNOTATION} is written by batchgate only (at creation, in a gated queue)")]
+    if was and queued(old) and not queued(obj):
+        return [deny(f"{ctx.subject} waits in queue {ctx.queue_name!r}; only batchgate's reconciler (or an admin) "
+                     f"resumes it or removes {QUEUED_ANNOTATION}, when its turn comes; `batchgate queue` shows "
+                     "where it stands")]
+    return []
+
+
+TYPE = RuleType(
+    name="queue-gate",
+    doc=(
+        "Work in a gated queue waits for its turn: bare Pods get the scheduling gate `batchgate.io/queue`, "
+        "Jobs `spec.suspend: true` and `batchgate.io/queued`; the reconciler releases each workload whole, "
+        "in queue order (priority, fair share, age), when all of it fits. Only the reconciler and admins "
+        "release; a queue in state `drain` or `stop` refuses new work."
+    ),
+    parse=parse,
+    mutate=mutate,
+    validate=validate,
+    default_kinds=KINDS,
+    default_operations=("CREATE", "UPDATE"),
+    mutate_operations=("CREATE",),
+    default_failure_policy="Ignore",
+    order=60,
+)
