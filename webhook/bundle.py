@@ -493,7 +493,7 @@ def load_bundle(directory: str | os.PathLike[str], types: Mapping[str, PolicyTyp
     return Bundle(
         **{f: getattr(bundle, f) for f in ("root", "priority_classes", "queues", "default_queue",
                                            "namespaces", "excluded_namespaces", "admins", "controllers",
-                                           "scavengers", "unsealed_trusted")},
+                                           "scavengers", "unsealed_trusted", "fair_share")},
         policies=tuple(policies),
         fingerprint=digest.hexdigest()[:12],
         selectors=tuple(dict.fromkeys(
@@ -762,7 +762,7 @@ def _parse_fair_share(node: Node | None) -> FairShare:
         accounts.append(Account(name, a.req("namespaces").str_list(), shares))
     return FairShare(
         half_life=seconds("halfLife", dflt.half_life, 60),
-        interval=seconds("interval", dflt.interval, 10),
+        interval=seconds("interval", dflt.interval, 5),
         weights=weights,
         accounts=tuple(accounts),
         age_weight=number(aw, 100.0) if (aw := node.get("ageWeight")) is not None else dflt.age_weight,

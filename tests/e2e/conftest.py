@@ -132,11 +132,29 @@ def bob_client(kube):
     return kube.api_client("bob")
 
 
+QUEUED = "queued"  # the gated queue of the e2e bundle (test_queue.py)
+
+
+def ungate_batch_add_queued(bundle_yaml: Path, *, state: str = "open") -> None:
+    """The e2e bundle: the shipped one, but ``batch`` ungated, so that tests of everything else run
+    their Jobs without a reconciler releasing them, and a gated queue ``queued`` (the shipped
+    ``batch`` as it is, with usage sampled every 5 s) for the queue's own tests."""
+    text = bundle_yaml.read_text()
+    batch = "    - name: batch\n      priorityClass: batchgate-batch\n      timeLimit: {default: 24h, max: 7d}\n"
+    assert batch in text, "policies/bundle.yaml: the batch queue is not declared as the e2e bundle expects"
+    text = text.replace(batch, batch + "      gated: false\n"
+                        f"    - name: {QUEUED}\n      priorityClass: batchgate-batch\n"
+                        f"      timeLimit: {{default: 24h, max: 7d}}\n      state: {state}\n")
+    assert "    interval: 1m\n" in text
+    bundle_yaml.write_text(text.replace("    interval: 1m\n", "    interval: 5s\n"))
+
+
 @pytest.fixture(scope="session")
 def webhook_server(kube: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
     workdir = tmp_path_factory.mktemp("webhook")
     policies = workdir / "policies"
     shutil.copytree(REPO_ROOT / "policies", policies)
+    ungate_batch_add_queued(policies / "bundle.yaml")
     bundle = load_bundle(policies)
 
     if kube.server_version() < (1, 21):

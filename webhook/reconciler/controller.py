@@ -182,6 +182,8 @@ class Controller:
         except Exception:  # never let accounting stop the loop
             log.exception("storing usage failed")
             return "failed"
+        if result != "unchanged":
+            log.info("usage: %s", result)
         if result == "conflict":
             self._dirty.set()
         return result

@@ -85,6 +85,8 @@ class Ledger:
                 raise Conflict("created meanwhile") from None
         self._rv = str((resp.get("metadata") or {}).get("resourceVersion") or "")
         self.usage = new
+        log.debug("usage stored", extra={"fields": {"configmap": f"{self.namespace}/{NAME}",
+                                                     "accounts": len(new.billing)}})
         return "written"
 
     def _read(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -103,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
 
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: every thread's stack, on stderr
         log.info("reconciler starting", extra={"fields": {
             "identity": settings.identity, "namespace": settings.namespace or "(all)",
             "lease": f"{settings.lease_namespace}/{settings.lease_name}" if settings.leader_elect else "(none)",

@@ -1,0 +1,166 @@
+"""The batch queue on the real control plane (issue 23): work in a gated queue waits (Jobs
+suspended, bare pods gated), the reconciler releases it in fair-share order, gangs whole, nothing
+while the queue is on hold, and usage survives a kill -9 of the reconciler.
+
+The e2e bundle's gated queue is ``queued`` (conftest.py: the shipped ``batch``, which the other
+tests run ungated). Each test pins its work to a node of its own, so other nodes change nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster import wait_for
+from conftest import QUEUED
+from harness import (
+    GANG,
+    container,
+    create,
+    job,
+    jobs_path,
+    pods_path,
+    start_reconciler,
+    stop_reconcilers,
+)
+
+from webhook.contract import QUEUE_GATE, QUEUED_ANNOTATION
+from webhook.reconciler.usage import KEY, parse
+
+pytestmark = pytest.mark.usefixtures("webhook_server")
+
+
+@pytest.fixture
+def queue_node(kube: Any):
+    """A 4-CPU node that only this test's pods select."""
+    name = f"bg-q-{uuid.uuid4().hex[:6]}"
+    kube.create_node(name, cpu="4", memory="16Gi")
+    kube.patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {"e2e-queue": name}}})
+    yield name
+    kube.delete_node(name)
+
+
+def queued_job(name: str, node: str, cpu: str, *, parallelism: int = 1, labels: dict[str, str] | None = None) -> dict:
+    return job(name, parallelism=parallelism, completions=parallelism,
+               labels={"batchgate.io/queue": QUEUED, **(labels or {})},
+               containers=[container(cpu=cpu, memory="1Gi")], nodeSelector={"e2e-queue": node})
+
+
+def suspended(kube: Any, ns: str, name: str) -> bool:
+    return kube.get(jobs_path(ns, name))["spec"].get("suspend") is True
+
+
+def pods_of(kube: Any, ns: str, name: str) -> list[dict]:
+    return kube.get(pods_path(ns), labelSelector=f"batch.kubernetes.io/job-name={name}")["items"]
+
+
+def run_pods_of(kube: Any, ns: str, name: str, count: int) -> None:
+    """Play kubelet for the Job's bound pods: running from now."""
+    def bound() -> list[dict] | None:
+        pods = [p for p in pods_of(kube, ns, name) if p["spec"].get("nodeName")]
+        return pods if len(pods) >= count else None
+    for p in wait_for(bound, 60, message=f"{count} pods of {ns}/{name} bound"):
+        kube.set_pod_phase(ns, p["metadata"]["name"], "Running",
+                           {"main": {"running": {"startedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}})
+
+
+def finish(kube: Any, ns: str, name: str) -> None:
+    for p in pods_of(kube, ns, name):
+        kube.set_pod_phase(ns, p["metadata"]["name"], "Succeeded", {"main": 0})
+
+
+def usage_of(kube: Any, ns: str) -> dict[str, float]:
+    cm = kube.get(f"/api/v1/namespaces/{ns}/configmaps/batchgate-usage")
+    return dict(parse(cm["data"][KEY]).billing)
+
+
+@pytest.fixture
+def policies(webhook_server: Any) -> Path:
+    return Path(webhook_server.server.policies)
+
+
+def reconcile(kube: Any, ns: str, tmp_path: Path, policies: Path, identity: str, started: list) -> Any:
+    r = start_reconciler(kube, ns, tmp_path / f"{identity}-{len(started)}.log", "--policies", str(policies),
+                         "--resync", "20s", identity=identity, cluster_wide=True)
+    started.append(r)
+    return r.wait_ready()
+
+
+def test_the_lighter_tenant_goes_first_and_usage_survives_a_kill(kube, namespace, queue_node, tmp_path, policies):
+    heavy, light = namespace, kube.create_namespace(prefix="e2e-queue-light")
+    started: list = []
+    try:
+        # what a pod of a gated queue gets at CREATE, read back: the gate; a Job: suspended and marked
+        bare = create(kube, heavy, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "bare", "labels": {"batchgate.io/queue": QUEUED}},
+            "spec": {"containers": [container(cpu="100m")], "nodeSelector": {"e2e-queue": "nowhere"}}})
+        assert {"name": QUEUE_GATE} in bare["spec"]["schedulingGates"]
+        stored = create(kube, heavy, queued_job("hog", queue_node, "4"))
+        assert stored["spec"]["suspend"] is True and stored["metadata"]["annotations"][QUEUED_ANNOTATION] == "true"
+        # ... and its owner cannot release it
+        with pytest.raises(Exception, match="only batchgate's reconciler"):
+            kube.request("PATCH", jobs_path(heavy, "hog"), {"spec": {"suspend": False}}, as_user="alice",
+                         content_type="application/merge-patch+json")
+
+        reconcile(kube, heavy, tmp_path, policies, "r1", started)
+        wait_for(lambda: not suspended(kube, heavy, "hog"), 60, message="the first Job on an empty node released")
+        run_pods_of(kube, heavy, "hog", 1)
+        for i in range(3):  # the heavy tenant queues three more, early
+            create(kube, heavy, queued_job(f"a{i}", queue_node, "2"))
+        wait_for(lambda: usage_of(kube, heavy).get(heavy, 0) > 0, 60, message="the heavy tenant's usage stored")
+        time.sleep(1)
+        for i in range(2):  # the light tenant, later
+            create(kube, light, queued_job(f"b{i}", queue_node, "2"))
+        time.sleep(3)
+        assert all(suspended(kube, heavy, f"a{i}") for i in range(3)) and suspended(kube, light, "b0")
+
+        # usage outlives the reconciler: kill -9, start another, the stored figure goes on from where it was
+        before = usage_of(kube, heavy)[heavy]
+        started[0].kill()
+        reconcile(kube, heavy, tmp_path, policies, "r2", started)
+        wait_for(lambda: usage_of(kube, heavy)[heavy] > before, 60, message="usage accrued on top of the stored one")
+
+        finish(kube, heavy, "hog")  # room for two 2-CPU Jobs: the light tenant's, though submitted later
+        wait_for(lambda: not suspended(kube, light, "b0") and not suspended(kube, light, "b1"), 60,
+                 message="the light tenant's Jobs released first")
+        assert all(suspended(kube, heavy, f"a{i}") for i in range(3))
+        events = kube.get(f"/api/v1/namespaces/{light}/events")["items"]
+        assert any(e["reason"] == "Released" and e["involvedObject"]["name"] == "b0" for e in events)
+    finally:
+        stop_reconcilers(started)
+        kube.delete_namespace(light)
+
+
+def test_a_gang_starts_whole_and_a_held_queue_releases_nothing(kube, namespace, queue_node, tmp_path, policies):
+    ns = namespace
+    held = tmp_path / "held"
+    shutil.copytree(policies, held)
+    text = (held / "bundle.yaml").read_text()
+    (held / "bundle.yaml").write_text(text.replace(f"    - name: {QUEUED}\n      priorityClass: batchgate-batch\n"
+                                                   "      timeLimit: {default: 24h, max: 7d}\n      state: open\n",
+                                                   f"    - name: {QUEUED}\n      priorityClass: batchgate-batch\n"
+                                                   "      timeLimit: {default: 24h, max: 7d}\n      state: hold\n"))
+    assert "state: hold" in (held / "bundle.yaml").read_text()
+    started: list = []
+    try:
+        create(kube, ns, queued_job("half", queue_node, "2"))
+        reconcile(kube, ns, tmp_path, held, "held", started)
+        time.sleep(5)
+        assert suspended(kube, ns, "half"), "a queue on hold released work"
+        started[0].kill()
+
+        reconcile(kube, ns, tmp_path, policies, "open", started)
+        wait_for(lambda: not suspended(kube, ns, "half"), 60, message="released once the queue is open")
+        run_pods_of(kube, ns, "half", 1)
+        create(kube, ns, queued_job("gang", queue_node, "1", parallelism=3, labels=GANG))
+        time.sleep(5)
+        assert suspended(kube, ns, "gang") and not pods_of(kube, ns, "gang"), "3 pods released where 2 fit"
+        finish(kube, ns, "half")
+        wait_for(lambda: not suspended(kube, ns, "gang"), 60, message="the gang released when all 3 fit")
+        run_pods_of(kube, ns, "gang", 3)  # all three bound together
+    finally:
+        stop_reconcilers(started)
