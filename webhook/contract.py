@@ -47,8 +47,10 @@ QUEUE_GATE = f"{GROUP}/queue"
 QUEUED_ANNOTATION = f"{GROUP}/queued"
 # Workloads another queue manager admits (Kueue) are never gated.
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# On a workload waiting in batchgate's queue: its reservation's start, the promise (queue.py).
+START_BY_ANNOTATION = f"{GROUP}/start-by"
 RECONCILER_ANNOTATIONS = (STARTED_AT_ANNOTATION, DEADLINE_ANNOTATION, WARNED_FOR_ANNOTATION,
-                          NEXT_MAINTENANCE_ANNOTATION)
+                          NEXT_MAINTENANCE_ANNOTATION, START_BY_ANNOTATION)
 # A ScavengerJob's size, per pod and in pods (policy scavengerjob refuses more, the reconciler's view
 # fails such an object stored while the webhook was down): far beyond any node and any gang, and
 # small enough that the controller's arithmetic and the Job it makes stay what Kubernetes takes.

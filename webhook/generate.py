@@ -830,7 +830,47 @@ def _queue_of(bundle: Bundle, shape: Shape) -> str:
     return out
 
 
+def _queue_gate_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
+    """queue-gate's rule on UPDATE, so that it holds while the webhook is down: only the releasers
+    (the reconciler) and admins take the gate off a Pod, resume a queued Job or drop its mark, and
+    nobody else marks a Job queued."""
+    from .contract import QUEUE_GATE, QUEUED_ANNOTATION
+
+    exempt = _exempt(bundle, policy)
+    mark = _s(QUEUED_ANNOTATION)
+    hint = ("only batchgate's reconciler (or an admin) releases it, when its turn comes; `batchgate queue` shows "
+            "where it stands")
+    parts = []
+    pods = _routes(policy, kinds=[r for r in RESOURCES if r.kind == "Pod"])
+    if pods:
+        gated = f"has({{0}}.spec.schedulingGates) && {{0}}.spec.schedulingGates.exists(g, g.name == {_s(QUEUE_GATE)})"
+        parts.append(_Part("-pods", tuple((res, tuple(o for o in ops if o == "UPDATE")) for res, ops in pods
+                                          if "UPDATE" in ops), (("exempt", exempt),), ({
+            "expression": f"variables.exempt || !({gated.format('oldObject')}) || ({gated.format('object')})",
+            "message": f"queue-gate: the Pod waits in its queue behind the scheduling gate {QUEUE_GATE}; {hint}",
+        },)))
+    jobs = _routes(policy, kinds=[r for r in RESOURCES if r.kind == "Job"])
+    if jobs:
+        parts.append(_Part("-jobs", tuple((res, tuple(o for o in ops if o == "UPDATE")) for res, ops in jobs
+                                          if "UPDATE" in ops), (
+            ("exempt", exempt),
+            ("annotations", _map_at("object", ("metadata", "annotations"))),
+            ("oldAnnotations", _map_at("oldObject", ("metadata", "annotations"))),
+            ("wasQueued", f"{mark} in variables.oldAnnotations && has(oldObject.spec.suspend) && "
+                          "oldObject.spec.suspend == true"),
+        ), ({
+            "expression": (f"variables.exempt || !variables.wasQueued || ({mark} in variables.annotations && "
+                           "has(object.spec.suspend) && object.spec.suspend == true)"),
+            "message": f"queue-gate: the Job waits in its queue, suspended; {hint}",
+        }, {
+            "expression": f"variables.exempt || {mark} in variables.oldAnnotations || !({mark} in variables.annotations)",
+            "message": f"queue-gate: {QUEUED_ANNOTATION} is written by batchgate only",
+        })))
+    return [p for p in parts if p.routes]
+
+
 _PROTECTED = {
+    "queue-gate": _queue_gate_policy,
     "namespace-opt-out": _opt_out_policy,
     "reconciler-annotations": _reconciler_annotations_policy,
     "queue-priority": _admin_classes_policy,

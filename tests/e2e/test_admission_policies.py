@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 from cluster import KubeApiError, require_components, wait_for
+from conftest import QUEUED
 from harness import (
     QUEUE_LABEL,
     TIME_LIMIT,
@@ -194,6 +195,9 @@ def test_what_holds_while_the_webhook_is_down(kube, webhook_server, admission_po
     create_and_read(kube, ns, {**job(suspended), "spec": {**job(suspended)["spec"], "suspend": True}})
     p0 = unique("p0")
     create(kube, ns, pod(p0))
+    waiting, gated = unique("waiting"), unique("gated")  # in the e2e bundle's gated queue (conftest.py)
+    assert create(kube, ns, job(waiting, labels={QUEUE_LABEL: QUEUED}))["spec"]["suspend"] is True
+    assert create(kube, ns, pod(gated, labels={QUEUE_LABEL: QUEUED}))["spec"]["schedulingGates"]
     own = f"e2e-ns-{uuid.uuid4().hex[:6]}"  # alice's own namespace (she may create and label them)
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": own}},
                 as_user=namespace_manager)
@@ -241,6 +245,15 @@ def test_what_holds_while_the_webhook_is_down(kube, webhook_server, admission_po
     status, msg = attempt(lambda: kube.patch(pods_path(ns, p0), forged))
     if status != 200:
         problems.append(f"the admin's {STARTED}: HTTP {status} {msg}")
+
+    # the batch queue: alice may not release her own waiting work; an admin may
+    status, msg = attempt(lambda: kube.patch(jobs_path(ns, waiting), {"spec": {"suspend": False}}, as_user="alice"))
+    problems += _refused_by("batchgate-queue-gate-jobs", status, msg, "the Job waits in its queue, suspended")
+    status, msg = attempt(lambda: kube.patch(pods_path(ns, gated), {"spec": {"schedulingGates": None}}, as_user="alice"))
+    problems += _refused_by("batchgate-queue-gate-pods", status, msg, "behind the scheduling gate batchgate.io/queue")
+    status, msg = attempt(lambda: kube.patch(pods_path(ns, gated), {"spec": {"schedulingGates": None}}, as_user="bob"))
+    if status != 200:
+        problems.append(f"bob (an admin) releasing a pod: HTTP {status} {msg}")
 
     # the opt-out label: not alice's, on her own namespace or kube-system; an admin's
     for target in (own, "kube-system"):

@@ -28,7 +28,7 @@ from harness import (
     stop_reconcilers,
 )
 
-from webhook.contract import QUEUE_GATE, QUEUED_ANNOTATION
+from webhook.contract import QUEUE_GATE, QUEUED_ANNOTATION, START_BY_ANNOTATION
 from webhook.reconciler.usage import KEY, parse
 
 pytestmark = pytest.mark.usefixtures("webhook_server")
@@ -130,6 +130,9 @@ def test_the_lighter_tenant_goes_first_and_usage_survives_a_kill(kube, namespace
         assert all(suspended(kube, heavy, f"a{i}") for i in range(3))
         events = kube.get(f"/api/v1/namespaces/{light}/events")["items"]
         assert any(e["reason"] == "Released" and e["involvedObject"]["name"] == "b0" for e in events)
+        told = [e["message"] for e in kube.get(f"/api/v1/namespaces/{heavy}/events")["items"]
+                if e["reason"] == "Queued" and e["involvedObject"]["name"] == "a0"]
+        assert len(told) == 1 and f"waits in queue {QUEUED!r}" in told[0], told
     finally:
         stop_reconcilers(started)
         kube.delete_namespace(light)
@@ -148,8 +151,14 @@ def test_a_gang_starts_whole_and_a_held_queue_releases_nothing(kube, namespace, 
     started: list = []
     try:
         create(kube, ns, queued_job("half", queue_node, "2"))
+        lost = queued_job("lost", "nowhere", "1")
+        lost["spec"]["template"]["spec"]["volumes"] = [{"name": "data", "configMap": {"name": "not-there"}}]
+        create(kube, ns, lost)
         reconcile(kube, ns, tmp_path, held, "held", started)
-        time.sleep(5)
+        # told at once, while it waits, not when its turn comes
+        wait_for(lambda: [e for e in kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
+                          if e["reason"] == "VolumeMissing" and "ConfigMap " + ns + "/not-there" in e["message"]],
+                 60, message="a Warning naming the missing ConfigMap")
         assert suspended(kube, ns, "half"), "a queue on hold released work"
         started[0].kill()
 
@@ -162,5 +171,57 @@ def test_a_gang_starts_whole_and_a_held_queue_releases_nothing(kube, namespace, 
         finish(kube, ns, "half")
         wait_for(lambda: not suspended(kube, ns, "gang"), 60, message="the gang released when all 3 fit")
         run_pods_of(kube, ns, "gang", 3)  # all three bound together
+    finally:
+        stop_reconcilers(started)
+
+
+def start_by(kube: Any, ns: str, name: str) -> str | None:
+    return (kube.get(jobs_path(ns, name))["metadata"].get("annotations") or {}).get(START_BY_ANNOTATION)
+
+
+def test_backfill_holds_the_big_jobs_reservation_and_the_promise_survives_a_restart(
+        kube, namespace, queue_node, tmp_path, policies):
+    """Issue 24's case: a node busy for 3 more minutes; a job needing the whole node gets a start-by
+    then; a short job that ends before it starts now (backfill), a long one that would delay it
+    waits although it fits now; a later job of the same priority does not move the promise, nor
+    does a restart of the reconciler."""
+    ns = namespace
+    started: list = []
+    limit = "batchgate.io/time-limit"
+    try:
+        def timed(name: str, cpu: str, minutes: int) -> dict:
+            j = queued_job(name, queue_node, cpu)
+            j["metadata"]["annotations"] = {limit: f"{minutes}m"}
+            return j
+
+        create(kube, ns, timed("busy", "2", 3))
+        reconcile(kube, ns, tmp_path, policies, "r1", started)
+        wait_for(lambda: not suspended(kube, ns, "busy"), 60, message="busy released")
+        run_pods_of(kube, ns, "busy", 1)
+        wait_for(lambda: (kube.get(jobs_path(ns, "busy"))["metadata"].get("annotations") or {}).get(
+            "batchgate.io/deadline"), 60, message="busy's deadline recorded")
+        create(kube, ns, timed("big", "4", 60))
+        promise = wait_for(lambda: start_by(kube, ns, "big"), 60, message="the big job's start-by")
+        deadline = kube.get(jobs_path(ns, "busy"))["metadata"]["annotations"]["batchgate.io/deadline"]
+        assert promise == deadline, (promise, deadline)  # when busy's time limit frees the node
+        create(kube, ns, timed("short", "1", 1))
+        create(kube, ns, timed("long", "1", 60))
+        wait_for(lambda: not suspended(kube, ns, "short"), 60, message="the short job backfilled")
+        create(kube, ns, timed("later", "4", 60))
+        later = wait_for(lambda: start_by(kube, ns, "later"), 60, message="the later job's start-by")
+        assert later > promise
+        assert suspended(kube, ns, "long") and suspended(kube, ns, "big")
+        assert start_by(kube, ns, "big") == promise
+
+        started[0].kill()
+        reconcile(kube, ns, tmp_path, policies, "r2", started)
+        time.sleep(5)
+        assert start_by(kube, ns, "big") == promise and suspended(kube, ns, "long")
+
+        finish(kube, ns, "busy")  # ends early: the big job goes before its start-by
+        run_pods_of(kube, ns, "short", 1)
+        finish(kube, ns, "short")
+        wait_for(lambda: not suspended(kube, ns, "big"), 60, message="the big job released")
+        assert suspended(kube, ns, "long") and suspended(kube, ns, "later")
     finally:
         stop_reconcilers(started)

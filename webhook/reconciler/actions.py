@@ -40,6 +40,8 @@ ActionKind = Literal[
     "record-maintenance",  # batchgate.io/next-maintenance on a running job (extensions are checked against it)
     "expected-start",  # batchgate.io/expected-start on a pending workload, from the shadow schedule
     "release",  # the batch queue (queue.py): a waiting workload's turn came and it fits: gate off / Job resumed
+    "start-by",  # ... batchgate.io/start-by on a waiting workload: its reservation's start, the promise
+    "queued",  # ... a workload waits in it: an Event saying so (or that a volume it mounts is missing), once
     # ScavengerJobs (scavenger.py); each writes the status (fenced) and, where it says so, a Job
     "sj-queued",  # first seen: status Pending, waiting to start
     "sj-waiting",  # why it still waits (no room, over the cap, can never fit): status message
@@ -69,7 +71,7 @@ ActionKind = Literal[
 ]
 # Event-only kinds planned on every pass while their condition holds: the controller sends each
 # (target uid, key) once.
-TELL_ONCE = frozenset({"cannot-plan", "never-fits"})
+TELL_ONCE = frozenset({"cannot-plan", "never-fits", "queued"})
 KIND_ORDER: dict[str, int] = {k: i for i, k in enumerate(get_args(ActionKind))}
 EventType = Literal["Normal", "Warning"]
 Propagation = Literal["Background", "Foreground", "Orphan"]

@@ -31,6 +31,7 @@ from ..contract import (
     QUEUE_GATE,
     QUEUE_LABEL,
     QUEUED_ANNOTATION,
+    START_BY_ANNOTATION,
     STARTED_AT_ANNOTATION,
     TIME_LIMIT_ANNOTATION,
     WARNED_FOR_ANNOTATION,
@@ -290,6 +291,8 @@ class PodView:
     # -- the batch queue (queue.py)
     gated: bool = False  # waits behind batchgate's scheduling gate
     other_gates: tuple[str, ...] = ()  # the other scheduling gates on a gated pod (kept when ours goes)
+    mounts: tuple[tuple[str, str], ...] = ()  # a gated pod's volume sources: (kind, name), volume_sources()
+    start_by: str | None = None  # batchgate.io/start-by as written (a gated pod)
     extended: tuple[tuple[str, int], ...] = ()  # requests of other resources (GPUs, ...), milli-units
 
     @property
@@ -346,6 +349,8 @@ class JobView:
     template: PodSched | None = None  # its pods' requests and placement (unfinished Jobs only)
     priority_class: str = ""  # its pod template's priorityClassName
     extended: tuple[tuple[str, int], ...] = ()  # per pod, as PodView.extended
+    mounts: tuple[tuple[str, str], ...] = ()  # a queued Job's volume sources, as PodView.mounts
+    start_by: str | None = None  # batchgate.io/start-by as written (a queued Job)
 
 
 @dataclass(frozen=True, slots=True)
@@ -740,6 +745,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         disrupted_at=disrupted_at,
         created=created,
         **_gates(spec),
+        start_by=kept(ann.get(START_BY_ANNOTATION)),
         extended=_extended(spec),
     )
 
@@ -749,7 +755,28 @@ def _gates(spec: Mapping[str, Any]) -> dict[str, Any]:
     names = [g.get("name") for g in gates if isinstance(g, dict)] if isinstance(gates, list) else []
     if QUEUE_GATE not in names:
         return {}
-    return {"gated": True, "other_gates": tuple(str(n)[:MAX_KEPT] for n in names[:MAX_EXTENDED] if n != QUEUE_GATE)}
+    return {"gated": True, "other_gates": tuple(str(n)[:MAX_KEPT] for n in names[:MAX_EXTENDED] if n != QUEUE_GATE),
+            "mounts": volume_sources(spec.get("volumes"))}
+
+
+MAX_MOUNTS = 16  # volume sources a view keeps (the first ones): enough to name what is missing
+
+
+def volume_sources(volumes: Any) -> tuple[tuple[str, str], ...]:
+    """(kind, name) of the PersistentVolumeClaims, ConfigMaps and Secrets that ``volumes`` (a pod
+    spec's, a ScavengerJob's) need to exist; those marked ``optional`` are left out."""
+    out: list[tuple[str, str]] = []
+    for v in volumes if isinstance(volumes, list) else ():
+        if not isinstance(v, dict) or len(out) >= MAX_MOUNTS:
+            continue
+        for key, kind, name_key in (("persistentVolumeClaim", "PersistentVolumeClaim", "claimName"),
+                                    ("configMap", "ConfigMap", "name"), ("secret", "Secret", "secretName")):
+            src = v.get(key)
+            if isinstance(src, dict) and src.get("optional") is not True:
+                name = src.get(name_key)
+                if isinstance(name, str) and 0 < len(name) <= 253:
+                    out.append((kind, name))
+    return tuple(out)
 
 
 def _program(spec: Mapping[str, Any]) -> str:
@@ -845,6 +872,8 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         template=_sched(template.get("metadata") or md, t_spec) if unfinished else None,
         priority_class=str(t_spec.get("priorityClassName") or "")[:MAX_LABEL] if unfinished else "",
         extended=_extended(t_spec) if unfinished else (),
+        mounts=volume_sources(t_spec.get("volumes")) if suspended and ann.get(QUEUED_ANNOTATION) is not None else (),
+        start_by=kept(ann.get(START_BY_ANNOTATION)),
     )
 
 

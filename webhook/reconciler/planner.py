@@ -62,6 +62,7 @@ the hostfile ConfigMap and, in isolated namespaces, a NetworkPolicy.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -242,6 +243,7 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
     limit_of: Callable[[JobView | PodView], int | None] = lambda o: effective_limit(o, settings)  # noqa: E731
     queued: list[Queued] = []
     queue_args: dict[str, Any] = {}
+    promised: dict[str, float] = {}  # a waiting workload's reservation (start-by), by uid
     if snapshot.nodes is not None:
         n, r = len(actions), len(runs)
         try:
@@ -252,7 +254,13 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
                               "class_values": queues.class_values, "released": queue.released(queues)}
             if waiting:
                 placed = shadow_schedule(snapshot, now, windows, limit_of=limit_of, **queue_args)
-                p.actions += queue.plan_release(waiting, placed, now, queues)
+                promised = {e.workload.uid: e.start for e in placed if e.queued and e.start is not None}
+                released = queue.plan_release(waiting, placed, now, queues)
+                gone = {a.target.uid for a in released} | {w.ref.uid for w in waiting if w.pods and
+                                                              any(a.target.uid == w.pods[0].ref.uid for a in released)}
+                p.actions += released
+                p.actions += [a for a in queue.plan_notices(waiting, placed, queues) if a.target.uid not in gone]
+                p.actions += queue.plan_start_by(waiting, placed, now)
         except Exception as e:
             p.undo("queue", None, e, n, r)
             queue_args = {}
@@ -264,6 +272,9 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
             if settings.runtime_prediction:
                 predictor = Predictor.of(remember(history or {}, finished_runs(snapshot)))
             estimates = shadow_schedule(snapshot, now, windows, runtimes=predictor, limit_of=limit_of, **queue_args)
+            # the likely start is never after the promise (predicted runtimes end no later than limits)
+            estimates = [dataclasses.replace(e, start=min(e.start, promised[e.workload.uid]))
+                         if e.start is not None and e.workload.uid in promised else e for e in estimates]
             p.actions += plan_expected(snapshot, estimates, settings, failed=p.failed)
         except Exception as e:
             p.undo("expected-start", None, e, n, r)

@@ -26,9 +26,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from ..bundle import FairShare
-from ..contract import QUEUED_ANNOTATION
-from .actions import Action
-from .model import JobView, PodSched, PodView, Ref, Snapshot
+from ..contract import QUEUED_ANNOTATION, START_BY_ANNOTATION
+from .actions import Action, EventType, Requirement
+from .model import JobView, PodSched, PodView, Ref, Snapshot, format_time, parse_time
 from .settings import QueuePolicy
 from .shadow import Estimate, Queued
 from .usage import factors
@@ -164,6 +164,83 @@ def plan_release(items: list[Waiting], estimates: list[Estimate], now: float, po
                 patch={"metadata": {"resourceVersion": pod.resource_version}, "spec": {"schedulingGates": gates}},
                 amount=waited))
     return out
+
+
+def plan_notices(items: list[Waiting], estimates: list[Estimate], policy: QueuePolicy) -> list[Action]:
+    """Tell each waiting workload, once, that it waits and why; when a volume it mounts does not
+    exist, a Warning naming it instead, at once rather than when its turn comes. The controller
+    sends each once (``TELL_ONCE``); the Event's name makes a restart find it sent."""
+    why = {e.workload.uid: e for e in estimates}
+    out = []
+    for position, w in enumerate(items, 1):
+        e = why.get(w.ref.uid)
+        reason = e.reason if e is not None else ""
+        state = policy.states.get(w.queue, "open")
+        message = (f"waits in queue {w.queue!r} for its turn and room for all its {w.size} pod"
+                   f"{'s' if w.size != 1 else ''} (when queued: position {position} of {len(items)}, fair-share "
+                   f"factor {w.factor:.2f}{'' if state == 'open' else f', queue {state}'}"
+                   f"{': ' + reason if reason else ''}); `batchgate queue` shows where it stands")
+        mounts = w.job.mounts if w.job is not None else w.pods[0].mounts if w.pods else ()
+        requires = tuple(Requirement(Ref("v1", kind, w.ref.namespace, name, ""), Action(
+            kind="queued", target=w.ref, reason="VolumeMissing", event_type="Warning", key=f"missing/{kind}/{name}",
+            message=(f"{kind} {w.ref.namespace}/{name}, which it mounts, does not exist; it waits in queue "
+                     f"{w.queue!r}, but would not start when its turn comes: create it, or fix the workload")))
+            for kind, name in mounts)
+        out.append(Action(kind="queued", target=w.ref, reason="Queued", message=message, key="queued",
+                          requires=requires))
+    return out
+
+
+START_BY_SLACK = 60.0  # a promise is rewritten when the reservation moves by more than this
+
+
+def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float) -> list[Action]:
+    """``batchgate.io/start-by`` on each waiting workload: its reservation's start (placed with the
+    time limits of everything running and ahead of it, which the reconciler enforces). Later work
+    ranked below it is placed after it, so it cannot move the promise; a promise moves earlier
+    quietly, and later only with a Warning saying why (work ranked ahead arrived, or room it
+    counted on is gone: a node lost or cordoned, a maintenance window declared)."""
+    placed = {e.workload.uid: e for e in estimates}
+    ranks = {w.ref.uid: i for i, w in enumerate(items)}
+    out = []
+    etype: EventType
+    for w in items:
+        e = placed.get(w.ref.uid)
+        if e is None or e.start is None or e.start <= now:
+            continue  # not placed (held, never fits) or released now
+        target = w.job if w.job is not None else w.pods[0] if w.pods else None
+        if target is None:
+            continue
+        have_text = _promise_of(w)
+        have = parse_time(have_text) if have_text else None
+        want = max(e.start, now)
+        if have is not None and abs(want - have) <= START_BY_SLACK:
+            continue
+        if have is None:
+            reason, etype, message = "StartBy", "Normal", (
+                f"will start by {format_time(want)} at the latest (its reservation in queue {w.queue!r}), unless "
+                "higher-priority work arrives, a node is lost or a maintenance window is declared")
+        elif want < have:
+            reason, etype, message = "StartBy", "Normal", f"will start by {format_time(want)}, earlier than promised"
+        else:
+            # every waiting workload gets its promise at the first pass that sees it: one ranked ahead
+            # without one arrived since
+            ahead = [x for x in items[:ranks[w.ref.uid]] if _promise_of(x) is None]
+            cause = (f"{len(ahead)} workload{'s' if len(ahead) != 1 else ''} ranked ahead of it arrived (higher "
+                     "priority, or a lighter fair-share account)" if ahead
+                     else "room it counted on is gone (a node lost or cordoned, a maintenance window declared, or "
+                          "work ahead of it ran longer than its time limit allowed for)")
+            reason, etype, message = "StartByMoved", "Warning", (
+                f"its promised start {format_time(have)} moved to {format_time(want)}: {cause}; {e.reason}")
+        out.append(Action(kind="start-by", target=target.ref, reason=reason, event_type=etype, message=message,
+                          key=format_time(want), annotations={START_BY_ANNOTATION: format_time(want)},
+                          resource_version=target.resource_version))
+    return out
+
+
+def _promise_of(w: Waiting) -> str | None:
+    target = w.job if w.job is not None else w.pods[0] if w.pods else None
+    return target.start_by if target is not None else None
 
 
 def _human(seconds: int) -> str:
