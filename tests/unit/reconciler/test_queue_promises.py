@@ -1,0 +1,104 @@
+"""The batch queue's promises and notices (queue.plan_start_by, plan_notices) through plan():
+batchgate.io/start-by is the reservation's start; later work ranked below cannot move it; it moves
+earlier quietly and later only with a Warning; expected-start is never after it; a waiting
+workload mounting a missing ConfigMap is told at once. A fake clock, plain dicts."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from tests.unit.reconciler.reconbuild import HOUR, T0, pod, ts
+from tests.unit.reconciler.test_shadow import node, with_spec
+from webhook.contract import QUEUE_GATE, START_BY_ANNOTATION
+from webhook.reconciler.model import ANN_EXPECTED_START, Snapshot, parse_time, pod_view
+from webhook.reconciler.planner import plan
+from webhook.reconciler.settings import QueuePolicy, Settings
+from webhook.rules import load_bundle
+
+QP = QueuePolicy.from_bundle(load_bundle("policies"))
+S = Settings(queues=QP)
+BATCH = 1000  # batchgate-batch
+
+
+def busy(name: str, cpu: str, until: float) -> dict[str, Any]:
+    """A running pod of the batch queue holding ``cpu`` on n1 until ``until`` (its deadline)."""
+    p = with_spec(pod(name, node="n1", started=-HOUR, annotations={
+        "batchgate.io/time-limit": "2h", "batchgate.io/deadline": ts(until)}), cpu=cpu, priority=BATCH)
+    p["metadata"]["labels"] = {"batchgate.io/queue": "batch"}
+    return p
+
+
+def gated(name: str, cpu: str, limit: str, *, created: float = -600, start_by: float | None = None,
+          volumes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    ann = {"batchgate.io/time-limit": limit}
+    if start_by is not None:
+        ann[START_BY_ANNOTATION] = ts(start_by)
+    p = with_spec(pod(name, phase="Pending", node="", started=None, annotations=ann), cpu=cpu, priority=BATCH,
+                  created=created, schedulingGates=[{"name": QUEUE_GATE}], **({"volumes": volumes} if volumes else {}))
+    p["metadata"]["labels"] = {"batchgate.io/queue": "batch"}
+    return p
+
+
+def run(*objs: dict[str, Any], settings: Settings = S) -> list[Any]:
+    snap = Snapshot.of(pods=[pod_view(o) for o in objs], jobs=[], nodes=[node("n1", cpu="4")])
+    return list(plan(snap, T0, settings, estimate=True).actions)
+
+
+def of(actions: list[Any], kind: str, name: str) -> list[Any]:
+    return [a for a in actions if a.kind == kind and a.target.name == name]
+
+
+def test_a_big_job_is_promised_the_end_of_what_runs_and_a_short_one_backfills_before_it():
+    acts = run(busy("b", "2", HOUR), gated("big", "4", "1h"), gated("short", "1", "30m", created=-60),
+               gated("long", "1", "3h", created=-30))
+    (promise,) = of(acts, "start-by", "big")
+    assert promise.annotations == {START_BY_ANNOTATION: ts(HOUR)} and promise.reason == "StartBy"
+    assert of(acts, "release", "short") and not of(acts, "release", "long") and not of(acts, "release", "big")
+    (later,) = of(acts, "start-by", "long")  # after the big job, whose reservation it must not delay
+    assert parse_time(later.annotations[START_BY_ANNOTATION]) == T0 + 2 * HOUR
+
+
+def test_a_later_workload_ranked_below_does_not_move_a_promise_and_a_kept_one_is_not_rewritten():
+    acts = run(busy("b", "2", HOUR), gated("big", "4", "1h", start_by=HOUR), gated("later", "4", "1h", created=-5))
+    assert not of(acts, "start-by", "big")
+    assert parse_time(of(acts, "start-by", "later")[0].annotations[START_BY_ANNOTATION]) == T0 + 2 * HOUR
+
+
+def test_a_promise_moves_earlier_quietly_and_later_only_with_a_warning_saying_why():
+    earlier = of(run(busy("b", "2", HOUR), gated("big", "4", "1h", start_by=2 * HOUR)), "start-by", "big")
+    assert earlier[0].event_type == "Normal" and earlier[0].annotations == {START_BY_ANNOTATION: ts(HOUR)}
+    # a workload ranked ahead (higher priority) arrived and has no promise yet: the promise moves
+    urgent = gated("urgent", "4", "1h", created=-1)
+    urgent["spec"]["priority"] = 10_000
+    (moved,) = of(run(busy("b", "2", HOUR), gated("big", "4", "1h", start_by=HOUR), urgent), "start-by", "big")
+    assert moved.reason == "StartByMoved" and moved.event_type == "Warning"
+    assert "1 workload ranked ahead of it arrived" in moved.message
+    # room it counted on is gone (the running work's deadline is later than the promise assumed)
+    (lost,) = of(run(busy("b", "2", 3 * HOUR), gated("big", "4", "1h", start_by=HOUR)), "start-by", "big")
+    assert "room it counted on is gone" in lost.message
+
+
+def test_the_expected_start_is_never_after_the_promise():
+    settings = dataclasses.replace(S, runtime_prediction=False)
+    acts = run(busy("b", "2", HOUR), gated("big", "4", "1h"), settings=settings)
+    (e,) = of(acts, "expected-start", "big")
+    assert parse_time(e.annotations[ANN_EXPECTED_START]) <= T0 + HOUR
+
+
+def test_a_waiting_workload_is_told_once_that_it_waits_and_at_once_of_a_missing_volume():
+    vol = [{"name": "d", "configMap": {"name": "inputs"}}, {"name": "o", "secret": {"secretName": "x", "optional": True}}]
+    acts = run(busy("b", "4", HOUR), gated("w", "1", "1h", volumes=vol))
+    (told,) = of(acts, "queued", "w")
+    assert told.reason == "Queued" and "waits in queue 'batch'" in told.message
+    (req,) = told.requires  # the optional Secret is not required
+    assert (req.ref.kind, req.ref.name) == ("ConfigMap", "inputs")
+    assert req.otherwise.reason == "VolumeMissing" and req.otherwise.event_type == "Warning"
+    assert req.otherwise.message.startswith(f"ConfigMap {req.ref.namespace}/inputs, which it mounts, does not exist")
+
+
+def test_a_held_queue_releases_nothing_and_promises_nothing():
+    held = dataclasses.replace(S, queues=dataclasses.replace(QP, states={**QP.states, "batch": "hold"}))
+    acts = run(gated("w", "1", "1h"), settings=held)
+    assert not of(acts, "release", "w") and not of(acts, "start-by", "w")
+    assert "is on hold" in of(acts, "queued", "w")[0].message
