@@ -40,6 +40,8 @@ ActionKind = Literal[
     "record-maintenance",  # batchgate.io/next-maintenance on a running job (extensions are checked against it)
     "expected-start",  # batchgate.io/expected-start on a pending workload, from the shadow schedule
     "release",  # the batch queue (queue.py): a waiting workload's turn came and it fits: gate off / Job resumed
+    "narrow",  # ... a gated pod's node affinity narrowed to the nodes made free for it (before its release)
+    "preempt",  # ... scavengers that lose least deleted (DisruptionTarget first) to make room for released work
     "start-by",  # ... batchgate.io/start-by on a waiting workload: its reservation's start, the promise
     "queued",  # ... a workload waits in it: an Event saying so (or that a volume it mounts is missing), once
     # ScavengerJobs (scavenger.py); each writes the status (fenced) and, where it says so, a Job

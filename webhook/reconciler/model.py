@@ -83,6 +83,9 @@ DISRUPTION_TARGET = "DisruptionTarget"
 REASON_GANG_RESTART = "BatchgateGangRestart"  # a Job's gang: its Job makes the pods again
 REASON_GANG_TEARDOWN = "BatchgateGangTeardown"  # bare pods of a group: they go for good
 OWN_DISRUPTION_REASONS = frozenset({REASON_GANG_RESTART, REASON_GANG_TEARDOWN})
+# ... and on the scavengers it takes room from for released work (victims.py): an interruption of
+# theirs like kube-scheduler's preemption (reason PreemptionByScheduler), so it is not among the above.
+REASON_PREEMPTED = "PreemptionByBatchgate"
 # ...and on a pod it deletes past a maintenance window's drain deadline: an interruption from outside
 # for the pod's gang, as an eviction through the Eviction API (which writes EvictionByEvictionAPI).
 REASON_MAINTENANCE_DRAIN = "BatchgateMaintenanceDrain"

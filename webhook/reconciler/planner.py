@@ -68,7 +68,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..units import format_duration
-from . import queue
+from ..windows import Window
+from . import queue, victims
 from .actions import (
     Action,
     ActionKind,
@@ -90,6 +91,7 @@ from .model import (
     ANN_WARNED,
     REASON_GANG_RESTART,
     REASON_GANG_TEARDOWN,
+    REASON_PREEMPTED,
     JobView,
     PodGroupView,
     PodView,
@@ -100,7 +102,7 @@ from .model import (
 from .network import plan_network
 from .runtimes import History, Predictor, Run, finished_runs, job_key, pod_key, remember
 from .scavenger import plan_scavengers
-from .settings import Settings
+from .settings import QueuePolicy, Settings
 from .shadow import Queued, shadow_schedule
 
 
@@ -255,7 +257,7 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
             if waiting:
                 placed = shadow_schedule(snapshot, now, windows, limit_of=limit_of, **queue_args)
                 promised = {e.workload.uid: e.start for e in placed if e.queued and e.start is not None}
-                released = queue.plan_release(waiting, placed, now, queues)
+                released = _release(snapshot, now, queues, windows, queue.to_release(waiting, placed, now, queues))
                 gone = {a.target.uid for a in released} | {w.ref.uid for w in waiting if w.pods and
                                                               any(a.target.uid == w.pods[0].ref.uid for a in released)}
                 p.actions += released
@@ -310,6 +312,47 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
         p.wake_at = now  # the rest right after this batch
     return Plan(actions=p.actions, wake_at=p.wake_at, deferred=p.deferred, runs=tuple(p.runs),
                 unplannable=tuple(p.failed))
+
+
+def _release(snapshot: Snapshot, now: float, queues: QueuePolicy, windows: Sequence[Window],
+             go: list[tuple[queue.Waiting, str]]) -> list[Action]:
+    """Release what the queue says starts now. Where it fits only on room scavengers hold, the
+    gangs that lose least go first (victims.py) and the workload is narrowed to the nodes made
+    free; one that no eviction makes room for waits."""
+    below = queue.preempts_below(queues)
+    gangs = []
+    if go and below is not None and snapshot.nodes is not None:
+        start_over = {sj.ref.uid: sj.start_over for sj in (snapshot.scavenger_jobs or {}).values()
+                      if getattr(sj, "start_over", None) is not None}
+        gangs = victims.scavenger_gangs(snapshot, now, below, windows, start_over)
+    if not gangs:
+        return [a for w, why in go for a in queue.release(w, why, now)]
+    assert snapshot.nodes is not None
+    room = victims.room(snapshot, gangs)
+    out: list[Action] = []
+    taken: set[str] = set()
+    for w, why in go:
+        choice = victims.choose(room, w.sched, w.size, snapshot.nodes)
+        if choice is None:
+            continue  # the room the placement counted on is not there (yet): it waits
+        if not choice.evict or w.sched.clipped:
+            out += queue.release(w, why, now)
+            continue
+        where = ", ".join(choice.nodes)
+        for g in choice.evict:
+            if g.ref.uid in taken:
+                continue
+            taken.add(g.ref.uid)
+            why_g = (f"batchgate took its room on {where} for {w.ref.kind} {w.ref.namespace}/{w.ref.name} (queue "
+                     f"{w.queue!r}): of the scavengers there, it loses least ({g.unsaved / 60:.0f} core-minutes since "
+                     "its checkpoint); it waits and resumes from its checkpoint")
+            out.append(Action(kind="preempt", target=g.ref, reason="Preempted", event_type="Warning", message=why_g,
+                              key=f"preempt/{w.ref.uid}", deletes=tuple(
+                                  Delete(p.ref, disruption=Disruption(REASON_PREEMPTED, why_g[:1024])) for p in g.pods)))
+        out += queue.release(w, f"{why} on {where}, made free of {len(choice.evict)} scavenger gang"
+                                f"{'s' if len(choice.evict) != 1 else ''}", now,
+                             affinity=victims.narrowed_terms(w.sched, choice.nodes))
+    return out
 
 
 def _owns(job: JobView | None, pod: PodView) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..bundle import FairShare
 from ..contract import QUEUED_ANNOTATION, START_BY_ANNOTATION
@@ -133,10 +134,11 @@ def released(policy: QueuePolicy) -> Callable[[JobView], bool]:
     return test
 
 
-def plan_release(items: list[Waiting], estimates: list[Estimate], now: float, policy: QueuePolicy) -> list[Action]:
-    """Release what the placement says starts now; a queue no longer gated releases everything."""
+def to_release(items: list[Waiting], estimates: list[Estimate], now: float,
+               policy: QueuePolicy) -> list[tuple[Waiting, str]]:
+    """What the placement says starts now, in queue order, and why; a queue no longer gated
+    releases everything."""
     by_uid = {w.ref.uid: w for w in items}
-    out: list[Action] = []
     go: list[tuple[Waiting, str]] = []
     for e in estimates:
         w = by_uid.get(e.workload.uid)
@@ -147,23 +149,42 @@ def plan_release(items: list[Waiting], estimates: list[Estimate], now: float, po
                        else f"queue {w.queue!r} no longer exists"))
         elif e.start is not None and e.start <= now and not w.incomplete and policy.states.get(w.queue, "open") in ("open", "drain"):
             go.append((w, f"its turn in queue {w.queue!r} came and all {w.size} pod{'s' if w.size != 1 else ''} fit"))
-    for w, why in go:
-        waited = max(now - w.created, 0.0)
-        message = f"{why}; released after waiting {_human(int(waited))}"
-        if w.job is not None:
-            out.append(Action(
-                kind="release", target=w.ref, reason="Released", message=message, key="release",
-                patch={"metadata": {"resourceVersion": w.job.resource_version, "annotations": {QUEUED_ANNOTATION: None}},
-                       "spec": {"suspend": False}},
-                amount=waited))
-            continue
-        for pod in w.pods:
-            gates = [{"name": g} for g in pod.other_gates] or None
-            out.append(Action(
-                kind="release", target=pod.ref, reason="Released", message=message, key="release",
-                patch={"metadata": {"resourceVersion": pod.resource_version}, "spec": {"schedulingGates": gates}},
-                amount=waited))
+    return go
+
+
+def release(w: Waiting, why: str, now: float, affinity: list[dict[str, Any]] | None = None) -> list[Action]:
+    """Release a workload: resume its Job, or take the gate off each of its pods. ``affinity``: the
+    required node affinity's terms to narrow it to first (victims.narrowed_terms)."""
+    waited = max(now - w.created, 0.0)
+    message = f"{why}; released after waiting {_human(int(waited))}"
+    required = ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": affinity}}}} if affinity is not None else {})
+    if w.job is not None:
+        spec: dict[str, Any] = {"suspend": False}
+        if required:  # a suspended Job that never ran may change its template's scheduling directives
+            spec["template"] = {"spec": required}
+        return [Action(
+            kind="release", target=w.ref, reason="Released", message=message, key="release",
+            patch={"metadata": {"resourceVersion": w.job.resource_version, "annotations": {QUEUED_ANNOTATION: None}},
+                   "spec": spec},
+            amount=waited)]
+    out = []
+    for pod in w.pods:
+        if required:  # a gated pod may gain node affinity; then the gate goes (the fence follows our patch)
+            out.append(Action(kind="narrow", target=pod.ref, reason="Narrowed", quiet=True, key="narrow",
+                              message=f"bound for the nodes made free for it: {why}",
+                              patch={"metadata": {"resourceVersion": pod.resource_version}, "spec": required}))
+        gates = [{"name": g} for g in pod.other_gates] or None
+        out.append(Action(
+            kind="release", target=pod.ref, reason="Released", message=message, key="release",
+            patch={"metadata": {"resourceVersion": pod.resource_version}, "spec": {"schedulingGates": gates}},
+            amount=waited))
     return out
+
+
+def plan_release(items: list[Waiting], estimates: list[Estimate], now: float, policy: QueuePolicy) -> list[Action]:
+    """``to_release`` and ``release``, with no scavenger to make room from."""
+    return [a for w, why in to_release(items, estimates, now, policy) for a in release(w, why, now)]
 
 
 def plan_notices(items: list[Waiting], estimates: list[Estimate], policy: QueuePolicy) -> list[Action]:
