@@ -117,7 +117,7 @@ def test_unknown_queue_denied_listing_the_queues(kube, webhook_server, ns):
     msg = expect_denied(kube, ns, pod(unique("gpu"), labels={QUEUE_LABEL: "gpu"}),
                         webhook=CREATE_HOOK)
     assert ("queue 'gpu' does not exist; set the label batchgate.io/queue to one of: "
-            "interactive, batch, scavenger") in msg
+            + ", ".join(webhook_server.bundle.queues)) in msg
 
 
 # --------------------------------------------------------------------------
