@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..windows import COUNTDOWN_LABEL, Window
+from .maintenance import read_cordoned
 from .model import JobView, PodSched, PodView, Ref, Snapshot
 from .runtimes import Predictor, corrected, job_key, pod_key
 
@@ -384,8 +385,8 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
     nodes: dict[str, _Node] = {}
     for n in snapshot.nodes.values():
         blocked = sorted((w.start, w.end) for w in ws if w.end > now and w.covers(n.name, n.labels))
-        if n.unschedulable and n.maintenance is None:
-            continue  # cordoned by someone else: no telling when it comes back
+        if n.unschedulable and (n.maintenance is None or read_cordoned(n.maintenance).was_unschedulable):
+            continue  # cordoned by someone else (before a window too): no telling when it comes back
         if n.ready not in (None, "True"):
             continue
         nodes[n.name] = _Node(n.name, n.cpu, n.mem, n.labels, n.taints, blocked)

@@ -102,3 +102,23 @@ def test_a_held_queue_releases_nothing_and_promises_nothing():
     acts = run(gated("w", "1", "1h"), settings=held)
     assert not of(acts, "release", "w") and not of(acts, "start-by", "w")
     assert "is on hold" in of(acts, "queued", "w")[0].message
+
+
+def test_a_node_an_admin_cordoned_before_a_window_is_not_promised_when_the_window_ends():
+    """Issue 24's flaw: the window's cordon recorded that the node was cordoned before; its end gives
+    the node back cordoned, so no promise may count on it (nor did the estimate before the window)."""
+    from tests.unit.reconciler.test_shadow import node as mk
+
+    cordoned = mk("n2", cpu="4")
+    for was, counted in ((True, False), (False, True)):
+        n2 = dataclasses.replace(cordoned, unschedulable=True,
+                                 maintenance=f'{{"unschedulable":{str(was).lower()},"window":"mw"}}')
+        snap = Snapshot.of(pods=[pod_view(busy("b", "4", 3 * HOUR)), pod_view(gated("w", "4", "1h"))], jobs=[],
+                           nodes=[node("n1", cpu="4"), n2])
+        acts = plan(snap, T0, S, estimate=False).actions
+        # no window is known here: a node the window gives back (schedulable before) is free now
+        if counted:
+            assert of(acts, "release", "w") and not of(acts, "start-by", "w")
+        else:
+            (promise,) = of(acts, "start-by", "w")
+            assert parse_time(promise.annotations[START_BY_ANNOTATION]) == T0 + 3 * HOUR
