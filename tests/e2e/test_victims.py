@@ -94,14 +94,15 @@ def test_the_reconciler_takes_room_from_the_scavengers_that_lose_least(kube, nam
                                 "--resync", "20s")]
     try:
         started[0].wait_ready()
-        victims = wait_for(lambda: deleting(kube, ns) or None, 60, message="the reconciler to preempt")
+        # the victims go first, then the pod is narrowed and released, in one pass
+        pod = wait_for(lambda: (p := kube.get(pods_path(ns, "whole")))["spec"].get("schedulingGates") is None and p,
+                       60, message="the pod released")
+        victims = deleting(kube, ns)
         assert victims == {"new1", "new2"}, (victims, started[0].logs())
         for name in victims:
             cond = [c for c in kube.get(pods_path(ns, name))["status"].get("conditions", [])
                     if c["type"] == "DisruptionTarget"]
             assert cond and cond[0]["reason"] == "PreemptionByBatchgate", cond
-        pod = wait_for(lambda: (p := kube.get(pods_path(ns, "whole")))["spec"].get("schedulingGates") is None and p,
-                       60, message="the pod released")
         terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert {"key": "metadata.name", "operator": "In", "values": [b]} in terms["nodeSelectorTerms"][0]["matchFields"]
         finish_deletions(kube, ns)
