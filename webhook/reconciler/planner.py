@@ -258,8 +258,8 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
                 placed = shadow_schedule(snapshot, now, windows, limit_of=limit_of, **queue_args)
                 promised = {e.workload.uid: e.start for e in placed if e.queued and e.start is not None}
                 released = _release(snapshot, now, queues, windows, queue.to_release(waiting, placed, now, queues))
-                gone = {a.target.uid for a in released} | {w.ref.uid for w in waiting if w.pods and
-                                                              any(a.target.uid == w.pods[0].ref.uid for a in released)}
+                targets = {a.target.uid for a in released}
+                gone = targets | {w.ref.uid for w in waiting if w.pods and w.pods[0].ref.uid in targets}
                 p.actions += released
                 p.actions += [a for a in queue.plan_notices(waiting, placed, queues) if a.target.uid not in gone]
                 p.actions += queue.plan_start_by(waiting, placed, now)

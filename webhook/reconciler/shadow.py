@@ -284,8 +284,8 @@ class _Earliest:
     answer is what a scan of every node gives: the earliest time, and among equals the first node
     in the candidates' order (``tests/unit/reconciler/test_shadow.py`` checks it against a scan)."""
 
-    __slots__ = ("cpu", "duration", "heap", "hold", "log", "margin", "mem", "nodes", "now", "pos", "seen", "stale",
-                 "times")
+    __slots__ = ("cpu", "dirty", "duration", "heap", "hold", "log", "margin", "mem", "nodes", "now", "pos", "seen",
+                 "stale", "times")
 
     def __init__(self, nodes: list[_Node], log: list[_Node], now: float, duration: float, cpu: int, mem: int,
                  margin: float, hold: float | None = None) -> None:
@@ -295,6 +295,7 @@ class _Earliest:
         self.pos = {n.name: i for i, n in enumerate(nodes)}
         self.times: list[float | None] = [n.earliest(now, duration, cpu, mem, margin, INF, hold) for n in nodes]
         self.stale = [False] * len(nodes)
+        self.dirty: set[int] = set()  # the stale ones, so that bringing all up to date is not a scan
         self.heap = [(t, i) for i, t in enumerate(self.times) if t is not None]
         heapq.heapify(self.heap)
         self.seen = len(log)
@@ -315,14 +316,17 @@ class _Earliest:
                 i = pos.get(n.name)
                 if i is not None and times[i] is not None:
                     stale[i] = True  # None stays None: more reserved never makes room
+                    self.dirty.add(i)
             self.seen = len(log)
 
     def all_times(self) -> list[float | None]:
         """Every node's earliest start, up to date."""
         self._note_changes()
-        for i, st in enumerate(self.stale):
-            if st:
+        stale = self.stale
+        for i in sorted(self.dirty):
+            if stale[i]:
                 self._ask(i)
+        self.dirty.clear()
         return self.times
 
     def best(self) -> tuple[float, _Node] | None:

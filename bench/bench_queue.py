@@ -1,0 +1,145 @@
+"""Benchmark: a planning pass of the batch queue (issue 23) with 10,000 waiting pods.
+
+    python bench/bench_queue.py [--workloads 2000] [--accounts 500] [--nodes 500] [--passes 10] [--json]
+
+The cluster: ``--nodes`` 32-core nodes, each with a running 16-core pod (3 h limit left, its
+deadline recorded), and ``--workloads`` waiting workloads from ``--accounts`` accounts, 10,000
+pods in all: a third queued Jobs of 4 pods, a third gangs of 10 gated bare pods, a third single
+gated pods; each account has usage. Per pass, CPU time (``time.process_time``) of
+``planner.plan``: ``queue``, an ordinary pass with the queue (gathering, ordering, placing every
+waiting workload with reservations, releases, promises); ``queue+estimates``, the pass that also
+estimates expected starts (at most once a minute); ``no-queue+estimates``, the same pods waiting
+ungated in kube-scheduler's queue, estimated in its order: the placement work without the queue,
+so the queue's own cost shows. The goal: a pass under 100 ms CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from webhook.contract import QUEUE_GATE, QUEUED_ANNOTATION  # noqa: E402
+from webhook.reconciler.model import Snapshot, format_time, job_view, node_view, pod_view  # noqa: E402
+from webhook.reconciler.planner import plan  # noqa: E402
+from webhook.reconciler.settings import QueuePolicy, Settings  # noqa: E402
+from webhook.rules import load_bundle  # noqa: E402
+
+NOW = 1_714_600_000.0
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _container(cpu: str) -> dict[str, Any]:
+    return {"name": "main", "image": "registry.example/hpc/app:1.2",
+            "resources": {"requests": {"cpu": cpu, "memory": "4Gi"}, "limits": {"cpu": cpu, "memory": "4Gi"}}}
+
+
+def _md(name: str, ns: str, uid: str, created: float, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "namespace": ns, "uid": uid, "resourceVersion": "1", "creationTimestamp": format_time(created),
+            "labels": {"batchgate.io/queue": "batch", **extra.pop("labels", {})}, **extra}
+
+
+def cluster(workloads: int, accounts: int, nodes: int, *, gated: bool) -> tuple[Snapshot, dict[str, float]]:
+    node_objs, pods, jobs = [], [], []
+    for i in range(nodes):
+        node_objs.append(node_view({"metadata": {"name": f"node-{i}", "uid": f"n{i}", "labels": {}},
+                                    "status": {"allocatable": {"cpu": "32", "memory": "256Gi"},
+                                               "conditions": [{"type": "Ready", "status": "True"}]}}))
+        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": _md(
+            f"run-{i}", "ops", f"run-{i}", NOW - 3600,
+            annotations={"batchgate.io/time-limit": "4h", "batchgate.io/deadline": format_time(NOW + 3 * 3600)}),
+            "spec": {"nodeName": f"node-{i}", "priority": 1000, "containers": [_container("16")]},
+            "status": {"phase": "Running", "containerStatuses": [{"name": "main", "state": {"running": {
+                "startedAt": format_time(NOW - 3600)}}}]}})
+    gate = [{"name": QUEUE_GATE}] if gated else []
+    count = 0
+    for w in range(workloads):
+        ns = f"acct-{w % accounts}"
+        created = NOW - 10 * (workloads - w)
+        ann = {"batchgate.io/time-limit": f"{1 + w % 8}h"}
+        kind = w % 3
+        if kind == 0:  # a queued Job of 4 pods (no pods yet); ungated: its 4 pending pods
+            uid = f"job-{w}"
+            if gated:
+                jobs.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": _md(
+                    f"job-{w}", ns, uid, created, annotations={**ann, QUEUED_ANNOTATION: "true"}),
+                    "spec": {"suspend": True, "parallelism": 4, "completions": 4, "template": {"spec": {
+                        "priorityClassName": "batchgate-batch", "containers": [_container("2")]}}}})
+            else:
+                jobs.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": _md(f"job-{w}", ns, uid, created,
+                                                                                      annotations=ann),
+                             "spec": {"parallelism": 4, "completions": 4, "template": {"spec": {
+                                 "containers": [_container("2")]}}}})
+                for k in range(4):
+                    pods.append(_pending(f"job-{w}-{k}", ns, created, ann, [], owner=uid))
+            count += 4
+        elif kind == 1:  # a gang of 10 bare pods
+            for k in range(10):
+                p = _pending(f"gang-{w}-{k}", ns, created, ann, gate)
+                p["metadata"]["labels"].update({"batchgate.io/pod-group": f"g{w}", "batchgate.io/pod-group-size": "10"})
+                pods.append(p)
+            count += 10
+        else:
+            pods.append(_pending(f"pod-{w}", ns, created, ann, gate))
+            count += 1
+    usage = {f"acct-{a}": float(1000 * (a % 17 + 1)) for a in range(accounts)}
+    snap = Snapshot.of(pods=[pod_view(p) for p in pods], jobs=[job_view(j) for j in jobs], nodes=node_objs)
+    return snap, usage | {"_pods": float(count)}
+
+
+def _pending(name: str, ns: str, created: float, ann: dict[str, str], gates: list[dict[str, str]],
+             owner: str | None = None) -> dict[str, Any]:
+    md = _md(name, ns, f"u-{name}", created, annotations=ann)
+    if owner:
+        md["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": owner, "uid": owner,
+                                  "controller": True}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": md,
+            "spec": {"priority": 1000, "schedulingGates": gates, "containers": [_container("2")]},
+            "status": {"phase": "Pending"}}
+
+
+def measure(snap: Snapshot, usage: dict[str, float], settings: Settings, passes: int, *,
+            estimate: bool) -> tuple[float, int]:
+    times, actions = [], 0
+    for _ in range(passes):
+        t = time.process_time()
+        result = plan(snap, NOW, settings, estimate=estimate, usage=usage)
+        times.append(time.process_time() - t)
+        actions = len(result.actions)
+    return statistics.median(times) * 1000, actions
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workloads", type=int, default=2000, help="waiting workloads (default 2000: 10,000 pods)")
+    ap.add_argument("--accounts", type=int, default=500, help="accounts (namespaces) they come from (default 500)")
+    ap.add_argument("--nodes", type=int, default=500, help="32-core nodes, each half busy (default 500)")
+    ap.add_argument("--passes", type=int, default=10, help="passes measured; the median is printed (default 10)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    a = ap.parse_args()
+    settings = Settings(queues=QueuePolicy.from_bundle(load_bundle(ROOT / "policies")))
+    out: dict[str, Any] = {}
+    rows = (("queue", True, False), ("queue+estimates", True, True), ("no-queue+estimates", False, True))
+    for name, gated, estimate in rows:
+        snap, usage = cluster(a.workloads, a.accounts, a.nodes, gated=gated)
+        pods = int(usage.pop("_pods"))
+        ms, actions = measure(snap, usage, settings, a.passes, estimate=estimate)
+        out[name] = {"pass_cpu_ms": round(ms, 1), "pods_waiting": pods, "workloads": a.workloads,
+                     "accounts": a.accounts, "nodes": a.nodes, "actions": actions}
+    if a.json:
+        print(json.dumps(out, indent=2))
+        return
+    print(f"{'':20} {'pass CPU ms (median)':>21} {'actions':>8}")
+    for name, r in out.items():
+        print(f"{name:20} {r['pass_cpu_ms']:>21} {r['actions']:>8}")
+    print(f"{out['queue']['pods_waiting']} pods in {a.workloads} workloads from {a.accounts} accounts on {a.nodes} nodes")
+
+
+if __name__ == "__main__":
+    main()
