@@ -220,7 +220,7 @@ def run_suite(path: Path, bundle: Bundle, policies: list[Policy] | None) -> list
     subject = bundle if policies is None else _only(bundle, policies)
     results = []
     for case in doc.req("cases").seq():
-        results.append(_run_case(case, subject, path))
+        results.append(_run_case(case, subject, path, bundle_suite=policies is None))
     return results
 
 
@@ -254,7 +254,7 @@ def _load_object(node: Node, base: Path) -> dict[str, Any]:
     return copied
 
 
-def _run_case(case: Node, bundle: Bundle, path: Path) -> CaseResult:
+def _run_case(case: Node, bundle: Bundle, path: Path, *, bundle_suite: bool) -> CaseResult:
     case.mapping(allowed=CASE_FIELDS)
     result = CaseResult(str(path), case.req("name").str())
     base = path.parent
@@ -274,8 +274,11 @@ def _run_case(case: Node, bundle: Bundle, path: Path) -> CaseResult:
         caller = Caller(username="alice")
     p = case.get("phase")
     phase: Phase = p.enum(*PHASES) if p else "check"
-    if case.get("policies") is not None:
-        case.req("policies").fail("not supported in a policy's own suite; use the bundle's suite.yaml")
+    if (names := case.get("policies")) is not None:  # the bundle's suite: these policies only
+        if not bundle_suite:
+            names.fail("not supported in a policy's own suite (it runs that policy alone); "
+                       "use the bundle's suite.yaml")
+        bundle = _only(bundle, _named(names, bundle))
     if (b := case.get("bundle")) is not None:  # another bundle.yaml (a folder next to the suite), same policies
         bundle = _other_bundle(b, base, bundle)
     if (n := case.get("namespaceLabels")) is not None:  # the labels the reconciler published for it
@@ -316,6 +319,18 @@ def _run_case(case: Node, bundle: Bundle, path: Path) -> CaseResult:
         if again.patch:
             f.append(f"not idempotent: a second pass patches again: {json.dumps(again.patch)}")
     return result
+
+
+def _named(node: Node, bundle: Bundle) -> list[Policy]:
+    """The bundle's policies a case's ``policies:`` names, in the bundle's order."""
+    by_name = {p.name: p for p in bundle.policies}
+    wanted = node.str_list()
+    if not wanted:
+        node.fail("expected at least one policy name")
+    for name in wanted:
+        if name not in by_name:
+            node.fail(f"no policy named {name!r} in the bundle (it has: {', '.join(sorted(by_name))})")
+    return [p for p in bundle.policies if p.name in wanted]
 
 
 def _other_bundle(node: Node, base: Path, bundle: Bundle) -> Bundle:

@@ -267,3 +267,35 @@ def test_check_a_job_with_list_template_labels_is_a_usage_error_not_a_crash(caps
     code, _, err = run(capsys, "check", str(f))
     assert code == 2, err
     assert "spec.template.metadata.labels must map strings to strings" in err and "Traceback" not in err
+
+
+def test_bundle_suite_case_may_name_the_policies_it_runs(capsys, tmp_path):
+    """policies: in the bundle's suite.yaml runs those policies only (here the shm sample's exact
+    expected object, which every other policy would change too); in a policy's own suite it is refused."""
+    shutil.copytree(POLICIES, tmp_path / "p")
+    (tmp_path / "p" / "suite.yaml").write_text(
+        "apiVersion: batchgate.io/v1alpha1\nkind: Suite\ncases:\n"
+        "  - name: shm alone, as its own suite decides it\n"
+        "    object: shm/samples/pod-memory-limit.yaml\n"
+        "    policies: [shm]\n"
+        "    expect: {allowed: true, mutated: shm/samples/pod-memory-limit.mutated.yaml}\n"
+        "  - name: the whole bundle changes more than shm does\n"
+        "    object: shm/samples/pod-memory-limit.yaml\n"
+        "    expect: {mutated: shm/samples/pod-memory-limit.mutated.yaml}\n")
+    code, out, _ = run(capsys, "test", "-v", str(tmp_path / "p"))
+    assert code == 1, out
+    assert "ok   p: shm alone, as its own suite decides it" in out
+    assert "FAIL p: the whole bundle changes more than shm does" in out
+
+    (tmp_path / "p" / "suite.yaml").write_text(
+        "apiVersion: batchgate.io/v1alpha1\nkind: Suite\ncases:\n"
+        "  - name: a typo\n    object: shm/samples/pod-memory-limit.yaml\n    policies: [shm, smh]\n"
+        "    expect: {}\n")
+    code, _, err = run(capsys, "test", str(tmp_path / "p"))
+    assert code == 2 and "suite.yaml:6: cases[0].policies: no policy named 'smh' in the bundle" in err, err
+
+    (tmp_path / "p" / "suite.yaml").unlink()
+    with (tmp_path / "p" / "shm" / "suite.yaml").open("a") as f:
+        f.write("  - name: own suite\n    object: samples/pod-small.yaml\n    policies: [shm]\n    expect: {}\n")
+    code, _, err = run(capsys, "test", str(tmp_path / "p"))
+    assert code == 2 and "policies: not supported in a policy's own suite" in err, err
