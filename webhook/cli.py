@@ -109,10 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("test", help="run the bundle's own test suites",
                        description="Run every policy's suite.yaml (and the bundle's suite.yaml). "
-                       "Fails when a policy has no suite or no README. Exit 0 all passed, 1 failures, 2 bundle error.")
+                       "Fails when a policy has no suite or no README. One policy's suite alone: "
+                       "batchgate test policies/shm (its folder), or --policy shm. "
+                       "Exit 0 all passed, 1 failures, 2 bundle error.")
     t.add_argument("directory", nargs="?", default=None,
-                   help="bundle directory (default: $BATCHGATE_POLICIES, else the bundle shipped with batchgate)")
-    t.add_argument("-v", "--verbose", action="store_true", help="list every case")
+                   help="bundle directory, or one policy's folder in it to run that suite alone "
+                   "(default: $BATCHGATE_POLICIES, else the bundle shipped with batchgate)")
+    t.add_argument("--policy", action="append", default=[], metavar="NAME",
+                   help="run only this policy's suite (repeatable; default: every suite, the bundle's too)")
+    t.add_argument("-v", "--verbose", action="store_true", help="list every case (default: only failures)")
 
     ce = sub.add_parser("certs", help="create the CA and serving certificate; print the caBundle",
                         description="Create (or keep, while valid for more than --renew-before) a "
@@ -129,8 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="print, instead of the bare caBundle, a JSON Patch that sets it in every webhook "
                     "of the batchgate Mutating- or ValidatingWebhookConfiguration, for "
                     "`kubectl patch ... --type=json -p \"$(batchgate certs ... --patch mutating)\"`")
-    ce.add_argument("--manifests", default=str(DEFAULT_MANIFESTS), metavar="DIR",
-                    help="where the webhook configurations are, for --patch (default manifests/)")
+    ce.add_argument("--manifests", default=None, metavar="DIR",
+                    help="where the webhook configurations are, for --patch (default: the manifests/ "
+                    "shipped with batchgate, the repository's in a checkout)")
 
     r = sub.add_parser("reconcile", help="run the reconciler (deadlines, gangs, maintenance, scavengers)")
     r.add_argument("--once", action="store_true", help="one planning pass, then exit")
@@ -175,11 +181,17 @@ def build_parser() -> argparse.ArgumentParser:
     mt.add_argument("--policies", default=None, help="policy bundle directory (default: bundled)")
 
     m = sub.add_parser("manifests", help="generate manifests/ parts that come from the bundle",
-                       description="Write the PriorityClasses (and the bundle ConfigMap) derived from "
-                       "the bundle; with --check, exit 1 when the files on disk have drifted.")
+                       description="Write the parts of manifests/ derived from the bundle (PriorityClasses, "
+                       "the bundle ConfigMap, the webhook configurations, the admission policies), and the rest of "
+                       "the shipped kustomize tree where it is missing (so an installed wheel writes a complete "
+                       "manifests/); with --check, exit 1 when the files on disk have drifted.")
     m.add_argument("--policies", default=None, help=POLICIES_HELP)
-    m.add_argument("--out", default=str(DEFAULT_MANIFESTS))
-    m.add_argument("--check", action="store_true", help="compare instead of writing")
+    m.add_argument("--out", default=str(DEFAULT_MANIFESTS), metavar="DIR",
+                   help="the manifests/ directory to write (default: the repository's manifests/ in a "
+                   "checkout, else ./manifests); the files shipped with batchgate that do not come from "
+                   "the bundle are added where missing, never overwritten")
+    m.add_argument("--check", action="store_true",
+                   help="compare instead of writing: exit 1 when a file differs or is missing (default: write)")
     return p
 
 
@@ -247,6 +259,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .engine import BadReview
     from .offline import (
         Caller,
+        api_server_problems,
         as_submitted_namespace,
         check_object,
         not_an_object,
@@ -281,7 +294,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         names.extend(str(f) for f in found)
     for name in names:
         try:
-            text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+            text = read_input(name)
             docs = parse_manifests(text, name)
         except (OSError, UnicodeDecodeError) as e:
             print(f"error: {name}: cannot read: {e}", file=sys.stderr)
@@ -314,12 +327,15 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"warning: {label}: {w}", file=sys.stderr)
         for tb_policy, _ in decision.errors:
             print(f"error: {label}: policy {tb_policy} failed internally", file=sys.stderr)
-        if not decision.allowed:
+        submitted = _submitted(obj)
+        refused = api_server_problems(decision.obj if decision.obj is not None else submitted)
+        for problem in refused:
+            print(f"invalid: {label}: {problem} (the API server refuses this)", file=sys.stderr)
+        if not decision.allowed or refused:
             denied = True
             for d in decision.denials:
                 print(f"denied: {label}: {d}", file=sys.stderr)
             continue
-        submitted = _submitted(obj)
         admitted = submitted if decision.obj is None else as_submitted_namespace(decision.obj, submitted)
         if args.output == "diff":
             a = yaml.safe_dump(submitted, sort_keys=False).splitlines()
@@ -339,6 +355,24 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 MANIFEST_SUFFIXES = (".json", ".yaml", ".yml")  # what `kubectl apply -f DIR` reads
+
+
+def read_input(name: str) -> str:
+    """One input of ``check`` (``-`` is stdin), refused before it is read or parsed when it is
+    larger than yamlsrc.MAX_INPUT_BYTES (a BundleError naming the limit)."""
+    from . import yamlsrc
+
+    limit = yamlsrc.MAX_INPUT_BYTES
+    too_big = yamlsrc.BundleError(name, None, "", f"larger than {yamlsrc.size_text(limit)}, the most check "
+                                  "reads from one input; split it (one file per namespace, say)")
+    if name == "-":
+        text = sys.stdin.read(limit + 1)
+        if len(text) > limit:
+            raise too_big
+        return text
+    if Path(name).stat().st_size > limit:
+        raise too_big
+    return Path(name).read_text(encoding="utf-8")
 
 
 def manifest_files(directory: Path, *, recursive: bool) -> list[Path]:
@@ -366,15 +400,24 @@ def cmd_test(args: argparse.Namespace) -> int:
     from .offline import missing_suites, run_suite, suite_files
     from .yamlsrc import BundleError
 
-    bundle = _load(args.directory)
+    directory, only = args.directory, list(args.policy)
+    if directory and (Path(directory) / "policy.yaml").is_file() \
+            and (Path(directory).resolve().parent / "bundle.yaml").is_file():  # one policy's folder
+        directory, only = str(Path(directory).resolve().parent), [*only, Path(directory).resolve().name]
+    bundle = _load(directory)
     if bundle is None:
         return 2
+    unknown = sorted(set(only) - {p.name for p in bundle.policies})
+    if unknown:
+        print(f"batchgate: no policy named {', '.join(unknown)} in {directory or 'the bundle'} "
+              f"(it has: {', '.join(p.name for p in bundle.policies)})", file=sys.stderr)
+        return 2
     passed = failed = 0
-    for problem in missing_suites(bundle):
+    for problem in missing_suites(bundle, only=only):
         print(f"FAIL {problem}")
         failed += 1
     for path, policies in suite_files(bundle):
-        if not path.is_file():
+        if not path.is_file() or (only and not (policies and policies[0].name in only)):
             continue
         try:
             results = run_suite(path, bundle, policies)
@@ -445,12 +488,13 @@ def cmd_certs(args: argparse.Namespace) -> int:
         return 2
     bundle = ensure_certs(Path(args.cert_dir), dns_names=names, force=args.force, renew_before=renew)
     if args.patch:
-        from .generate import ca_bundle_patch, webhook_configurations
+        from .generate import MANIFESTS, ca_bundle_patch, webhook_configurations
 
+        manifests = args.manifests or MANIFESTS
         try:
-            configs = webhook_configurations(bundle.ca_bundle_b64, manifests=args.manifests)
+            configs = webhook_configurations(bundle.ca_bundle_b64, manifests=manifests)
         except (OSError, ValueError, KeyError) as e:
-            print(f"batchgate: --patch: cannot read the webhook configurations in {args.manifests}: {e}",
+            print(f"batchgate: --patch: cannot read the webhook configurations in {manifests}: {e}",
                   file=sys.stderr)
             return 2
         config = configs[0] if args.patch == "mutating" else configs[1]
@@ -479,14 +523,17 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
 
 
 def cmd_manifests(args: argparse.Namespace) -> int:
-    from .generate import generated_manifests
+    from .generate import generated_manifests, static_manifests
 
     bundle = _load(args.policies)
     if bundle is None:
         return 2
     out = Path(args.out)
     drift = []
-    for name, text in generated_manifests(bundle).items():
+    generated = generated_manifests(bundle)
+    # the rest of the tree, as shipped, where it is missing (never over an admin's copy)
+    shipped = {n: t for n, t in static_manifests(generated).items() if not (out / n).is_file()}
+    for name, text in {**generated, **shipped}.items():
         path = out / name
         current = path.read_text() if path.is_file() else None
         if current == text:

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from . import nsfacts
+from . import nsfacts, objectmeta, yamlsrc
 from .bundle import Bundle, Policy
 from .engine import PHASES, BadReview, Decision, Phase, decide
 from .seal import OFFLINE, Keyring
@@ -115,6 +115,12 @@ def check_object(obj: Any, bundle: Bundle, caller: Caller, keys: Keyring = OFFLI
     return decide(synthetic_review(obj, caller), bundle, phase="check", keys=keys)
 
 
+def api_server_problems(obj: dict[str, Any]) -> list[str]:
+    """What the API server would refuse in ``obj`` (as admitted) before storing it: its names,
+    label and annotation syntax and lengths (webhook.objectmeta says what is and is not checked)."""
+    return objectmeta.problems(obj, namespaced=obj.get("kind") not in CLUSTER_SCOPED)
+
+
 # Files that sit among manifests but are not API objects: kustomize's own configuration
 # (kustomization.yaml, Component, generator/transformer configs) and kpt/KRM function configs.
 CONFIG_GROUPS = ("kustomize.config.k8s.io", "config.kubernetes.io", "kpt.dev")
@@ -166,14 +172,26 @@ def expand_lists(docs: list[Any]) -> list[Any]:
 
 
 def parse_manifests(text: str, name: str = "<input>") -> list[Any]:
-    """JSON or multi-document YAML (JSON is YAML, but a JSON stream of objects is not)."""
+    """JSON or multi-document YAML (JSON is YAML, but a JSON stream of objects is not).
+
+    Bounded per object (webhook.yamlsrc): YAML while it is parsed, JSON (no aliases; C-fast to
+    parse) by each object's size once parsed; JSON nested too deep for Python is read as YAML,
+    which refuses it with the line."""
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
         try:
             value = json.loads(text)
-            return expand_lists(value if isinstance(value, list) else [value])
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             pass
+        else:
+            docs = expand_lists(value if isinstance(value, list) else [value])
+            limit = yamlsrc.MAX_OBJECT_BYTES
+            if len(text) > limit:
+                for i, doc in enumerate(docs, 1):
+                    if len(json.dumps(doc, separators=(",", ":"))) > limit:
+                        raise BundleError(name, None, "", f"object {i} is larger than {yamlsrc.size_text(limit)}, "
+                                          "the most the API server takes in one request")
+            return docs
     return expand_lists(load_documents(text, name))
 
 
@@ -200,11 +218,13 @@ def suite_files(bundle: Bundle) -> list[tuple[Path, list[Policy] | None]]:
     return out
 
 
-def missing_suites(bundle: Bundle) -> list[str]:
-    """Policies lacking what every policy folder must have: a suite and a README."""
+def missing_suites(bundle: Bundle, *, only: list[str] | None = None) -> list[str]:
+    """Policies (those named in ``only``, else all) lacking what every policy folder must have:
+    a suite and a README."""
     return [
         f"{p.name}: policy has no {f} (every policy needs one)"
         for p in bundle.policies
+        if not only or p.name in only
         for f in ("suite.yaml", "README.md")
         if not (Path(p.path) / f).is_file()
     ]

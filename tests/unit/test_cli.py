@@ -299,3 +299,18 @@ def test_bundle_suite_case_may_name_the_policies_it_runs(capsys, tmp_path):
         f.write("  - name: own suite\n    object: samples/pod-small.yaml\n    policies: [shm]\n    expect: {}\n")
     code, _, err = run(capsys, "test", str(tmp_path / "p"))
     assert code == 2 and "policies: not supported in a policy's own suite" in err, err
+
+
+def test_one_policys_suite_runs_alone_by_folder_or_by_flag(capsys, tmp_path):
+    shutil.copytree(POLICIES, tmp_path / "p")
+    (tmp_path / "p" / "kata-cpu" / "README.md").unlink()  # another policy's failure stays out of it
+    for args in (["test", "-v", str(tmp_path / "p" / "shm")], ["test", "-v", "--policy", "shm", str(tmp_path / "p")]):
+        code, out, _ = run(capsys, *args)
+        assert code == 0, out
+        cases = [line for line in out.splitlines() if line.startswith("ok ")]
+        assert cases and all(line.startswith("ok   shm: ") for line in cases), out
+        assert out.strip().endswith(f"{len(cases)} passed, 0 failed")
+    code, out, _ = run(capsys, "test", "--policy", "kata-cpu", str(tmp_path / "p"))
+    assert code == 1 and "kata-cpu: policy has no README.md" in out
+    code, _, err = run(capsys, "test", "--policy", "smh", str(tmp_path / "p"))
+    assert code == 2 and "no policy named smh" in err
