@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"batchgate {__version__}")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
-    p.add_argument("--log-format", choices=("text", "json"), default="text", help="log line format")
+    p.add_argument("--log-format", choices=("text", "json"), default="text", help="log line format: text, or json (one object per line) (default text)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("serve", help="run the HTTPS admission webhook",
@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cert-dir", default=str(DEFAULT_CERTS),
                    help="directory with ca.crt, tls.crt, tls.key (generated when absent; default certs/)")
     s.add_argument("--dns-name", action="append", default=[], metavar="NAME",
-                   help="extra SAN for a generated serving certificate (repeatable)")
+                   help="extra SAN for a generated serving certificate (repeatable; default: none beyond "
+                   "localhost and 127.0.0.1)")
     s.add_argument("--workers", type=int, default=1, help="processes sharing the port (default 1)")
     s.add_argument("--reload-interval", type=float, default=2.0,
                    help="seconds between checks for changed policy / certificate files (default 2)")
@@ -62,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the namespace labels the reconciler publishes (ConfigMap batchgate-namespaces, "
                    "mounted: its directory or its namespaces.json), for queue grants by namespaceSelector; "
                    "reloaded when it changes. Without it, or while the file is missing, stale or bad, such "
-                   "grants admit nobody (names and globs still work)")
+                   "grants admit nobody (names and globs still work) (default: none)")
     s.add_argument("--namespace-labels-max-age", default="15m", metavar="DURATION",
                    help="published namespace labels older than this are stale and admit nobody (default 15m; "
                    "the reconciler republishes every 5m)")
@@ -95,8 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-R", "--recursive", action="store_true",
                    help="also the files in directories' subdirectories (as kubectl apply -R)")
     c.add_argument("--policies", default=None, help=POLICIES_HELP)
-    c.add_argument("-o", "--output", choices=("yaml", "json", "diff"), default="yaml")
-    c.add_argument("--operation", choices=("CREATE", "UPDATE", "DELETE"), default="CREATE")
+    c.add_argument("-o", "--output", choices=("yaml", "json", "diff"), default="yaml",
+                   help="the admitted objects as yaml (default; one document each), json (one List) or diff "
+                   "(unified diff of submitted and admitted)")
+    c.add_argument("--operation", choices=("CREATE", "UPDATE", "DELETE"), default="CREATE",
+                   help="the operation the objects are sent with (default CREATE; an UPDATE carries no old "
+                   "object, a DELETE carries the object as the old one, as the API server sends it)")
     c.add_argument("--user", default="batchgate-check", help="requesting user (default batchgate-check)")
     c.add_argument("--groups", default="system:authenticated",
                    help="comma-separated groups of the user (default system:authenticated)")
@@ -105,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="namespace labels for queue grants by namespaceSelector, as the reconciler publishes "
                    "them: the ConfigMap (kubectl get configmap -n batchgate-system batchgate-namespaces -o yaml), "
                    "its namespaces.json, or a directory holding that; taken as current. Without it such "
-                   "grants admit nobody, as in the webhook before the labels are published")
+                   "grants admit nobody, as in the webhook before the labels are published (default: none)")
 
     t = sub.add_parser("test", help="run the bundle's own test suites",
                        description="Run every policy's suite.yaml (and the bundle's suite.yaml). "
@@ -125,15 +130,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "the base64 caBundle for the webhook configurations.")
     ce.add_argument("--cert-dir", default=str(DEFAULT_CERTS), help="output directory (default certs/)")
     ce.add_argument("--dns-name", action="append", default=[], metavar="NAME",
-                    help="SAN for the serving certificate (repeatable); localhost and 127.0.0.1 are always in")
+                    help="SAN for the serving certificate (repeatable); localhost and 127.0.0.1 are always in "
+                    "(default: no others)")
     ce.add_argument("--service", default=None, metavar="NAMESPACE/NAME",
-                    help="add the Service DNS names (name.namespace.svc, ...cluster.local)")
+                    help="add the Service DNS names (name.namespace.svc, ...cluster.local) (default: none)")
     ce.add_argument("--force", action="store_true", help="issue a new serving certificate now")
     ce.add_argument("--renew-before", default="720h", help="renew when expiring within this (default 720h)")
     ce.add_argument("--patch", choices=("mutating", "validating"), default=None,
                     help="print, instead of the bare caBundle, a JSON Patch that sets it in every webhook "
                     "of the batchgate Mutating- or ValidatingWebhookConfiguration, for "
-                    "`kubectl patch ... --type=json -p \"$(batchgate certs ... --patch mutating)\"`")
+                    "`kubectl patch ... --type=json -p \"$(batchgate certs ... --patch mutating)\"` (default: the "
+                    "bare caBundle)")
     ce.add_argument("--manifests", default=None, metavar="DIR",
                     help="where the webhook configurations are, for --patch (default: the manifests/ "
                     "shipped with batchgate, the repository's in a checkout)")
@@ -176,9 +183,31 @@ def build_parser() -> argparse.ArgumentParser:
                         description="List MaintenanceWindows (start, end, state, nodes, reason) with the running "
                         "jobs each will stop (their deadline is after its start) and the pending ones it holds "
                         "back (they would start sooner without it); -o wide names them, -o json gives all.")
-    mt.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table")
+    mt.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table",
+                    help="table (default), wide (also names the jobs each window stops or holds back) or json")
     mt.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     mt.add_argument("--policies", default=None, help="policy bundle directory (default: bundled)")
+
+    a = sub.add_parser("audit", help="what the bundle would deny or change in every live workload (like Gatekeeper's audit)",
+                       description="List the live Pods, Jobs, CronJobs, Deployments, StatefulSets, DaemonSets and "
+                       "ScavengerJobs through a kubeconfig and decide each with the same function as check and the "
+                       "webhook, as a CREATE now: print what would be denied and what would be changed against what "
+                       "is stored (e.g. objects stored while the webhook was down, or admitted by an older bundle). "
+                       "Kubernetes records no creator: objects a controller made from a template (a Job's pods, a "
+                       "Deployment's) are decided through that template, the others as --user in --groups. Uses the "
+                       "namespace labels the reconciler published, when readable. Progress on stderr. Exit 0 nothing "
+                       "denied, 1 something denied, 2 usage, bundle or connection error.")
+    a.add_argument("--namespace", "-n", default=None, help="audit this namespace only (default: all)")
+    a.add_argument("-o", "--output", choices=("text", "json"), default="text",
+                   help="text (default: one line per denial and change) or json (every object that differs, "
+                   "with its warnings)")
+    a.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    a.add_argument("--policies", default=None, help=POLICIES_HELP)
+    a.add_argument("--user", default="batchgate-audit",
+                   help="who creates the objects no controller made, for the checks that depend on who asks "
+                   "(default batchgate-audit)")
+    a.add_argument("--groups", default="system:authenticated",
+                   help="comma-separated groups of --user (default system:authenticated)")
 
     m = sub.add_parser("manifests", help="generate manifests/ parts that come from the bundle",
                        description="Write the parts of manifests/ derived from the bundle (PriorityClasses, "
@@ -211,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         "seal-key": cmd_seal_key,
         "queue": cmd_queue,
         "maintenance": cmd_maintenance,
+        "audit": cmd_audit,
     }[args.command]
     try:
         return handler(args)
@@ -520,6 +550,89 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
     from .reconciler.main import report
 
     return report(args, "maintenance")
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """List the live workloads (webhook.reconciler.kube), decide each (webhook.offline.audit_object)."""
+    from . import nsfacts
+    from .contract import OPT_OUT_LABEL, OPT_OUT_VALUE
+    from .offline import Caller, audit_object, audit_skip, with_namespace_labels
+    from .reconciler.errors import Forbidden, KubeError, NotFound
+    from .reconciler.kube import KubeApi
+    from .reconciler.model import AUDITED, CONFIG_MAP, NAMESPACE
+    from .reconciler.settings import Settings
+
+    bundle = _load(args.policies)
+    if bundle is None:
+        return 2
+    caller = Caller(username=args.user, groups=tuple(g for g in args.groups.split(",") if g))
+    try:
+        api = KubeApi.connect(args.kubeconfig)
+    except KubeError as e:
+        print(f"batchgate: {e}", file=sys.stderr)
+        return 2
+    findings: list[Any] = []
+    audited = skipped = 0
+    opted_out: set[str] = set()  # namespaces every webhook leaves out
+    try:
+        try:
+            namespaces = ([api.get(NAMESPACE, None, args.namespace)] if args.namespace
+                          else list(api.list_all(NAMESPACE)))
+            opted_out = {str(n["metadata"]["name"]) for n in namespaces
+                         if (n["metadata"].get("labels") or {}).get(OPT_OUT_LABEL) == OPT_OUT_VALUE}
+        except Forbidden as e:
+            print(f"note: cannot read Namespaces ({e}); those labelled {OPT_OUT_LABEL}={OPT_OUT_VALUE} are "
+                  "audited too", file=sys.stderr)
+        if bundle.selectors:  # grants by namespace label: the labels the reconciler published
+            problem = ""
+            try:
+                cm = api.get(CONFIG_MAP, Settings().lease_namespace, nsfacts.CONFIGMAP)
+                facts = nsfacts.parse_facts((cm.get("data") or {}).get(nsfacts.KEY) or "", nsfacts.CONFIGMAP)
+            except (KubeError, nsfacts.FactsError) as e:
+                facts, problem = None, f"audit could not read the published namespace labels: {e}"
+                print(f"note: {problem}; grants by namespaceSelector admit nobody", file=sys.stderr)
+            bundle = with_namespace_labels(bundle, facts, problem)
+        for kind in AUDITED:
+            count = 0
+            try:
+                for obj in api.list_all(kind, args.namespace):
+                    count += 1
+                    if (obj.get("metadata") or {}).get("namespace") in opted_out:
+                        continue
+                    if audit_skip(obj) is not None:
+                        skipped += 1
+                        continue
+                    finding = audit_object(obj, bundle, caller)
+                    audited += 1
+                    if finding.differs:
+                        findings.append(finding)
+            except NotFound:  # the ScavengerJob CRD is not installed
+                print(f"note: no {kind.kind} API on this cluster", file=sys.stderr)
+                continue
+            print(f"listed {count} {kind.plural}", file=sys.stderr)
+    except KubeError as e:
+        print(f"batchgate: {e}", file=sys.stderr)
+        return 2
+    finally:
+        api.close()
+    findings.sort(key=lambda f: (f.namespace, f.kind, f.name))
+    denied = sum(1 for f in findings if f.denials)
+    if args.output == "json":
+        print(json.dumps({"kind": "AuditReport", "audited": audited, "decidedThroughTheirMaker": skipped,
+                          "items": [{"kind": f.kind, "namespace": f.namespace, "name": f.name, "denials": f.denials,
+                                     "changes": f.changes, "mutatedBy": f.mutated_by, "warnings": f.warnings}
+                                    for f in findings]}, indent=2))
+    else:
+        for f in findings:
+            label = f"{f.kind} {f.namespace}/{f.name}" if f.namespace else f"{f.kind} {f.name}"
+            for d in f.denials:
+                print(f"denied: {label}: {d}")
+            for op in f.changes:
+                value = "" if "value" not in op else " " + json.dumps(op["value"], separators=(",", ":"))
+                print(f"would change: {label}: ({', '.join(f.mutated_by)}) {op['op']} {op['path']}{value}")
+    print(f"audited {audited} objects ({skipped} more decided through the workload that made them): "
+          f"{denied} would be denied, {sum(1 for f in findings if f.changes)} would be changed", file=sys.stderr)
+    return 1 if denied else 0
 
 
 def cmd_manifests(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ EXCLUSIVE_GROUP_LABEL = f"{GROUP}/exclusive-group"
 POD_GROUP_LABEL = f"{GROUP}/pod-group"
 # On a Namespace, =disabled leaves it out of every webhook (set by cluster admins only).
 OPT_OUT_LABEL = f"{GROUP}/admission"
+OPT_OUT_VALUE = "disabled"
 POD_GROUP_SIZE_LABEL = f"{GROUP}/pod-group-size"
 # On a Job (or its pod template, a CronJob's jobTemplate): "true" makes its pods a gang, "false" keeps
 # them apart even where the queue runs multi-pod Jobs as gangs.

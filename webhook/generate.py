@@ -58,6 +58,7 @@ from .contract import (
     GROUP,
     NETWORK_LABEL,
     OPT_OUT_LABEL,
+    OPT_OUT_VALUE,
     QUEUE_LABEL,
     RECONCILER_ANNOTATIONS,
     SEAL_ANNOTATION,
@@ -431,7 +432,7 @@ def _excluded(bundle: Bundle) -> tuple[list[str], list[str]]:
 def _namespace_selector(names: list[str]) -> dict[str, Any]:
     return {"matchExpressions": [
         {"key": NAME_LABEL, "operator": "NotIn", "values": names},
-        {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": ["disabled"]},
+        {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": [OPT_OUT_VALUE]},
     ]}
 
 

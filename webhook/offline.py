@@ -19,8 +19,10 @@ from typing import Any
 
 import yaml
 
-from . import nsfacts, objectmeta, yamlsrc
+from . import nsfacts, objectmeta, workloads, yamlsrc
 from .bundle import Bundle, Policy
+from .contract import SEAL_ANNOTATION
+from .draft import escape
 from .engine import PHASES, BadReview, Decision, Phase, decide
 from .seal import OFFLINE, Keyring
 from .yamlsrc import BundleError, Node, load_documents, read_file
@@ -119,6 +121,83 @@ def api_server_problems(obj: dict[str, Any]) -> list[str]:
     """What the API server would refuse in ``obj`` (as admitted) before storing it: its names,
     label and annotation syntax and lengths (webhook.objectmeta says what is and is not checked)."""
     return objectmeta.problems(obj, namespaced=obj.get("kind") not in CLUSTER_SCOPED)
+
+
+# -- audit: the live objects, decided as if created now ------------------------------
+# What the API server sets on an object; a CREATE request carries none of it.
+SERVER_SET_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink",
+                       "deletionTimestamp", "deletionGracePeriodSeconds")
+_SEAL_KEY = escape(SEAL_ANNOTATION)
+
+
+@dataclass(slots=True)
+class AuditFinding:
+    """What the bundle would do to one stored object if it were created now."""
+
+    kind: str
+    namespace: str
+    name: str
+    denials: list[str] = field(default_factory=list)
+    changes: list[dict[str, Any]] = field(default_factory=list)  # JSONPatch ops against what is stored
+    mutated_by: list[str] = field(default_factory=list)  # the policies that would change it
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def differs(self) -> bool:
+        return bool(self.denials or self.changes)
+
+
+def audit_skip(obj: dict[str, Any]) -> str | None:
+    """Why a stored object is not decided on its own (then its maker is), or None: what a
+    controller made from a pod template is decided in that template (the workload's own CREATE or
+    UPDATE), what batchgate's reconciler made from a ScavengerJob in the ScavengerJob."""
+    ref = workloads.controller_of(obj)
+    if ref is None:
+        return None
+    group = str(ref.get("apiVersion") or "").rpartition("/")[0]
+    if workloads.made_from_template(obj) or group == "batchgate.io":
+        return f"made by {ref.get('kind')} {ref.get('name')}: decided through it"
+    return None
+
+
+def as_created(stored: dict[str, Any]) -> dict[str, Any]:
+    """The stored object as a CREATE would carry it: no status, no metadata the server sets."""
+    meta = stored.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    out = {k: v for k, v in stored.items() if k != "status"}
+    out["metadata"] = {k: v for k, v in meta.items() if k not in SERVER_SET_METADATA}
+    return out
+
+
+def _without_seal(op: dict[str, Any]) -> dict[str, Any] | None:
+    """``op`` without the admission seal: a cluster's webhook seals with its own key, which an
+    audit does not have, so a seal is never a difference worth reporting."""
+    path = str(op.get("path") or "")
+    if path.endswith("/annotations/" + _SEAL_KEY):
+        return None
+    value = op.get("value")
+    if path.endswith("/annotations") and isinstance(value, dict) and SEAL_ANNOTATION in value:
+        rest = {k: v for k, v in value.items() if k != SEAL_ANNOTATION}
+        return {**op, "value": rest} if rest else None
+    return op
+
+
+def audit_object(stored: dict[str, Any], bundle: Bundle, caller: Caller) -> AuditFinding:
+    """``stored`` decided by the same :func:`webhook.engine.decide` as ``check``, as a CREATE by
+    ``caller`` in its namespace: the denials, and the JSONPatch the webhook would apply to what is
+    stored now (none when it was admitted by this bundle and nothing changed since)."""
+    meta = stored.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "")
+    obj = as_created(stored)
+    decision = check_object(obj, bundle, dataclasses.replace(caller, operation="CREATE",
+                                                               namespace=namespace or caller.namespace))
+    finding = AuditFinding(kind=str(stored.get("kind")), namespace=namespace, name=str(meta.get("name") or ""),
+                           denials=list(decision.denials), warnings=list(decision.warnings))
+    if decision.allowed:
+        finding.changes = [o for o in map(_without_seal, decision.patch) if o is not None]
+        if finding.changes:
+            finding.mutated_by = [p for p, outcome in decision.outcomes if outcome == "mutated"]
+    return finding
 
 
 # Files that sit among manifests but are not API objects: kustomize's own configuration

@@ -314,3 +314,27 @@ def test_one_policys_suite_runs_alone_by_folder_or_by_flag(capsys, tmp_path):
     assert code == 1 and "kata-cpu: policy has no README.md" in out
     code, _, err = run(capsys, "test", "--policy", "smh", str(tmp_path / "p"))
     assert code == 2 and "no policy named smh" in err
+
+
+def _actions(parser, name="batchgate"):
+    import argparse
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub, sp in a.choices.items():
+                yield from _actions(sp, sub)
+        elif not isinstance(a, argparse._HelpAction | argparse._VersionAction):
+            yield name, a
+
+
+def test_every_flag_of_every_subcommand_says_what_it_does_and_its_default():
+    from webhook.cli import build_parser
+    missing = []
+    for command, action in _actions(build_parser()):
+        flag = "/".join(action.option_strings) or action.dest
+        if not action.help:
+            missing.append(f"{command} {flag}: no help")
+        elif action.option_strings and action.nargs != 0 and "default" not in action.help:
+            missing.append(f"{command} {flag}: its help names no default")
+    assert not missing, "\n".join(missing)
+    commands = {c for c, _ in _actions(build_parser())}
+    assert {"serve", "check", "test", "certs", "reconcile", "queue", "maintenance", "manifests", "audit"} <= commands

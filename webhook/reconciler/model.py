@@ -132,6 +132,10 @@ NETWORK_POLICY = Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"
 NET_KINDS = (SERVICE, NET_CONFIG_MAP, NETWORK_POLICY)
 # A ScavengerJob segment's guard (see ``scavenger``).
 PDB = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
+# What `batchgate audit` reads: every kind whose objects batchgate decides at CREATE.
+CRON_JOB = Kind("batch/v1", "CronJob", "cronjobs")
+AUDITED = (POD, JOB, CRON_JOB, *(Kind("apps/v1", k, k.lower() + "s") for k in ("Deployment", "StatefulSet", "DaemonSet")),
+           SCAVENGER_JOB)
 KINDS = {k.kind: k for k in (POD, JOB, NODE, POD_GROUP, EVENT, LEASE, MAINTENANCE_WINDOW, NAMESPACE,
                              SCAVENGER_JOB, CONFIG_MAP, SECRET, PVC, SERVICE, NETWORK_POLICY, PDB)}
 LABEL_SJ = f"{GROUP}/scavengerjob"  # on a ScavengerJob's Jobs and pods: its name
