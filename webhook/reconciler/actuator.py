@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from ..units import format_time
 from . import metrics
 from .actions import Action, Delete, Mark
 from .errors import AlreadyExists, Blocked, Conflict, Invalid, KubeError, NotFound, Transient
@@ -52,7 +53,6 @@ from .model import (
     POD_GROUP,
     Kind,
     Ref,
-    format_time,
 )
 from .settings import Settings
 

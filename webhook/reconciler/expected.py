@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..units import format_time, parse_time
 from .actions import Action, EventType, Unplannable, unplannable
 from .model import (
     ANN_EXPECTED_REASON,
@@ -20,8 +21,6 @@ from .model import (
     JobView,
     PodView,
     Snapshot,
-    format_time,
-    parse_time,
 )
 from .settings import Settings
 from .shadow import Estimate

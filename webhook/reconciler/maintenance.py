@@ -40,6 +40,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..units import format_time
 from ..windows import (
     COUNTDOWN_LABEL,
     Window,
@@ -59,7 +60,6 @@ from .model import (
     Ref,
     Snapshot,
     WindowView,
-    format_time,
 )
 from .settings import Settings
 

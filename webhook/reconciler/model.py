@@ -18,7 +18,6 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from functools import lru_cache, partial
 from typing import Any
 
@@ -38,6 +37,10 @@ from ..contract import (
 )
 from ..jobnet import CONNECT_TO_ANNOTATION, MAX_LABEL, NETWORK_LABEL, SLOTS_ANNOTATION, peers_view
 from ..units import MAX_TEXT, parse_duration, parse_quantity
+from ..units import (
+    format_time as format_time,  # re-exported: reconciler/scavenger.py imports it from here
+)
+from ..units import parse_time as parse_time  # likewise
 from ..windows import Window, parse_window
 from ..workloads import (
     DEFAULT_FAILURE_POLICY,
@@ -157,31 +160,6 @@ class Ref:
 
 
 # -- time ------------------------------------------------------------------
-def parse_time(text: str | None) -> float | None:
-    """RFC 3339 (``2024-05-01T10:00:00Z``, with or without fraction) -> epoch seconds; None if bad.
-    Memoised, but never for a text longer than any timestamp (an annotation is anyone's to write:
-    32,768 distinct 200 KB values would otherwise be kept)."""
-    if not text or not isinstance(text, str) or len(text) > 64:
-        return None
-    return _parse_time(text)
-
-
-@lru_cache(maxsize=1 << 15)
-def _parse_time(text: str) -> float | None:
-    try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if dt.tzinfo is None:
-        return None
-    return dt.timestamp()
-
-
-def format_time(t: float) -> str:
-    """Epoch seconds -> ``2024-05-01T10:00:00Z`` (whole seconds, as Kubernetes prints them)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(t)))
-
-
 def epoch(text: str) -> int:
     """``2024-05-01T10:00:00Z`` -> epoch seconds; for tests and fixtures (raises on bad input)."""
     return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ"))

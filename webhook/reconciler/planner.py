@@ -67,7 +67,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..units import format_duration
+from ..units import format_duration, format_time
 from ..windows import Window
 from . import queue, victims
 from .actions import (
@@ -97,7 +97,6 @@ from .model import (
     PodView,
     Ref,
     Snapshot,
-    format_time,
 )
 from .network import plan_network
 from .runtimes import History, Predictor, Run, finished_runs, job_key, pod_key, remember

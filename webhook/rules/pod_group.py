@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..contract import GANG_LABEL, POD_GROUP_LABEL, POD_GROUP_SIZE_LABEL
-from ..workloads import Gang, job_gang, pods_at_once
+from ..workloads import Gang, job_gang
 from .base import Ctx, Finding, Path, RuleType, deny, dig, warn
 
 if TYPE_CHECKING:
@@ -106,11 +106,6 @@ def group_name(name: str) -> str:
     head = re.sub(r"[^-A-Za-z0-9_.]", "-", name)[: MAX_LABEL_VALUE - len(digest) - 1]
     head = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", head)
     return f"{head}-{digest}" if head else digest
-
-
-def gang_size(job_spec: dict[str, Any]) -> int:
-    """Pods a Job runs at once: parallelism, unless fewer completions are wanted."""
-    return pods_at_once(job_spec)
 
 
 def _size(value: Any) -> int | None:
