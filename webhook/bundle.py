@@ -25,6 +25,7 @@ from .contract import API_VERSION, GROUP
 from .globs import matches, matches_any
 from .nsfacts import NO_FACTS, OPERATORS, NamespaceSelector, NamespaceView, selector_keys
 from .units import parse_duration
+from .wire import OPERATIONS
 from .yamlsrc import BundleError, Node, read_file
 
 if TYPE_CHECKING:
@@ -48,7 +49,6 @@ POLICIES_ENV = "BATCHGATE_POLICIES"
 DEFAULT_EXCLUDED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "batchgate-system")
 NAME = r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?"
 LABEL_KEY = r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
-OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 FailurePolicy = Literal["Ignore", "Fail"]
 K = TypeVar("K")
 V = TypeVar("V")

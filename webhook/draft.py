@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 JSON = Any
-Path = tuple[str | int, ...]
+Path = tuple[str | int, ...]  # a field: keys and list indexes from the object's root
 Owned = dict[int, Any]  # id -> the copy itself: held, so its id is never reused while the draft lives
 
 

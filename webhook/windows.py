@@ -31,12 +31,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from . import selectors
-from .contract import GROUP
 from .units import format_time, parse_time
 
 KIND = "MaintenanceWindow"
-COUNTDOWN_LABEL = f"{GROUP}/maintenance-in-minutes"
-"""Node label, written by the reconciler only: whole minutes until the node's next window."""
 SPEC_FIELDS = ("start", "end", "nodeSelector", "nodes", "reason")
 OPERATORS = selectors.OPERATORS
 LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"

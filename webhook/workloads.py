@@ -20,8 +20,8 @@ from .contract import (
     RECORD_QUEUE_ENV,
     RECORD_TIME_LIMIT_ENV,
 )
+from .draft import Path
 
-Path = tuple[str | int, ...]
 Kind = tuple[str, str, str]  # group, version ("*": any), kind
 
 _TEMPLATE: Path = ("spec", "template")

@@ -33,7 +33,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..windows import COUNTDOWN_LABEL, Window
+from ..contract import COUNTDOWN_LABEL
+from ..windows import Window
 from .model import JobView, PodSched, PodView, Ref, Snapshot
 from .runtimes import Predictor, corrected, job_key, pod_key
 
