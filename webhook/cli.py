@@ -25,6 +25,7 @@ REPO_ROOT = PACKAGE_DIR.parent
 SOURCE_CHECKOUT = (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "policies").is_dir()
 DEFAULT_CERTS = REPO_ROOT / "certs" if SOURCE_CHECKOUT else Path("certs")
 DEFAULT_MANIFESTS = REPO_ROOT / "manifests" if SOURCE_CHECKOUT else Path("manifests")
+KUBECONFIG_HELP = "kubeconfig file (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)"
 POLICIES_HELP = ("policy bundle directory (default: $BATCHGATE_POLICIES, else the bundle shipped with "
                  "batchgate, the repository's policies/)")
 
@@ -148,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("reconcile", help="run the reconciler (deadlines, gangs, maintenance, scavengers)")
     r.add_argument("--once", action="store_true", help="one planning pass, then exit")
     r.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
-    r.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    r.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
     r.add_argument("--policies", default=None, help=POLICIES_HELP)
     r.add_argument("--namespace", default=None, help="watch and act in this namespace only (default: all)")
     r.add_argument("--warning-lead", default=None, metavar="DURATION",
@@ -176,8 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--namespace", "-n", default=None, help="show this namespace only (default: all)")
     q.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table",
                    help="table (default), wide (adds kind and pods) or json")
-    q.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
-    q.add_argument("--policies", default=None, help="policy bundle directory, for queue names (default: bundled)")
+    q.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
+    q.add_argument("--policies", default=None, help=POLICIES_HELP)
 
     mt = sub.add_parser("maintenance", help="maintenance windows and what each one will stop or hold back",
                         description="List MaintenanceWindows (start, end, state, nodes, reason) with the running "
@@ -185,8 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "back (they would start sooner without it); -o wide names them, -o json gives all.")
     mt.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table",
                     help="table (default), wide (also names the jobs each window stops or holds back) or json")
-    mt.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
-    mt.add_argument("--policies", default=None, help="policy bundle directory (default: bundled)")
+    mt.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
+    mt.add_argument("--policies", default=None, help=POLICIES_HELP)
 
     a = sub.add_parser("audit", help="what the bundle would deny or change in every live workload (like Gatekeeper's audit)",
                        description="List the live Pods, Jobs, CronJobs, Deployments, StatefulSets, DaemonSets and "
@@ -201,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("-o", "--output", choices=("text", "json"), default="text",
                    help="text (default: one line per denial and change) or json (every object that differs, "
                    "with its warnings)")
-    a.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    a.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
     a.add_argument("--policies", default=None, help=POLICIES_HELP)
     a.add_argument("--user", default="batchgate-audit",
                    help="who creates the objects no controller made, for the checks that depend on who asks "
