@@ -54,13 +54,13 @@ from webhook.reconciler.model import (
     MANAGED_BY,
     NodeView,
     Snapshot,
-    format_time,
     job_view,
     pod_group_view,
     pod_view,
 )
 from webhook.reconciler.planner import plan
 from webhook.reconciler.settings import QueuePolicy, Settings
+from webhook.units import format_time
 
 NOW = 1_714_600_000.0
 GANG = 4

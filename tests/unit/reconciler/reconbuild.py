@@ -23,11 +23,11 @@ from webhook.reconciler.model import (
     NodeView,
     Snapshot,
     epoch,
-    format_time,
     job_view,
     pod_group_view,
     pod_view,
 )
+from webhook.units import format_time
 
 T0 = epoch("2024-05-01T10:00:00Z")
 HOUR = 3600

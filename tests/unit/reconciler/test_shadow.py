@@ -11,10 +11,11 @@ from tests.unit.reconciler.reconbuild import HOUR, T0, job, pod, ts
 from webhook.contract import EXPECTED_START_ANNOTATION
 from webhook.reconciler import shadow
 from webhook.reconciler.expected import plan_expected
-from webhook.reconciler.model import NodeView, Snapshot, job_view, node_view, parse_time, pod_view
+from webhook.reconciler.model import NodeView, Snapshot, job_view, node_view, pod_view
 from webhook.reconciler.planner import effective_limit, plan
 from webhook.reconciler.settings import QueuePolicy, Settings
 from webhook.reconciler.shadow import shadow_schedule
+from webhook.units import parse_time
 from webhook.windows import parse_window
 
 S = Settings()
