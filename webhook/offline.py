@@ -21,7 +21,7 @@ import yaml
 
 from . import nsfacts, objectmeta, workloads, yamlsrc
 from .bundle import Bundle, Policy
-from .contract import SEAL_ANNOTATION
+from .contract import QUEUE_GATE, QUEUED_ANNOTATION, SEAL_ANNOTATION
 from .draft import escape
 from .engine import PHASES, BadReview, Decision, Phase, decide
 from .seal import OFFLINE, Keyring
@@ -127,7 +127,8 @@ def api_server_problems(obj: dict[str, Any]) -> list[str]:
 # What the API server sets on an object; a CREATE request carries none of it.
 SERVER_SET_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink",
                        "deletionTimestamp", "deletionGracePeriodSeconds")
-_SEAL_KEY = escape(SEAL_ANNOTATION)
+_UNREPORTED_ANNOTATIONS = (SEAL_ANNOTATION, QUEUED_ANNOTATION)
+_UNREPORTED_KEYS = tuple("/annotations/" + escape(a) for a in _UNREPORTED_ANNOTATIONS)
 
 
 @dataclass(slots=True)
@@ -169,16 +170,27 @@ def as_created(stored: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _without_seal(op: dict[str, Any]) -> dict[str, Any] | None:
-    """``op`` without the admission seal: a cluster's webhook seals with its own key, which an
-    audit does not have, so a seal is never a difference worth reporting."""
+def _reportable(op: dict[str, Any]) -> dict[str, Any] | None:
+    """``op`` without what is no difference for a stored object: the admission seal (a cluster's
+    webhook seals with its own key, which an audit does not have) and the batch queue's hold at
+    CREATE (the scheduling gate, a Job's suspend and its queued annotation: what is stored has
+    been released by the reconciler, or ran while the webhook was down, which `batchgate queue`
+    reports)."""
     path = str(op.get("path") or "")
-    if path.endswith("/annotations/" + _SEAL_KEY):
-        return None
     value = op.get("value")
-    if path.endswith("/annotations") and isinstance(value, dict) and SEAL_ANNOTATION in value:
-        rest = {k: v for k, v in value.items() if k != SEAL_ANNOTATION}
-        return {**op, "value": rest} if rest else None
+    if path.endswith(_UNREPORTED_KEYS):
+        return None
+    if path.endswith("/annotations") and isinstance(value, dict):
+        rest = {k: v for k, v in value.items() if k not in _UNREPORTED_ANNOTATIONS}
+        return None if not rest and value else {**op, "value": rest} if rest != value else op
+    if op.get("op") != "remove" and path.startswith("/spec/schedulingGates"):
+        gates = value if isinstance(value, list) else [value]
+        rest_gates = [g for g in gates if not (isinstance(g, dict) and g.get("name") == QUEUE_GATE)]
+        if not rest_gates:
+            return None
+        return {**op, "value": rest_gates} if isinstance(value, list) else op
+    if path == "/spec/suspend" and value is True:
+        return None
     return op
 
 
@@ -194,9 +206,11 @@ def audit_object(stored: dict[str, Any], bundle: Bundle, caller: Caller) -> Audi
     finding = AuditFinding(kind=str(stored.get("kind")), namespace=namespace, name=str(meta.get("name") or ""),
                            denials=list(decision.denials), warnings=list(decision.warnings))
     if decision.allowed:
-        finding.changes = [o for o in map(_without_seal, decision.patch) if o is not None]
+        finding.changes = [o for o in map(_reportable, decision.patch) if o is not None]
         if finding.changes:
-            finding.mutated_by = [p for p, outcome in decision.outcomes if outcome == "mutated"]
+            holds = any("schedulingGates" in o["path"] or o["path"].endswith("/suspend") for o in finding.changes)
+            gates = set() if holds else {p.name for p in bundle.policies if p.rule.name == "queue-gate"}
+            finding.mutated_by = [p for p, outcome in decision.outcomes if outcome == "mutated" and p not in gates]
     return finding
 
 

@@ -82,3 +82,18 @@ def test_what_a_controller_made_is_decided_through_its_template(owner, skipped):
     assert (reason is not None) == skipped
     if skipped:
         assert f"made by {owner['kind']} {owner['name']}" in reason
+
+
+def test_the_batch_queues_hold_is_no_difference(bundle):
+    """A released Pod or Job of a gated queue, decided as a CREATE, would be held again (gate,
+    suspend, queued annotation): that is the queue's admission, not a difference to report."""
+    pod, job = admitted(POD, bundle), admitted(JOB, bundle)
+    assert pod["spec"].get("schedulingGates") and job["spec"].get("suspend") is True  # held at CREATE
+    pod["spec"].pop("schedulingGates")  # released by the reconciler
+    job["spec"]["suspend"] = False
+    assert not audit_object(pod, bundle, CALLER).differs
+    assert not audit_object(job, bundle, CALLER).differs
+    # stored without the webhook: the policies' changes are reported, the hold is not
+    finding = audit_object(POD, bundle, CALLER)
+    assert "queue-gate" not in finding.mutated_by
+    assert not any("schedulingGates" in op["path"] for op in finding.changes)
