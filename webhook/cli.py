@@ -87,7 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "Kubernetes objects (kustomization.yaml) are skipped with a note. Exit 0 all allowed, 1 any "
                        "denial, 2 usage or bundle error, an unusable input (unreadable, invalid YAML, an object "
                        "without apiVersion or kind) or no objects at all; "
-                       "every other document is still decided. Note: the API server's own plugins (service-account token injection, "
+                       "every other document is still decided. What the API server would refuse in names, "
+                       "namespaces, labels and annotations is reported too (invalid:, exit 1); nothing else of its "
+                       "validation is. Limits per object (a document or a List item): 3 MiB, 200,000 YAML nodes; per "
+                       "input: 128 MiB, 5,000,000 nodes. Note: the API server's own plugins (service-account token injection, "
                        "Priority, RuntimeClass overhead) run before webhooks in a cluster and not here. Admitted pod "
                        "templates show the admission seal (batchgate.io/admitted) made with the published "
                        "key 'offline', which no cluster accepts: a cluster's webhook seals with its own.")
