@@ -38,26 +38,29 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+from webhook.contract import (
+    DEADLINE_ANNOTATION,
+    POD_GROUP_LABEL,
+    POD_GROUP_SIZE_LABEL,
+    STARTED_AT_ANNOTATION,
+    TIME_LIMIT_ANNOTATION,
+)
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from webhook.reconciler.model import (
-    ANN_DEADLINE,
-    ANN_STARTED,
-    ANN_TIME_LIMIT,
     LABEL_COSCHEDULING,
-    LABEL_GROUP,
-    LABEL_GROUP_SIZE,
     LABEL_MANAGED_BY,
     MANAGED_BY,
     NodeView,
     Snapshot,
-    format_time,
     job_view,
     pod_group_view,
     pod_view,
 )
 from webhook.reconciler.planner import plan
 from webhook.reconciler.settings import QueuePolicy, Settings
+from webhook.units import format_time
 
 NOW = 1_714_600_000.0
 GANG = 4
@@ -99,29 +102,29 @@ def cluster(n_pods: int, *, recorded: bool) -> tuple[list[dict[str, Any]], list[
     groups: list[dict[str, Any]] = []
     n_gang_pods = (n_pods * 6 // 10) // GANG * GANG
     limit, started = "24h", NOW - 3600
-    state = {ANN_STARTED: format_time(started), ANN_DEADLINE: format_time(started + 86400)} if recorded else {}
+    state = {STARTED_AT_ANNOTATION: format_time(started), DEADLINE_ANNOTATION: format_time(started + 86400)} if recorded else {}
     for j in range(n_gang_pods // GANG):
         ns = f"team-{j % 40}"
         name = f"job-{j}"
-        labels = {LABEL_GROUP: name, LABEL_GROUP_SIZE: str(GANG), LABEL_COSCHEDULING: name}
+        labels = {POD_GROUP_LABEL: name, POD_GROUP_SIZE_LABEL: str(GANG), LABEL_COSCHEDULING: name}
         job = {"apiVersion": "batch/v1", "kind": "Job",
                "metadata": {"name": name, "namespace": ns, "uid": f"0000-job-{j:08d}", "resourceVersion": str(j),
-                            "annotations": {ANN_TIME_LIMIT: limit, **state}},
+                            "annotations": {TIME_LIMIT_ANNOTATION: limit, **state}},
                "spec": {"parallelism": GANG, "template": {"metadata": {"labels": labels,
-                                                                        "annotations": {ANN_TIME_LIMIT: limit}}}},
+                                                                        "annotations": {TIME_LIMIT_ANNOTATION: limit}}}},
                "status": {"active": GANG}}
         jobs.append(job)
         groups.append({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
                        "metadata": {"name": name, "namespace": ns, "uid": f"0000-pg-{j:08d}", "resourceVersion": "1",
-                                    "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_GROUP: name},
+                                    "labels": {LABEL_MANAGED_BY: MANAGED_BY, POD_GROUP_LABEL: name},
                                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
                                                          "uid": f"0000-job-{j:08d}"}]},
                        "spec": {"minMember": GANG}})
         for k in range(GANG):
-            pods.append(_pod(len(pods), ns, owner=job, ann={ANN_TIME_LIMIT: limit}, labels=labels, started=started + k))
+            pods.append(_pod(len(pods), ns, owner=job, ann={TIME_LIMIT_ANNOTATION: limit}, labels=labels, started=started + k))
     while len(pods) < n_pods:
         ns = f"team-{len(pods) % 40}"
-        pods.append(_pod(len(pods), ns, owner=None, ann={ANN_TIME_LIMIT: limit, **state}, labels={}, started=started))
+        pods.append(_pod(len(pods), ns, owner=None, ann={TIME_LIMIT_ANNOTATION: limit, **state}, labels={}, started=started))
     return pods, jobs, groups
 
 
@@ -183,7 +186,7 @@ def live(n_pods: int) -> int:
             kube.create(f"/api/v1/namespaces/{ns}/pods", {
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": name, "labels": {"batchgate.io/queue": "batch"},
-                             "annotations": {ANN_TIME_LIMIT: "24h", ANN_STARTED: s_start, ANN_DEADLINE: s_deadline}},
+                             "annotations": {TIME_LIMIT_ANNOTATION: "24h", STARTED_AT_ANNOTATION: s_start, DEADLINE_ANNOTATION: s_deadline}},
                 # Never scheduled (no such scheduler) nor bound: no component but us looks at them.
                 "spec": {"schedulerName": "bench-nobody", "containers": [{"name": "main", "image": "pause"}]},
             })

@@ -25,11 +25,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from webhook.contract import QUEUE_GATE, QUEUED_ANNOTATION  # noqa: E402
-from webhook.reconciler.model import Snapshot, format_time, job_view, node_view, pod_view  # noqa: E402
-from webhook.reconciler.planner import plan  # noqa: E402
-from webhook.reconciler.settings import QueuePolicy, Settings  # noqa: E402
-from webhook.rules import load_bundle  # noqa: E402
+from webhook.contract import QUEUE_GATE, QUEUED_ANNOTATION
+from webhook.reconciler.model import Snapshot, format_time, job_view, node_view, pod_view
+from webhook.reconciler.planner import plan
+from webhook.reconciler.settings import QueuePolicy, Settings
+from webhook.rules import load_bundle
 
 NOW = 1_714_600_000.0
 ROOT = Path(__file__).resolve().parent.parent

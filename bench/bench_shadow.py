@@ -57,7 +57,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from webhook.reconciler.model import (
     NodeView,
     Snapshot,
-    format_time,
     job_view,
     node_view,
     pod_view,
@@ -66,6 +65,7 @@ from webhook.reconciler.model import (
 from webhook.reconciler.planner import plan
 from webhook.reconciler.settings import Settings
 from webhook.reconciler.shadow import shadow_schedule
+from webhook.units import format_time
 
 NOW = 1_764_000_000.0
 HOUR = 3600.0

@@ -943,12 +943,12 @@ def controller_snapshot(n_sjs: int = 1000, n_pods: int = 10_000, n_nodes: int = 
         LABEL_SEGMENT,
         LABEL_SJ,
         Snapshot,
-        format_time,
         job_view,
         node_view,
         pod_view,
     )
     from webhook.reconciler.scavenger import job_name, sj_view
+    from webhook.units import format_time
 
     rng = random.Random("planning-pass")
     now = 1.7e9

@@ -32,9 +32,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 import bench_shadow as b  # noqa: E402
 
 from webhook.reconciler import shadow as current  # noqa: E402
-from webhook.reconciler.model import Snapshot, format_time, job_view, pod_view, window_view  # noqa: E402
+from webhook.reconciler.model import Snapshot, job_view, pod_view, window_view  # noqa: E402
 from webhook.reconciler.planner import plan  # noqa: E402
 from webhook.reconciler.settings import Settings  # noqa: E402
+from webhook.units import format_time  # noqa: E402
 
 
 def load_at(rev: str) -> ModuleType:

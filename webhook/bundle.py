@@ -25,23 +25,30 @@ from .contract import API_VERSION, GROUP
 from .globs import matches, matches_any
 from .nsfacts import NO_FACTS, OPERATORS, NamespaceSelector, NamespaceView, selector_keys
 from .units import parse_duration
+from .wire import OPERATIONS
 from .yamlsrc import BundleError, Node, read_file
 
 if TYPE_CHECKING:
     from .draft import Draft
 
 __all__ = ["Bundle", "BundleError", "PolicyType", "default_policies", "load_bundle"]
-# The default bundle: policies/ of a source checkout (also an editable install); an installed
-# wheel (and the image built from it) carries the same files inside the package as
-# webhook/policies (pyproject.toml maps them in).
 _REPO = Path(__file__).resolve().parent.parent
-DEFAULT_POLICIES = (_REPO / "policies" if (_REPO / "pyproject.toml").is_file() and (_REPO / "policies").is_dir()
-                    else Path(__file__).resolve().parent / "policies")
+
+
+def shipped(name: str) -> Path:
+    """``name``/ (policies, manifests) of a source checkout (also an editable install); an
+    installed wheel (and the image built from it) carries the same files inside the package as
+    webhook/``name`` (pyproject.toml maps them in)."""
+    in_repo = _REPO / name
+    return in_repo if (_REPO / "pyproject.toml").is_file() and in_repo.is_dir() else Path(__file__).resolve().parent / name
+
+
+# The default bundle: policies/ of a source checkout, else the copy inside the package.
+DEFAULT_POLICIES = shipped("policies")
 POLICIES_ENV = "BATCHGATE_POLICIES"
 DEFAULT_EXCLUDED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "batchgate-system")
 NAME = r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?"
 LABEL_KEY = r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
-OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 FailurePolicy = Literal["Ignore", "Fail"]
 K = TypeVar("K")
 V = TypeVar("V")

@@ -25,6 +25,7 @@ REPO_ROOT = PACKAGE_DIR.parent
 SOURCE_CHECKOUT = (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "policies").is_dir()
 DEFAULT_CERTS = REPO_ROOT / "certs" if SOURCE_CHECKOUT else Path("certs")
 DEFAULT_MANIFESTS = REPO_ROOT / "manifests" if SOURCE_CHECKOUT else Path("manifests")
+KUBECONFIG_HELP = "kubeconfig file (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)"
 POLICIES_HELP = ("policy bundle directory (default: $BATCHGATE_POLICIES, else the bundle shipped with "
                  "batchgate, the repository's policies/)")
 
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"batchgate {__version__}")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
-    p.add_argument("--log-format", choices=("text", "json"), default="text", help="log line format")
+    p.add_argument("--log-format", choices=("text", "json"), default="text", help="log line format: text, or json (one object per line) (default text)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("serve", help="run the HTTPS admission webhook",
@@ -51,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cert-dir", default=str(DEFAULT_CERTS),
                    help="directory with ca.crt, tls.crt, tls.key (generated when absent; default certs/)")
     s.add_argument("--dns-name", action="append", default=[], metavar="NAME",
-                   help="extra SAN for a generated serving certificate (repeatable)")
+                   help="extra SAN for a generated serving certificate (repeatable; default: none beyond "
+                   "localhost and 127.0.0.1)")
     s.add_argument("--workers", type=int, default=1, help="processes sharing the port (default 1)")
     s.add_argument("--reload-interval", type=float, default=2.0,
                    help="seconds between checks for changed policy / certificate files (default 2)")
@@ -62,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the namespace labels the reconciler publishes (ConfigMap batchgate-namespaces, "
                    "mounted: its directory or its namespaces.json), for queue grants by namespaceSelector; "
                    "reloaded when it changes. Without it, or while the file is missing, stale or bad, such "
-                   "grants admit nobody (names and globs still work)")
+                   "grants admit nobody (names and globs still work) (default: none)")
     s.add_argument("--namespace-labels-max-age", default="15m", metavar="DURATION",
                    help="published namespace labels older than this are stale and admit nobody (default 15m; "
                    "the reconciler republishes every 5m)")
@@ -85,7 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "Kubernetes objects (kustomization.yaml) are skipped with a note. Exit 0 all allowed, 1 any "
                        "denial, 2 usage or bundle error, an unusable input (unreadable, invalid YAML, an object "
                        "without apiVersion or kind) or no objects at all; "
-                       "every other document is still decided. Note: the API server's own plugins (service-account token injection, "
+                       "every other document is still decided. What the API server would refuse in names, "
+                       "namespaces, labels and annotations is reported too (invalid:, exit 1); nothing else of its "
+                       "validation is. Limits per object (a document or a List item): 3 MiB, 200,000 YAML nodes; per "
+                       "input: 128 MiB, 5,000,000 nodes. Note: the API server's own plugins (service-account token injection, "
                        "Priority, RuntimeClass overhead) run before webhooks in a cluster and not here. Admitted pod "
                        "templates show the admission seal (batchgate.io/admitted) made with the published "
                        "key 'offline', which no cluster accepts: a cluster's webhook seals with its own.")
@@ -95,8 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-R", "--recursive", action="store_true",
                    help="also the files in directories' subdirectories (as kubectl apply -R)")
     c.add_argument("--policies", default=None, help=POLICIES_HELP)
-    c.add_argument("-o", "--output", choices=("yaml", "json", "diff"), default="yaml")
-    c.add_argument("--operation", choices=("CREATE", "UPDATE", "DELETE"), default="CREATE")
+    c.add_argument("-o", "--output", choices=("yaml", "json", "diff"), default="yaml",
+                   help="the admitted objects as yaml (default; one document each), json (one List) or diff "
+                   "(unified diff of submitted and admitted)")
+    c.add_argument("--operation", choices=("CREATE", "UPDATE", "DELETE"), default="CREATE",
+                   help="the operation the objects are sent with (default CREATE; an UPDATE carries no old "
+                   "object, a DELETE carries the object as the old one, as the API server sends it)")
     c.add_argument("--user", default="batchgate-check", help="requesting user (default batchgate-check)")
     c.add_argument("--groups", default="system:authenticated",
                    help="comma-separated groups of the user (default system:authenticated)")
@@ -105,14 +114,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="namespace labels for queue grants by namespaceSelector, as the reconciler publishes "
                    "them: the ConfigMap (kubectl get configmap -n batchgate-system batchgate-namespaces -o yaml), "
                    "its namespaces.json, or a directory holding that; taken as current. Without it such "
-                   "grants admit nobody, as in the webhook before the labels are published")
+                   "grants admit nobody, as in the webhook before the labels are published (default: none)")
 
     t = sub.add_parser("test", help="run the bundle's own test suites",
                        description="Run every policy's suite.yaml (and the bundle's suite.yaml). "
-                       "Fails when a policy has no suite or no README. Exit 0 all passed, 1 failures, 2 bundle error.")
+                       "Fails when a policy has no suite or no README. One policy's suite alone: "
+                       "batchgate test policies/shm (its folder), or --policy shm. "
+                       "Exit 0 all passed, 1 failures, 2 bundle error.")
     t.add_argument("directory", nargs="?", default=None,
-                   help="bundle directory (default: $BATCHGATE_POLICIES, else the bundle shipped with batchgate)")
-    t.add_argument("-v", "--verbose", action="store_true", help="list every case")
+                   help="bundle directory, or one policy's folder in it to run that suite alone "
+                   "(default: $BATCHGATE_POLICIES, else the bundle shipped with batchgate)")
+    t.add_argument("--policy", action="append", default=[], metavar="NAME",
+                   help="run only this policy's suite (repeatable; default: every suite, the bundle's too)")
+    t.add_argument("-v", "--verbose", action="store_true", help="list every case (default: only failures)")
 
     ce = sub.add_parser("certs", help="create the CA and serving certificate; print the caBundle",
                         description="Create (or keep, while valid for more than --renew-before) a "
@@ -120,22 +134,25 @@ def build_parser() -> argparse.ArgumentParser:
                         "the base64 caBundle for the webhook configurations.")
     ce.add_argument("--cert-dir", default=str(DEFAULT_CERTS), help="output directory (default certs/)")
     ce.add_argument("--dns-name", action="append", default=[], metavar="NAME",
-                    help="SAN for the serving certificate (repeatable); localhost and 127.0.0.1 are always in")
+                    help="SAN for the serving certificate (repeatable); localhost and 127.0.0.1 are always in "
+                    "(default: no others)")
     ce.add_argument("--service", default=None, metavar="NAMESPACE/NAME",
-                    help="add the Service DNS names (name.namespace.svc, ...cluster.local)")
+                    help="add the Service DNS names (name.namespace.svc, ...cluster.local) (default: none)")
     ce.add_argument("--force", action="store_true", help="issue a new serving certificate now")
     ce.add_argument("--renew-before", default="720h", help="renew when expiring within this (default 720h)")
     ce.add_argument("--patch", choices=("mutating", "validating"), default=None,
                     help="print, instead of the bare caBundle, a JSON Patch that sets it in every webhook "
                     "of the batchgate Mutating- or ValidatingWebhookConfiguration, for "
-                    "`kubectl patch ... --type=json -p \"$(batchgate certs ... --patch mutating)\"`")
-    ce.add_argument("--manifests", default=str(DEFAULT_MANIFESTS), metavar="DIR",
-                    help="where the webhook configurations are, for --patch (default manifests/)")
+                    "`kubectl patch ... --type=json -p \"$(batchgate certs ... --patch mutating)\"` (default: the "
+                    "bare caBundle)")
+    ce.add_argument("--manifests", default=None, metavar="DIR",
+                    help="where the webhook configurations are, for --patch (default: the manifests/ "
+                    "shipped with batchgate, the repository's in a checkout)")
 
     r = sub.add_parser("reconcile", help="run the reconciler (deadlines, gangs, maintenance, scavengers)")
     r.add_argument("--once", action="store_true", help="one planning pass, then exit")
     r.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
-    r.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    r.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
     r.add_argument("--policies", default=None, help=POLICIES_HELP)
     r.add_argument("--namespace", default=None, help="watch and act in this namespace only (default: all)")
     r.add_argument("--warning-lead", default=None, metavar="DURATION",
@@ -163,23 +180,51 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--namespace", "-n", default=None, help="show this namespace only (default: all)")
     q.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table",
                    help="table (default), wide (adds kind and pods) or json")
-    q.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
-    q.add_argument("--policies", default=None, help="policy bundle directory, for queue names (default: bundled)")
+    q.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
+    q.add_argument("--policies", default=None, help=POLICIES_HELP)
 
     mt = sub.add_parser("maintenance", help="maintenance windows and what each one will stop or hold back",
                         description="List MaintenanceWindows (start, end, state, nodes, reason) with the running "
                         "jobs each will stop (their deadline is after its start) and the pending ones it holds "
                         "back (they would start sooner without it); -o wide names them, -o json gives all.")
-    mt.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table")
-    mt.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
-    mt.add_argument("--policies", default=None, help="policy bundle directory (default: bundled)")
+    mt.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table",
+                    help="table (default), wide (also names the jobs each window stops or holds back) or json")
+    mt.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
+    mt.add_argument("--policies", default=None, help=POLICIES_HELP)
+
+    a = sub.add_parser("audit", help="what the bundle would deny or change in every live workload (like Gatekeeper's audit)",
+                       description="List the live Pods, Jobs, CronJobs, Deployments, StatefulSets, DaemonSets and "
+                       "ScavengerJobs through a kubeconfig and decide each with the same function as check and the "
+                       "webhook, as a CREATE now: print what would be denied and what would be changed against what "
+                       "is stored (e.g. objects stored while the webhook was down, or admitted by an older bundle). "
+                       "Kubernetes records no creator: objects a controller made from a template (a Job's pods, a "
+                       "Deployment's) are decided through that template, the others as --user in --groups. Uses the "
+                       "namespace labels the reconciler published, when readable. Progress on stderr. Exit 0 nothing "
+                       "denied, 1 something denied, 2 usage, bundle or connection error.")
+    a.add_argument("--namespace", "-n", default=None, help="audit this namespace only (default: all)")
+    a.add_argument("-o", "--output", choices=("text", "json"), default="text",
+                   help="text (default: one line per denial and change) or json (every object that differs, "
+                   "with its warnings)")
+    a.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
+    a.add_argument("--policies", default=None, help=POLICIES_HELP)
+    a.add_argument("--user", default="batchgate-audit",
+                   help="who creates the objects no controller made, for the checks that depend on who asks "
+                   "(default batchgate-audit)")
+    a.add_argument("--groups", default="system:authenticated",
+                   help="comma-separated groups of --user (default system:authenticated)")
 
     m = sub.add_parser("manifests", help="generate manifests/ parts that come from the bundle",
-                       description="Write the PriorityClasses (and the bundle ConfigMap) derived from "
-                       "the bundle; with --check, exit 1 when the files on disk have drifted.")
+                       description="Write the parts of manifests/ derived from the bundle (PriorityClasses, "
+                       "the bundle ConfigMap, the webhook configurations, the admission policies), and the rest of "
+                       "the shipped kustomize tree where it is missing (so an installed wheel writes a complete "
+                       "manifests/); with --check, exit 1 when the files on disk have drifted.")
     m.add_argument("--policies", default=None, help=POLICIES_HELP)
-    m.add_argument("--out", default=str(DEFAULT_MANIFESTS))
-    m.add_argument("--check", action="store_true", help="compare instead of writing")
+    m.add_argument("--out", default=str(DEFAULT_MANIFESTS), metavar="DIR",
+                   help="the manifests/ directory to write (default: the repository's manifests/ in a "
+                   "checkout, else ./manifests); the files shipped with batchgate that do not come from "
+                   "the bundle are added where missing, never overwritten")
+    m.add_argument("--check", action="store_true",
+                   help="compare instead of writing: exit 1 when a file differs or is missing (default: write)")
     return p
 
 
@@ -199,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         "seal-key": cmd_seal_key,
         "queue": cmd_queue,
         "maintenance": cmd_maintenance,
+        "audit": cmd_audit,
     }[args.command]
     try:
         return handler(args)
@@ -247,6 +293,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .engine import BadReview
     from .offline import (
         Caller,
+        api_server_problems,
         as_submitted_namespace,
         check_object,
         not_an_object,
@@ -281,7 +328,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         names.extend(str(f) for f in found)
     for name in names:
         try:
-            text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+            text = read_input(name)
             docs = parse_manifests(text, name)
         except (OSError, UnicodeDecodeError) as e:
             print(f"error: {name}: cannot read: {e}", file=sys.stderr)
@@ -314,12 +361,15 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"warning: {label}: {w}", file=sys.stderr)
         for tb_policy, _ in decision.errors:
             print(f"error: {label}: policy {tb_policy} failed internally", file=sys.stderr)
-        if not decision.allowed:
+        submitted = _submitted(obj)
+        refused = api_server_problems(decision.obj if decision.obj is not None else submitted)
+        for problem in refused:
+            print(f"invalid: {label}: {problem} (the API server refuses this)", file=sys.stderr)
+        if not decision.allowed or refused:
             denied = True
             for d in decision.denials:
                 print(f"denied: {label}: {d}", file=sys.stderr)
             continue
-        submitted = _submitted(obj)
         admitted = submitted if decision.obj is None else as_submitted_namespace(decision.obj, submitted)
         if args.output == "diff":
             a = yaml.safe_dump(submitted, sort_keys=False).splitlines()
@@ -339,6 +389,24 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 MANIFEST_SUFFIXES = (".json", ".yaml", ".yml")  # what `kubectl apply -f DIR` reads
+
+
+def read_input(name: str) -> str:
+    """One input of ``check`` (``-`` is stdin), refused before it is read or parsed when it is
+    larger than yamlsrc.MAX_INPUT_BYTES (a BundleError naming the limit)."""
+    from . import yamlsrc
+
+    limit = yamlsrc.MAX_INPUT_BYTES
+    too_big = yamlsrc.BundleError(name, None, "", f"larger than {yamlsrc.size_text(limit)}, the most check "
+                                  "reads from one input; split it (one file per namespace, say)")
+    if name == "-":
+        text = sys.stdin.read(limit + 1)
+        if len(text) > limit:
+            raise too_big
+        return text
+    if Path(name).stat().st_size > limit:
+        raise too_big
+    return Path(name).read_text(encoding="utf-8")
 
 
 def manifest_files(directory: Path, *, recursive: bool) -> list[Path]:
@@ -366,15 +434,24 @@ def cmd_test(args: argparse.Namespace) -> int:
     from .offline import missing_suites, run_suite, suite_files
     from .yamlsrc import BundleError
 
-    bundle = _load(args.directory)
+    directory, only = args.directory, list(args.policy)
+    if directory and (Path(directory) / "policy.yaml").is_file() \
+            and (Path(directory).resolve().parent / "bundle.yaml").is_file():  # one policy's folder
+        directory, only = str(Path(directory).resolve().parent), [*only, Path(directory).resolve().name]
+    bundle = _load(directory)
     if bundle is None:
         return 2
+    unknown = sorted(set(only) - {p.name for p in bundle.policies})
+    if unknown:
+        print(f"batchgate: no policy named {', '.join(unknown)} in {directory or 'the bundle'} "
+              f"(it has: {', '.join(p.name for p in bundle.policies)})", file=sys.stderr)
+        return 2
     passed = failed = 0
-    for problem in missing_suites(bundle):
+    for problem in missing_suites(bundle, only=only):
         print(f"FAIL {problem}")
         failed += 1
     for path, policies in suite_files(bundle):
-        if not path.is_file():
+        if not path.is_file() or (only and not (policies and policies[0].name in only)):
             continue
         try:
             results = run_suite(path, bundle, policies)
@@ -445,12 +522,13 @@ def cmd_certs(args: argparse.Namespace) -> int:
         return 2
     bundle = ensure_certs(Path(args.cert_dir), dns_names=names, force=args.force, renew_before=renew)
     if args.patch:
-        from .generate import ca_bundle_patch, webhook_configurations
+        from .generate import MANIFESTS, ca_bundle_patch, webhook_configurations
 
+        manifests = args.manifests or MANIFESTS
         try:
-            configs = webhook_configurations(bundle.ca_bundle_b64, manifests=args.manifests)
+            configs = webhook_configurations(bundle.ca_bundle_b64, manifests=manifests)
         except (OSError, ValueError, KeyError) as e:
-            print(f"batchgate: --patch: cannot read the webhook configurations in {args.manifests}: {e}",
+            print(f"batchgate: --patch: cannot read the webhook configurations in {manifests}: {e}",
                   file=sys.stderr)
             return 2
         config = configs[0] if args.patch == "mutating" else configs[1]
@@ -478,15 +556,101 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
     return report(args, "maintenance")
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    """List the live workloads (webhook.reconciler.kube), decide each (webhook.offline.audit_object)."""
+    from . import nsfacts
+    from .contract import OPT_OUT_LABEL, OPT_OUT_VALUE
+    from .offline import Caller, audit_object, audit_skip, with_namespace_labels
+    from .reconciler.errors import Forbidden, KubeError, NotFound
+    from .reconciler.kube import KubeApi
+    from .reconciler.model import AUDITED, CONFIG_MAP, NAMESPACE
+    from .reconciler.settings import Settings
+
+    bundle = _load(args.policies)
+    if bundle is None:
+        return 2
+    caller = Caller(username=args.user, groups=tuple(g for g in args.groups.split(",") if g))
+    try:
+        api = KubeApi.connect(args.kubeconfig)
+    except KubeError as e:
+        print(f"batchgate: {e}", file=sys.stderr)
+        return 2
+    findings: list[Any] = []
+    audited = skipped = 0
+    opted_out: set[str] = set()  # namespaces every webhook leaves out
+    try:
+        try:
+            namespaces = ([api.get(NAMESPACE, None, args.namespace)] if args.namespace
+                          else list(api.list_all(NAMESPACE)))
+            opted_out = {str(n["metadata"]["name"]) for n in namespaces
+                         if (n["metadata"].get("labels") or {}).get(OPT_OUT_LABEL) == OPT_OUT_VALUE}
+        except Forbidden as e:
+            print(f"note: cannot read Namespaces ({e}); those labelled {OPT_OUT_LABEL}={OPT_OUT_VALUE} are "
+                  "audited too", file=sys.stderr)
+        if bundle.selectors:  # grants by namespace label: the labels the reconciler published
+            problem = ""
+            try:
+                cm = api.get(CONFIG_MAP, Settings().lease_namespace, nsfacts.CONFIGMAP)
+                facts = nsfacts.parse_facts((cm.get("data") or {}).get(nsfacts.KEY) or "", nsfacts.CONFIGMAP)
+            except (KubeError, nsfacts.FactsError) as e:
+                facts, problem = None, f"audit could not read the published namespace labels: {e}"
+                print(f"note: {problem}; grants by namespaceSelector admit nobody", file=sys.stderr)
+            bundle = with_namespace_labels(bundle, facts, problem)
+        for kind in AUDITED:
+            count = 0
+            try:
+                for obj in api.list_all(kind, args.namespace):
+                    count += 1
+                    if (obj.get("metadata") or {}).get("namespace") in opted_out:
+                        continue
+                    if audit_skip(obj) is not None:
+                        skipped += 1
+                        continue
+                    finding = audit_object(obj, bundle, caller)
+                    audited += 1
+                    if finding.differs:
+                        findings.append(finding)
+            except NotFound:  # the ScavengerJob CRD is not installed
+                print(f"note: no {kind.kind} API on this cluster", file=sys.stderr)
+                continue
+            print(f"listed {count} {kind.plural}", file=sys.stderr)
+    except KubeError as e:
+        print(f"batchgate: {e}", file=sys.stderr)
+        return 2
+    finally:
+        api.close()
+    findings.sort(key=lambda f: (f.namespace, f.kind, f.name))
+    denied = sum(1 for f in findings if f.denials)
+    if args.output == "json":
+        print(json.dumps({"kind": "AuditReport", "audited": audited, "decidedThroughTheirMaker": skipped,
+                          "items": [{"kind": f.kind, "namespace": f.namespace, "name": f.name, "denials": f.denials,
+                                     "changes": f.changes, "mutatedBy": f.mutated_by, "warnings": f.warnings}
+                                    for f in findings]}, indent=2))
+    else:
+        for f in findings:
+            label = f"{f.kind} {f.namespace}/{f.name}" if f.namespace else f"{f.kind} {f.name}"
+            for d in f.denials:
+                print(f"denied: {label}: {d}")
+            for op in f.changes:
+                value = "" if "value" not in op else " " + json.dumps(op["value"], separators=(",", ":"))
+                print(f"would change: {label}: ({', '.join(f.mutated_by)}) {op['op']} {op['path']}{value}")
+    print(f"audited {audited} objects ({skipped} more decided through the workload that made them): "
+          f"{denied} would be denied, {sum(1 for f in findings if f.changes)} would be changed", file=sys.stderr)
+    return 1 if denied else 0
+
+
 def cmd_manifests(args: argparse.Namespace) -> int:
-    from .generate import generated_manifests
+    from .generate import generated_manifests, static_manifests
 
     bundle = _load(args.policies)
     if bundle is None:
         return 2
     out = Path(args.out)
     drift = []
-    for name, text in generated_manifests(bundle).items():
+    generated = generated_manifests(bundle)
+    # the rest of the tree, as shipped, where it is missing (never over an admin's copy)
+    shipped = {n: t for n, t in static_manifests(generated).items() if not (out / n).is_file()}
+    for name, text in {**generated, **shipped}.items():
         path = out / name
         current = path.read_text() if path.is_file() else None
         if current == text:

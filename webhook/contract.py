@@ -13,6 +13,7 @@ EXCLUSIVE_GROUP_LABEL = f"{GROUP}/exclusive-group"
 POD_GROUP_LABEL = f"{GROUP}/pod-group"
 # On a Namespace, =disabled leaves it out of every webhook (set by cluster admins only).
 OPT_OUT_LABEL = f"{GROUP}/admission"
+OPT_OUT_VALUE = "disabled"
 POD_GROUP_SIZE_LABEL = f"{GROUP}/pod-group-size"
 # On a Job (or its pod template, a CronJob's jobTemplate): "true" makes its pods a gang, "false" keeps
 # them apart even where the queue runs multi-pod Jobs as gangs.
@@ -49,6 +50,18 @@ QUEUED_ANNOTATION = f"{GROUP}/queued"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # On a workload waiting in batchgate's queue: its reservation's start, the promise (queue.py).
 START_BY_ANNOTATION = f"{GROUP}/start-by"
+# Kata CPU (policy kata-cpu): on a pod or template it adjusted, what was asked for and the overhead taken out.
+KATA_REQUESTED_CPU_ANNOTATION = f"{GROUP}/kata-requested-cpu"
+KATA_OVERHEAD_CPU_ANNOTATION = f"{GROUP}/kata-overhead-cpu"
+# Written by the reconciler: on Nodes, the window that cordoned it and the state before
+# (maintenance); on pending workloads, the expected start (RFC 3339 or "unknown") and why;
+# on what job networking made, the hash of the spec it was made from.
+MAINTENANCE_ANNOTATION = f"{GROUP}/maintenance"
+EXPECTED_START_ANNOTATION = f"{GROUP}/expected-start"
+EXPECTED_START_REASON_ANNOTATION = f"{GROUP}/expected-start-reason"
+SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
+COUNTDOWN_LABEL = f"{GROUP}/maintenance-in-minutes"
+"""Node label, written by the reconciler only: whole minutes until the node's next window."""
 RECONCILER_ANNOTATIONS = (STARTED_AT_ANNOTATION, DEADLINE_ANNOTATION, WARNED_FOR_ANNOTATION,
                           NEXT_MAINTENANCE_ANNOTATION, START_BY_ANNOTATION)
 # A ScavengerJob's size, per pod and in pods (policy scavengerjob refuses more, the reconciler's view

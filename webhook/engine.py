@@ -24,16 +24,14 @@ import orjson
 
 from .bundle import Bundle, Policy
 from .contract import SEAL_ANNOTATION
-from .draft import Draft
+from .draft import Draft, Path
 from .rules.base import Ctx, Finding
 from .seal import OFFLINE, Keyring, projection, seal, sealed
-from .wire import AdmissionRequest, AdmissionResponse, AdmissionReview, Operation
-from .workloads import Path as PathT
+from .wire import OPERATIONS, AdmissionRequest, AdmissionResponse, AdmissionReview
 from .workloads import Shape, dig, made_from_template, requested_queue, shape_of
 
 Phase = Literal["mutate", "validate", "check"]  # which webhook asks; check: both, as `batchgate check`
 PHASES: tuple[Phase, ...] = ("mutate", "validate", "check")
-OPERATIONS: tuple[Operation, ...] = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 MAX_NAME = 253  # a DNS subdomain: the longest group, kind, version or name Kubernetes sends
 
 
@@ -272,7 +270,7 @@ def _string_map(value: object) -> bool:
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 # What policies read in a pod spec, by the JSON type Kubernetes gives it (paths under the spec).
-POD_SPEC_FIELDS: tuple[tuple[PathT, str], ...] = (
+POD_SPEC_FIELDS: tuple[tuple[Path, str], ...] = (
     (("nodeSelector",), "string map"),
     (("overhead",), "quantities"),
     (("affinity",), "object"),
@@ -287,15 +285,15 @@ POD_SPEC_FIELDS: tuple[tuple[PathT, str], ...] = (
                                      "serviceAccount", "schedulerName")),
     (("volumes",), "objects"),
 )
-CONTAINER_FIELDS: tuple[tuple[PathT, str], ...] = (
+CONTAINER_FIELDS: tuple[tuple[Path, str], ...] = (
     (("name",), "string"),
     (("resources",), "object"),
     (("resources", "limits"), "quantities"),
     (("resources", "requests"), "quantities"),
     (("volumeMounts",), "objects"),
 )
-NODE_TERM_FIELDS: tuple[tuple[PathT, str], ...] = ((("matchExpressions",), "objects"), (("matchFields",), "objects"))
-POD_TERM_FIELDS: tuple[tuple[PathT, str], ...] = (
+NODE_TERM_FIELDS: tuple[tuple[Path, str], ...] = ((("matchExpressions",), "objects"), (("matchFields",), "objects"))
+POD_TERM_FIELDS: tuple[tuple[Path, str], ...] = (
     (("labelSelector",), "object"),
     (("labelSelector", "matchLabels"), "string map"),
     (("labelSelector", "matchExpressions"), "objects"),
@@ -303,13 +301,13 @@ POD_TERM_FIELDS: tuple[tuple[PathT, str], ...] = (
     (("topologyKey",), "string"),
 )
 # Lists of objects in a pod spec whose items policies read, and what they read in each item.
-POD_SPEC_ITEMS: tuple[tuple[PathT, tuple[tuple[PathT, str], ...]], ...] = (
+POD_SPEC_ITEMS: tuple[tuple[Path, tuple[tuple[Path, str], ...]], ...] = (
     (("affinity", "nodeAffinity", REQUIRED, "nodeSelectorTerms"), NODE_TERM_FIELDS),
     (("affinity", "podAffinity", REQUIRED), POD_TERM_FIELDS),
     (("affinity", "podAntiAffinity", REQUIRED), POD_TERM_FIELDS),
 )
-MOUNT_FIELDS: tuple[tuple[PathT, str], ...] = ((("name",), "string"), (("mountPath",), "string"))
-VOLUME_FIELDS: tuple[tuple[PathT, str], ...] = ((("name",), "string"),)
+MOUNT_FIELDS: tuple[tuple[Path, str], ...] = ((("name",), "string"), (("mountPath",), "string"))
+VOLUME_FIELDS: tuple[tuple[Path, str], ...] = ((("name",), "string"),)
 CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
     "object": (lambda v: isinstance(v, dict), "must be an object"),
     "objects": (lambda v: isinstance(v, list) and all(isinstance(i, dict) for i in v), "must be a list of objects"),
@@ -320,8 +318,8 @@ CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
 }
 
 
-def _by_first_key(fields: tuple[tuple[PathT, str], ...]) -> dict[Any, list[tuple[PathT, str]]]:
-    out: dict[Any, list[tuple[PathT, str]]] = {}
+def _by_first_key(fields: tuple[tuple[Path, str], ...]) -> dict[Any, list[tuple[Path, str]]]:
+    out: dict[Any, list[tuple[Path, str]]] = {}
     for path, kind in fields:  # in order: a parent is checked before its children
         out.setdefault(path[0], []).append((path[1:], kind))
     return out
@@ -457,7 +455,7 @@ def _meta_ok(meta: Any) -> bool:
     if meta.__class__ is not dict:
         return False
     # Loops, not all() over a generator: a generator costs ~2k instructions to start, and
-    # this runs on every review (check_shape 34k -> 25k on a Pod).
+    # this runs on every review.
     for key in ("labels", "annotations"):
         m = meta.get(key)
         if m is not None:
@@ -511,7 +509,7 @@ def _container_ok(c: dict[str, Any]) -> bool:
     return True
 
 
-def _check_fields(node: dict[str, Any], at: PathT, fields: tuple[tuple[PathT, str], ...], where: str) -> None:
+def _check_fields(node: dict[str, Any], at: Path, fields: tuple[tuple[Path, str], ...], where: str) -> None:
     by_key = _BY_FIRST_KEY[id(fields)]
     for key in node.keys() & by_key.keys():  # most fields are absent: skip them in C
         top = node[key]
@@ -523,7 +521,7 @@ def _check_fields(node: dict[str, Any], at: PathT, fields: tuple[tuple[PathT, st
                     _bad(where, (*at, key, *rest), problem)
 
 
-def _check_meta(obj: dict[str, Any], path: PathT, where: str) -> None:
+def _check_meta(obj: dict[str, Any], path: Path, where: str) -> None:
     meta = dig(obj, path)
     if meta is None:
         return
@@ -538,7 +536,7 @@ def _check_meta(obj: dict[str, Any], path: PathT, where: str) -> None:
     _list_of_objects(meta, (*path, "ownerReferences"), where)
 
 
-def _objects_on_the_way(obj: dict[str, Any], path: PathT, where: str) -> dict[str, Any] | None:
+def _objects_on_the_way(obj: dict[str, Any], path: Path, where: str) -> dict[str, Any] | None:
     """The object at ``path``; None where the path ends early; BadReview where a step is not an object."""
     node: dict[Any, Any] = obj
     for i, key in enumerate(path):
@@ -551,7 +549,7 @@ def _objects_on_the_way(obj: dict[str, Any], path: PathT, where: str) -> dict[st
     return node
 
 
-def _list_of_objects(parent: dict[str, Any], path: PathT, where: str) -> list[dict[str, Any]]:
+def _list_of_objects(parent: dict[str, Any], path: Path, where: str) -> list[dict[str, Any]]:
     """The list at ``path`` (its last key in ``parent``); BadReview unless it holds objects only."""
     value = parent.get(str(path[-1]))
     if value is None:
@@ -561,7 +559,7 @@ def _list_of_objects(parent: dict[str, Any], path: PathT, where: str) -> list[di
     return value
 
 
-def _bad(where: str, path: PathT, problem: str) -> NoReturn:
+def _bad(where: str, path: Path, problem: str) -> NoReturn:
     field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
     raise BadReview(f"{where}{field} {problem}")
 
@@ -615,8 +613,8 @@ def make_ctx(req: AdmissionRequest, obj: dict[str, Any], bundle: Bundle, namespa
     )
 
 
-# make_ctx passes Ctx's fields by position, in this order: 21 keyword arguments cost 11k
-# instructions a review, a third of building the context (callgrind: make_ctx 32k -> 22k).
+# make_ctx passes Ctx's fields by position, in this order: 21 keyword arguments would cost a
+# third of building the context.
 # The check fails at import when Ctx's fields change, so the two cannot drift apart.
 _CTX_FIELDS = ("operation", "group", "version", "kind", "namespace", "name", "username", "groups", "dry_run",
                "bundle", "shape", "queue_name", "queue", "queue_explicit", "namespace_rule", "admin",

@@ -26,11 +26,11 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from . import selectors
 from .contract import API_VERSION
+from .units import format_time, parse_time
 
 KIND = "NamespaceLabels"
 CONFIGMAP = "batchgate-namespaces"  # in batchgate's own namespace (the reconciler's lease namespace)
@@ -83,16 +83,12 @@ class Facts:
     labels: Mapping[str, Mapping[str, str]]  # namespace -> its labels among ``keys``
 
 
-def rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def document(namespaces: Mapping[str, Mapping[str, Any]], keys: Iterable[str], now: float,
              bundle: str) -> dict[str, Any]:
     """What the reconciler publishes: every namespace, with its labels among ``keys`` only."""
     wanted = sorted(set(keys))
     return {
-        "apiVersion": API_VERSION, "kind": KIND, "publishedAt": rfc3339(now), "bundle": bundle, "keys": wanted,
+        "apiVersion": API_VERSION, "kind": KIND, "publishedAt": format_time(now), "bundle": bundle, "keys": wanted,
         "namespaces": {name: {k: str(labels[k]) for k in wanted if k in labels}
                        for name, labels in sorted(namespaces.items())},
     }
@@ -180,13 +176,9 @@ def facts_from(doc: Any, source: str = KEY) -> Facts:
 def _parse_time(value: Any, name: str) -> float:
     if not isinstance(value, str):
         raise FactsError("expected an RFC 3339 time (e.g. 2026-11-23T15:30:00Z)")
-    try:
-        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as e:
-        raise FactsError(f"not an RFC 3339 time: {value!r}") from e
-    if t.tzinfo is None:
-        raise FactsError(f"no time zone: {value!r}")
-    ts = t.timestamp()
+    ts = parse_time(value)
+    if ts is None:
+        raise FactsError(f"not an RFC 3339 time with a time zone: {value!r}")
     if not math.isfinite(ts):
         raise FactsError(f"not a time: {value!r}")
     return ts
@@ -238,7 +230,7 @@ def view(selectors: Iterable[NamespaceSelector], facts: Facts | None, now: float
         return NamespaceView(reason=problem or NO_FACTS.reason)
     age = now - facts.published_at
     if age > max_age or age < -max_age:
-        when = rfc3339(facts.published_at)
+        when = format_time(facts.published_at)
         why = (f"they were published at {when}, {_minutes(age)} ago (more than {_minutes(max_age)}): is the "
                "reconciler running?" if age > 0 else
                f"they claim to be published at {when}, {_minutes(-age)} in the future: clocks disagree")

@@ -19,8 +19,10 @@ from typing import Any
 
 import yaml
 
-from . import nsfacts
+from . import nsfacts, objectmeta, workloads, yamlsrc
 from .bundle import Bundle, Policy
+from .contract import QUEUE_GATE, QUEUED_ANNOTATION, SEAL_ANNOTATION
+from .draft import escape
 from .engine import PHASES, BadReview, Decision, Phase, decide
 from .seal import OFFLINE, Keyring
 from .yamlsrc import BundleError, Node, load_documents, read_file
@@ -115,6 +117,103 @@ def check_object(obj: Any, bundle: Bundle, caller: Caller, keys: Keyring = OFFLI
     return decide(synthetic_review(obj, caller), bundle, phase="check", keys=keys)
 
 
+def api_server_problems(obj: dict[str, Any]) -> list[str]:
+    """What the API server would refuse in ``obj`` (as admitted) before storing it: its names,
+    label and annotation syntax and lengths (webhook.objectmeta says what is and is not checked)."""
+    return objectmeta.problems(obj, namespaced=obj.get("kind") not in CLUSTER_SCOPED)
+
+
+# -- audit: the live objects, decided as if created now ------------------------------
+# What the API server sets on an object; a CREATE request carries none of it.
+SERVER_SET_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink",
+                       "deletionTimestamp", "deletionGracePeriodSeconds")
+_UNREPORTED_ANNOTATIONS = (SEAL_ANNOTATION, QUEUED_ANNOTATION)
+_UNREPORTED_KEYS = tuple("/annotations/" + escape(a) for a in _UNREPORTED_ANNOTATIONS)
+
+
+@dataclass(slots=True)
+class AuditFinding:
+    """What the bundle would do to one stored object if it were created now."""
+
+    kind: str
+    namespace: str
+    name: str
+    denials: list[str] = field(default_factory=list)
+    changes: list[dict[str, Any]] = field(default_factory=list)  # JSONPatch ops against what is stored
+    mutated_by: list[str] = field(default_factory=list)  # the policies that would change it
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def differs(self) -> bool:
+        return bool(self.denials or self.changes)
+
+
+def audit_skip(obj: dict[str, Any]) -> str | None:
+    """Why a stored object is not decided on its own (then its maker is), or None: what a
+    controller made from a pod template is decided in that template (the workload's own CREATE or
+    UPDATE), what batchgate's reconciler made from a ScavengerJob in the ScavengerJob."""
+    ref = workloads.controller_of(obj)
+    if ref is None:
+        return None
+    group = str(ref.get("apiVersion") or "").rpartition("/")[0]
+    if workloads.made_from_template(obj) or group == "batchgate.io":
+        return f"made by {ref.get('kind')} {ref.get('name')}: decided through it"
+    return None
+
+
+def as_created(stored: dict[str, Any]) -> dict[str, Any]:
+    """The stored object as a CREATE would carry it: no status, no metadata the server sets."""
+    meta = stored.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    out = {k: v for k, v in stored.items() if k != "status"}
+    out["metadata"] = {k: v for k, v in meta.items() if k not in SERVER_SET_METADATA}
+    return out
+
+
+def _reportable(op: dict[str, Any]) -> dict[str, Any] | None:
+    """``op`` without what is no difference for a stored object: the admission seal (a cluster's
+    webhook seals with its own key, which an audit does not have) and the batch queue's hold at
+    CREATE (the scheduling gate, a Job's suspend and its queued annotation: what is stored has
+    been released by the reconciler, or ran while the webhook was down, which `batchgate queue`
+    reports)."""
+    path = str(op.get("path") or "")
+    value = op.get("value")
+    if path.endswith(_UNREPORTED_KEYS):
+        return None
+    if path.endswith("/annotations") and isinstance(value, dict):
+        rest = {k: v for k, v in value.items() if k not in _UNREPORTED_ANNOTATIONS}
+        return None if not rest and value else {**op, "value": rest} if rest != value else op
+    if op.get("op") != "remove" and path.startswith("/spec/schedulingGates"):
+        gates = value if isinstance(value, list) else [value]
+        rest_gates = [g for g in gates if not (isinstance(g, dict) and g.get("name") == QUEUE_GATE)]
+        if not rest_gates:
+            return None
+        return {**op, "value": rest_gates} if isinstance(value, list) else op
+    if path == "/spec/suspend" and value is True:
+        return None
+    return op
+
+
+def audit_object(stored: dict[str, Any], bundle: Bundle, caller: Caller) -> AuditFinding:
+    """``stored`` decided by the same :func:`webhook.engine.decide` as ``check``, as a CREATE by
+    ``caller`` in its namespace: the denials, and the JSONPatch the webhook would apply to what is
+    stored now (none when it was admitted by this bundle and nothing changed since)."""
+    meta = stored.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "")
+    obj = as_created(stored)
+    decision = check_object(obj, bundle, dataclasses.replace(caller, operation="CREATE",
+                                                               namespace=namespace or caller.namespace))
+    finding = AuditFinding(kind=str(stored.get("kind")), namespace=namespace, name=str(meta.get("name") or ""),
+                           denials=list(decision.denials), warnings=list(decision.warnings))
+    if decision.allowed:
+        finding.changes = [o for o in map(_reportable, decision.patch) if o is not None]
+        if finding.changes:
+            holds = any("schedulingGates" in o["path"] or o["path"].endswith("/suspend") for o in finding.changes)
+            gates = set() if holds else {p.name for p in bundle.policies if p.rule.name == "queue-gate"}
+            finding.mutated_by = [p for p, outcome in decision.outcomes if outcome == "mutated" and p not in gates]
+    return finding
+
+
 # Files that sit among manifests but are not API objects: kustomize's own configuration
 # (kustomization.yaml, Component, generator/transformer configs) and kpt/KRM function configs.
 CONFIG_GROUPS = ("kustomize.config.k8s.io", "config.kubernetes.io", "kpt.dev")
@@ -166,14 +265,26 @@ def expand_lists(docs: list[Any]) -> list[Any]:
 
 
 def parse_manifests(text: str, name: str = "<input>") -> list[Any]:
-    """JSON or multi-document YAML (JSON is YAML, but a JSON stream of objects is not)."""
+    """JSON or multi-document YAML (JSON is YAML, but a JSON stream of objects is not).
+
+    Bounded per object (webhook.yamlsrc): YAML while it is parsed, JSON (no aliases; C-fast to
+    parse) by each object's size once parsed; JSON nested too deep for Python is read as YAML,
+    which refuses it with the line."""
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
         try:
             value = json.loads(text)
-            return expand_lists(value if isinstance(value, list) else [value])
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             pass
+        else:
+            docs = expand_lists(value if isinstance(value, list) else [value])
+            limit = yamlsrc.MAX_OBJECT_BYTES
+            if len(text) > limit:
+                for i, doc in enumerate(docs, 1):
+                    if len(json.dumps(doc, separators=(",", ":"))) > limit:
+                        raise BundleError(name, None, "", f"object {i} is larger than {yamlsrc.size_text(limit)}, "
+                                          "the most the API server takes in one request")
+            return docs
     return expand_lists(load_documents(text, name))
 
 
@@ -200,11 +311,13 @@ def suite_files(bundle: Bundle) -> list[tuple[Path, list[Policy] | None]]:
     return out
 
 
-def missing_suites(bundle: Bundle) -> list[str]:
-    """Policies lacking what every policy folder must have: a suite and a README."""
+def missing_suites(bundle: Bundle, *, only: list[str] | None = None) -> list[str]:
+    """Policies (those named in ``only``, else all) lacking what every policy folder must have:
+    a suite and a README."""
     return [
         f"{p.name}: policy has no {f} (every policy needs one)"
         for p in bundle.policies
+        if not only or p.name in only
         for f in ("suite.yaml", "README.md")
         if not (Path(p.path) / f).is_file()
     ]
@@ -220,7 +333,7 @@ def run_suite(path: Path, bundle: Bundle, policies: list[Policy] | None) -> list
     subject = bundle if policies is None else _only(bundle, policies)
     results = []
     for case in doc.req("cases").seq():
-        results.append(_run_case(case, subject, path))
+        results.append(_run_case(case, subject, path, bundle_suite=policies is None))
     return results
 
 
@@ -254,7 +367,7 @@ def _load_object(node: Node, base: Path) -> dict[str, Any]:
     return copied
 
 
-def _run_case(case: Node, bundle: Bundle, path: Path) -> CaseResult:
+def _run_case(case: Node, bundle: Bundle, path: Path, *, bundle_suite: bool) -> CaseResult:
     case.mapping(allowed=CASE_FIELDS)
     result = CaseResult(str(path), case.req("name").str())
     base = path.parent
@@ -274,8 +387,11 @@ def _run_case(case: Node, bundle: Bundle, path: Path) -> CaseResult:
         caller = Caller(username="alice")
     p = case.get("phase")
     phase: Phase = p.enum(*PHASES) if p else "check"
-    if case.get("policies") is not None:
-        case.req("policies").fail("not supported in a policy's own suite; use the bundle's suite.yaml")
+    if (names := case.get("policies")) is not None:  # the bundle's suite: these policies only
+        if not bundle_suite:
+            names.fail("not supported in a policy's own suite (it runs that policy alone); "
+                       "use the bundle's suite.yaml")
+        bundle = _only(bundle, _named(names, bundle))
     if (b := case.get("bundle")) is not None:  # another bundle.yaml (a folder next to the suite), same policies
         bundle = _other_bundle(b, base, bundle)
     if (n := case.get("namespaceLabels")) is not None:  # the labels the reconciler published for it
@@ -316,6 +432,18 @@ def _run_case(case: Node, bundle: Bundle, path: Path) -> CaseResult:
         if again.patch:
             f.append(f"not idempotent: a second pass patches again: {json.dumps(again.patch)}")
     return result
+
+
+def _named(node: Node, bundle: Bundle) -> list[Policy]:
+    """The bundle's policies a case's ``policies:`` names, in the bundle's order."""
+    by_name = {p.name: p for p in bundle.policies}
+    wanted = node.str_list()
+    if not wanted:
+        node.fail("expected at least one policy name")
+    for name in wanted:
+        if name not in by_name:
+            node.fail(f"no policy named {name!r} in the bundle (it has: {', '.join(sorted(by_name))})")
+    return [p for p in bundle.policies if p.name in wanted]
 
 
 def _other_bundle(node: Node, base: Path, bundle: Bundle) -> Bundle:

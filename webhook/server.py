@@ -39,6 +39,7 @@ from .certs import certificate_status, ensure_certs, ensure_seal_keys
 from .engine import BadReview, Decision, OutOfBudget, Phase, decide, dumps, encode_review, to_review
 from .rules import load_bundle
 from .seal import OFFLINE, Keyring, SealKeyError, parse_keyring
+from .units import format_time
 from .yamlsrc import BundleError
 
 log = logging.getLogger(__name__)
@@ -435,7 +436,7 @@ def namespace_labels_status(state: State) -> str:
     v = state.bundle.namespace_facts
     if v.state != "fresh":
         return f"namespace labels {v.state}: {v.reason}; grants by namespaceSelector admit nobody\n"
-    line = (f"namespace labels published {nsfacts.rfc3339(v.published_at or 0)} for bundle {v.bundle or '?'}, "
+    line = (f"namespace labels published {format_time(v.published_at or 0)} for bundle {v.bundle or '?'}, "
             f"{len(v.known)} namespaces")
     if v.uncovered:
         line += f"; not covering {', '.join(sorted({k for ks in v.uncovered.values() for k in ks}))} yet"
@@ -532,7 +533,7 @@ def reload_facts(state: State, now: float) -> bool:
                     changed = True
                     metrics.NAMESPACE_FACTS_RELOADS.labels("success").inc()
                     log.info("namespace labels loaded", extra={"fields": {
-                        "published": nsfacts.rfc3339(state.facts.published_at), "bundle": state.facts.bundle,
+                        "published": format_time(state.facts.published_at), "bundle": state.facts.bundle,
                         "namespaces": len(state.facts.labels)}})
                 except (OSError, nsfacts.FactsError) as e:
                     state.facts_error = str(e)

@@ -23,8 +23,11 @@ values in the same words.
 from __future__ import annotations
 
 import re
+import time
+from datetime import datetime
 from fractions import Fraction
 from functools import lru_cache
+from typing import Any
 
 _SUFFIX = {
     "": Fraction(1),
@@ -146,3 +149,32 @@ def format_duration(seconds: int) -> str:
         if seconds % size == 0:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+# -- times -----------------------------------------------------------------------
+MAX_TIME_TEXT = 64  # characters; longer than any timestamp
+
+
+def parse_time(text: Any) -> float | None:
+    """RFC 3339 with a time zone (``2026-11-24T06:00:00Z``, ``...+01:00``, fractions; ``T`` and
+    ``Z`` in either case) -> epoch seconds; None for anything else. The one parser of times for
+    the webhook (window starts and ends) and the reconciler (the API server's timestamps, its own
+    annotations). Memoised, but never for a text longer than any timestamp (an annotation is
+    anyone's to write: 32,768 distinct 200 KB values would otherwise be kept)."""
+    if not isinstance(text, str) or len(text) > MAX_TIME_TEXT or "T" not in text.upper():
+        return None
+    return _parse_time(text)
+
+
+@lru_cache(maxsize=1 << 15)
+def _parse_time(text: str) -> float | None:
+    try:
+        dt = datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return None if dt.tzinfo is None else dt.timestamp()
+
+
+def format_time(t: float) -> str:
+    """Epoch seconds -> ``2026-11-24T06:00:00Z`` (whole seconds, as Kubernetes prints them)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(t)))

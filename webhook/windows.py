@@ -26,19 +26,14 @@ from __future__ import annotations
 import json
 import math
 import re
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Literal
 
 from . import selectors
-from .contract import GROUP
+from .units import format_time, parse_time
 
 KIND = "MaintenanceWindow"
-PLURAL = "maintenancewindows"
-COUNTDOWN_LABEL = f"{GROUP}/maintenance-in-minutes"
-"""Node label, written by the reconciler only: whole minutes until the node's next window."""
 SPEC_FIELDS = ("start", "end", "nodeSelector", "nodes", "reason")
 OPERATORS = selectors.OPERATORS
 LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
@@ -88,17 +83,6 @@ class Window:
         """``window rack-7-firmware (2026-11-24T06:00:00Z .. 2026-11-24T10:00:00Z: firmware update)``."""
         why = f": {self.reason}" if self.reason else ""
         return f"window {self.name} ({self.start_text} .. {self.end_text}{why})"
-
-
-def parse_time(text: Any) -> float | None:
-    """RFC 3339 with a time zone (``2026-11-24T06:00:00Z``, ``...+01:00``, fractions) -> epoch seconds."""
-    if not isinstance(text, str) or "T" not in text.upper():
-        return None
-    try:
-        dt = datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return None if dt.tzinfo is None else dt.timestamp()
 
 
 def parse_selector(value: Any, path: str, errors: list[str]) -> Selector | None:
@@ -272,7 +256,7 @@ def minutes_needed(limit_seconds: int, margin_seconds: int) -> int:
 # -- what the reconciler records on running jobs ---------------------------------------------
 def next_maintenance_text(window: Window, node: str) -> str:
     """The ``batchgate.io/next-maintenance`` value for a running job: compact JSON."""
-    return json.dumps({"window": window.name, "start": utc(window.start), "node": node},
+    return json.dumps({"window": window.name, "start": format_time(window.start), "node": node},
                       separators=(",", ":"), sort_keys=True)
 
 
@@ -290,8 +274,3 @@ def read_next_maintenance(text: Any) -> tuple[str, float, str, str] | None:
     if start is None:
         return None
     return str(data.get("window") or "?"), start, str(data["start"]), str(data.get("node") or "?")
-
-
-def utc(t: float) -> str:
-    """Epoch seconds -> ``2026-11-24T06:00:00Z`` (whole seconds)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(t)))

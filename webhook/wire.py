@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal, NotRequired, TypedDict
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+OPERATIONS: tuple[Operation, ...] = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 
 
 class GroupVersionKind(TypedDict):

@@ -10,7 +10,6 @@ is known to whoever applied the workload.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,10 +19,9 @@ from .contract import (
     QUEUE_LABEL,
     RECORD_QUEUE_ENV,
     RECORD_TIME_LIMIT_ENV,
-    TIME_LIMIT_ANNOTATION,
 )
+from .draft import Path
 
-Path = tuple[str | int, ...]
 Kind = tuple[str, str, str]  # group, version ("*": any), kind
 
 _TEMPLATE: Path = ("spec", "template")
@@ -149,12 +147,6 @@ def label_places(shape: Shape | None) -> tuple[Path, ...]:
 def label_maps(obj: Any, shape: Shape | None) -> list[dict[str, Any]]:
     """The labels of every metadata in :func:`label_places` (empty dicts where absent)."""
     return [_labels(dig(obj, path)) for path in label_places(shape)]
-
-
-def time_limits(obj: Any, shape: Shape | None) -> Iterator[tuple[Path, bool, Any]]:
-    """(metadata path, written there, value or None) of the time limit, outermost first."""
-    for path, writable in shape.time_limit_at if shape is not None else ():
-        yield path, writable, (dig(obj, (*path, "annotations", TIME_LIMIT_ANNOTATION)))
 
 
 @dataclass(frozen=True, slots=True)

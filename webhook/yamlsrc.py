@@ -51,45 +51,104 @@ class BundleError(Exception):
 # levels at most; PyYAML's composer recurses once per level (libyaml's in C, so a deep
 # enough text crashes the process instead of raising), and an alias names a whole
 # subtree, so a few lines of anchors expand to billions of nodes ("billion laughs").
+# The node and size bounds are per object (a document, or one of the items of a document's
+# top-level ``items:``, as in a ``kind: List`` dump), so a dump of a thousand objects is read
+# like a thousand files; the whole text has its own, larger node bound.
 MAX_DEPTH = 64
-MAX_NODES = 200_000  # nodes after alias expansion, per text
+MAX_NODES = 200_000  # nodes of one object after alias expansion
+MAX_OBJECT_BYTES = 3 * 1024 * 1024  # characters of one object: the API server's limit on a request body
+MAX_INPUT_NODES = 5_000_000  # nodes of the whole text after alias expansion
+MAX_INPUT_BYTES = 128 * 1024 * 1024  # one manifest file (or stdin) for `batchgate check`
 MAX_BYTES = 4 * 1024 * 1024  # a ConfigMap holds 1 MiB; a bundle file is far smaller
 
 
+def size_text(n: int) -> str:
+    """A limit in bytes as its message names it: ``3 MiB``."""
+    return f"{n // 2**20} MiB" if n % 2**20 == 0 else f"{n} bytes"
+
+
 def check_shape(text: str, name: str) -> None:
-    """Refuse, before anything is composed, a text nested deeper than MAX_DEPTH or
-    expanding (aliases included) to more than MAX_NODES nodes; also any syntax error.
+    """Refuse, before anything is composed, a text nested deeper than MAX_DEPTH, an object
+    (a document, or an item of a document's top-level ``items:``) expanding (aliases included)
+    to more than MAX_NODES nodes or spanning more than MAX_OBJECT_BYTES characters, or a whole
+    text of more than MAX_INPUT_NODES nodes; also any syntax error.
 
     Walks the parser's event stream, which keeps no recursion and stops at the first
-    level too deep, so the check costs one streaming pass whatever the input."""
+    object too deep or too big, so a 50 MB object is refused after its first 3 MiB."""
     sizes: dict[str, int] = {}  # anchor -> expanded size of the node it names
     stack: list[tuple[str | None, int]] = []  # open collections: (anchor, size so far)
     total = 0
+    start, first, nodes = 0, 1, 0  # the current object: where it starts (index, line), its nodes so far
+    saved = (0, 1, 0)  # the document's own (start, first, nodes) while one of its items is read
+    item_seq = False  # the document's top-level `items:` sequence is open (stack depth 2)
+    root_map, key_next, last_key = False, True, None  # the root mapping's keys and values alternate
     try:
         for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, yaml.DocumentStartEvent):
+                (start, first), nodes = _pos(event.start_mark), 0
+                item_seq, key_next, last_key = False, True, None
+                root_map = False
+                continue
+            depth = len(stack)
             if isinstance(event, yaml.CollectionStartEvent):
-                if len(stack) >= MAX_DEPTH:
+                if depth >= MAX_DEPTH:
                     raise BundleError(name, _line(event), "",
                                       f"nested more than {MAX_DEPTH} levels deep")
+                if depth == 0:
+                    root_map = isinstance(event, yaml.MappingStartEvent)
+                elif depth == 1 and root_map and not key_next and last_key == "items" \
+                        and isinstance(event, yaml.SequenceStartEvent):
+                    item_seq = True
+                elif depth == 2 and item_seq:  # an item starts: an object of its own
+                    saved = (start, first, nodes)
+                    (start, first), nodes = _pos(event.start_mark), 0
                 stack.append((event.anchor, 1))
                 total += 1
+                nodes += 1
+                if depth == 1 and root_map:
+                    key_next = not key_next
                 continue
             if isinstance(event, yaml.CollectionEndEvent):
                 anchor, size = stack.pop()
+                depth -= 1
             elif isinstance(event, yaml.ScalarEvent):
                 anchor, size = event.anchor, 1
+                if depth == 1 and root_map:
+                    if key_next:
+                        last_key = event.value
+                    key_next = not key_next
             elif isinstance(event, yaml.AliasEvent):
                 anchor, size = None, sizes.get(event.anchor or "", 1)
+                if depth == 1 and root_map:
+                    key_next = not key_next
             else:
                 continue
             if anchor:
                 sizes[anchor] = size
             if stack:
                 stack[-1] = (stack[-1][0], stack[-1][1] + size)
-            total += size if not isinstance(event, yaml.CollectionEndEvent) else 0
-            if total > MAX_NODES:
+            if not isinstance(event, yaml.CollectionEndEvent):
+                total += size
+                nodes += size
+            item = item_seq and (depth >= 3 or (depth == 2 and isinstance(event, yaml.CollectionEndEvent)))
+            if nodes > MAX_NODES:
                 raise BundleError(name, _line(event), "",
-                                  f"expands to more than {MAX_NODES} nodes (aliases included)")
+                                  f"the {'list item' if item else 'document'} starting at line {first} expands to more than {MAX_NODES} nodes (aliases included)")
+            if (item or not item_seq) and _pos(event.end_mark)[0] - start > MAX_OBJECT_BYTES:
+                raise BundleError(name, _line(event), "",
+                                  f"the {'list item' if item else 'document'} starting at line {first} is larger than {size_text(MAX_OBJECT_BYTES)}, the most the API server "
+                                  "takes in one request")
+            if total > MAX_INPUT_NODES:
+                raise BundleError(name, _line(event), "",
+                                  f"expands to more than {MAX_INPUT_NODES} nodes in all (aliases included); "
+                                  "split the input")
+            if isinstance(event, yaml.CollectionEndEvent):
+                if depth == 2 and item_seq:  # the item ended: back to its document
+                    start, first, nodes = saved
+                elif depth == 1 and item_seq:
+                    item_seq = False
+                    # the rest of the document is measured on its own
+                    start, first = _pos(event.end_mark)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         raise BundleError(name, mark.line + 1 if mark else None, "",
@@ -99,6 +158,11 @@ def check_shape(text: str, name: str) -> None:
                           f"invalid YAML: {e.reason} (character {e.character!r})") from e
     except yaml.YAMLError as e:
         raise BundleError(name, None, "", f"invalid YAML: {e}") from e
+
+
+def _pos(mark: Any) -> tuple[int, int]:
+    """(character index, line) of a parser mark; libyaml's events always have one."""
+    return (mark.index, mark.line + 1) if mark is not None else (0, 1)
 
 
 def _line(event: yaml.Event) -> int | None:

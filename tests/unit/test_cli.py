@@ -267,3 +267,74 @@ def test_check_a_job_with_list_template_labels_is_a_usage_error_not_a_crash(caps
     code, _, err = run(capsys, "check", str(f))
     assert code == 2, err
     assert "spec.template.metadata.labels must map strings to strings" in err and "Traceback" not in err
+
+
+def test_bundle_suite_case_may_name_the_policies_it_runs(capsys, tmp_path):
+    """policies: in the bundle's suite.yaml runs those policies only (here the shm sample's exact
+    expected object, which every other policy would change too); in a policy's own suite it is refused."""
+    shutil.copytree(POLICIES, tmp_path / "p")
+    (tmp_path / "p" / "suite.yaml").write_text(
+        "apiVersion: batchgate.io/v1alpha1\nkind: Suite\ncases:\n"
+        "  - name: shm alone, as its own suite decides it\n"
+        "    object: shm/samples/pod-memory-limit.yaml\n"
+        "    policies: [shm]\n"
+        "    expect: {allowed: true, mutated: shm/samples/pod-memory-limit.mutated.yaml}\n"
+        "  - name: the whole bundle changes more than shm does\n"
+        "    object: shm/samples/pod-memory-limit.yaml\n"
+        "    expect: {mutated: shm/samples/pod-memory-limit.mutated.yaml}\n")
+    code, out, _ = run(capsys, "test", "-v", str(tmp_path / "p"))
+    assert code == 1, out
+    assert "ok   p: shm alone, as its own suite decides it" in out
+    assert "FAIL p: the whole bundle changes more than shm does" in out
+
+    (tmp_path / "p" / "suite.yaml").write_text(
+        "apiVersion: batchgate.io/v1alpha1\nkind: Suite\ncases:\n"
+        "  - name: a typo\n    object: shm/samples/pod-memory-limit.yaml\n    policies: [shm, smh]\n"
+        "    expect: {}\n")
+    code, _, err = run(capsys, "test", str(tmp_path / "p"))
+    assert code == 2 and "suite.yaml:6: cases[0].policies: no policy named 'smh' in the bundle" in err, err
+
+    (tmp_path / "p" / "suite.yaml").unlink()
+    with (tmp_path / "p" / "shm" / "suite.yaml").open("a") as f:
+        f.write("  - name: own suite\n    object: samples/pod-small.yaml\n    policies: [shm]\n    expect: {}\n")
+    code, _, err = run(capsys, "test", str(tmp_path / "p"))
+    assert code == 2 and "policies: not supported in a policy's own suite" in err, err
+
+
+def test_one_policys_suite_runs_alone_by_folder_or_by_flag(capsys, tmp_path):
+    shutil.copytree(POLICIES, tmp_path / "p")
+    (tmp_path / "p" / "kata-cpu" / "README.md").unlink()  # another policy's failure stays out of it
+    for args in (["test", "-v", str(tmp_path / "p" / "shm")], ["test", "-v", "--policy", "shm", str(tmp_path / "p")]):
+        code, out, _ = run(capsys, *args)
+        assert code == 0, out
+        cases = [line for line in out.splitlines() if line.startswith("ok ")]
+        assert cases and all(line.startswith("ok   shm: ") for line in cases), out
+        assert out.strip().endswith(f"{len(cases)} passed, 0 failed")
+    code, out, _ = run(capsys, "test", "--policy", "kata-cpu", str(tmp_path / "p"))
+    assert code == 1 and "kata-cpu: policy has no README.md" in out
+    code, _, err = run(capsys, "test", "--policy", "smh", str(tmp_path / "p"))
+    assert code == 2 and "no policy named smh" in err
+
+
+def _actions(parser, name="batchgate"):
+    import argparse
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub, sp in a.choices.items():
+                yield from _actions(sp, sub)
+        elif not isinstance(a, argparse._HelpAction | argparse._VersionAction):
+            yield name, a
+
+
+def test_every_flag_of_every_subcommand_says_what_it_does_and_its_default():
+    from webhook.cli import build_parser
+    missing = []
+    for command, action in _actions(build_parser()):
+        flag = "/".join(action.option_strings) or action.dest
+        if not action.help:
+            missing.append(f"{command} {flag}: no help")
+        elif action.option_strings and action.nargs != 0 and "default" not in action.help:
+            missing.append(f"{command} {flag}: its help names no default")
+    assert not missing, "\n".join(missing)
+    commands = {c for c, _ in _actions(build_parser())}
+    assert {"serve", "check", "test", "certs", "reconcile", "queue", "maintenance", "manifests", "audit"} <= commands

@@ -86,7 +86,7 @@ BAD_FACTS = [
     ("wrong-kind", json.dumps({"kind": "ConfigMap"}), "kind: expected apiVersion"),
     ("no-time", json.dumps({**document({}, [], NOW, ""), "publishedAt": 5}), "publishedAt: expected an RFC 3339"),
     ("bad-time", json.dumps({**document({}, [], NOW, ""), "publishedAt": "yesterday"}), "not an RFC 3339 time"),
-    ("naive-time", json.dumps({**document({}, [], NOW, ""), "publishedAt": "2026-01-01T00:00:00"}), "no time zone"),
+    ("naive-time", json.dumps({**document({}, [], NOW, ""), "publishedAt": "2026-01-01T00:00:00"}), "not an RFC 3339 time with a time zone"),
     ("bad-keys", json.dumps({**document({}, [], NOW, ""), "keys": "team"}), "keys: expected a list"),
     ("bad-ns", json.dumps({**document({}, ["t"], NOW, ""), "namespaces": {"Not_A_NS": {}}}), "not a namespace"),
     ("uncovered-key", json.dumps({**document({}, ["t"], NOW, ""), "namespaces": {"a": {"u": "1"}}}),

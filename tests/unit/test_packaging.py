@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -32,7 +33,7 @@ def test_installed_wheel_ships_the_default_bundle(tmp_path):
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    for name in ("webhook", "policies"):
+    for name in ("webhook", "policies", "manifests"):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     wheels = tmp_path / "wheels"
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
@@ -72,3 +73,20 @@ def test_installed_wheel_ships_the_default_bundle(tmp_path):
 
     help_ = subprocess.run([bin_, "serve", "--help"], capture_output=True, text=True, cwd=tmp_path, env=clean)
     assert "shipped with batchgate" in help_.stdout
+
+    # manifests: the whole kustomize tree, as the checkout has it; certs --patch reads the shipped one
+    r = subprocess.run([bin_, "manifests", "--out", "out"], capture_output=True, text=True, cwd=tmp_path, env=clean)
+    assert r.returncode == 0, r.stderr
+    written = sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file())
+    assert written == sorted(p.relative_to(ROOT / "manifests").as_posix()
+                             for p in (ROOT / "manifests").rglob("*") if p.is_file())
+    for name in written:
+        assert (tmp_path / "out" / name).read_text() == (ROOT / "manifests" / name).read_text(), name
+    r = subprocess.run([bin_, "manifests", "--out", "out", "--check"], capture_output=True, text=True,
+                       cwd=tmp_path, env=clean)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([bin_, "certs", "--cert-dir", "c", "--patch", "validating"], capture_output=True, text=True,
+                       cwd=tmp_path, env=clean)
+    assert r.returncode == 0, r.stderr
+    patch = json.loads(r.stdout)
+    assert patch and all(op["path"].endswith("/clientConfig/caBundle") for op in patch)

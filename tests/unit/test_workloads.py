@@ -21,7 +21,6 @@ from webhook.workloads import (
     pod_group,
     requested_queue,
     shape_of,
-    time_limits,
 )
 
 CM = "system:kube-controller-manager"
@@ -127,7 +126,8 @@ def test_where_things_live():
     cj["spec"]["jobTemplate"]["metadata"] = {"annotations": {"batchgate.io/time-limit": "2h"}}
     shape = shape_of("batch", "CronJob")
     assert requested_queue(cj, shape) == "interactive"
-    assert [(p, w, v) for p, w, v in time_limits(cj, shape) if v] == [(("spec", "jobTemplate", "metadata"), True, "2h")]
+    assert [(p, w) for p, w in shape.time_limit_at if dig(cj, (*p, "annotations", "batchgate.io/time-limit"))] == [
+        (("spec", "jobTemplate", "metadata"), True)]
     assert pod_group(cj, shape) == ("g", None)
     pod = {"metadata": {"ownerReferences": [{"kind": "RayCluster", "controller": "yes"},
                                             {"kind": "Job", "name": "j", "controller": True}]}}

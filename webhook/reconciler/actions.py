@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, Literal, NamedTuple
 
 from .model import Ref
 from .runtimes import Run
@@ -74,7 +74,6 @@ ActionKind = Literal[
 # Event-only kinds planned on every pass while their condition holds: the controller sends each
 # (target uid, key) once.
 TELL_ONCE = frozenset({"cannot-plan", "never-fits", "queued"})
-KIND_ORDER: dict[str, int] = {k: i for i, k in enumerate(get_args(ActionKind))}
 EventType = Literal["Normal", "Warning"]
 Propagation = Literal["Background", "Foreground", "Orphan"]
 

@@ -37,6 +37,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from ..contract import POD_GROUP_LABEL
+from ..units import format_time
 from . import metrics
 from .actions import Action, Delete, Mark
 from .errors import AlreadyExists, Blocked, Conflict, Invalid, KubeError, NotFound, Transient
@@ -45,14 +47,12 @@ from .model import (
     EVENT,
     JOB,
     KINDS,
-    LABEL_GROUP,
     LABEL_MANAGED_BY,
     MANAGED_BY,
     POD,
     POD_GROUP,
     Kind,
     Ref,
-    format_time,
 )
 from .settings import Settings
 
@@ -311,7 +311,7 @@ class Actuator:
                 if (job.get("metadata") or {}).get("uid") == w.owner.uid:
                     raise StillInUse(f"Job {w.namespace}/{w.owner.name} still exists")
         elif w.group:
-            pods = self.api.list(POD, w.namespace, label_selector=f"{LABEL_GROUP}={w.group}", limit=1)
+            pods = self.api.list(POD, w.namespace, label_selector=f"{POD_GROUP_LABEL}={w.group}", limit=1)
             if pods.get("items"):
                 raise StillInUse(f"pods of group {w.group} still exist in {w.namespace}")
 
@@ -320,7 +320,7 @@ class Actuator:
         assert w is not None
         if w.op == "create":
             md: dict[str, Any] = {"name": w.name, "namespace": w.namespace,
-                                  "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_GROUP: w.group}}
+                                  "labels": {LABEL_MANAGED_BY: MANAGED_BY, POD_GROUP_LABEL: w.group}}
             if w.owner is not None:
                 md["ownerReferences"] = [{"apiVersion": w.owner.api_version, "kind": w.owner.kind,
                                           "name": w.owner.name, "uid": w.owner.uid}]

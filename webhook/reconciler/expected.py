@@ -13,16 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..contract import EXPECTED_START_ANNOTATION, EXPECTED_START_REASON_ANNOTATION
+from ..units import format_time, parse_time
 from .actions import Action, EventType, Unplannable, unplannable
-from .model import (
-    ANN_EXPECTED_REASON,
-    ANN_EXPECTED_START,
-    JobView,
-    PodView,
-    Snapshot,
-    format_time,
-    parse_time,
-)
+from .model import JobView, PodView, Snapshot
 from .settings import Settings
 from .shadow import Estimate
 
@@ -58,7 +52,7 @@ def plan_expected(snapshot: Snapshot, estimates: Iterable[Estimate], settings: S
             actions.append(Action(
                 kind="expected-start", target=o.ref, reason="Started", quiet=True,
                 message="no longer pending: estimate removed", key="gone",
-                annotations={ANN_EXPECTED_START: None, ANN_EXPECTED_REASON: None}, resource_version=o.resource_version,
+                annotations={EXPECTED_START_ANNOTATION: None, EXPECTED_START_REASON_ANNOTATION: None}, resource_version=o.resource_version,
             ))
     return actions
 
@@ -73,7 +67,7 @@ def _expected(obj: JobView | PodView, e: Estimate, settings: Settings) -> Action
         or (e.start is not None and have_t is not None and abs(have_t - e.start) <= settings.expected_start_slack)
     ):
         return None
-    annotations = {ANN_EXPECTED_START: want, ANN_EXPECTED_REASON: e.reason[:512]}
+    annotations = {EXPECTED_START_ANNOTATION: want, EXPECTED_START_REASON_ANNOTATION: e.reason[:512]}
     what = e.workload.kind
     etype: EventType
     if e.never:

@@ -213,6 +213,19 @@ class KubeApi:
             q["continue"] = continue_
         return self.request_object("GET", kind.path(namespace), query=q)
 
+    def list_all(self, kind: Kind, namespace: str | None = None, *, limit: int = 500) -> Iterator[dict[str, Any]]:
+        """Every object of ``kind`` (in ``namespace``, else everywhere), page by page, each with its
+        apiVersion and kind (a list's items come without them)."""
+        cont: str | None = None
+        while True:
+            page = self.list(kind, namespace, limit=limit, continue_=cont)
+            for item in page.get("items") or ():
+                if isinstance(item, dict):
+                    yield {"apiVersion": kind.api_version, "kind": kind.kind, **item}
+            cont = (page.get("metadata") or {}).get("continue") or None
+            if not cont:
+                return
+
     def create(self, kind: Kind, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
         return self.request_object("POST", kind.path(namespace), body=dict(body))
 

@@ -40,27 +40,11 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..windows import (
-    COUNTDOWN_LABEL,
-    Window,
-    countdown,
-    next_maintenance_text,
-    next_window,
-    slack_for,
-)
+from ..contract import COUNTDOWN_LABEL, MAINTENANCE_ANNOTATION, NEXT_MAINTENANCE_ANNOTATION
+from ..units import format_time
+from ..windows import Window, countdown, next_maintenance_text, next_window, slack_for
 from .actions import Action, Delete, Disruption, Unplannable, unplannable
-from .model import (
-    ANN_MAINTENANCE,
-    ANN_NEXT_MAINTENANCE,
-    REASON_MAINTENANCE_DRAIN,
-    JobView,
-    NodeView,
-    PodView,
-    Ref,
-    Snapshot,
-    WindowView,
-    format_time,
-)
+from .model import REASON_MAINTENANCE_DRAIN, JobView, NodeView, PodView, Ref, Snapshot, WindowView
 from .settings import Settings
 
 NOT_DRAINED = frozenset({"DaemonSet", "Node"})  # DaemonSet pods, static (mirror) pods: kubectl drain leaves them too
@@ -250,7 +234,7 @@ def _cordon(actions: list[Action], node: NodeView, window: Window) -> None:
         message=f"{window.describe()} started: node cordoned{before}; its pods are evicted",
         key=window.uid or window.name,
         patch={"metadata": {"resourceVersion": node.resource_version,
-                            "annotations": {ANN_MAINTENANCE: state.text()}},
+                            "annotations": {MAINTENANCE_ANNOTATION: state.text()}},
                "spec": {"unschedulable": True}},
     ))
 
@@ -311,7 +295,7 @@ def _uncordon(actions: list[Action], node: NodeView, state: Cordoned) -> None:
     actions.append(Action(
         kind="uncordon", target=node.ref, reason="MaintenanceEnded", message=message,
         key=f"{state.window}/{node.resource_version}",
-        patch={"metadata": {"resourceVersion": node.resource_version, "annotations": {ANN_MAINTENANCE: None}},
+        patch={"metadata": {"resourceVersion": node.resource_version, "annotations": {MAINTENANCE_ANNOTATION: None}},
                "spec": {"unschedulable": True if state.was_unschedulable else None}},
     ))
 
@@ -372,7 +356,7 @@ def _record_on_job(actions: list[Action], obj: JobView | PodView, best: tuple[Wi
         actions.append(Action(
             kind="record-maintenance", target=obj.ref, reason="MaintenanceAhead", quiet=True,
             message="no maintenance window ahead on its nodes any more", key="none",
-            annotations={ANN_NEXT_MAINTENANCE: None}, resource_version=obj.resource_version,
+            annotations={NEXT_MAINTENANCE_ANNOTATION: None}, resource_version=obj.resource_version,
         ))
         return
     w, node = best
@@ -384,5 +368,5 @@ def _record_on_job(actions: list[Action], obj: JobView | PodView, best: tuple[Wi
     actions.append(Action(
         kind="record-maintenance", target=obj.ref, reason="MaintenanceAhead",
         event_type="Warning" if late else "Normal", quiet=not late, message=message,
-        key=w.uid or w.name, annotations={ANN_NEXT_MAINTENANCE: want}, resource_version=obj.resource_version,
+        key=w.uid or w.name, annotations={NEXT_MAINTENANCE_ANNOTATION: want}, resource_version=obj.resource_version,
     ))

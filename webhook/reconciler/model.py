@@ -18,19 +18,23 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from functools import lru_cache, partial
 from typing import Any
 
 from ..contract import (
     DEADLINE_ANNOTATION,
     EXPECTED_RUNTIME_ANNOTATION,
+    EXPECTED_START_ANNOTATION,
     GANG_RESTART_ANNOTATION,
     GROUP,
+    MAINTENANCE_ANNOTATION,
     NEXT_MAINTENANCE_ANNOTATION,
+    POD_GROUP_LABEL,
+    POD_GROUP_SIZE_LABEL,
     QUEUE_GATE,
     QUEUE_LABEL,
     QUEUED_ANNOTATION,
+    SPEC_HASH_ANNOTATION,
     START_BY_ANNOTATION,
     STARTED_AT_ANNOTATION,
     TIME_LIMIT_ANNOTATION,
@@ -38,6 +42,10 @@ from ..contract import (
 )
 from ..jobnet import CONNECT_TO_ANNOTATION, MAX_LABEL, NETWORK_LABEL, SLOTS_ANNOTATION, peers_view
 from ..units import MAX_TEXT, parse_duration, parse_quantity
+from ..units import (
+    format_time as format_time,  # re-exported: reconciler/scavenger.py imports it from here
+)
+from ..units import parse_time as parse_time  # likewise
 from ..windows import Window, parse_window
 from ..workloads import (
     DEFAULT_FAILURE_POLICY,
@@ -48,24 +56,13 @@ from ..workloads import (
 )
 
 # -- the names on objects --------------------------------------------------
-ANN_TIME_LIMIT = TIME_LIMIT_ANNOTATION  # set by users / defaulted by the webhook
-ANN_EXPECTED_RUNTIME = EXPECTED_RUNTIME_ANNOTATION  # set by users: how long they expect it to run
-ANN_STARTED = STARTED_AT_ANNOTATION  # reconciler: when the job's first pod started running
-ANN_DEADLINE = DEADLINE_ANNOTATION  # reconciler: started-at + time limit (RFC 3339)
-ANN_WARNED = WARNED_FOR_ANNOTATION  # reconciler: the deadline the user was last warned about
-ANN_NEXT_MAINTENANCE = NEXT_MAINTENANCE_ANNOTATION  # reconciler, on running jobs: the next window on their nodes
-ANN_MAINTENANCE = f"{GROUP}/maintenance"
-ANN_GANG_RESTART = GANG_RESTART_ANNOTATION  # reconciler, on a gang member whose failure restarted the gang
 LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # annotation (and, 1.28+, label)
-ANN_EXPECTED_START = f"{GROUP}/expected-start"  # reconciler, on pending workloads: RFC 3339 or "unknown"
-ANN_EXPECTED_REASON = f"{GROUP}/expected-start-reason"  # ... and why (what it waits for)  # reconciler, on Nodes: the window that cordoned it, and the state before
 LABEL_QUEUE = QUEUE_LABEL
-LABEL_GROUP = f"{GROUP}/pod-group"
-LABEL_GROUP_SIZE = f"{GROUP}/pod-group-size"
+LABEL_GROUP = POD_GROUP_LABEL  # for reconciler/scavenger.py
+LABEL_GROUP_SIZE = POD_GROUP_SIZE_LABEL  # for reconciler/scavenger.py
 LABEL_COSCHEDULING = "scheduling.x-k8s.io/pod-group"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "batchgate"
-SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
 
 # Pod ``status.reason`` values that mean the pod was stopped from outside (its
 # node went away, the kubelet evicted or shut it down, the scheduler preempted
@@ -132,6 +129,10 @@ NETWORK_POLICY = Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"
 NET_KINDS = (SERVICE, NET_CONFIG_MAP, NETWORK_POLICY)
 # A ScavengerJob segment's guard (see ``scavenger``).
 PDB = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
+# What `batchgate audit` reads: every kind whose objects batchgate decides at CREATE.
+CRON_JOB = Kind("batch/v1", "CronJob", "cronjobs")
+AUDITED = (POD, JOB, CRON_JOB, *(Kind("apps/v1", k, k.lower() + "s") for k in ("Deployment", "StatefulSet", "DaemonSet")),
+           SCAVENGER_JOB)
 KINDS = {k.kind: k for k in (POD, JOB, NODE, POD_GROUP, EVENT, LEASE, MAINTENANCE_WINDOW, NAMESPACE,
                              SCAVENGER_JOB, CONFIG_MAP, SECRET, PVC, SERVICE, NETWORK_POLICY, PDB)}
 LABEL_SJ = f"{GROUP}/scavengerjob"  # on a ScavengerJob's Jobs and pods: its name
@@ -153,31 +154,6 @@ class Ref:
 
 
 # -- time ------------------------------------------------------------------
-def parse_time(text: str | None) -> float | None:
-    """RFC 3339 (``2024-05-01T10:00:00Z``, with or without fraction) -> epoch seconds; None if bad.
-    Memoised, but never for a text longer than any timestamp (an annotation is anyone's to write:
-    32,768 distinct 200 KB values would otherwise be kept)."""
-    if not text or not isinstance(text, str) or len(text) > 64:
-        return None
-    return _parse_time(text)
-
-
-@lru_cache(maxsize=1 << 15)
-def _parse_time(text: str) -> float | None:
-    try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if dt.tzinfo is None:
-        return None
-    return dt.timestamp()
-
-
-def format_time(t: float) -> str:
-    """Epoch seconds -> ``2024-05-01T10:00:00Z`` (whole seconds, as Kubernetes prints them)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(t)))
-
-
 def epoch(text: str) -> int:
     """``2024-05-01T10:00:00Z`` -> epoch seconds; for tests and fixtures (raises on bad input)."""
     return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ"))
@@ -508,7 +484,7 @@ def kept(value: Any) -> str | None:
 
 def _state(ann: Mapping[str, Any]) -> dict[str, Any]:
     """The reconciler's own annotations, as written (``kept``) and parsed."""
-    started, deadline, warned = kept(ann.get(ANN_STARTED)), kept(ann.get(ANN_DEADLINE)), kept(ann.get(ANN_WARNED))
+    started, deadline, warned = kept(ann.get(STARTED_AT_ANNOTATION)), kept(ann.get(DEADLINE_ANNOTATION)), kept(ann.get(WARNED_FOR_ANNOTATION))
     return {
         "started_at": started, "deadline": deadline, "warned_for": warned,
         "started_at_t": parse_time(started), "deadline_t": parse_time(deadline), "warned_t": parse_time(warned),
@@ -711,7 +687,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         conditions = frozenset((str(c.get("type") or ""), str(c.get("status") or ""))
                                for c in st.get("conditions") or () if isinstance(c, dict))
 
-    group = labels.get(LABEL_GROUP) or None
+    group = labels.get(POD_GROUP_LABEL) or None
     return PodView(
         ref=_ref(POD, md),
         resource_version=md.get("resourceVersion") or "",
@@ -724,26 +700,26 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         failed_at=failed_at,
         interrupted=interrupted,
         group=group,
-        group_size=_size(labels.get(LABEL_GROUP_SIZE)),
+        group_size=_size(labels.get(POD_GROUP_SIZE_LABEL)),
         pod_group_name=(labels.get(LABEL_COSCHEDULING) or group) if group else None,
         queue=labels.get(LABEL_QUEUE),
-        time_limit=kept(ann.get(ANN_TIME_LIMIT)),
-        limit=limit_seconds(ann.get(ANN_TIME_LIMIT)),
+        time_limit=kept(ann.get(TIME_LIMIT_ANNOTATION)),
+        limit=limit_seconds(ann.get(TIME_LIMIT_ANNOTATION)),
         **_state(ann),
-        next_maintenance=kept(ann.get(ANN_NEXT_MAINTENANCE)),
+        next_maintenance=kept(ann.get(NEXT_MAINTENANCE_ANNOTATION)),
         sched=_sched(md, obj.get("spec") or {}),
-        expected_start=kept(ann.get(ANN_EXPECTED_START)),
+        expected_start=kept(ann.get(EXPECTED_START_ANNOTATION)),
         segment=_segment(labels),
         exit_code=exit_code,
         network=_net_member(labels, ann, spec),
         admitted=_admitted(obj, ("", "Pod")),
         program=_program(obj.get("spec") or {}),
         finished=finished,
-        expected_runtime=limit_seconds(ann.get(ANN_EXPECTED_RUNTIME)),
+        expected_runtime=limit_seconds(ann.get(EXPECTED_RUNTIME_ANNOTATION)),
         exits=exits,
         conditions=conditions,
         index=_index(ann.get(LABEL_COMPLETION_INDEX) or labels.get(LABEL_COMPLETION_INDEX)),
-        restarted=bool(ann.get(ANN_GANG_RESTART)) and ann.get(ANN_GANG_RESTART) == md.get("uid"),
+        restarted=bool(ann.get(GANG_RESTART_ANNOTATION)) and ann.get(GANG_RESTART_ANNOTATION) == md.get("uid"),
         disrupted=disruption is not None,
         disrupted_at=disrupted_at,
         created=created,
@@ -835,8 +811,8 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
     conditions = [c for c in status.get("conditions") or () if isinstance(c, dict) and c.get("status") == "True"]
     finished = any(c.get("type") in ("Complete", "Failed") for c in conditions)
     complete = any(c.get("type") == "Complete" for c in conditions)
-    group = t_labels.get(LABEL_GROUP) or None
-    time_limit = ann.get(ANN_TIME_LIMIT) or t_ann.get(ANN_TIME_LIMIT)
+    group = t_labels.get(POD_GROUP_LABEL) or None
+    time_limit = ann.get(TIME_LIMIT_ANNOTATION) or t_ann.get(TIME_LIMIT_ANNOTATION)
     failed = (obj.get("status") or {}).get("failed")
     spec = obj.get("spec") or {}
     template = spec.get("template") or {}
@@ -853,19 +829,19 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         queue=labels.get(LABEL_QUEUE) or t_labels.get(LABEL_QUEUE),
         **_state(ann),
         group=group,
-        group_size=_size(t_labels.get(LABEL_GROUP_SIZE)),
+        group_size=_size(t_labels.get(POD_GROUP_SIZE_LABEL)),
         pod_group_name=(t_labels.get(LABEL_COSCHEDULING) or group) if group else None,
-        next_maintenance=kept(ann.get(ANN_NEXT_MAINTENANCE)),
-        expected_start=kept(ann.get(ANN_EXPECTED_START)),
+        next_maintenance=kept(ann.get(NEXT_MAINTENANCE_ANNOTATION)),
+        expected_start=kept(ann.get(EXPECTED_START_ANNOTATION)),
         owner=_controller(md),
         created=parse_time(md.get("creationTimestamp")),
         segment=_segment(labels),
         admitted=_admitted(obj, ("batch", "Job")),
         program=_program(((obj.get("spec") or {}).get("template") or {}).get("spec") or {}),
         completed=parse_time(status.get("completionTime")) if complete else None,
-        expected_runtime=limit_seconds(ann.get(ANN_EXPECTED_RUNTIME) or t_ann.get(ANN_EXPECTED_RUNTIME)),
+        expected_runtime=limit_seconds(ann.get(EXPECTED_RUNTIME_ANNOTATION) or t_ann.get(EXPECTED_RUNTIME_ANNOTATION)),
         # only gangs need it: every other Job shares the one default
-        failure_policy=(failure_policy(obj.get("spec")) if group is not None or LABEL_GROUP_SIZE in t_labels
+        failure_policy=(failure_policy(obj.get("spec")) if group is not None or POD_GROUP_SIZE_LABEL in t_labels
                         else _NO_POLICY),
         failed=failed if isinstance(failed, int) and not isinstance(failed, bool) and failed > 0 else 0,
         queued=suspended and ann.get(QUEUED_ANNOTATION) is not None,
@@ -917,7 +893,7 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
         uid=md.get("uid") or "", resource_version=md.get("resourceVersion") or "",
         labels=dict(md.get("labels") or {}),
         unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
-        maintenance=(md.get("annotations") or {}).get(ANN_MAINTENANCE),
+        maintenance=(md.get("annotations") or {}).get(MAINTENANCE_ANNOTATION),
         max_pods=quantity_ceil(alloc.get("pods", 0)),
     )
 
@@ -949,7 +925,7 @@ def pod_group_view(obj: Mapping[str, Any]) -> PodGroupView:
         resource_version=md.get("resourceVersion") or "",
         min_member=mm if isinstance(mm, int) and not isinstance(mm, bool) else None,
         managed=labels.get(LABEL_MANAGED_BY) == MANAGED_BY,
-        group=labels.get(LABEL_GROUP),
+        group=labels.get(POD_GROUP_LABEL),
         owner=owner,
         deleting=bool(md.get("deletionTimestamp")),
     )

@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..contract import SPEC_HASH_ANNOTATION
 from ..jobnet import HOSTFILE_KEY, HOSTS_KEY, NETWORK_LABEL, PEERS_KEY, Isolation, hostfile_name
 from .actions import Action, NetWrite, Unplannable, unplannable
 from .model import (
@@ -47,7 +48,6 @@ from .model import (
     MANAGED_BY,
     NETWORK_POLICY,
     SERVICE,
-    SPEC_HASH_ANNOTATION,
     Kind,
     NetObjectView,
     PodView,

@@ -67,7 +67,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..units import format_duration
+from ..contract import (
+    DEADLINE_ANNOTATION,
+    GANG_RESTART_ANNOTATION,
+    STARTED_AT_ANNOTATION,
+    TIME_LIMIT_ANNOTATION,
+    WARNED_FOR_ANNOTATION,
+)
+from ..units import format_duration, format_time
 from ..windows import Window
 from . import queue, victims
 from .actions import (
@@ -84,11 +91,6 @@ from .actions import (
 from .expected import plan_expected
 from .maintenance import plan_maintenance
 from .model import (
-    ANN_DEADLINE,
-    ANN_GANG_RESTART,
-    ANN_STARTED,
-    ANN_TIME_LIMIT,
-    ANN_WARNED,
     REASON_GANG_RESTART,
     REASON_GANG_TEARDOWN,
     REASON_PREEMPTED,
@@ -97,7 +99,6 @@ from .model import (
     PodView,
     Ref,
     Snapshot,
-    format_time,
 )
 from .network import plan_network
 from .runtimes import History, Predictor, Run, finished_runs, job_key, pod_key, remember
@@ -387,7 +388,7 @@ def _limit(obj: JobView | PodView, settings: Settings) -> tuple[int, int, str, s
             return None
         limit = admitted.limit
         now_says = "gone" if obj.time_limit is None else f"not a duration ({obj.time_limit!r})"
-        note = f" (its {ANN_TIME_LIMIT} annotation is {now_says}: the {admitted.time_limit} it was admitted with applies)"
+        note = f" (its {TIME_LIMIT_ANNOTATION} annotation is {now_says}: the {admitted.time_limit} it was admitted with applies)"
     qp = settings.queues
     if admitted is not None and admitted.queue in qp.max_time_limit:
         queue = admitted.queue
@@ -493,9 +494,9 @@ def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job:
             reason, message = "DeadlineSet", f"deadline {deadline_s} (time limit {format_duration(effective)} from {started_s})"
         changes: dict[str, str | None] = {}
         if obj.started_at_t != started or obj.started_at != started_s:
-            changes[ANN_STARTED] = started_s
+            changes[STARTED_AT_ANNOTATION] = started_s
         if obj.deadline_t != deadline or obj.deadline != deadline_s:
-            changes[ANN_DEADLINE] = deadline_s
+            changes[DEADLINE_ANNOTATION] = deadline_s
         p.actions.append(Action(
             kind="record-deadline", target=obj.ref, reason=reason, message=message,
             event_type="Warning" if reason == "AdmissionUnrecorded" else "Normal",
@@ -512,7 +513,7 @@ def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job:
                          f"will then be deleted. To ask for more time, raise its batchgate.io/time-limit "
                          f"annotation (within the queue's maximum)"),
                 event_type="Warning", key=deadline_s,
-                annotations={ANN_WARNED: deadline_s}, resource_version=rv,
+                annotations={WARNED_FOR_ANNOTATION: deadline_s}, resource_version=rv,
             ))
         elif p.wake_at is None or warn_at < p.wake_at:
             p.wake_at = warn_at
@@ -616,7 +617,7 @@ def _gang(
     # again while it terminates.
     last: tuple[Delete, ...] = (() if cause.deleting else (Delete(cause.ref),) if kind == "gang-failed"
                                 else (_take_down(cause, job, text),))
-    mark = Mark(cause.ref, {ANN_GANG_RESTART: cause.ref.uid}) if cause.deleting else None
+    mark = Mark(cause.ref, {GANG_RESTART_ANNOTATION: cause.ref.uid}) if cause.deleting else None
     if job is not None:
         p.actions.append(Action(
             kind="gang-interrupted", target=job.ref, reason=reason, event_type="Warning",
@@ -692,7 +693,7 @@ def _job_gang_failed(p: _Pass, job: JobView, group: str, cause: PodView, live: l
         message=(f"{why}; the group starts over together (restart {n}; {budget}): {stopping} the Job makes "
                  f"them again"),
         key=cause.ref.uid, deletes=tuple(_take_down(m, job, why) for m in others),
-        mark=Mark(cause.ref, {ANN_GANG_RESTART: cause.ref.uid}),
+        mark=Mark(cause.ref, {GANG_RESTART_ANNOTATION: cause.ref.uid}),
     ))
 
 

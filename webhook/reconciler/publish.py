@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import nsfacts
+from ..units import format_time
 from . import metrics
 from .cache import Store
 from .errors import AlreadyExists, Conflict, KubeError, NotFound
@@ -52,7 +53,6 @@ class LabelPublisher:
         self._rv: str | None = None  # its resourceVersion; None: read it before writing
         self._warned: set[str] = set()
         self._retry_at = 0.0  # after a failed or refused write: not before (the loop's timer)
-        self.last_result = ""
 
     def due_at(self) -> float | None:
         """When the published facts need a refresh (epoch s), for the loop's timer."""
@@ -68,7 +68,6 @@ class LabelPublisher:
         """Publish if needed; the outcome (for tests and the metric): disabled, waiting, unchanged,
         created, updated, conflict, too-large, failed."""
         result = self._step(keys, bundle)
-        self.last_result = result
         if result in ("failed", "too-large"):
             wait = self.settings.retry_failed if result == "failed" else self.settings.namespace_labels_refresh
             self._retry_at = self.clock() + wait
@@ -161,7 +160,7 @@ class LabelPublisher:
         name = f"{self.name}.bg-{hashlib.sha256(f'{bundle}|{keys}'.encode()).hexdigest()[:16]}"
         if name in self._warned:
             return
-        now = nsfacts.rfc3339(self.clock())
+        now = format_time(self.clock())
         event = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": name, "namespace": self.namespace, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},

@@ -28,8 +28,9 @@ from typing import Any
 
 from ..bundle import FairShare
 from ..contract import QUEUED_ANNOTATION, START_BY_ANNOTATION
+from ..units import format_time, parse_time
 from .actions import Action, EventType, Requirement
-from .model import JobView, PodSched, PodView, Ref, Snapshot, format_time, parse_time
+from .model import JobView, PodSched, PodView, Ref, Snapshot
 from .settings import QueuePolicy
 from .shadow import Estimate, Queued
 from .usage import factors

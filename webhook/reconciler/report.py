@@ -18,8 +18,9 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..units import format_time
 from ..windows import Window
-from .model import JobView, PodView, Snapshot, format_time
+from .model import JobView, PodView, Snapshot
 from .planner import effective_limit
 from .runtimes import Predictor, finished_runs, remember
 from .settings import QueuePolicy, Settings

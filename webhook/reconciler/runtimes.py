@@ -40,12 +40,12 @@ from .model import JobView, PodView, Snapshot
 
 KEEP = 2  # runs kept per key: Tsafrir et al. average the last two
 MAX_KEYS = 20_000  # keys kept in memory; past that, those that ended longest ago are forgotten
-Key = tuple[str, str, str]  # (namespace, queue, program)
+RunKey = tuple[str, str, str]  # (namespace, queue, program)
 
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    key: Key
+    key: RunKey
     uid: str
     started: float
     finished: float
@@ -57,21 +57,21 @@ class Run:
 
 
 # per key: the last runs, oldest first, as (finished, uid, seconds)
-History = Mapping[Key, tuple[tuple[float, str, float], ...]]
+History = Mapping[RunKey, tuple[tuple[float, str, float], ...]]
 
 
-def key_of(namespace: str, queue: str | None, program: str) -> Key:
+def key_of(namespace: str, queue: str | None, program: str) -> RunKey:
     return (namespace, queue or "", program)
 
 
-def job_key(job: JobView) -> Key:
+def job_key(job: JobView) -> RunKey:
     """Its namespace, its queue (the one it was admitted to, when the webhook recorded it, else its
     label) and its images."""
     queue = job.admitted.queue if job.admitted is not None else job.queue
     return key_of(job.ref.namespace, queue, job.program)
 
 
-def pod_key(pod: PodView) -> Key:
+def pod_key(pod: PodView) -> RunKey:
     queue = pod.admitted.queue if pod.admitted is not None else pod.queue
     return key_of(pod.ref.namespace, queue, pod.program)
 
@@ -104,7 +104,7 @@ def finished_runs(snapshot: Snapshot) -> list[Run]:
     return runs
 
 
-def remember(history: History, runs: Iterable[Run]) -> dict[Key, tuple[tuple[float, str, float], ...]]:
+def remember(history: History, runs: Iterable[Run]) -> dict[RunKey, tuple[tuple[float, str, float], ...]]:
     """``history`` with ``runs`` added (each once, by uid), the last ``KEEP`` per key."""
     out = dict(history)
     for r in runs:
@@ -138,7 +138,7 @@ class Predictor:
     def of(history: History) -> Predictor:
         return Predictor(history, by_queue(history))
 
-    def predict(self, key: Key, limit: float | None) -> float | None:
+    def predict(self, key: RunKey, limit: float | None) -> float | None:
         """The predicted runtime in seconds (never more than ``limit``), or None: no runs to go by."""
         runs = self.history.get(key) or self.queues.get((key[0], key[1]))
         if not runs:

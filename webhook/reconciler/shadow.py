@@ -33,7 +33,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..windows import COUNTDOWN_LABEL, Window
+from ..contract import COUNTDOWN_LABEL
+from ..windows import Window
 from .maintenance import read_cordoned
 from .model import JobView, PodSched, PodView, Ref, Snapshot
 from .runtimes import Predictor, corrected, job_key, pod_key
@@ -389,7 +390,7 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
     nodes: dict[str, _Node] = {}
     for n in snapshot.nodes.values():
         blocked = sorted((w.start, w.end) for w in ws if w.end > now and w.covers(n.name, n.labels))
-        if n.unschedulable and (n.maintenance is None or read_cordoned(n.maintenance).was_unschedulable):
+        if n.unschedulable and ((c := read_cordoned(n.maintenance)) is None or c.was_unschedulable):
             continue  # cordoned by someone else (before a window too): no telling when it comes back
         if n.ready not in (None, "True"):
             continue

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..bundle import FairShare
-from .model import PodView, format_time
+from ..units import format_time
+from .model import PodView
 
 KEY = "usage.json"
 VERSION = 1

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..draft import Path
 from ..units import parse_quantity
-from ..workloads import ALL_POD_TEMPLATE_KINDS, SHAPES, WORKLOAD_KINDS, Path, Shape, dig
+from ..workloads import ALL_POD_TEMPLATE_KINDS, SHAPES, WORKLOAD_KINDS, Shape, dig
 
 if TYPE_CHECKING:
     from ..bundle import Bundle, NamespaceRule, Queue

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..contract import GROUP
+from ..contract import KATA_OVERHEAD_CPU_ANNOTATION, KATA_REQUESTED_CPU_ANNOTATION
 from ..draft import Draft
 from ..globs import matches
 from ..units import format_cpu, parse_quantity
@@ -78,8 +78,6 @@ from .base import (
 if TYPE_CHECKING:
     from ..bundle import Bundle
 
-ANNOTATION = f"{GROUP}/kata-requested-cpu"
-OVERHEAD_ANNOTATION = f"{GROUP}/kata-overhead-cpu"  # the overhead a template's adjustment took out
 Kind = Literal["requests", "limits"]
 KINDS: tuple[Kind, Kind] = ("limits", "requests")  # limits first: they cap the requests
 
@@ -267,7 +265,7 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
         return []
     annotations = draft.get(*shape.pod_meta, "annotations")
     annotations = annotations if isinstance(annotations, dict) else {}
-    recorded, taken = annotations.get(ANNOTATION), annotations.get(OVERHEAD_ANNOTATION)
+    recorded, taken = annotations.get(KATA_REQUESTED_CPU_ANNOTATION), annotations.get(KATA_OVERHEAD_CPU_ANNOTATION)
     if recorded is not None and taken is None:
         return []  # adjusted already (a Pod reinvoked), or the user opted out by setting it
     try:
@@ -308,16 +306,16 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     for key, i, kind, want in writes:
         draft.set(*shape.pod_spec, key, i, "resources", kind, "cpu", _cpu(want))
     meta = (*shape.pod_meta, "annotations")
-    draft.ensure(*meta, ANNOTATION, json.dumps(record, sort_keys=True, separators=(",", ":")))
+    draft.ensure(*meta, KATA_REQUESTED_CPU_ANNOTATION, json.dumps(record, sort_keys=True, separators=(",", ":")))
     if not shape.is_pod or taken is not None:
-        draft.ensure(*meta, OVERHEAD_ANNOTATION, _cpu(overhead))
+        draft.ensure(*meta, KATA_OVERHEAD_CPU_ANNOTATION, _cpu(overhead))
     if not writes:
         return []
     source = "" if shape.is_pod else " (as the kata-cpu policy declares it)"
     return [warn(
         f"{_whose(shape.is_pod)}runtimeClassName {runtime} adds {_cpu(overhead)} CPU of VM overhead"
         f"{source}; CPU lowered so the pod costs what it asked for ({'; '.join(changes)}); "
-        f"the original values are in the annotation {ANNOTATION}"
+        f"the original values are in the annotation {KATA_REQUESTED_CPU_ANNOTATION}"
     )]
 
 
@@ -365,7 +363,7 @@ def _asked(spec: dict[str, Any], old: Any, recorded: Any, taken: int, settings: 
     except ValueError:
         originals = None
     if not isinstance(originals, dict):
-        raise ValueError(f"the annotation {ANNOTATION} is not what this policy writes")
+        raise ValueError(f"the annotation {KATA_REQUESTED_CPU_ANNOTATION} is not what this policy writes")
     restored = {k: list(spec[k]) for k in CONTAINER_LISTS if isinstance(spec.get(k), list)}
     ours: list[tuple[str, int, Kind]] = []
     for key, i, c in pod_spec_parts(spec):

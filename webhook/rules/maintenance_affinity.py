@@ -31,9 +31,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..contract import TIME_LIMIT_ANNOTATION
+from ..contract import COUNTDOWN_LABEL, TIME_LIMIT_ANNOTATION
 from ..units import parse_duration
-from ..windows import COUNTDOWN_LABEL, minutes_needed
+from ..windows import minutes_needed
 from .base import Ctx, Finding, RuleType
 
 if TYPE_CHECKING:

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..contract import GANG_LABEL, POD_GROUP_LABEL, POD_GROUP_SIZE_LABEL
-from ..workloads import Gang, job_gang, pods_at_once
+from ..workloads import Gang, job_gang
 from .base import Ctx, Finding, Path, RuleType, deny, dig, warn
 
 if TYPE_CHECKING:
@@ -57,8 +57,6 @@ if TYPE_CHECKING:
     from ..draft import Draft
     from ..yamlsrc import Node
 
-GROUP_LABEL = POD_GROUP_LABEL
-SIZE_LABEL = POD_GROUP_SIZE_LABEL
 COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
 KUEUE_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
@@ -108,11 +106,6 @@ def group_name(name: str) -> str:
     return f"{head}-{digest}" if head else digest
 
 
-def gang_size(job_spec: dict[str, Any]) -> int:
-    """Pods a Job runs at once: parallelism, unless fewer completions are wanted."""
-    return pods_at_once(job_spec)
-
-
 def _size(value: Any) -> int | None:
     """A size label's value as a positive integer, or None."""
     if isinstance(value, str) and re.fullmatch(r"[1-9][0-9]{0,8}", value):
@@ -122,7 +115,7 @@ def _size(value: Any) -> int | None:
 
 def _user_managed(meta: dict[str, Any]) -> bool:
     """The workload names its gang for some scheduler itself, without batchgate's labels."""
-    if GROUP_LABEL in (meta.get("labels") or {}):
+    if POD_GROUP_LABEL in (meta.get("labels") or {}):
         return False
     return any(key in (meta.get(where) or {}) for where, key in _FOREIGN_KEYS)
 
@@ -146,10 +139,10 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
 
 
 def _mutate_pod(settings: Settings, draft: Draft, labels: dict[str, Any]) -> list[Finding]:
-    size = _size(labels.get(SIZE_LABEL))
+    size = _size(labels.get(POD_GROUP_SIZE_LABEL))
     if size is None:
         return []  # not a gang, or a bad size that validate() explains
-    group = labels.get(GROUP_LABEL)
+    group = labels.get(POD_GROUP_LABEL)
     if group is None:
         owner = next((r for r in draft.get("metadata", "ownerReferences") or []
                       if isinstance(r, dict) and r.get("controller") and r.get("name")), None)
@@ -177,7 +170,7 @@ def _decide_gang(obj: Any, ctx: Ctx) -> Gang | None:
     spec_path: Path = ("spec",) if shape.kind == "Job" else ("spec", "jobTemplate", "spec")
     outer: Path = ("metadata",) if shape.kind == "Job" else ("spec", "jobTemplate", "metadata")
     labels = dig(obj, (*shape.pod_meta, "labels"))
-    names_group = isinstance(labels, dict) and GROUP_LABEL in labels
+    names_group = isinstance(labels, dict) and POD_GROUP_LABEL in labels
     queue = ctx.queue
     return job_gang(dig(obj, spec_path), request=_request(obj, shape.pod_meta, outer), names_group=names_group,
                     queue=ctx.queue_name, queue_gangs=queue is not None and queue.gangs)
@@ -185,10 +178,10 @@ def _decide_gang(obj: Any, ctx: Ctx) -> Gang | None:
 
 def _not_a_gang(draft: Draft, meta_path: Path, labels: dict[str, Any], gang: Gang, subject: str) -> list[Finding]:
     """A multi-pod workload that is no gang: a stray size label would make its pods one."""
-    if SIZE_LABEL not in labels:
+    if POD_GROUP_SIZE_LABEL not in labels:
         return []
-    draft.delete(*meta_path, "labels", SIZE_LABEL)
-    return [warn(f"{subject}: label {SIZE_LABEL} removed from the pod template: it is not a gang because "
+    draft.delete(*meta_path, "labels", POD_GROUP_SIZE_LABEL)
+    return [warn(f"{subject}: label {POD_GROUP_SIZE_LABEL} removed from the pod template: it is not a gang because "
                  f"{gang.why}; label it {GANG_LABEL}: \"true\" to make it one")]
 
 
@@ -211,17 +204,17 @@ def _mutate_job(settings: Settings, draft: Draft, ctx: Ctx, labels: dict[str, An
         return _not_a_gang(draft, meta_path, labels, gang, ctx.subject)
     size = gang.size
     findings: list[Finding] = _queue_warning(gang, ctx.subject)
-    given = labels.get(SIZE_LABEL)
+    given = labels.get(POD_GROUP_SIZE_LABEL)
     if given is not None and given != str(size):
         findings.append(warn(
-            f"spec.template label {SIZE_LABEL}={given!r} replaced by {str(size)!r}: a Job's group size "
+            f"spec.template label {POD_GROUP_SIZE_LABEL}={given!r} replaced by {str(size)!r}: a Job's group size "
             f"follows its parallelism and completions"
         ))
-    group = labels.get(GROUP_LABEL)
+    group = labels.get(POD_GROUP_LABEL)
     if group is None and ctx.name:
         group = group_name(ctx.name)
     if group is None:  # generateName: the Pod mutation names the group after the Job
-        draft.ensure(*meta_path, "labels", SIZE_LABEL, str(size))
+        draft.ensure(*meta_path, "labels", POD_GROUP_SIZE_LABEL, str(size))
     else:
         _write(settings, draft, meta_path, str(group), size)
     findings += _make_indexed(draft, ctx.subject)
@@ -314,18 +307,18 @@ def _mutate_cronjob(draft: Draft, ctx: Ctx, labels: dict[str, Any]) -> list[Find
     if not gang.is_gang:
         return _not_a_gang(draft, meta_path, labels, gang, ctx.subject)
     findings: list[Finding] = _queue_warning(gang, ctx.subject)
-    if GROUP_LABEL in labels:
+    if POD_GROUP_LABEL in labels:
         findings.append(warn(
-            f"the CronJob's pod template names the pod group {labels[GROUP_LABEL]!r}: every run shares "
-            f"it; leave {GROUP_LABEL} out and each run's group is named after its Job"
+            f"the CronJob's pod template names the pod group {labels[POD_GROUP_LABEL]!r}: every run shares "
+            f"it; leave {POD_GROUP_LABEL} out and each run's group is named after its Job"
         ))
-    draft.ensure(*meta_path, "labels", SIZE_LABEL, str(gang.size))
+    draft.ensure(*meta_path, "labels", POD_GROUP_SIZE_LABEL, str(gang.size))
     return findings
 
 
 def _write(settings: Settings, draft: Draft, meta: Path, group: str, size: int) -> None:
-    draft.ensure(*meta, "labels", GROUP_LABEL, group)
-    draft.ensure(*meta, "labels", SIZE_LABEL, str(size))
+    draft.ensure(*meta, "labels", POD_GROUP_LABEL, group)
+    draft.ensure(*meta, "labels", POD_GROUP_SIZE_LABEL, str(size))
     for scheduler in settings.schedulers:
         for where, key in _NAME_KEYS[scheduler]:
             draft.ensure(*meta, where, key, group)
@@ -353,33 +346,33 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
                            ("metadata",) if shape.kind == "Job" else ("spec", "jobTemplate", "metadata"))
     if request is not None and request not in ("true", "false"):
         findings.append(deny(f'label {GANG_LABEL} must be "true" or "false"; got {request!r}'))
-    elif request == "false" and GROUP_LABEL in labels:
+    elif request == "false" and POD_GROUP_LABEL in labels:
         findings.append(deny(
-            f'label {GANG_LABEL}: "false" contradicts label {GROUP_LABEL}={labels[GROUP_LABEL]!r}{where}, '
+            f'label {GANG_LABEL}: "false" contradicts label {POD_GROUP_LABEL}={labels[POD_GROUP_LABEL]!r}{where}, '
             f"which makes the pods a gang; remove one of them"
         ))
-    size, group = labels.get(SIZE_LABEL), labels.get(GROUP_LABEL)
+    size, group = labels.get(POD_GROUP_SIZE_LABEL), labels.get(POD_GROUP_LABEL)
     if size is not None and _size(size) is None:
         findings.append(deny(
-            f"label {SIZE_LABEL}{where} must be a positive whole number of pods, "
+            f"label {POD_GROUP_SIZE_LABEL}{where} must be a positive whole number of pods, "
             f"like \"4\"; got {size!r}"
         ))
     if group is not None and not (isinstance(group, str) and len(group) <= MAX_LABEL_VALUE
                                   and _LABEL_VALUE.fullmatch(group)):
         findings.append(deny(
-            f"label {GROUP_LABEL}{where} must be a valid label value (at most {MAX_LABEL_VALUE} "
+            f"label {POD_GROUP_LABEL}{where} must be a valid label value (at most {MAX_LABEL_VALUE} "
             f"letters, digits, '-', '_' or '.', starting and ending with a letter or digit); got {group!r}"
         ))
     if shape.is_pod:
         if group is not None and size is None:
             findings.append(deny(
-                f"label {GROUP_LABEL}={group!r} needs {SIZE_LABEL}: the number of pods in the group, "
-                f"e.g. {SIZE_LABEL}: \"4\""
+                f"label {POD_GROUP_LABEL}={group!r} needs {POD_GROUP_SIZE_LABEL}: the number of pods in the group, "
+                f"e.g. {POD_GROUP_SIZE_LABEL}: \"4\""
             ))
         if size is not None and group is None:
             findings.append(deny(
-                f"label {SIZE_LABEL} needs {GROUP_LABEL}: the group's name, shared by all its pods, "
-                f"e.g. {GROUP_LABEL}: my-run"
+                f"label {POD_GROUP_SIZE_LABEL} needs {POD_GROUP_LABEL}: the group's name, shared by all its pods, "
+                f"e.g. {POD_GROUP_LABEL}: my-run"
             ))
     return findings
 

@@ -50,8 +50,6 @@ if TYPE_CHECKING:
     from ..draft import Draft
     from ..yamlsrc import Node
 
-ANNOTATION = TIME_LIMIT_ANNOTATION
-RUNTIME_ANNOTATION = EXPECTED_RUNTIME_ANNOTATION
 EXAMPLE = "e.g. 90m, 4h, 2d or 1h30m"
 
 # Where each kind keeps the limit, outermost first (webhook.workloads). The outermost value the
@@ -96,7 +94,7 @@ def parse(node: Node, bundle: Bundle) -> Settings:
 
 
 def _where(path: Path) -> str:
-    return ".".join(str(p) for p in path) + f".annotations[{ANNOTATION}]"
+    return ".".join(str(p) for p in path) + f".annotations[{TIME_LIMIT_ANNOTATION}]"
 
 
 def _exempt(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> bool:
@@ -112,7 +110,7 @@ def _exempt(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> bool:
 
 
 def read_limits(obj: dict[str, Any], kind: str) -> list[tuple[Path, bool, Any]]:
-    return [(path, writable, meta_entry(obj, path, "annotations", ANNOTATION)) for path, writable in LOCATIONS.get(kind, ())]
+    return [(path, writable, meta_entry(obj, path, "annotations", TIME_LIMIT_ANNOTATION)) for path, writable in LOCATIONS.get(kind, ())]
 
 
 def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
@@ -139,7 +137,7 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
             if writable and value != chosen:
                 if value is not None:
                     findings.append(warn(f"{_where(path)} {value!r} replaced by {chosen!r} set on the {ctx.kind}"))
-                draft.edit(*path, "annotations")[ANNOTATION] = chosen
+                draft.edit(*path, "annotations")[TIME_LIMIT_ANNOTATION] = chosen
         record = Record(queue.name, chosen)
     if shape.is_pod and ctx.from_controller and controller_kind(draft.root) == "Job":
         # The Job controller copied the Job's record, written by this webhook at the Job's
@@ -158,7 +156,7 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
 def _default(queue: str, default: int, most: int | None) -> tuple[str, Finding]:
     """A queue's default limit as written, and the warning that it applies (Findings are frozen)."""
     chosen = format_duration(default)
-    return chosen, warn(f"no {ANNOTATION} annotation: queue {queue!r} default {chosen} applies"
+    return chosen, warn(f"no {TIME_LIMIT_ANNOTATION} annotation: queue {queue!r} default {chosen} applies"
                         + (f" (the maximum is {format_duration(most)})" if most else ""))
 
 
@@ -254,12 +252,12 @@ def runtime_problems(obj: dict[str, Any], kind: str, old: dict[str, Any] | None 
     locations = LOCATIONS.get(kind, ())
     if not locations:
         return []
-    limits = [dig(obj, (*path, "annotations", ANNOTATION)) for path, _ in locations]
+    limits = [dig(obj, (*path, "annotations", TIME_LIMIT_ANNOTATION)) for path, _ in locations]
     outer = next((v for v in limits if v is not None), None)
     findings: list[Finding] = []
     for (path, _), limit in zip(locations, limits, strict=True):
-        value = dig(obj, (*path, "annotations", RUNTIME_ANNOTATION))
-        if value is None or (old is not None and value == dig(old, (*path, "annotations", RUNTIME_ANNOTATION))):
+        value = dig(obj, (*path, "annotations", EXPECTED_RUNTIME_ANNOTATION))
+        if value is None or (old is not None and value == dig(old, (*path, "annotations", EXPECTED_RUNTIME_ANNOTATION))):
             continue
         where = "" if path == ("metadata",) else f" in {'.'.join(map(str, path))}"
         if (problem := runtime_problem(value, limit if limit is not None else outer)) is not None:
@@ -270,13 +268,13 @@ def runtime_problems(obj: dict[str, Any], kind: str, old: dict[str, Any] | None 
 def runtime_problem(value: Any, limit: Any) -> str | None:
     seconds = seconds_or_none(value)
     if seconds is None:
-        return too_long(RUNTIME_ANNOTATION, value) or (
-            f"{RUNTIME_ANNOTATION} {shown(value)} is not a duration; write how long you expect the job to run, "
+        return too_long(EXPECTED_RUNTIME_ANNOTATION, value) or (
+            f"{EXPECTED_RUNTIME_ANNOTATION} {shown(value)} is not a duration; write how long you expect the job to run, "
             f"{EXAMPLE}")
     most = seconds_or_none(limit)
     if most is not None and seconds > most:
-        return (f"{RUNTIME_ANNOTATION} {value} is longer than the job's time limit {limit}: it is how long you "
-                f"expect the job to run, at most its limit (raise {ANNOTATION} too if it needs more time)")
+        return (f"{EXPECTED_RUNTIME_ANNOTATION} {value} is longer than the job's time limit {limit}: it is how long you "
+                f"expect the job to run, at most its limit (raise {TIME_LIMIT_ANNOTATION} too if it needs more time)")
     return None
 
 
@@ -303,8 +301,8 @@ def too_long(what: str, value: Any) -> str | None:
 
 def not_a_limit(value: Any) -> str:
     """Why ``value`` is no time limit at all (malformed, or past the bound)."""
-    return too_long(ANNOTATION, value) or (
-        f"{ANNOTATION} {shown(value)} is not a duration; write a number and a unit, {EXAMPLE}")
+    return too_long(TIME_LIMIT_ANNOTATION, value) or (
+        f"{TIME_LIMIT_ANNOTATION} {shown(value)} is not a duration; write a number and a unit, {EXAMPLE}")
 
 
 def limit_problem(value: Any, queue: Queue) -> str | None:
@@ -313,7 +311,7 @@ def limit_problem(value: Any, queue: Queue) -> str | None:
         return not_a_limit(value)
     if queue.max_time_limit is not None and seconds > queue.max_time_limit:
         return (
-            f"{ANNOTATION} {value} exceeds the maximum of queue {queue.name!r}, "
+            f"{TIME_LIMIT_ANNOTATION} {value} exceeds the maximum of queue {queue.name!r}, "
             f"which is {format_duration(queue.max_time_limit)}"
         )
     return None

@@ -14,12 +14,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..contract import NEXT_MAINTENANCE_ANNOTATION, QUEUE_LABEL, STARTED_AT_ANNOTATION
-from ..windows import parse_time, read_next_maintenance, utc
+from ..contract import (
+    NEXT_MAINTENANCE_ANNOTATION,
+    QUEUE_LABEL,
+    STARTED_AT_ANNOTATION,
+    TIME_LIMIT_ANNOTATION,
+)
+from ..units import format_time, parse_time
+from ..windows import read_next_maintenance
 from ..workloads import admission_record, requested_queue
 from .base import Ctx, Finding, RuleType, deny, dig, no_settings, warn
 from .time_limit import (
-    ANNOTATION,
     EXAMPLE,
     LOCATIONS,
     limit_problem,
@@ -53,7 +58,7 @@ def validate_extension(settings: None, obj: dict[str, Any], ctx: Ctx) -> list[Fi
         current = f"the current limit is {before}" if before is not None else "there was no limit"
         if new is None:
             findings.append(deny(
-                f"removing {ANNOTATION}{where} is not allowed ({current}); keep it (also in a "
+                f"removing {TIME_LIMIT_ANNOTATION}{where} is not allowed ({current}); keep it (also in a "
                 f"manifest you apply again) or set another value, {EXAMPLE}"
             ))
         elif queue is not None and (problem := limit_problem(new, queue)) is not None:
@@ -85,7 +90,7 @@ def _into_window(old: dict[str, Any], new: Any, before: Any) -> str | None:
     room = int(start - started) // 60 * 60
     hours, minutes = divmod(room // 60, 60)
     most = (f"at most {hours}h{minutes:02d}m" if minutes else f"at most {hours}h") if room > 0 else "no longer than now"
-    return (f"{ANNOTATION} {new} would run this job until {utc(started + seconds)}, into maintenance window "
+    return (f"{TIME_LIMIT_ANNOTATION} {new} would run this job until {format_time(started + seconds)}, into maintenance window "
             f"{name}, which starts at {start_text} on node {node} where it runs; its limit can be {most} "
             f"(it started at {ann.get(STARTED_AT_ANNOTATION)})")
 

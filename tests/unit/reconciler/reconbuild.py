@@ -8,24 +8,26 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from webhook.contract import (
+    DEADLINE_ANNOTATION,
+    POD_GROUP_LABEL,
+    POD_GROUP_SIZE_LABEL,
+    STARTED_AT_ANNOTATION,
+    TIME_LIMIT_ANNOTATION,
+    WARNED_FOR_ANNOTATION,
+)
 from webhook.reconciler.model import (
-    ANN_DEADLINE,
-    ANN_STARTED,
-    ANN_TIME_LIMIT,
-    ANN_WARNED,
     LABEL_COSCHEDULING,
-    LABEL_GROUP,
-    LABEL_GROUP_SIZE,
     LABEL_MANAGED_BY,
     MANAGED_BY,
     NodeView,
     Snapshot,
     epoch,
-    format_time,
     job_view,
     pod_group_view,
     pod_view,
 )
+from webhook.units import format_time
 
 T0 = epoch("2024-05-01T10:00:00Z")
 HOUR = 3600
@@ -65,18 +67,18 @@ def _meta(name: str, ns: str, uid: str | None, rv: str, annotations: dict[str, s
 
 def deadline_ann(limit: str, started: float | None = None, deadline: float | None = None,
                  warned: float | None = None) -> dict[str, str]:
-    a = {ANN_TIME_LIMIT: limit}
+    a = {TIME_LIMIT_ANNOTATION: limit}
     if started is not None:
-        a[ANN_STARTED] = ts(started)
+        a[STARTED_AT_ANNOTATION] = ts(started)
     if deadline is not None:
-        a[ANN_DEADLINE] = ts(deadline)
+        a[DEADLINE_ANNOTATION] = ts(deadline)
     if warned is not None:
-        a[ANN_WARNED] = ts(warned)
+        a[WARNED_FOR_ANNOTATION] = ts(warned)
     return a
 
 
 def group_labels(group: str, size: int, cosched: bool = True) -> dict[str, str]:
-    labels = {LABEL_GROUP: group, LABEL_GROUP_SIZE: str(size)}
+    labels = {POD_GROUP_LABEL: group, POD_GROUP_SIZE_LABEL: str(size)}
     if cosched:
         labels[LABEL_COSCHEDULING] = group
     return labels
@@ -96,7 +98,7 @@ def _record(admitted: Any, annotations: dict[str, str] | None, labels: dict[str,
     (else the shipped default, batch) - when there is a limit; else ``admitted`` itself."""
     if admitted is not AUTO:
         return cast("tuple[str, str] | None", admitted)
-    limit = (annotations or {}).get(ANN_TIME_LIMIT)
+    limit = (annotations or {}).get(TIME_LIMIT_ANNOTATION)
     return ((labels or {}).get("batchgate.io/queue") or "batch", limit) if limit else None
 
 
@@ -165,7 +167,7 @@ def job(name: str, *, ns: str = "demo", uid: str | None = None, annotations: dic
 def pod_group(name: str, *, ns: str = "demo", min_member: int = 2, managed: bool = True,
               group: str | None = None, owner: dict[str, Any] | None = None, rv: str = "30") -> dict[str, Any]:
     labels = {LABEL_MANAGED_BY: MANAGED_BY} if managed else {}
-    labels[LABEL_GROUP] = group or name
+    labels[POD_GROUP_LABEL] = group or name
     md = _meta(name, ns, None, rv, None, labels, False)
     if owner is not None:
         md["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": owner["metadata"]["name"],

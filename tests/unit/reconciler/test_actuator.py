@@ -12,17 +12,10 @@ import pytest
 from fakeapi import FakeApi
 from reconbuild import HOUR, T0, deadline_ann, group_labels, job, pod, pod_group, terminated
 
+from webhook.contract import DEADLINE_ANNOTATION, GANG_RESTART_ANNOTATION, WARNED_FOR_ANNOTATION
 from webhook.reconciler.actuator import Actuator
 from webhook.reconciler.errors import Forbidden, Transient
-from webhook.reconciler.model import (
-    ANN_DEADLINE,
-    ANN_GANG_RESTART,
-    ANN_WARNED,
-    Snapshot,
-    job_view,
-    pod_group_view,
-    pod_view,
-)
+from webhook.reconciler.model import Snapshot, job_view, pod_group_view, pod_view
 from webhook.reconciler.planner import plan
 from webhook.reconciler.settings import Settings
 
@@ -51,7 +44,7 @@ def test_record_then_warn_chain_resource_versions_and_leave_a_steady_state() -> 
     outcomes = act.execute(first.actions)
     assert [o.result for o in outcomes] == ["done", "done"]
     ann = api.objects[("pods", "demo", "p")]["metadata"]["annotations"]
-    assert ann[ANN_DEADLINE] == ann[ANN_WARNED] == "2024-05-01T11:00:00Z"
+    assert ann[DEADLINE_ANNOTATION] == ann[WARNED_FOR_ANNOTATION] == "2024-05-01T11:00:00Z"
     assert sorted(e["reason"] for e in api.events()) == ["DeadlineSet", "TimeLimitApproaching"]
     # The next pass on the new state: nothing to do, nothing written.
     before = len(api.writes())
@@ -67,7 +60,7 @@ def test_stale_resource_version_is_a_conflict_and_the_object_is_re_read() -> Non
     seen: list[dict[str, Any]] = []
     outcomes = actuator(api, observe=lambda o: seen.append(o)).execute(planned)
     assert [o.result for o in outcomes] == ["conflict"]
-    assert ANN_DEADLINE not in api.objects[("pods", "demo", "p")]["metadata"].get("annotations", {})
+    assert DEADLINE_ANNOTATION not in api.objects[("pods", "demo", "p")]["metadata"].get("annotations", {})
     assert seen and seen[-1]["metadata"]["labels"] == {"touched": "yes"}  # re-read for the next pass
 
 
@@ -179,7 +172,7 @@ def test_gang_failure_restarts_the_group_keeps_the_job_and_marks_the_cause_last(
     assert actuator(api).execute([a])[0].result == "done"
     assert ("jobs", "demo", "mpi") in api.objects and ("pods", "demo", "mpi-a") not in api.objects
     failed = api.objects[("pods", "demo", "mpi-b")]  # kept, for its logs and the Job's count
-    assert failed["metadata"]["annotations"][ANN_GANG_RESTART] == failed["metadata"]["uid"]
+    assert failed["metadata"]["annotations"][GANG_RESTART_ANNOTATION] == failed["metadata"]["uid"]
     assert not failed["status"].get("conditions")  # it failed: no DisruptionTarget on it
     ops = [(c[0], c[1], c[3]) for c in api.calls if c[0] in ("delete", "patch")]
     # the partner is marked DisruptionTarget before it is deleted; the mark of the cause comes last
@@ -236,7 +229,7 @@ def test_a_partner_gone_or_replaced_before_its_mark_is_not_deleted(what: str) ->
     if what == "replaced":
         assert not api.objects[("pods", "demo", "mpi-a")]["status"].get("conditions")
     failed = api.objects[("pods", "demo", "mpi-b")]
-    assert failed["metadata"]["annotations"][ANN_GANG_RESTART] == failed["metadata"]["uid"]
+    assert failed["metadata"]["annotations"][GANG_RESTART_ANNOTATION] == failed["metadata"]["uid"]
 
 
 def test_a_failed_delete_leaves_the_cause_unmarked_so_the_restart_is_planned_again() -> None:
@@ -247,7 +240,7 @@ def test_a_failed_delete_leaves_the_cause_unmarked_so_the_restart_is_planned_aga
     (a,) = plan(snap(api), T0, SETTINGS).actions
     api.fail["delete"] = [Forbidden("simulated crash point", status=403)]
     assert actuator(api).execute([a])[0].result == "failed"
-    assert ANN_GANG_RESTART not in (api.objects[("pods", "demo", "mpi-b")]["metadata"].get("annotations") or {})
+    assert GANG_RESTART_ANNOTATION not in (api.objects[("pods", "demo", "mpi-b")]["metadata"].get("annotations") or {})
     assert [x.kind for x in plan(snap(api), T0, SETTINGS).actions] == ["gang-restart"]
 
 
@@ -315,7 +308,7 @@ def _msnap(api: FakeApi) -> Snapshot:
 
 @pytest.mark.parametrize("cordoned_before", [False, True])
 def test_a_window_from_countdown_to_drain_to_the_end(cordoned_before: bool) -> None:
-    from webhook.windows import COUNTDOWN_LABEL
+    from webhook.contract import COUNTDOWN_LABEL
 
     api = FakeApi()
     api.put(_window(HOUR, 2 * HOUR))

@@ -11,9 +11,10 @@ import pytest
 from fakeapi import FakeApi
 from reconbuild import HOUR, T0, deadline_ann, group_labels, job, pod, snapshot, terminated, ts
 
+from webhook.contract import DEADLINE_ANNOTATION
 from webhook.reconciler.controller import Controller
 from webhook.reconciler.errors import NotFound, Transient
-from webhook.reconciler.model import ANN_DEADLINE, pod_view
+from webhook.reconciler.model import pod_view
 from webhook.reconciler.planner import plan
 from webhook.reconciler.settings import QueuePolicy, Settings
 
@@ -52,7 +53,7 @@ def test_forged_pods_do_not_make_another_namespaces_job_older() -> None:
     forged = pod("old", ns="team-a", owner=victim, started=-10 * HOUR)
     actions = plan(snapshot(victim, real, forged), T0 + 60, Settings()).actions
     assert [(a.kind, a.reason) for a in actions] == [("record-deadline", "DeadlineSet")]
-    assert actions[0].annotations[ANN_DEADLINE] == ts(4 * HOUR)
+    assert actions[0].annotations[DEADLINE_ANNOTATION] == ts(4 * HOUR)
 
 
 # -- clocks -----------------------------------------------------------------------------------
@@ -67,13 +68,13 @@ def test_a_node_clock_behind_cannot_make_a_pod_older_than_it_is() -> None:
     assert pod_view(p).started == T0 - 600
     actions = plan(snapshot(p), T0, Settings()).actions
     assert [(a.kind, a.reason) for a in actions] == [("record-deadline", "DeadlineSet")]
-    assert actions[0].annotations[ANN_DEADLINE] == ts(-600 + HOUR)
+    assert actions[0].annotations[DEADLINE_ANNOTATION] == ts(-600 + HOUR)
 
 
 def test_a_node_clock_ahead_cannot_postpone_a_deadline() -> None:
     p = pod("p", started=3 * HOUR, annotations=deadline_ann("1h"))  # "starts" 3h from now
     (a,) = plan(snapshot(p), T0, Settings(warning_lead=60)).actions
-    assert a.annotations[ANN_DEADLINE] == ts(HOUR)
+    assert a.annotations[DEADLINE_ANNOTATION] == ts(HOUR)
 
 
 # -- a lowered queue maximum ---------------------------------------------------------------------
@@ -90,7 +91,7 @@ def test_lowering_a_queue_maximum_warns_first_and_stops_after_the_warning_lead()
     first = plan(snapshot(j, p), changed, s).actions
     assert [(a.kind, a.reason) for a in first] == [("record-deadline", "TimeLimitReduced"),
                                                   ("warn", "TimeLimitApproaching")]
-    assert first[0].annotations[ANN_DEADLINE] == ts(20 * HOUR + 600)
+    assert first[0].annotations[DEADLINE_ANNOTATION] == ts(20 * HOUR + 600)
     assert "maximum was lowered" in first[0].message
     # Recorded and warned: nothing until the lead is over, then it stops.
     j2 = job("long", annotations=deadline_ann("3d", started=0, deadline=20 * HOUR + 600, warned=20 * HOUR + 600))

@@ -10,8 +10,8 @@ from fakeapi import FakeApi
 from reconbuild import HOUR, T0, deadline_ann, group_labels, job, pod, terminated
 
 from webhook.reconciler.controller import Controller
-from webhook.reconciler.model import format_time
 from webhook.reconciler.settings import Settings
+from webhook.units import format_time
 
 SETTINGS = Settings(leader_elect=False, warning_lead=600)
 

@@ -18,10 +18,11 @@ from test_scavenger_controller import SETTINGS, World, sj
 
 from webhook.reconciler import metrics
 from webhook.reconciler.cache import Store
-from webhook.reconciler.model import POD, Snapshot, format_time, pod_view
+from webhook.reconciler.model import POD, Snapshot, pod_view
 from webhook.reconciler.planner import plan
 from webhook.reconciler.scavenger import sj_view
 from webhook.reconciler.settings import Settings
+from webhook.units import format_time
 
 HUGE = "99999999999999999999s"  # admitted before issue 27: parse_duration had no upper bound
 
@@ -214,13 +215,14 @@ def test_a_pod_view_stays_small_whatever_is_stored(stored: dict[str, Any]) -> No
 
 
 def test_the_views_memos_never_keep_long_texts():
+    from webhook import units
     from webhook.reconciler import model
 
-    before = model._parse_time.cache_info().currsize, len(model._LIMITS)
+    before = units._parse_time.cache_info().currsize, len(model._LIMITS)
     for i in range(100):
         text = f"{i}" + "9" * 100_000
-        assert model.parse_time(text) is None and model.limit_seconds(text) is None
-    assert (model._parse_time.cache_info().currsize, len(model._LIMITS)) == before
+        assert units.parse_time(text) is None and model.limit_seconds(text) is None
+    assert (units._parse_time.cache_info().currsize, len(model._LIMITS)) == before
 
 
 # -- the scavenger cap counts what is bound ----------------------------------------------------

@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 
 from tests.netpolicy import Endpoint, connection_allowed
+from webhook.contract import SPEC_HASH_ANNOTATION
 from webhook.jobnet import Isolation, Proxy
 from webhook.reconciler.actions import Action
 from webhook.reconciler.model import (
     CONFIG_MAP,
     NETWORK_POLICY,
     SERVICE,
-    SPEC_HASH_ANNOTATION,
     Snapshot,
     job_view,
     net_object_view,

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from reconbuild import HOUR, T0, deadline_ann, job, pod, snapshot, ts
 
-from webhook.reconciler.model import ANN_DEADLINE, ANN_STARTED, job_view, pod_view
+from webhook.contract import DEADLINE_ANNOTATION, STARTED_AT_ANNOTATION
+from webhook.reconciler.model import job_view, pod_view
 from webhook.reconciler.planner import plan
 from webhook.reconciler.settings import QueuePolicy, Settings
 
@@ -54,7 +55,7 @@ def test_without_a_record_the_label_decides_as_before():
 def test_an_extension_within_the_admitted_queue_maximum_still_counts():
     j = job("train", annotations=deadline_ann("10h", started=0, deadline=4 * HOUR), admitted=("batch", "4h"))
     a = first([j, pod("a", owner=j, started=0)], HOUR)
-    assert (a.reason, a.annotations) == ("TimeLimitExtended", {ANN_DEADLINE: ts(10 * HOUR)})
+    assert (a.reason, a.annotations) == ("TimeLimitExtended", {DEADLINE_ANNOTATION: ts(10 * HOUR)})
 
 
 # -- the annotation removed or broken: the admitted limit applies -------------------------------
@@ -63,7 +64,7 @@ def test_an_extension_within_the_admitted_queue_maximum_still_counts():
     ({"batchgate.io/time-limit": "forever"}, "not a duration ('forever')"),
 ], ids=["removed", "malformed"])
 def test_removed_limit_falls_back_to_the_admitted_one(annotations, says):
-    j = job("train", annotations={**annotations, ANN_STARTED: ts(0), ANN_DEADLINE: ts(4 * HOUR)},
+    j = job("train", annotations={**annotations, STARTED_AT_ANNOTATION: ts(0), DEADLINE_ANNOTATION: ts(4 * HOUR)},
             admitted=("batch", "4h"))
     a = pod("a", owner=j, started=0)
     assert kinds([j, a], 3 * HOUR) == []  # the recorded deadline stands
@@ -73,9 +74,9 @@ def test_removed_limit_falls_back_to_the_admitted_one(annotations, says):
 
 
 def test_removed_after_an_extension_returns_to_the_admitted_limit():
-    j = job("train", annotations={ANN_STARTED: ts(0), ANN_DEADLINE: ts(10 * HOUR)}, admitted=("batch", "4h"))
+    j = job("train", annotations={STARTED_AT_ANNOTATION: ts(0), DEADLINE_ANNOTATION: ts(10 * HOUR)}, admitted=("batch", "4h"))
     a = first([j, pod("a", owner=j, started=0)], HOUR)
-    assert (a.kind, a.reason, a.annotations) == ("record-deadline", "TimeLimitReduced", {ANN_DEADLINE: ts(4 * HOUR)})
+    assert (a.kind, a.reason, a.annotations) == ("record-deadline", "TimeLimitReduced", {DEADLINE_ANNOTATION: ts(4 * HOUR)})
 
 
 def test_bare_pod_with_the_annotation_removed_is_still_stopped():

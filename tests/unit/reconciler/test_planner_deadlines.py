@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from reconbuild import HOUR, T0, deadline_ann, job, pod, running, snapshot, terminated, ts
 
-from webhook.reconciler.model import ANN_DEADLINE, ANN_STARTED, ANN_WARNED
+from webhook.contract import DEADLINE_ANNOTATION, STARTED_AT_ANNOTATION, WARNED_FOR_ANNOTATION
 from webhook.reconciler.planner import plan
 from webhook.reconciler.settings import QueuePolicy, Settings
 
@@ -41,12 +41,12 @@ CASES = [
     Case("running bare pod, first seen: deadline recorded",
          [pod("p", started=0, annotations=deadline_ann("1h"))], 60,
          [("record-deadline", "p", "DeadlineSet")],
-         annotations={"p": {ANN_STARTED: ts(0), ANN_DEADLINE: ts(HOUR)}},
+         annotations={"p": {STARTED_AT_ANNOTATION: ts(0), DEADLINE_ANNOTATION: ts(HOUR)}},
          message="stopped at 2024-05-01T11:00:00Z", wake=HOUR - 600),
     Case("recorded, before the warning: steady, wakes at the warning",
          [pod("p", annotations=deadline_ann("1h", started=0, deadline=HOUR))], 60, [], wake=HOUR - 600),
     Case("recorded, warning due", [pod("p", annotations=deadline_ann("1h", started=0, deadline=HOUR))],
-         HOUR - 300, [("warn", "p", "TimeLimitApproaching")], annotations={"p": {ANN_WARNED: ts(HOUR)}},
+         HOUR - 300, [("warn", "p", "TimeLimitApproaching")], annotations={"p": {WARNED_FOR_ANNOTATION: ts(HOUR)}},
          message="(in 5m)", wake=HOUR),
     Case("warned: steady until the deadline",
          [pod("p", annotations=deadline_ann("1h", started=0, deadline=HOUR, warned=HOUR))], HOUR - 1, [], wake=HOUR),
@@ -67,11 +67,11 @@ CASES = [
          settings=Settings(queues=QUEUES)),
     Case("running without any start time: counts from now",
          [pod("p", containers=[], started=None, annotations=deadline_ann("1h"))], 100,
-         [("record-deadline", "p", "DeadlineSet")], annotations={"p": {ANN_STARTED: ts(100), ANN_DEADLINE: ts(100 + HOUR)}}),
+         [("record-deadline", "p", "DeadlineSet")], annotations={"p": {STARTED_AT_ANNOTATION: ts(100), DEADLINE_ANNOTATION: ts(100 + HOUR)}}),
     Case("job: the clock starts with its first pod, annotations go on the Job",
          [J, pod("a", owner=J, started=300, annotations=deadline_ann("4h")), pod("b", owner=J, started=120)], 400,
          [("record-deadline", "train", "DeadlineSet")],
-         annotations={"train": {ANN_STARTED: ts(120), ANN_DEADLINE: ts(120 + 4 * HOUR)}}),
+         annotations={"train": {STARTED_AT_ANNOTATION: ts(120), DEADLINE_ANNOTATION: ts(120 + 4 * HOUR)}}),
     Case("job's pods are not jobs themselves",
          [J_WARNED, pod("a", owner=J, started=0, annotations=deadline_ann("1h"))], 2 * HOUR, []),
     Case("job past its deadline is deleted with background propagation",
@@ -80,7 +80,7 @@ CASES = [
     Case("init container start counts as running",
          [pod("p", phase="Pending", started=None, annotations=deadline_ann("1h"),
               containers=[]) | {"status": {"phase": "Pending", "initContainerStatuses": [running(30, "stage")]}}],
-         60, [("record-deadline", "p", "DeadlineSet")], annotations={"p": {ANN_STARTED: ts(30), ANN_DEADLINE: ts(30 + HOUR)}}),
+         60, [("record-deadline", "p", "DeadlineSet")], annotations={"p": {STARTED_AT_ANNOTATION: ts(30), DEADLINE_ANNOTATION: ts(30 + HOUR)}}),
     Case("job not started yet: nothing", [J, pod("a", owner=J, phase="Pending", started=None)], HOUR, []),
     Case("job's pods gone but start recorded: the clock keeps running", [J_WARNED], 4 * HOUR, [("stop", "train", "TimeLimitExceeded")]),
     Case("completed job is left alone",
@@ -94,7 +94,7 @@ CASES = [
          [job("train", annotations=deadline_ann("6h", started=0, deadline=4 * HOUR, warned=4 * HOUR)),
           pod("a", owner=J, started=0)], 3 * HOUR + 55 * 60,
          [("record-deadline", "train", "TimeLimitExtended")],
-         annotations={"train": {ANN_DEADLINE: ts(6 * HOUR)}}, message="from 2024-05-01T14:00:00Z to 2024-05-01T16:00:00Z",
+         annotations={"train": {DEADLINE_ANNOTATION: ts(6 * HOUR)}}, message="from 2024-05-01T14:00:00Z to 2024-05-01T16:00:00Z",
          wake=6 * HOUR - 600),
     Case("extension near the new deadline: recorded and warned anew",
          [job("train", annotations=deadline_ann("5h", started=0, deadline=4 * HOUR, warned=4 * HOUR)),
@@ -105,11 +105,11 @@ CASES = [
           pod("a", owner=J, started=0)], 3 * HOUR, [("record-deadline", "train", "TimeLimitExtended")]),
     Case("a shorter limit moves the deadline earlier",
          [job("train", annotations=deadline_ann("2h", started=0, deadline=4 * HOUR)), pod("a", owner=J, started=0)],
-         HOUR, [("record-deadline", "train", "TimeLimitReduced")], annotations={"train": {ANN_DEADLINE: ts(2 * HOUR)}}),
+         HOUR, [("record-deadline", "train", "TimeLimitReduced")], annotations={"train": {DEADLINE_ANNOTATION: ts(2 * HOUR)}}),
     Case("a forged later start is not believed while pods show the real one",
          [job("train", annotations=deadline_ann("4h", started=2 * HOUR, deadline=6 * HOUR)), pod("a", owner=J, started=0)],
          HOUR, [("record-deadline", "train", "TimeLimitReduced")],
-         annotations={"train": {ANN_STARTED: ts(0), ANN_DEADLINE: ts(4 * HOUR)}}),
+         annotations={"train": {STARTED_AT_ANNOTATION: ts(0), DEADLINE_ANNOTATION: ts(4 * HOUR)}}),
     Case("recorded start earlier than today's pods stands (pods were replaced)",
          [J_RECORDED, pod("a", owner=J, started=2 * HOUR)], 3 * HOUR, []),
     Case("a limit over the queue maximum is capped",

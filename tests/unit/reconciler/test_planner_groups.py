@@ -20,7 +20,8 @@ from reconbuild import (
     ts,
 )
 
-from webhook.reconciler.model import ANN_GANG_RESTART, LABEL_COMPLETION_INDEX
+from webhook.contract import GANG_RESTART_ANNOTATION
+from webhook.reconciler.model import LABEL_COMPLETION_INDEX
 from webhook.reconciler.planner import plan
 from webhook.reconciler.settings import Settings
 
@@ -53,7 +54,7 @@ class Case:
 
 OOM = {"containers": [terminated(137, reason="OOMKilled")], "phase": "Failed"}
 EXIT3 = {"containers": [terminated(3)], "phase": "Failed"}
-RESTART, INDEX = ANN_GANG_RESTART, LABEL_COMPLETION_INDEX
+RESTART, INDEX = GANG_RESTART_ANNOTATION, LABEL_COMPLETION_INDEX
 # mpi-a failed earlier and its group was restarted for it: marked with its own uid
 OOM_DONE = {**OOM, "annotations": {RESTART: "uid-demo-mpi-a"}}
 
@@ -261,10 +262,10 @@ def test_job_podgroup_is_owned_by_the_job() -> None:
 def test_a_restart_marks_its_cause_after_the_deletes_with_the_pods_own_uid() -> None:
     (a,) = plan(snapshot(J, *job_members({}, OOM)), T0, Settings()).actions
     assert a.mark is not None and a.mark.ref.name == "mpi-b" and a.mark.ref.uid == "uid-demo-mpi-b"
-    assert a.mark.annotations == {ANN_GANG_RESTART: "uid-demo-mpi-b"}
+    assert a.mark.annotations == {GANG_RESTART_ANNOTATION: "uid-demo-mpi-b"}
     assert a.event_type == "Warning" and a.target.kind == "Job"
     # once marked, the next pass (the members being replaced) plans nothing for this failure
-    marked = job_members({"deleting": True}, {**OOM, "annotations": {ANN_GANG_RESTART: "uid-demo-mpi-b"}},
+    marked = job_members({"deleting": True}, {**OOM, "annotations": {GANG_RESTART_ANNOTATION: "uid-demo-mpi-b"}},
                          {"deleting": True})
     assert plan(snapshot(J, *marked), T0, Settings()).actions == []
 
@@ -383,8 +384,8 @@ def test_a_member_kubernetes_is_taking_down_restarts_the_gang_and_is_marked_as_d
     assert (a.kind, a.reason) == ("gang-interrupted", "GangInterrupted") and a.key == "uid-demo-mpi-b"
     assert "pod mpi-b of pod group mpi was interrupted (PreemptionByScheduler: ...)" in a.message
     assert disruptions(a) == [("mpi-a", "BatchgateGangRestart"), ("mpi-c", "BatchgateGangRestart")]
-    assert a.mark is not None and a.mark.ref.name == "mpi-b" and a.mark.annotations == {ANN_GANG_RESTART: "uid-demo-mpi-b"}
-    marked = {**PREEMPTING, "annotations": {ANN_GANG_RESTART: "uid-demo-mpi-b"}}
+    assert a.mark is not None and a.mark.ref.name == "mpi-b" and a.mark.annotations == {GANG_RESTART_ANNOTATION: "uid-demo-mpi-b"}
+    marked = {**PREEMPTING, "annotations": {GANG_RESTART_ANNOTATION: "uid-demo-mpi-b"}}
     assert plan(snapshot(J, *job_members({}, marked)), T0 + 60, Settings()).actions == []
 
 

@@ -9,19 +9,12 @@ from typing import Any
 import pytest
 
 from tests.unit.reconciler.reconbuild import HOUR, T0, job, pod, ts
+from webhook.contract import COUNTDOWN_LABEL, MAINTENANCE_ANNOTATION
 from webhook.reconciler.actions import Action
 from webhook.reconciler.maintenance import plan_maintenance
-from webhook.reconciler.model import (
-    ANN_MAINTENANCE,
-    NodeView,
-    Snapshot,
-    job_view,
-    pod_view,
-    window_view,
-)
+from webhook.reconciler.model import NodeView, Snapshot, job_view, pod_view, window_view
 from webhook.reconciler.planner import plan
 from webhook.reconciler.settings import Settings
-from webhook.windows import COUNTDOWN_LABEL
 
 S = Settings()
 
@@ -144,8 +137,8 @@ def test_at_the_start_the_node_is_cordoned_remembering_how_it_was() -> None:
                              windows=[w]), T0)
     cordons = {a.target.name: a for a in actions if a.kind == "cordon"}
     assert cordons["n1"].patch == {"metadata": {"resourceVersion": "7", "annotations": {
-        ANN_MAINTENANCE: '{"unschedulable":false,"window":"fw"}'}}, "spec": {"unschedulable": True}}
-    assert json.loads(cordons["n2"].patch["metadata"]["annotations"][ANN_MAINTENANCE])["unschedulable"] is True  # type: ignore[index]
+        MAINTENANCE_ANNOTATION: '{"unschedulable":false,"window":"fw"}'}}, "spec": {"unschedulable": True}}
+    assert json.loads(cordons["n2"].patch["metadata"]["annotations"][MAINTENANCE_ANNOTATION])["unschedulable"] is True  # type: ignore[index]
     assert "stays so after the window" in cordons["n2"].message
     assert cordons["n1"].reason == "MaintenanceStarted" and "firmware" in cordons["n1"].message
     assert [a.kind for a in actions if a.kind not in ("cordon",)] == []  # drain next pass, once cordoned
@@ -192,7 +185,7 @@ def test_at_the_end_nodes_come_back_exactly_as_they_were() -> None:
              windows=[w])
     actions, _ = run(s, T0)
     back = {a.target.name: a for a in actions if a.kind == "uncordon"}
-    assert back["n1"].patch == {"metadata": {"resourceVersion": "7", "annotations": {ANN_MAINTENANCE: None}},
+    assert back["n1"].patch == {"metadata": {"resourceVersion": "7", "annotations": {MAINTENANCE_ANNOTATION: None}},
                                 "spec": {"unschedulable": None}}
     assert back["n2"].patch["spec"] == {"unschedulable": True}  # type: ignore[index]
     assert "stays cordoned, as it was before" in back["n2"].message
@@ -239,7 +232,7 @@ def test_the_planner_includes_maintenance_and_wakes_for_it(offset: float) -> Non
 
 # -- the next window, recorded on running jobs ------------------------------------------------
 def test_running_jobs_get_the_next_window_on_their_nodes() -> None:
-    from webhook.reconciler.model import ANN_NEXT_MAINTENANCE
+    from webhook.reconciler.model import NEXT_MAINTENANCE_ANNOTATION
     from webhook.windows import read_next_maintenance
 
     w = mw("fw", 3 * HOUR, 5 * HOUR, nodes=["n1"])
@@ -252,30 +245,30 @@ def test_running_jobs_get_the_next_window_on_their_nodes() -> None:
     s = snap(j, *pods, nodes=[node("n1", labels={COUNTDOWN_LABEL: "176"}), node("n2"), node("n3")],
              windows=[w, later])
     actions = [a for a in plan_maintenance(s, T0, S)[0] if a.kind == "record-maintenance"]
-    got = {a.target.name: read_next_maintenance((a.annotations or {})[ANN_NEXT_MAINTENANCE]) for a in actions}
+    got = {a.target.name: read_next_maintenance((a.annotations or {})[NEXT_MAINTENANCE_ANNOTATION]) for a in actions}
     assert got == {"train": ("fw", T0 + 3 * HOUR, ts(3 * HOUR), "n1"), "solo": ("later", T0 + 9 * HOUR, ts(9 * HOUR), "n2")}
     assert all(a.quiet for a in actions)  # nothing the user must act on: their deadlines are unknown here
 
 
 def test_a_job_whose_deadline_passes_a_new_window_is_told_and_stale_records_go() -> None:
-    from webhook.reconciler.model import ANN_NEXT_MAINTENANCE
+    from webhook.reconciler.model import NEXT_MAINTENANCE_ANNOTATION
 
     w = mw("fw", HOUR, 2 * HOUR, nodes=["n1"])
     late = pod("late", node="n1", annotations={"batchgate.io/time-limit": "4h", "batchgate.io/started-at": ts(-60),
                                                "batchgate.io/deadline": ts(4 * HOUR - 60)})
     stale = pod("stale", node="n2", annotations={"batchgate.io/time-limit": "4h",
-                                                 ANN_NEXT_MAINTENANCE: '{"node":"n2","start":"x","window":"old"}'})
+                                                 NEXT_MAINTENANCE_ANNOTATION: '{"node":"n2","start":"x","window":"old"}'})
     s = snap(late, stale, nodes=[node("n1", labels={COUNTDOWN_LABEL: "58"}), node("n2")], windows=[w])
     actions = {a.target.name: a for a in plan_maintenance(s, T0, S)[0] if a.kind == "record-maintenance"}
     assert not actions["late"].quiet and actions["late"].event_type == "Warning"
     assert "it will be evicted when the window starts" in actions["late"].message
-    assert actions["stale"].annotations == {ANN_NEXT_MAINTENANCE: None} and actions["stale"].quiet
+    assert actions["stale"].annotations == {NEXT_MAINTENANCE_ANNOTATION: None} and actions["stale"].quiet
     # recorded: steady
     from webhook.windows import next_maintenance_text, parse_window
 
     window, _ = parse_window(w)
     assert window is not None
     recorded = pod("late", node="n1", annotations={**late["metadata"]["annotations"],
-                                                   ANN_NEXT_MAINTENANCE: next_maintenance_text(window, "n1")})
+                                                   NEXT_MAINTENANCE_ANNOTATION: next_maintenance_text(window, "n1")})
     s = snap(recorded, nodes=[node("n1", labels={COUNTDOWN_LABEL: "58"})], windows=[w])
     assert [a for a in plan_maintenance(s, T0, S)[0] if a.kind == "record-maintenance"] == []

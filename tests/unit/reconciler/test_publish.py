@@ -15,6 +15,7 @@ from webhook.reconciler.errors import Conflict
 from webhook.reconciler.model import CONFIG_MAP, NAMESPACE
 from webhook.reconciler.publish import LabelPublisher
 from webhook.reconciler.settings import Settings
+from webhook.units import format_time
 
 NS = "batchgate-system"
 T0 = 1_800_000_000.0
@@ -50,7 +51,7 @@ def test_creates_the_configmap_with_only_the_referenced_keys():
     assert pub.step(("team",), "abc") == "created"
     doc = published(api)
     assert doc["namespaces"] == {"demo": {}, "lab": {"team": "physics"}}  # owner is not published
-    assert doc["keys"] == ["team"] and doc["bundle"] == "abc" and doc["publishedAt"] == nsfacts.rfc3339(T0)
+    assert doc["keys"] == ["team"] and doc["bundle"] == "abc" and doc["publishedAt"] == format_time(T0)
     facts = nsfacts.parse_facts(api.get(CONFIG_MAP, NS, "batchgate-namespaces")["data"][nsfacts.KEY])
     assert facts.labels["lab"] == {"team": "physics"}  # what the webhook reads back
 
@@ -69,7 +70,7 @@ def test_writes_only_on_change_or_refresh_each_fenced():
     clock.now += 301  # nothing changed, but the refresh is due
     assert pub.due_at() is not None and pub.due_at() <= clock.now
     assert pub.step(("team",), "abc") == "updated"
-    assert published(api)["publishedAt"] == nsfacts.rfc3339(clock.now)
+    assert published(api)["publishedAt"] == format_time(clock.now)
     assert [c[0] for c in api.writes()] == ["create", "replace", "replace", "replace"]
 
 

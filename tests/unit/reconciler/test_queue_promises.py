@@ -10,11 +10,12 @@ from typing import Any
 
 from tests.unit.reconciler.reconbuild import HOUR, T0, pod, ts
 from tests.unit.reconciler.test_shadow import node, with_spec
-from webhook.contract import QUEUE_GATE, START_BY_ANNOTATION
-from webhook.reconciler.model import ANN_EXPECTED_START, Snapshot, parse_time, pod_view
+from webhook.contract import EXPECTED_START_ANNOTATION, QUEUE_GATE, START_BY_ANNOTATION
+from webhook.reconciler.model import Snapshot, pod_view
 from webhook.reconciler.planner import plan
 from webhook.reconciler.settings import QueuePolicy, Settings
 from webhook.rules import load_bundle
+from webhook.units import parse_time
 
 QP = QueuePolicy.from_bundle(load_bundle("policies"))
 S = Settings(queues=QP)
@@ -83,7 +84,7 @@ def test_the_expected_start_is_never_after_the_promise():
     settings = dataclasses.replace(S, runtime_prediction=False)
     acts = run(busy("b", "2", HOUR), gated("big", "4", "1h"), settings=settings)
     (e,) = of(acts, "expected-start", "big")
-    assert parse_time(e.annotations[ANN_EXPECTED_START]) <= T0 + HOUR
+    assert parse_time(e.annotations[EXPECTED_START_ANNOTATION]) <= T0 + HOUR
 
 
 def test_a_waiting_workload_is_told_once_that_it_waits_and_at_once_of_a_missing_volume():

@@ -9,9 +9,10 @@ from fakeapi import FakeApi
 
 from tests.unit.reconciler.reconbuild import HOUR, T0, job, pod, terminated, ts
 from tests.unit.reconciler.test_shadow import node, running, snap, waiting, with_spec
+from webhook.contract import EXPECTED_START_ANNOTATION
 from webhook.reconciler import runtimes
 from webhook.reconciler.controller import Controller
-from webhook.reconciler.model import ANN_EXPECTED_START, Snapshot, job_view, pod_view
+from webhook.reconciler.model import Snapshot, job_view, pod_view
 from webhook.reconciler.planner import plan
 from webhook.reconciler.runtimes import Predictor, Run, corrected, finished_runs, key_of, remember
 from webhook.reconciler.settings import Settings
@@ -161,17 +162,17 @@ def test_the_estimate_written_uses_the_history_of_a_finished_job_in_the_snapshot
     s0 = snap(running("r1", "n1", limit="2h", cpu="4", started=-10 * MIN), waiting("w1", cpu="4"), nodes=[node("n1")])
     s = Snapshot(pods=s0.pods, jobs={("demo", "before"): job_view(finished)}, nodes=s0.nodes)
     est = {a.target.name: a.annotations for a in plan(s, T0, Settings()).actions if a.kind == "expected-start"}
-    assert est["w1"][ANN_EXPECTED_START] == ts(10 * MIN)  # type: ignore[index]
+    assert est["w1"][EXPECTED_START_ANNOTATION] == ts(10 * MIN)  # type: ignore[index]
     est = {a.target.name: a.annotations for a in plan(s, T0, Settings(runtime_prediction=False)).actions
            if a.kind == "expected-start"}
-    assert est["w1"][ANN_EXPECTED_START] == ts(110 * MIN)  # type: ignore[index]
+    assert est["w1"][EXPECTED_START_ANNOTATION] == ts(110 * MIN)  # type: ignore[index]
 
 
 def test_the_history_the_controller_remembers_counts_when_the_job_is_gone() -> None:
     s = snap(running("r1", "n1", limit="2h", cpu="4", started=-10 * MIN), waiting("w1", cpu="4"), nodes=[node("n1")])
     h = remember({}, [Run(key_of("demo", "batch", "busybox"), "gone", T0 - HOUR, T0 - HOUR + 30 * MIN)])
     (a,) = [a for a in plan(s, T0, Settings(), history=h).actions if a.kind == "expected-start"]
-    assert a.annotations[ANN_EXPECTED_START] == ts(20 * MIN)  # type: ignore[index]
+    assert a.annotations[EXPECTED_START_ANNOTATION] == ts(20 * MIN)  # type: ignore[index]
 
 
 def test_the_key_takes_the_queue_a_workload_was_admitted_to_over_a_label_edited_since() -> None:

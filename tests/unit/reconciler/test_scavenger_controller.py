@@ -12,8 +12,9 @@ from fakeapi import FakeApi
 from reconbuild import T0, running, terminated, ts
 
 from webhook.reconciler.controller import Controller
-from webhook.reconciler.model import LABEL_SEGMENT, LABEL_SJ, format_time, parse_time
+from webhook.reconciler.model import LABEL_SEGMENT, LABEL_SJ
 from webhook.reconciler.settings import QueuePolicy, Settings
+from webhook.units import format_time, parse_time
 
 SETTINGS = Settings(leader_elect=False, queues=QueuePolicy(unschedulable_timeout=300))
 MIN = 60

@@ -8,20 +8,14 @@ from typing import Any
 import pytest
 
 from tests.unit.reconciler.reconbuild import HOUR, T0, job, pod, ts
+from webhook.contract import EXPECTED_START_ANNOTATION
 from webhook.reconciler import shadow
 from webhook.reconciler.expected import plan_expected
-from webhook.reconciler.model import (
-    ANN_EXPECTED_START,
-    NodeView,
-    Snapshot,
-    job_view,
-    node_view,
-    parse_time,
-    pod_view,
-)
+from webhook.reconciler.model import NodeView, Snapshot, job_view, node_view, pod_view
 from webhook.reconciler.planner import effective_limit, plan
 from webhook.reconciler.settings import QueuePolicy, Settings
 from webhook.reconciler.shadow import shadow_schedule
+from webhook.units import parse_time
 from webhook.windows import parse_window
 
 S = Settings()
@@ -128,12 +122,12 @@ def test_a_gang_starts_all_together() -> None:
 def test_estimates_are_written_once_and_moves_over_five_minutes_are_told() -> None:
     s = snap(running("r1", "n1", limit="2h", cpu="4"), waiting("w", cpu="4"), nodes=[node("n1")])
     (a,) = plan_expected(s, shadow_schedule(s, T0, []), S)
-    assert (a.reason, a.annotations[ANN_EXPECTED_START]) == ("ExpectedStart", ts(HOUR))  # type: ignore[index]
+    assert (a.reason, a.annotations[EXPECTED_START_ANNOTATION]) == ("ExpectedStart", ts(HOUR))  # type: ignore[index]
     w2 = waiting("w", cpu="4")
-    w2["metadata"].setdefault("annotations", {})[ANN_EXPECTED_START] = ts(HOUR - 120)  # within 5 minutes: kept
+    w2["metadata"].setdefault("annotations", {})[EXPECTED_START_ANNOTATION] = ts(HOUR - 120)  # within 5 minutes: kept
     s2 = snap(running("r1", "n1", limit="2h", cpu="4"), w2, nodes=[node("n1")])
     assert plan_expected(s2, shadow_schedule(s2, T0, []), S) == []
-    w2["metadata"]["annotations"][ANN_EXPECTED_START] = ts(3 * HOUR)
+    w2["metadata"]["annotations"][EXPECTED_START_ANNOTATION] = ts(3 * HOUR)
     s3 = snap(running("r1", "n1", limit="2h", cpu="4"), w2, nodes=[node("n1")])
     (moved,) = plan_expected(s3, shadow_schedule(s3, T0, []), S)
     assert moved.reason == "ExpectedStartMoved" and f"(was {ts(3 * HOUR)})" in moved.message
@@ -142,13 +136,13 @@ def test_estimates_are_written_once_and_moves_over_five_minutes_are_told() -> No
 def test_never_fitting_work_gets_a_warning_and_started_work_loses_its_estimate() -> None:
     huge = waiting("huge", cpu="64")
     gone = running("started", "n1", limit="1h", cpu="1")
-    gone["metadata"].setdefault("annotations", {})[ANN_EXPECTED_START] = ts(0)
+    gone["metadata"].setdefault("annotations", {})[EXPECTED_START_ANNOTATION] = ts(0)
     s = snap(huge, gone, nodes=[node("n1")])
     actions = {a.target.name: a for a in plan_expected(s, shadow_schedule(s, T0, []), S)}
     assert actions["huge"].reason == "NeverFits" and actions["huge"].event_type == "Warning"
-    assert actions["huge"].annotations == {ANN_EXPECTED_START: "unknown", "batchgate.io/expected-start-reason": (
+    assert actions["huge"].annotations == {EXPECTED_START_ANNOTATION: "unknown", "batchgate.io/expected-start-reason": (
         "each pod asks for cpu 64, memory 1Gi; the largest node it may use (n1) has cpu 4, memory 16Gi")}
-    assert actions["started"].quiet and actions["started"].annotations[ANN_EXPECTED_START] is None  # type: ignore[index]
+    assert actions["started"].quiet and actions["started"].annotations[EXPECTED_START_ANNOTATION] is None  # type: ignore[index]
 
 
 # -- the index of earliest starts: the same answers as asking every node --------------------
@@ -225,7 +219,7 @@ def _expected(s: Snapshot, settings: Settings) -> dict[str, float | str]:
     out: dict[str, float | str] = {}
     for a in plan(s, T0, settings).actions:
         if a.kind == "expected-start" and a.annotations:
-            v = a.annotations[ANN_EXPECTED_START]
+            v = a.annotations[EXPECTED_START_ANNOTATION]
             t = parse_time(v) if v else None
             out[a.target.name] = t - T0 if t is not None else str(v)
     return out

@@ -22,17 +22,10 @@ from tests.unit.conftest import (
     workload,
 )
 from webhook.bundle import Bundle
+from webhook.contract import KATA_OVERHEAD_CPU_ANNOTATION, KATA_REQUESTED_CPU_ANNOTATION
 from webhook.engine import Decision
 from webhook.offline import Caller, synthetic_review
-from webhook.rules.kata_cpu import (
-    ANNOTATION,
-    OVERHEAD_ANNOTATION,
-    Infeasible,
-    Settings,
-    millis,
-    plan,
-    shrink,
-)
+from webhook.rules.kata_cpu import Infeasible, Settings, millis, plan, shrink
 from webhook.workloads import shape_of
 from webhook.yamlsrc import BundleError
 
@@ -184,7 +177,7 @@ def test_real_fixture_loses_the_overhead(bundle):
     d = decided(body, bundle, phase="mutate")
     c = d.obj["spec"]["containers"][0]["resources"]
     assert c["requests"]["cpu"] == c["limits"]["cpu"] == "3750m"
-    assert json.loads(d.obj["metadata"]["annotations"][ANNOTATION]) == {"c": {"limits": "4", "requests": "4"}}
+    assert json.loads(d.obj["metadata"]["annotations"][KATA_REQUESTED_CPU_ANNOTATION]) == {"c": {"limits": "4", "requests": "4"}}
     assert d.obj["spec"]["overhead"] == {"cpu": "250m", "memory": "160Mi"}, "overhead is the API server's"
     assert c["requests"]["memory"] == "4Gi"
     assert any("250m CPU of VM overhead" in w for w in d.warnings)
@@ -229,7 +222,7 @@ def test_other_runtime_classes_are_untouched(kata, runtime):
 
 def test_annotation_present_means_adjusted(kata):
     pod = kata_pod([("4", "4")])
-    pod["metadata"]["annotations"] = {ANNOTATION: '{"c0":{"limits":"4","requests":"4"}}'}
+    pod["metadata"]["annotations"] = {KATA_REQUESTED_CPU_ANNOTATION: '{"c0":{"limits":"4","requests":"4"}}'}
     assert run(kata, pod).patch == []
 
 
@@ -396,15 +389,15 @@ def cpu_of_template(obj: dict[str, Any]) -> str | None:
 
 def test_a_forged_overhead_marker_with_a_bad_record_is_denied(kata):
     pod = kata_pod([("4", "4")])
-    pod["metadata"]["annotations"] = {ANNOTATION: "not json", OVERHEAD_ANNOTATION: "250m"}
+    pod["metadata"]["annotations"] = {KATA_REQUESTED_CPU_ANNOTATION: "not json", KATA_OVERHEAD_CPU_ANNOTATION: "250m"}
     d = run(kata, pod)
-    assert not d.allowed and ANNOTATION in d.message
+    assert not d.allowed and KATA_REQUESTED_CPU_ANNOTATION in d.message
 
 
 def test_the_opt_out_still_holds_for_templates(kata):
     """The annotation without the overhead marker: set by hand, the workload is left alone."""
     dep = workload("Deployment", spec=_kata_spec([("4", "4")]))
-    dep["spec"]["template"]["metadata"]["annotations"] = {ANNOTATION: "{}"}
+    dep["spec"]["template"]["metadata"]["annotations"] = {KATA_REQUESTED_CPU_ANNOTATION: "{}"}
     d = check(dep, bundle=kata)
     assert d.patch == [] and d.warnings == []
 

@@ -9,9 +9,9 @@ import pytest
 
 from tests.unit.conftest import checked_decide, only, settings_error, with_settings
 from webhook.bundle import Bundle
+from webhook.contract import COUNTDOWN_LABEL
 from webhook.offline import Caller
 from webhook.rules.maintenance_affinity import terms_for
-from webhook.windows import COUNTDOWN_LABEL
 
 NONE = {"key": COUNTDOWN_LABEL, "operator": "DoesNotExist"}
 

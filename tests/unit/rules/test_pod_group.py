@@ -17,7 +17,8 @@ from webhook.bundle import Bundle
 from webhook.engine import Decision
 from webhook.offline import Caller, synthetic_review
 from webhook.rules import load_bundle
-from webhook.rules.pod_group import Settings, gang_size, group_name
+from webhook.rules.pod_group import Settings, group_name
+from webhook.workloads import pods_at_once
 from webhook.yamlsrc import BundleError
 
 GROUP, SIZE = "batchgate.io/pod-group", "batchgate.io/pod-group-size"
@@ -330,7 +331,7 @@ def test_a_long_job_name_gives_a_valid_group(pg):
     ({"parallelism": 0}, 0), ({"parallelism": True}, 1),
 ], ids=["defaults", "parallelism", "fewer-completions", "suspended-by-zero", "not-an-int"])
 def test_gang_size(spec, want):
-    assert gang_size(spec) == want
+    assert pods_at_once(spec) == want
 
 
 # -- denials --------------------------------------------------------------------------------
