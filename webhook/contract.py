@@ -49,8 +49,24 @@ QUEUED_ANNOTATION = f"{GROUP}/queued"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # On a workload waiting in batchgate's queue: its reservation's start, the promise (queue.py).
 START_BY_ANNOTATION = f"{GROUP}/start-by"
+# On what the reconciler makes (a ScavengerJob's Jobs and guards, job networking's Services, hostfile
+# ConfigMaps and NetworkPolicies): the admission policy batchgate-reconciler-writes lets its
+# ServiceAccount write Services, ConfigMaps, NetworkPolicies and PodDisruptionBudgets only with it.
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "batchgate"
+# On pending workloads (Jobs, bare Pods): when the reconciler expects them to start (RFC 3339, or
+# "unknown") and what they wait for.
+EXPECTED_START_ANNOTATION = f"{GROUP}/expected-start"
+EXPECTED_START_REASON_ANNOTATION = f"{GROUP}/expected-start-reason"
+# On a Node a MaintenanceWindow cordoned: the window and whether the node was cordoned before.
+NODE_MAINTENANCE_ANNOTATION = f"{GROUP}/maintenance"
+# What only the reconciler (and admins) may set, change or remove on workloads (policy
+# reconciler-annotations): its memory (a forged started-at or a removed deadline would buy time),
+# the gang restart it dealt with (a forged one on a colleague's pod hides a failure), and what it
+# tells users (a forged expected-start or start-by would mislead them).
 RECONCILER_ANNOTATIONS = (STARTED_AT_ANNOTATION, DEADLINE_ANNOTATION, WARNED_FOR_ANNOTATION,
-                          NEXT_MAINTENANCE_ANNOTATION, START_BY_ANNOTATION)
+                          NEXT_MAINTENANCE_ANNOTATION, GANG_RESTART_ANNOTATION, EXPECTED_START_ANNOTATION,
+                          EXPECTED_START_REASON_ANNOTATION, START_BY_ANNOTATION)
 # A ScavengerJob's size, per pod and in pods (policy scavengerjob refuses more, the reconciler's view
 # fails such an object stored while the webhook was down): far beyond any node and any gang, and
 # small enough that the controller's arithmetic and the Job it makes stay what Kubernetes takes.

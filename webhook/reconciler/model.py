@@ -25,16 +25,26 @@ from typing import Any
 from ..contract import (
     DEADLINE_ANNOTATION,
     EXPECTED_RUNTIME_ANNOTATION,
+    EXPECTED_START_ANNOTATION,
+    EXPECTED_START_REASON_ANNOTATION,
     GANG_RESTART_ANNOTATION,
     GROUP,
+    MANAGED_BY_LABEL,
     NEXT_MAINTENANCE_ANNOTATION,
+<<<<<<< HEAD
     QUEUE_GATE,
+=======
+    NODE_MAINTENANCE_ANNOTATION,
+>>>>>>> 8f27106 (Reconciler least privilege, first part: no Secrets (a ScavengerJob's Secret is not looked up), its own ConfigMaps by name (batchgate-usage too), ValidatingAdmissionPolicies bound to its ServiceAccount (manifests/reconciler-policies.yaml, generated) narrowing pod/job/node patches, Job creation and writes to Services/ConfigMaps/NetworkPolicies/PDBs; gang-restart and expected-start(-reason) are reconciler annotations; the guard's PDB is deleted by the uid read live, only when its owner is the segment's Job)
     QUEUE_LABEL,
     QUEUED_ANNOTATION,
     START_BY_ANNOTATION,
     STARTED_AT_ANNOTATION,
     TIME_LIMIT_ANNOTATION,
     WARNED_FOR_ANNOTATION,
+)
+from ..contract import (
+    MANAGED_BY as MANAGED_BY,
 )
 from ..jobnet import CONNECT_TO_ANNOTATION, MAX_LABEL, NETWORK_LABEL, SLOTS_ANNOTATION, peers_view
 from ..units import MAX_TEXT, parse_duration, parse_quantity
@@ -54,17 +64,16 @@ ANN_STARTED = STARTED_AT_ANNOTATION  # reconciler: when the job's first pod star
 ANN_DEADLINE = DEADLINE_ANNOTATION  # reconciler: started-at + time limit (RFC 3339)
 ANN_WARNED = WARNED_FOR_ANNOTATION  # reconciler: the deadline the user was last warned about
 ANN_NEXT_MAINTENANCE = NEXT_MAINTENANCE_ANNOTATION  # reconciler, on running jobs: the next window on their nodes
-ANN_MAINTENANCE = f"{GROUP}/maintenance"
+ANN_MAINTENANCE = NODE_MAINTENANCE_ANNOTATION  # reconciler, on Nodes: the window that cordoned it, and the state before
 ANN_GANG_RESTART = GANG_RESTART_ANNOTATION  # reconciler, on a gang member whose failure restarted the gang
 LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # annotation (and, 1.28+, label)
-ANN_EXPECTED_START = f"{GROUP}/expected-start"  # reconciler, on pending workloads: RFC 3339 or "unknown"
-ANN_EXPECTED_REASON = f"{GROUP}/expected-start-reason"  # ... and why (what it waits for)  # reconciler, on Nodes: the window that cordoned it, and the state before
+ANN_EXPECTED_START = EXPECTED_START_ANNOTATION  # reconciler, on pending workloads: RFC 3339 or "unknown"
+ANN_EXPECTED_REASON = EXPECTED_START_REASON_ANNOTATION  # ... and why (what it waits for)
 LABEL_QUEUE = QUEUE_LABEL
 LABEL_GROUP = f"{GROUP}/pod-group"
 LABEL_GROUP_SIZE = f"{GROUP}/pod-group-size"
 LABEL_COSCHEDULING = "scheduling.x-k8s.io/pod-group"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGED_BY = "batchgate"
+LABEL_MANAGED_BY = MANAGED_BY_LABEL
 SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
 
 # Pod ``status.reason`` values that mean the pod was stopped from outside (its
@@ -121,7 +130,6 @@ MAINTENANCE_WINDOW = Kind("batchgate.io/v1alpha1", "MaintenanceWindow", "mainten
 NAMESPACE = Kind("v1", "Namespace", "namespaces", namespaced=False)
 SCAVENGER_JOB = Kind("batchgate.io/v1alpha1", "ScavengerJob", "scavengerjobs")
 CONFIG_MAP = Kind("v1", "ConfigMap", "configmaps")
-SECRET = Kind("v1", "Secret", "secrets")
 PVC = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
 # Job networking (see ``network``): only the objects batchgate made are cached (ConfigMaps too,
 # while reads of a ScavengerJob's ConfigMaps go to CONFIG_MAP directly).
@@ -133,7 +141,7 @@ NET_KINDS = (SERVICE, NET_CONFIG_MAP, NETWORK_POLICY)
 # A ScavengerJob segment's guard (see ``scavenger``).
 PDB = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
 KINDS = {k.kind: k for k in (POD, JOB, NODE, POD_GROUP, EVENT, LEASE, MAINTENANCE_WINDOW, NAMESPACE,
-                             SCAVENGER_JOB, CONFIG_MAP, SECRET, PVC, SERVICE, NETWORK_POLICY, PDB)}
+                             SCAVENGER_JOB, CONFIG_MAP, PVC, SERVICE, NETWORK_POLICY, PDB)}
 LABEL_SJ = f"{GROUP}/scavengerjob"  # on a ScavengerJob's Jobs and pods: its name
 LABEL_SEGMENT = f"{GROUP}/segment"  # on a ScavengerJob's Jobs and pods: the segment number
 

@@ -594,7 +594,7 @@ def _guard(sj: SJView, job: JobView, seg: int, pods: Sequence[PodView], now: flo
                             f"segment {seg}: node {leaving[0]} is being emptied; the PodDisruptionBudget "
                             f"{ref.name} that held its gang is deleted", now, phase="Running",
                             key=f"unguard/{seg}", quiet=True, status={"guardedSegment": None},
-                            deletes=(Delete(ref),)))
+                            deletes=(Delete(ref, owner_uid=job.ref.uid),)))
         return
     if guarded or leaving:
         return
@@ -687,7 +687,10 @@ def job_body(sj: SJView, segment: int, qp: QueuePolicy) -> dict[str, Any]:
 
 
 def required_objects(sj: SJView) -> list[tuple[str, str]]:
-    """(kind, name) of the PVCs, ConfigMaps and Secrets its volumes need."""
+    """(kind, name) of the PVCs and ConfigMaps its volumes need, looked up before a start. Not its
+    Secrets: the reconciler holds no right to read Secrets (a ``get`` would read their data too,
+    in every namespace, the seal key's included); a missing one keeps the pods in
+    ContainerCreating, with the kubelet's FailedMount Event naming it, as a missing image does."""
     out = []
     for v in sj.spec.get("volumes") or ():
         if not isinstance(v, dict):
@@ -696,8 +699,6 @@ def required_objects(sj: SJView) -> list[tuple[str, str]]:
             out.append(("PersistentVolumeClaim", str(v["persistentVolumeClaim"].get("claimName"))))
         elif isinstance(v.get("configMap"), dict):
             out.append(("ConfigMap", str(v["configMap"].get("name"))))
-        elif isinstance(v.get("secret"), dict):
-            out.append(("Secret", str(v["secret"].get("secretName"))))
     return out
 
 
