@@ -1097,6 +1097,7 @@ _METADATA_VARIABLES = (("annotations", _OBJ_ANN), ("oldAnnotations", _OLD_ANN),
                        ("labels", _OBJ_LABELS), ("oldLabels", _OLD_LABELS))
 # UPDATE and DELETE carry the stored object in oldObject, CREATE and UPDATE the new one in object.
 _UPDATE = 'request.operation == "UPDATE"'
+SUB = '(has(request.subResource) ? request.subResource : "")'
 
 
 def _rule(group: str, resources: Sequence[str], operations: Sequence[str]) -> dict[str, Any]:
@@ -1114,7 +1115,7 @@ def _pod_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], ...
     conditions = "({has} ? {root}.status.conditions.filter(c, c.type != \"DisruptionTarget\") : [])"
     cond_new = conditions.format(has=_has("object", ("status", "conditions")), root="object")
     cond_old = conditions.format(has=_has("oldObject", ("status", "conditions")), root="oldObject")
-    main = 'request.subResource == ""'
+    main = f'{SUB} == ""'
     return ("pods", [_rule("", ["pods", "pods/status"], ["UPDATE"])], _METADATA_VARIABLES, [
         {**_metadata_kept(RECONCILER_ANNOTATIONS), "expression":
             f"!({main}) || ({_metadata_kept(RECONCILER_ANNOTATIONS)['expression']})"},
@@ -1123,7 +1124,7 @@ def _pod_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], ...
                        f"{gates_old}.all(g, g in {gates_new} || g.name == {_s(QUEUE_LABEL)}))",
          "message": f"the batchgate reconciler changes nothing in a pod's spec but lifting its {QUEUE_LABEL} "
                     "scheduling gate"},
-        {"expression": f'request.subResource != "status" || ('
+        {"expression": f'{SUB} != "status" || ('
                        f'{_unchanged(("status", "phase"), ("status", "containerStatuses"), ("status", "initContainerStatuses"), ("status", "reason"))}'
                        f" && {cond_new} == {cond_old})",
          "message": "the batchgate reconciler writes nothing in a pod's status but its DisruptionTarget condition"},
@@ -1195,9 +1196,10 @@ def _owned_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], .
                        _rule("networking.k8s.io", ["networkpolicies"], ["CREATE", "UPDATE", "DELETE"]),
                        _rule("policy", ["poddisruptionbudgets"], ["CREATE", "UPDATE", "DELETE"])],
             _METADATA_VARIABLES, [
-        {"expression": f'!({own}) || ({kind} == "ConfigMap" && request.name in {_list(RECONCILER_CONFIGMAPS)})',
-         "message": f"in {NAMESPACE} the batchgate reconciler writes only the ConfigMaps "
-                    f"{', '.join(RECONCILER_CONFIGMAPS)}"},
+        {"expression": f'!({NS} in {_list(SYSTEM_NAMESPACES)}) || '
+                       f'({own} && {kind} == "ConfigMap" && request.name in {_list(RECONCILER_CONFIGMAPS)})',
+         "message": f"in the system namespaces the batchgate reconciler writes only its own ConfigMaps "
+                    f"{', '.join(RECONCILER_CONFIGMAPS)} in {NAMESPACE}"},
         {"expression": _or([own, _and([f'request.operation == "DELETE" || ({_MANAGED})',
                                        f'request.operation == "CREATE" || ({_OLD_MANAGED})'])]),
          "message": f"the batchgate reconciler writes only what it made: objects labelled "

@@ -335,13 +335,15 @@ class Reconciler:
 
 
 def start_reconciler(kube: Any, namespace: str, log: Path, *args: str, identity: str = "r1",
-                     env: Mapping[str, str] | None = None, cluster_wide: bool = False) -> Reconciler:
-    """``batchgate reconcile`` on ``namespace`` (its lease there too; ``cluster_wide``: every namespace,
-    the lease still there) as the admin, output to ``log``; ``args`` add flags (``--policies``, ...)."""
+                     env: Mapping[str, str] | None = None, cluster_wide: bool = False,
+                     kubeconfig: str | None = None, lease_namespace: str | None = None) -> Reconciler:
+    """``batchgate reconcile`` on ``namespace`` (its lease there too, unless ``lease_namespace``;
+    ``cluster_wide``: every namespace, the lease still there) as the admin (or whoever
+    ``kubeconfig`` names), output to ``log``; ``args`` add flags (``--policies``, ...)."""
     scope = [] if cluster_wide else ["--namespace", namespace]
     cmd = [sys.executable, "-m", "webhook", "--log-level", "INFO", "reconcile",
-           "--kubeconfig", kube.kubeconfig("admin"), *scope,
-           "--lease-namespace", namespace, "--identity", identity, *args]
+           "--kubeconfig", kubeconfig or kube.kubeconfig("admin"), *scope,
+           "--lease-namespace", lease_namespace or namespace, "--identity", identity, *args]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
                                 env={**os.environ, **(env or {})})
