@@ -140,7 +140,8 @@ def defined_names() -> set[str]:
     """The labels, annotations and variables batchgate defines: every name in webhook/contract.py,
     and every module-level ``batchgate.io/...`` or gang-scheduler name anywhere in the package."""
     names = {v for k, v in vars(contract).items()
-             if isinstance(v, str) and not k.startswith("_") and v not in (contract.GROUP, contract.API_VERSION)}
+             if isinstance(v, str) and not k.startswith("_")
+             and v not in (contract.GROUP, contract.API_VERSION, contract.MANAGED_BY)}  # values, not names
     names |= {v for v in vars(contract).values() if isinstance(v, tuple) for v in v}
     for info in pkgutil.walk_packages(webhook.__path__, "webhook."):
         if info.name.startswith("webhook.policies") or info.name.endswith("__main__"):
