@@ -72,5 +72,8 @@ RECONCILER_ANNOTATIONS = (STARTED_AT_ANNOTATION, DEADLINE_ANNOTATION, WARNED_FOR
 # small enough that the controller's arithmetic and the Job it makes stay what Kubernetes takes.
 # Durations are bounded by the parser (webhook.units.MAX_DURATION).
 SCAVENGERJOB_MAX_PODS = 10_000
+# Its name is a label value on its Jobs, their pods and its guard (batchgate.io/scavengerjob): at most
+# 63 characters, or the Job could never be created (the CRD's schema says so too).
+SCAVENGERJOB_MAX_NAME = 63
 SCAVENGERJOB_MAX_CPU = 10_000  # cores per pod
 SCAVENGERJOB_MAX_MEMORY = 2**50  # bytes per pod: 1Pi

@@ -62,6 +62,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from ..contract import SCAVENGERJOB_MAX_CPU, SCAVENGERJOB_MAX_MEMORY, SCAVENGERJOB_MAX_PODS
+from ..rules.scavengerjob import name_problem
 from ..units import DurationTooLong, format_duration, format_memory, parse_duration, shown
 from .actions import Action, ActionKind, Delete, Requirement, Unplannable, unplannable
 from .model import (
@@ -471,6 +472,9 @@ def sj_view(obj: Mapping[str, Any]) -> SJView:
     spec = obj.get("spec") or {}
     st = obj.get("status") or {}
     problems: list[str] = []
+    named = name_problem(obj)  # stored before the bound: its Jobs could never be created
+    if named:
+        problems.append(named)
     need: Need | None = None
     res = spec.get("resources") if isinstance(spec, dict) else None
     if isinstance(res, dict):
