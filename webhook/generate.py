@@ -738,6 +738,15 @@ def _opt_out_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
                         f"Namespace is for cluster admins only ({who}): queue grants select namespaces by "
                         "them; ask an admin"),
         })
+    others = list(dict.fromkeys(k for k, _ in bundle.policy_label_keys if k != NAME_LABEL and k not in keys))
+    if others:
+        validations.append({
+            "expression": f"variables.exempt || !{_list(others)}.exists(k, {_diff('k', new, old)})",
+            "message": (f"namespace-opt-out: setting, changing or removing the labels {', '.join(others)} on a "
+                        f"Namespace is for cluster admins only ({who}): policy "
+                        f"{', '.join(dict.fromkeys(p for k, p in bundle.policy_label_keys if k in others))} "
+                        "selects namespaces by them; ask an admin"),
+        })
     name = _s(NAME_LABEL)
     validations.append({
         "expression": (f"variables.exempt || !({name} in {new}) || {new}[{name}] == object.metadata.name"
