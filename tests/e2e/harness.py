@@ -362,6 +362,16 @@ def stop_reconcilers(started: list[Reconciler], lines: int = 60) -> None:
 # objects
 
 
+def attempt(fn: Callable[[], Any]) -> tuple[int, str]:
+    """(HTTP status, message) of one API call: 200 and "" when it succeeded."""
+    try:
+        fn()
+    except KubeApiError as exc:
+        body = exc.body if isinstance(exc.body, dict) else {}
+        return exc.status, str(body.get("message", exc))
+    return 200, ""
+
+
 def unique(stem: str) -> str:
     return f"{stem}-{uuid.uuid4().hex[:5]}"
 

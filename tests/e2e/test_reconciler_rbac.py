@@ -33,6 +33,7 @@ import pytest
 from cluster import KubeApiError, _Transport, now_rfc3339
 from harness import (
     Reconciler,
+    attempt,
     container,
     job,
     jobs_path,
@@ -96,15 +97,6 @@ def account(kube: Any, webhook_server: Any, tmp_path_factory: pytest.TempPathFac
             with contextlib.suppress(KubeApiError):
                 kube.delete(f"{ADMISSION}/{PLURALS[o['kind']]}/{o['metadata']['name']}")
 
-
-def attempt(fn: Any) -> tuple[int, str]:
-    """(HTTP status, message) of one API call."""
-    try:
-        fn()
-    except KubeApiError as exc:
-        body = exc.body if isinstance(exc.body, dict) else {}
-        return exc.status, str(body.get("message", exc))
-    return 200, ""
 
 
 def may(kube: Any, verb: str, resource: str, *, namespace: str = "", group: str = "", name: str = "",

@@ -12,7 +12,13 @@ import posixpath
 import re
 from typing import Any
 
-from ..contract import GROUP, SCAVENGERJOB_MAX_CPU, SCAVENGERJOB_MAX_MEMORY, SCAVENGERJOB_MAX_NAME, SCAVENGERJOB_MAX_PODS
+from ..contract import (
+    GROUP,
+    SCAVENGERJOB_MAX_CPU,
+    SCAVENGERJOB_MAX_MEMORY,
+    SCAVENGERJOB_MAX_NAME,
+    SCAVENGERJOB_MAX_PODS,
+)
 from ..units import DurationTooLong, format_memory, parse_duration, shown
 from .base import QOS_RESOURCES, Ctx, Finding, RuleType, deny, no_settings, quantity_or_none
 
