@@ -61,7 +61,9 @@ from .contract import (
     NETWORK_LABEL,
     NODE_MAINTENANCE_ANNOTATION,
     OPT_OUT_LABEL,
+    QUEUE_GATE,
     QUEUE_LABEL,
+    QUEUED_ANNOTATION,
     RECONCILER_ANNOTATIONS,
     SEAL_ANNOTATION,
     SLOTS_ANNOTATION,
@@ -1130,8 +1132,8 @@ def _pod_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], ...
             f"!({main}) || ({_metadata_kept(RECONCILER_ANNOTATIONS)['expression']})"},
         {"expression": f"!({main}) || ({_unchanged(*spec_paths)} && "
                        f"{gates_new}.all(g, g in {gates_old}) && "
-                       f"{gates_old}.all(g, g in {gates_new} || g.name == {_s(QUEUE_LABEL)}))",
-         "message": f"the batchgate reconciler changes nothing in a pod's spec but lifting its {QUEUE_LABEL} "
+                       f"{gates_old}.all(g, g in {gates_new} || g.name == {_s(QUEUE_GATE)}))",
+         "message": f"the batchgate reconciler changes nothing in a pod's spec but lifting its {QUEUE_GATE} "
                     "scheduling gate"},
         {"expression": f'{SUB} != "status" || ('
                        f'{_unchanged(("status", "phase"), ("status", "containerStatuses"), ("status", "initContainerStatuses"), ("status", "reason"))}'
@@ -1165,6 +1167,7 @@ def _job_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], ...
                                         "manualSelector")]
     create = 'request.operation == "CREATE"'
     system = _list(SYSTEM_NAMESPACES)
+    job_annotations = (*RECONCILER_ANNOTATIONS, QUEUED_ANNOTATION)  # the queue releases a Job: suspend, queued
     return ("jobs", [_rule("batch", ["jobs"], ["CREATE", "UPDATE"])], _METADATA_VARIABLES, [
         {"expression": f"!({create}) || ({owned})",
          "message": "the batchgate reconciler creates only the Jobs of ScavengerJobs: owned by one, as its controller"},
@@ -1178,8 +1181,8 @@ def _job_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], ...
         {"expression": f"!({create}) || ({host})",
          "message": "a Job of the batchgate reconciler uses no host namespace, host port or host path, no init "
                     "container and no container securityContext, and runs as non-root"},
-        {**_metadata_kept(RECONCILER_ANNOTATIONS),
-         "expression": f"!({_UPDATE}) || ({_metadata_kept(RECONCILER_ANNOTATIONS)['expression']})"},
+        {**_metadata_kept(job_annotations),
+         "expression": f"!({_UPDATE}) || ({_metadata_kept(job_annotations)['expression']})"},
         {"expression": f"!({_UPDATE}) || ({_unchanged(*spec_paths)})",
          "message": "the batchgate reconciler changes nothing in a Job's spec but spec.suspend"},
     ])

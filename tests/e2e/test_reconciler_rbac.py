@@ -361,7 +361,8 @@ def test_pod_writes_are_its_annotations_the_queue_gate_and_disruption_target(kub
 def test_job_writes_are_its_annotations_and_suspend(kube, stored):
     j = stored["job"]
     path = jobs_path(j["metadata"]["namespace"], j["metadata"]["name"])
-    assert as_reconciler(kube, "PATCH", path, {"spec": {"suspend": False}}) == (200, "")
+    release = {"metadata": {"annotations": {"batchgate.io/queued": None}}, "spec": {"suspend": False}}
+    assert as_reconciler(kube, "PATCH", path, release) == (200, "")  # the queue releasing it
     assert as_reconciler(kube, "PATCH", path, {"metadata": {"annotations": {"batchgate.io/expected-start": "unknown"}}}
                          ) == (200, "")
     status, message = as_reconciler(kube, "PATCH", path, {"spec": {"parallelism": 5}})
