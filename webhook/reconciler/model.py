@@ -31,11 +31,8 @@ from ..contract import (
     GROUP,
     MANAGED_BY_LABEL,
     NEXT_MAINTENANCE_ANNOTATION,
-<<<<<<< HEAD
-    QUEUE_GATE,
-=======
     NODE_MAINTENANCE_ANNOTATION,
->>>>>>> 8f27106 (Reconciler least privilege, first part: no Secrets (a ScavengerJob's Secret is not looked up), its own ConfigMaps by name (batchgate-usage too), ValidatingAdmissionPolicies bound to its ServiceAccount (manifests/reconciler-policies.yaml, generated) narrowing pod/job/node patches, Job creation and writes to Services/ConfigMaps/NetworkPolicies/PDBs; gang-restart and expected-start(-reason) are reconciler annotations; the guard's PDB is deleted by the uid read live, only when its owner is the segment's Job)
+    QUEUE_GATE,
     QUEUE_LABEL,
     QUEUED_ANNOTATION,
     START_BY_ANNOTATION,
