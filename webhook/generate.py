@@ -26,6 +26,11 @@ it runs can never silently disagree with ``policies/``:
     ValidatingAdmissionPolicies (CEL, run inside the API server) with their bindings:
     what must hold even while the webhook is unreachable, the same rules as the
     policies they come from (:func:`admission_policies`).
+``reconciler-policies.yaml``
+    ValidatingAdmissionPolicies bound to the reconciler's ServiceAccount alone, narrowing its RBAC
+    where RBAC cannot filter (by label, by field): what it may change on Pods, Jobs and Nodes, the
+    Jobs it may create, the Services, ConfigMaps, NetworkPolicies and PodDisruptionBudgets it may
+    write (:func:`reconciler_policies`; not from the bundle, generated for the one source of names).
 
 :func:`webhook_configurations` renders the two webhook configurations of
 ``manifests/`` with a ``caBundle`` and a Service or URL client config (``batchgate
