@@ -1125,7 +1125,7 @@ def _pod_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], ...
     (``batchgate.io/queue``); on status nothing but the DisruptionTarget condition it writes
     before it deletes a gang member."""
     spec_paths = [("spec", f) for f in ("containers", "initContainers", "activeDeadlineSeconds", "tolerations",
-                                        "nodeSelector", "affinity", "readinessGates", "resources")]
+                                        "readinessGates", "resources")]
     gates_new = f"({_has('object', ('spec', 'schedulingGates'))} ? object.spec.schedulingGates : [])"
     gates_old = (f"(({_has('oldObject', ('spec', 'schedulingGates'))}) ? oldObject.spec.schedulingGates : [])")
     conditions = "({has} ? {root}.status.conditions.filter(c, c.type != \"DisruptionTarget\") : [])"
@@ -1136,10 +1136,12 @@ def _pod_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], ...
         {**_metadata_kept(RECONCILER_ANNOTATIONS), "expression":
             f"!({main}) || ({_metadata_kept(RECONCILER_ANNOTATIONS)['expression']})"},
         {"expression": f"!({main}) || ({_unchanged(*spec_paths)} && "
+                       f"({_unchanged(('spec', 'nodeSelector'), ('spec', 'affinity'))} || "
+                       f"{gates_old}.exists(g, g.name == {_s(QUEUE_GATE)})) && "
                        f"{gates_new}.all(g, g in {gates_old}) && "
                        f"{gates_old}.all(g, g in {gates_new} || g.name == {_s(QUEUE_GATE)}))",
          "message": f"the batchgate reconciler changes nothing in a pod's spec but lifting its {QUEUE_GATE} "
-                    "scheduling gate"},
+                    "scheduling gate (and, while it holds, narrowing its node affinity)"},
         {"expression": f'{SUB} != "status" || ('
                        f'{_unchanged(("status", "phase"), ("status", "containerStatuses"), ("status", "initContainerStatuses"), ("status", "reason"))}'
                        f" && {cond_new} == {cond_old})",
@@ -1165,7 +1167,7 @@ def _job_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], ...
                    "c.ports.all(p, !has(p.hostPort) || p.hostPort == 0)))",
                    f"has({t}.securityContext) && has({t}.securityContext.runAsNonRoot) && "
                    f"{t}.securityContext.runAsNonRoot"])
-    spec_paths = [("spec", f) for f in ("template", "parallelism", "completions", "activeDeadlineSeconds",
+    spec_paths = [("spec", f) for f in ("parallelism", "completions", "activeDeadlineSeconds",
                                         "backoffLimit", "backoffLimitPerIndex", "maxFailedIndexes",
                                         "podFailurePolicy", "successPolicy", "ttlSecondsAfterFinished",
                                         "completionMode", "managedBy", "podReplacementPolicy", "selector",
@@ -1190,6 +1192,14 @@ def _job_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], ...
          "expression": f"!({_UPDATE}) || ({_metadata_kept(job_annotations)['expression']})"},
         {"expression": f"!({_UPDATE}) || ({_unchanged(*spec_paths)})",
          "message": "the batchgate reconciler changes nothing in a Job's spec but spec.suspend"},
+        {"expression": f"!({_UPDATE}) || !{_changed(('spec', 'template'))} || ("
+                       "has(oldObject.spec.suspend) && oldObject.spec.suspend && "
+                       + _unchanged(("spec", "template", "metadata"),
+                                    *[("spec", "template", "spec", f) for f in (
+                                        "containers", "initContainers", "volumes", "tolerations", "schedulingGates",
+                                        "serviceAccountName", "securityContext", "priorityClassName")]) + ")",
+         "message": "the batchgate reconciler changes nothing in a Job's pod template but, while it is suspended, "
+                    "its node affinity"},
     ])
 
 

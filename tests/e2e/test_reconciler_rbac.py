@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 from cluster import KubeApiError, _Transport, now_rfc3339
+from conftest import QUEUED
 from harness import (
     Reconciler,
     attempt,
@@ -309,6 +310,7 @@ def stored(kube: Any, account: str, module_namespace: str) -> Iterator[dict[str,
     made = {
         "pod": kube.create(pods_path(ns), pod(unique("p"), labels={"batchgate.io/queue": "batch"})),
         "job": kube.create(jobs_path(ns), suspended),
+        "gated": kube.create(pods_path(ns), pod(unique("gated"), labels={"batchgate.io/queue": QUEUED})),
         "cm": kube.create(f"/api/v1/namespaces/{ns}/configmaps",
                           {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": unique("users")}}),
         "np": kube.create(f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
@@ -358,6 +360,20 @@ def test_pod_writes_are_its_annotations_the_queue_gate_and_disruption_target(kub
     assert status == 403 and "DisruptionTarget condition" in message, message
 
 
+AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+    {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]}]}}}
+
+
+def test_a_gated_pods_placement_may_be_narrowed_before_its_gate_goes(kube, stored):
+    g = stored["gated"]
+    assert {"name": "batchgate.io/queue"} in g["spec"]["schedulingGates"]  # the e2e bundle's gated queue
+    path = pods_path(g["metadata"]["namespace"], g["metadata"]["name"])
+    # (Kubernetes lets a gated pod's scheduling directives only narrow: a node selector key added)
+    got = as_reconciler(kube, "PATCH", path, {"spec": {"nodeSelector": {"kubernetes.io/hostname": "n1"}}})
+    assert got == (200, ""), got[1][:2000]
+    assert as_reconciler(kube, "PATCH", path, {"spec": {"schedulingGates": None}}) == (200, "")
+
+
 def test_job_writes_are_its_annotations_and_suspend(kube, stored):
     j = stored["job"]
     path = jobs_path(j["metadata"]["namespace"], j["metadata"]["name"])
@@ -367,8 +383,11 @@ def test_job_writes_are_its_annotations_and_suspend(kube, stored):
                          ) == (200, "")
     status, message = as_reconciler(kube, "PATCH", path, {"spec": {"parallelism": 5}})
     assert status == 403 and "spec.suspend" in message, message
-    status, message = as_reconciler(kube, "PATCH", path, {"spec": {"template": {"spec": {"nodeSelector": {"a": "b"}}}}})
-    assert status == 403 and "spec.suspend" in message, message
+    narrow = {"spec": {"template": {"spec": {"affinity": AFFINITY}}}}
+    assert as_reconciler(kube, "PATCH", path, narrow) == (200, "")  # suspended: the queue narrows it
+    tolerate = {"spec": {"template": {"spec": {"tolerations": [{"operator": "Exists"}]}}}}
+    status, message = as_reconciler(kube, "PATCH", path, tolerate)
+    assert status == 403 and "its node affinity" in message, message
 
 
 def test_node_writes_are_the_countdown_and_the_cordon(kube, stored):

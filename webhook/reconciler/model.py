@@ -771,14 +771,16 @@ MAX_MOUNTS = 16  # volume sources a view keeps (the first ones): enough to name 
 
 
 def volume_sources(volumes: Any) -> tuple[tuple[str, str], ...]:
-    """(kind, name) of the PersistentVolumeClaims, ConfigMaps and Secrets that ``volumes`` (a pod
-    spec's, a ScavengerJob's) need to exist; those marked ``optional`` are left out."""
+    """(kind, name) of the PersistentVolumeClaims and ConfigMaps that ``volumes`` (a pod spec's, a
+    ScavengerJob's) need to exist; those marked ``optional`` are left out, and so are Secrets: the
+    reconciler may not read Secrets (a ``get`` reads their data too, in every namespace); a missing
+    one keeps the pods in ContainerCreating, the kubelet's FailedMount Event naming it."""
     out: list[tuple[str, str]] = []
     for v in volumes if isinstance(volumes, list) else ():
         if not isinstance(v, dict) or len(out) >= MAX_MOUNTS:
             continue
         for key, kind, name_key in (("persistentVolumeClaim", "PersistentVolumeClaim", "claimName"),
-                                    ("configMap", "ConfigMap", "name"), ("secret", "Secret", "secretName")):
+                                    ("configMap", "ConfigMap", "name")):
             src = v.get(key)
             if isinstance(src, dict) and src.get("optional") is not True:
                 name = src.get(name_key)
