@@ -87,6 +87,8 @@ class PolicyType(Protocol):
     @property
     def sealed_check(self) -> bool: ...  # passes before a template is sealed (webhook.seal)
     @property
+    def namespace_label_keys(self) -> Callable[[Any], tuple[str, ...]] | None: ...  # see RuleType
+    @property
     def order(self) -> int: ...
 
 
@@ -403,6 +405,10 @@ class Bundle:
     # published labels in force (the server swaps in a new view when they change or go stale).
     selectors: tuple[NamespaceSelector, ...] = ()
     selector_keys: tuple[str, ...] = field(init=False, default=())  # what the reconciler publishes
+    # Other namespace label keys a policy's settings select namespaces by, with the policy (job-network's
+    # isolation proxy): as admin-only as the grants' keys (namespace-opt-out), or a tenant who may label
+    # their namespace would make their pods the proxy that reaches into every isolated namespace.
+    policy_label_keys: tuple[tuple[str, str], ...] = ()
     namespace_facts: NamespaceView = field(default=NO_FACTS, compare=False)
     # sealing.unsealed: trust: what controllers make from a pod template with no seal at all is
     # trusted as before seals existed (a migration setting; a seal that does not verify never is).
@@ -506,6 +512,9 @@ def load_bundle(directory: str | os.PathLike[str], types: Mapping[str, PolicyTyp
         selectors=tuple(dict.fromkeys(
             g.selector for q in bundle.queues.values() for a in (q.access, q.exclusive_access) if a is not None
             for g in a.grants if g.selector is not None)),
+        policy_label_keys=tuple(dict.fromkeys(
+            (key, p.name) for p in policies if (keys_of := p.rule.namespace_label_keys) is not None
+            for key in keys_of(p.settings))),
         mutating=tuple(p for p in policies if p.rule.mutate is not None),
         validating=tuple(p for p in policies if p.rule.validate is not None),
     )

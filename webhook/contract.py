@@ -62,12 +62,26 @@ EXPECTED_START_REASON_ANNOTATION = f"{GROUP}/expected-start-reason"
 SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
 COUNTDOWN_LABEL = f"{GROUP}/maintenance-in-minutes"
 """Node label, written by the reconciler only: whole minutes until the node's next window."""
+# On what the reconciler makes (a ScavengerJob's Jobs and guards, job networking's Services, hostfile
+# ConfigMaps and NetworkPolicies): the admission policy batchgate-reconciler-writes lets its
+# ServiceAccount write Services, ConfigMaps, NetworkPolicies and PodDisruptionBudgets only with it.
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "batchgate"
+NODE_MAINTENANCE_ANNOTATION = MAINTENANCE_ANNOTATION  # on a Node a MaintenanceWindow cordoned
+# What only the reconciler (and admins) may set, change or remove on workloads (policy
+# reconciler-annotations): its memory (a forged started-at or a removed deadline would buy time),
+# the gang restart it dealt with (a forged one on a colleague's pod hides a failure), and what it
+# tells users (a forged expected-start or start-by would mislead them).
 RECONCILER_ANNOTATIONS = (STARTED_AT_ANNOTATION, DEADLINE_ANNOTATION, WARNED_FOR_ANNOTATION,
-                          NEXT_MAINTENANCE_ANNOTATION, START_BY_ANNOTATION)
+                          NEXT_MAINTENANCE_ANNOTATION, GANG_RESTART_ANNOTATION, EXPECTED_START_ANNOTATION,
+                          EXPECTED_START_REASON_ANNOTATION, START_BY_ANNOTATION)
 # A ScavengerJob's size, per pod and in pods (policy scavengerjob refuses more, the reconciler's view
 # fails such an object stored while the webhook was down): far beyond any node and any gang, and
 # small enough that the controller's arithmetic and the Job it makes stay what Kubernetes takes.
 # Durations are bounded by the parser (webhook.units.MAX_DURATION).
 SCAVENGERJOB_MAX_PODS = 10_000
+# Its name is a label value on its Jobs, their pods and its guard (batchgate.io/scavengerjob): at most
+# 63 characters, or the Job could never be created (the CRD's schema says so too).
+SCAVENGERJOB_MAX_NAME = 63
 SCAVENGERJOB_MAX_CPU = 10_000  # cores per pod
 SCAVENGERJOB_MAX_MEMORY = 2**50  # bytes per pod: 1Pi

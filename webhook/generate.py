@@ -26,6 +26,11 @@ it runs can never silently disagree with ``policies/``:
     ValidatingAdmissionPolicies (CEL, run inside the API server) with their bindings:
     what must hold even while the webhook is unreachable, the same rules as the
     policies they come from (:func:`admission_policies`).
+``reconciler-policies.yaml``
+    ValidatingAdmissionPolicies bound to the reconciler's ServiceAccount alone, narrowing its RBAC
+    where RBAC cannot filter (by label, by field): what it may change on Pods, Jobs and Nodes, the
+    Jobs it may create, the Services, ConfigMaps, NetworkPolicies and PodDisruptionBudgets it may
+    write (:func:`reconciler_policies`; not from the bundle, generated for the one source of names).
 
 :func:`webhook_configurations` renders the two webhook configurations of
 ``manifests/`` with a ``caBundle`` and a Service or URL client config (``batchgate
@@ -52,14 +57,21 @@ import yaml
 
 from .bundle import shipped
 from .contract import (
+    API_VERSION,
     CONNECT_TO_ANNOTATION,
+    COUNTDOWN_LABEL,
     EXCLUSIVE_LABEL,
     EXPECTED_RUNTIME_ANNOTATION,
     GROUP,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
     NETWORK_LABEL,
+    NODE_MAINTENANCE_ANNOTATION,
     OPT_OUT_LABEL,
     OPT_OUT_VALUE,
+    QUEUE_GATE,
     QUEUE_LABEL,
+    QUEUED_ANNOTATION,
     RECONCILER_ANNOTATIONS,
     SEAL_ANNOTATION,
     SLOTS_ANNOTATION,
@@ -98,6 +110,7 @@ def generated_manifests(bundle: Bundle) -> dict[str, str]:
         MUTATING_FILE: _dump_all([mutating], MUTATING_NOTE),
         VALIDATING_FILE: _dump_all([validating], VALIDATING_NOTE),
         POLICIES_FILE: _dump_all(admission_policies(bundle), POLICIES_NOTE),
+        RECONCILER_POLICIES_FILE: _dump_all(reconciler_policies(), RECONCILER_POLICIES_NOTE),
     }
 
 
@@ -742,6 +755,15 @@ def _opt_out_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
                         f"Namespace is for cluster admins only ({who}): queue grants select namespaces by "
                         "them; ask an admin"),
         })
+    others = list(dict.fromkeys(k for k, _ in bundle.policy_label_keys if k != NAME_LABEL and k not in keys))
+    if others:
+        validations.append({
+            "expression": f"variables.exempt || !{_list(others)}.exists(k, {_diff('k', new, old)})",
+            "message": (f"namespace-opt-out: setting, changing or removing the labels {', '.join(others)} on a "
+                        f"Namespace is for cluster admins only ({who}): policy "
+                        f"{', '.join(dict.fromkeys(p for k, p in bundle.policy_label_keys if k in others))} "
+                        "selects namespaces by them; ask an admin"),
+        })
     name = _s(NAME_LABEL)
     validations.append({
         "expression": (f"variables.exempt || !({name} in {new}) || {new}[{name}] == object.metadata.name"
@@ -1042,3 +1064,213 @@ def _caller_in(principals: Principals) -> str:
     if principals.service_accounts:
         parts.append(_service_accounts(principals.service_accounts))
     return _or(parts)
+
+
+# -- the reconciler's own writes -------------------------------------------------------------
+RECONCILER = "batchgate-reconciler"  # its ServiceAccount in NAMESPACE
+RECONCILER_USER = f"system:serviceaccount:{NAMESPACE}:{RECONCILER}"
+# The ConfigMaps of its own namespace it writes: the published namespace labels (publish.py) and,
+# for the queue's usage accounting, batchgate-usage.
+RECONCILER_CONFIGMAPS = ("batchgate-namespaces", "batchgate-usage")
+RECONCILER_POLICIES_FILE = "reconciler-policies.yaml"  # beside admission-policies.yaml
+RECONCILER_POLICIES_NOTE = """\
+# Least privilege for the reconciler where RBAC cannot say it (docs/admin/security.md): RBAC
+# grants a verb on every object of a resource (or on fixed names); these policies, bound to the
+# reconciler's ServiceAccount only, narrow what its writes may change: on Pods, Jobs and Nodes only
+# the annotations (and labels) it keeps and what it really changes (a gate it lifts, a cordon, a
+# DisruptionTarget condition, a Job's suspend); Services, ConfigMaps, NetworkPolicies and
+# PodDisruptionBudgets only when they carry app.kubernetes.io/managed-by=batchgate (and not in
+# batchgate-system, but for its own two ConfigMaps); Jobs only as a ScavengerJob's segment runs:
+# owned by one, as the namespace's default ServiceAccount without a token, no host namespaces
+# or host paths, no container securityContext, not in a system namespace.
+# Kubernetes 1.30+ (admissionregistration.k8s.io/v1).
+"""
+_OBJ_ANN = _map_at("object", ("metadata", "annotations"))
+_OLD_ANN = _map_at("oldObject", ("metadata", "annotations"))
+_OBJ_LABELS = _map_at("object", ("metadata", "labels"))
+_OLD_LABELS = _map_at("oldObject", ("metadata", "labels"))
+
+
+def _only_keys_changed(new: str, old: str, keys: Sequence[str]) -> str:
+    """Between two maps, nothing but ``keys`` set, changed or removed."""
+    allowed = _list(keys)
+    return (f"{new}.all(k, k in {allowed} || (k in {old} && {old}[k] == {new}[k])) && "
+            f"{old}.all(k, k in {allowed} || k in {new})")
+
+
+def _unchanged(*paths: Sequence[str]) -> str:
+    return _and([f"!{_changed(p)}" for p in paths])
+
+
+def _metadata_kept(annotations: Sequence[str], labels: Sequence[str] = ()) -> dict[str, str]:
+    return {
+        "expression": _and([
+            _only_keys_changed("variables.annotations", "variables.oldAnnotations", annotations),
+            _only_keys_changed("variables.labels", "variables.oldLabels", labels),
+            _unchanged(("metadata", "ownerReferences"), ("metadata", "finalizers")),
+        ]),
+        "message": ("the batchgate reconciler changes only its own annotations"
+                    + (" and labels" if labels else "") + f" ({', '.join([*annotations, *labels])}) here; "
+                    "not the other annotations and labels, owners or finalizers"),
+    }
+
+
+_MANAGED = (f"{_s(MANAGED_BY_LABEL)} in variables.labels && variables.labels[{_s(MANAGED_BY_LABEL)}] == "
+            f"{_s(MANAGED_BY)}")
+_OLD_MANAGED = (f"{_s(MANAGED_BY_LABEL)} in variables.oldLabels && "
+                f"variables.oldLabels[{_s(MANAGED_BY_LABEL)}] == {_s(MANAGED_BY)}")
+_METADATA_VARIABLES = (("annotations", _OBJ_ANN), ("oldAnnotations", _OLD_ANN),
+                       ("labels", _OBJ_LABELS), ("oldLabels", _OLD_LABELS))
+# UPDATE and DELETE carry the stored object in oldObject, CREATE and UPDATE the new one in object.
+_UPDATE = 'request.operation == "UPDATE"'
+SUB = '(has(request.subResource) ? request.subResource : "")'
+
+
+def _rule(group: str, resources: Sequence[str], operations: Sequence[str]) -> dict[str, Any]:
+    return {"apiGroups": [group], "apiVersions": ["*"], "resources": list(resources), "operations": list(operations)}
+
+
+def _pod_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], ...], list[dict[str, str]]]:
+    """Pods: its annotations; on the pod spec nothing but the scheduling gate it lifts
+    (``batchgate.io/queue``); on status nothing but the DisruptionTarget condition it writes
+    before it deletes a gang member."""
+    spec_paths = [("spec", f) for f in ("containers", "initContainers", "activeDeadlineSeconds", "tolerations",
+                                        "readinessGates", "resources")]
+    gates_new = f"({_has('object', ('spec', 'schedulingGates'))} ? object.spec.schedulingGates : [])"
+    gates_old = (f"(({_has('oldObject', ('spec', 'schedulingGates'))}) ? oldObject.spec.schedulingGates : [])")
+    conditions = "({has} ? {root}.status.conditions.filter(c, c.type != \"DisruptionTarget\") : [])"
+    cond_new = conditions.format(has=_has("object", ("status", "conditions")), root="object")
+    cond_old = conditions.format(has=_has("oldObject", ("status", "conditions")), root="oldObject")
+    main = f'{SUB} == ""'
+    return ("pods", [_rule("", ["pods", "pods/status"], ["UPDATE"])], _METADATA_VARIABLES, [
+        {**_metadata_kept(RECONCILER_ANNOTATIONS), "expression":
+            f"!({main}) || ({_metadata_kept(RECONCILER_ANNOTATIONS)['expression']})"},
+        {"expression": f"!({main}) || ({_unchanged(*spec_paths)} && "
+                       f"({_unchanged(('spec', 'nodeSelector'), ('spec', 'affinity'))} || "
+                       f"{gates_old}.exists(g, g.name == {_s(QUEUE_GATE)})) && "
+                       f"{gates_new}.all(g, g in {gates_old}) && "
+                       f"{gates_old}.all(g, g in {gates_new} || g.name == {_s(QUEUE_GATE)}))",
+         "message": f"the batchgate reconciler changes nothing in a pod's spec but lifting its {QUEUE_GATE} "
+                    "scheduling gate (and, while it holds, narrowing its node affinity)"},
+        {"expression": f'{SUB} != "status" || ('
+                       f'{_unchanged(("status", "phase"), ("status", "containerStatuses"), ("status", "initContainerStatuses"), ("status", "reason"))}'
+                       f" && {cond_new} == {cond_old})",
+         "message": "the batchgate reconciler writes nothing in a pod's status but its DisruptionTarget condition"},
+    ])
+
+
+def _job_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], ...], list[dict[str, str]]]:
+    """Jobs: created only as a ScavengerJob's segment (job_body in reconciler/scavenger.py) and
+    updated only in its annotations and spec.suspend."""
+    t = "object.spec.template.spec"
+    owned = ("has(object.metadata.ownerReferences) && size(object.metadata.ownerReferences) == 1 && "
+             "object.metadata.ownerReferences.all(o, o.apiVersion == " + _s(API_VERSION)
+             + ' && o.kind == "ScavengerJob" && has(o.controller) && o.controller)')
+    account = _and([f"!has({t}.serviceAccountName) || {t}.serviceAccountName == \"default\"",
+                    f"!has({t}.serviceAccount) || {t}.serviceAccount == \"default\"",
+                    f"has({t}.automountServiceAccountToken) && !{t}.automountServiceAccountToken"])
+    host = _and([f"!has({t}.{f}) || !{t}.{f}" for f in ("hostNetwork", "hostPID", "hostIPC")]
+                + [f"!has({t}.volumes) || {t}.volumes.all(v, has(v.persistentVolumeClaim) || has(v.configMap) "
+                   "|| has(v.secret) || has(v.emptyDir))",
+                   f"!has({t}.initContainers) && !has({t}.ephemeralContainers)",
+                   f"{t}.containers.all(c, !has(c.securityContext) && (!has(c.ports) || "
+                   "c.ports.all(p, !has(p.hostPort) || p.hostPort == 0)))",
+                   f"has({t}.securityContext) && has({t}.securityContext.runAsNonRoot) && "
+                   f"{t}.securityContext.runAsNonRoot"])
+    spec_paths = [("spec", f) for f in ("parallelism", "completions", "activeDeadlineSeconds",
+                                        "backoffLimit", "backoffLimitPerIndex", "maxFailedIndexes",
+                                        "podFailurePolicy", "successPolicy", "ttlSecondsAfterFinished",
+                                        "completionMode", "managedBy", "podReplacementPolicy", "selector",
+                                        "manualSelector")]
+    create = 'request.operation == "CREATE"'
+    system = _list(SYSTEM_NAMESPACES)
+    job_annotations = (*RECONCILER_ANNOTATIONS, QUEUED_ANNOTATION)  # the queue releases a Job: suspend, queued
+    return ("jobs", [_rule("batch", ["jobs"], ["CREATE", "UPDATE"])], _METADATA_VARIABLES, [
+        {"expression": f"!({create}) || ({owned})",
+         "message": "the batchgate reconciler creates only the Jobs of ScavengerJobs: owned by one, as its controller"},
+        {"expression": f"!({create}) || !({NS} in {system})",
+         "message": "the batchgate reconciler creates no Job in a system namespace"},
+        {"expression": f"!({create}) || ({_MANAGED})",
+         "message": f"the batchgate reconciler's Jobs carry {MANAGED_BY_LABEL}={MANAGED_BY}"},
+        {"expression": f"!({create}) || ({account})",
+         "message": "a Job of the batchgate reconciler runs as the namespace's default ServiceAccount, "
+                    "with automountServiceAccountToken: false"},
+        {"expression": f"!({create}) || ({host})",
+         "message": "a Job of the batchgate reconciler uses no host namespace, host port or host path, no init "
+                    "container and no container securityContext, and runs as non-root"},
+        {**_metadata_kept(job_annotations),
+         "expression": f"!({_UPDATE}) || ({_metadata_kept(job_annotations)['expression']})"},
+        {"expression": f"!({_UPDATE}) || ({_unchanged(*spec_paths)})",
+         "message": "the batchgate reconciler changes nothing in a Job's spec but spec.suspend"},
+        {"expression": f"!({_UPDATE}) || !{_changed(('spec', 'template'))} || ("
+                       "has(oldObject.spec.suspend) && oldObject.spec.suspend && "
+                       + _unchanged(("spec", "template", "metadata"),
+                                    *[("spec", "template", "spec", f) for f in (
+                                        "containers", "initContainers", "volumes", "tolerations", "schedulingGates",
+                                        "serviceAccountName", "securityContext", "priorityClassName")]) + ")",
+         "message": "the batchgate reconciler changes nothing in a Job's pod template but, while it is suspended, "
+                    "its node affinity"},
+    ])
+
+
+def _node_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], ...], list[dict[str, str]]]:
+    """Nodes: the countdown label, the cordon and the annotation that remembers it."""
+    spec_paths = [("spec", f) for f in ("taints", "podCIDR", "podCIDRs", "providerID", "configSource", "externalID")]
+    return ("nodes", [_rule("", ["nodes"], ["UPDATE"])], _METADATA_VARIABLES, [
+        _metadata_kept((NODE_MAINTENANCE_ANNOTATION,), (COUNTDOWN_LABEL,)),
+        {"expression": _unchanged(*spec_paths),
+         "message": "the batchgate reconciler changes nothing in a node's spec but spec.unschedulable"},
+    ])
+
+
+def _owned_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], ...], list[dict[str, str]]]:
+    """What it makes beside Jobs: only objects labelled managed-by=batchgate (RBAC cannot select
+    by label), owned by a workload, and in its own namespace only its own ConfigMaps (by name)."""
+    own = f"{NS} == {_s(NAMESPACE)}"
+    kind = "request.kind.kind"
+    owners = _has("object", ("metadata", "ownerReferences"))
+    return ("writes", [_rule("", ["configmaps", "services"], ["CREATE", "UPDATE", "DELETE"]),
+                       _rule("networking.k8s.io", ["networkpolicies"], ["CREATE", "UPDATE", "DELETE"]),
+                       _rule("policy", ["poddisruptionbudgets"], ["CREATE", "UPDATE", "DELETE"])],
+            _METADATA_VARIABLES, [
+        {"expression": f'!({NS} in {_list(SYSTEM_NAMESPACES)}) || '
+                       f'({own} && {kind} == "ConfigMap" && request.name in {_list(RECONCILER_CONFIGMAPS)})',
+         "message": f"in the system namespaces the batchgate reconciler writes only its own ConfigMaps "
+                    f"{', '.join(RECONCILER_CONFIGMAPS)} in {NAMESPACE}"},
+        {"expression": _or([own, _and([f'request.operation == "DELETE" || ({_MANAGED})',
+                                       f'request.operation == "CREATE" || ({_OLD_MANAGED})'])]),
+         "message": f"the batchgate reconciler writes only what it made: objects labelled "
+                    f"{MANAGED_BY_LABEL}={MANAGED_BY}"},
+        {"expression": _or([own, 'request.operation == "DELETE"',
+                            f"{owners} && size(object.metadata.ownerReferences) > 0"]),
+         "message": "what the batchgate reconciler makes is owned by a workload (the garbage collector removes it)"},
+        {"expression": f'{kind} != "Service" || request.operation == "DELETE" || '
+                       '(has(object.spec.clusterIP) && object.spec.clusterIP == "None" && '
+                       '(!has(object.spec.type) || object.spec.type == "ClusterIP") && !has(object.spec.externalIPs))',
+         "message": "the batchgate reconciler's Services are headless (clusterIP: None), nothing else"},
+    ])
+
+
+def reconciler_policies() -> list[dict[str, Any]]:
+    """ValidatingAdmissionPolicy + binding pairs that narrow the reconciler's RBAC to what it
+    writes (see RECONCILER_POLICIES_NOTE); matched on its ServiceAccount alone, in every namespace."""
+    out: list[dict[str, Any]] = []
+    for suffix, rules, variables, validations in (_pod_policy(), _job_policy(), _node_policy(), _owned_policy()):
+        name = f"batchgate-reconciler-{suffix}"
+        spec: dict[str, Any] = {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"matchPolicy": "Equivalent", "resourceRules": rules},
+            "matchConditions": [{"name": "the-reconciler", "expression": f"{USER} == {_s(RECONCILER_USER)}"}],
+            "variables": [{"name": n, "expression": e} for n, e in variables],
+            "validations": [{**v, "reason": "Forbidden"} for v in validations],
+        }
+        meta = {"name": name, "labels": dict(LABELS),
+                "annotations": {"batchgate.io/guards": f"{RECONCILER_USER}: {suffix}"}}
+        out += [
+            {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+             "metadata": meta, "spec": spec},
+            {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+             "metadata": {"name": name, "labels": dict(LABELS)},
+             "spec": {"policyName": name, "validationActions": ["Deny"]}},
+        ]
+    return out

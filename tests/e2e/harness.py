@@ -335,13 +335,15 @@ class Reconciler:
 
 
 def start_reconciler(kube: Any, namespace: str, log: Path, *args: str, identity: str = "r1",
-                     env: Mapping[str, str] | None = None, cluster_wide: bool = False) -> Reconciler:
-    """``batchgate reconcile`` on ``namespace`` (its lease there too; ``cluster_wide``: every namespace,
-    the lease still there) as the admin, output to ``log``; ``args`` add flags (``--policies``, ...)."""
+                     env: Mapping[str, str] | None = None, cluster_wide: bool = False,
+                     kubeconfig: str | None = None, lease_namespace: str | None = None) -> Reconciler:
+    """``batchgate reconcile`` on ``namespace`` (its lease there too, unless ``lease_namespace``;
+    ``cluster_wide``: every namespace, the lease still there) as the admin (or whoever
+    ``kubeconfig`` names), output to ``log``; ``args`` add flags (``--policies``, ...)."""
     scope = [] if cluster_wide else ["--namespace", namespace]
     cmd = [sys.executable, "-m", "webhook", "--log-level", "INFO", "reconcile",
-           "--kubeconfig", kube.kubeconfig("admin"), *scope,
-           "--lease-namespace", namespace, "--identity", identity, *args]
+           "--kubeconfig", kubeconfig or kube.kubeconfig("admin"), *scope,
+           "--lease-namespace", lease_namespace or namespace, "--identity", identity, *args]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
                                 env={**os.environ, **(env or {})})
@@ -358,6 +360,16 @@ def stop_reconcilers(started: list[Reconciler], lines: int = 60) -> None:
 
 # --------------------------------------------------------------------------
 # objects
+
+
+def attempt(fn: Callable[[], Any]) -> tuple[int, str]:
+    """(HTTP status, message) of one API call: 200 and "" when it succeeded."""
+    try:
+        fn()
+    except KubeApiError as exc:
+        body = exc.body if isinstance(exc.body, dict) else {}
+        return exc.status, str(body.get("message", exc))
+    return 200, ""
 
 
 def unique(stem: str) -> str:

@@ -19,18 +19,19 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from cluster import KubeApiError, require_components, wait_for
+from cluster import require_components, wait_for
 from conftest import QUEUED
 from harness import (
     QUEUE_LABEL,
     TIME_LIMIT,
     WebhookServer,
+    attempt,
     container,
     create,
     create_and_read,
@@ -56,15 +57,6 @@ SCOPE = "batchgate-e2e/conditions"
 CONFIG = "batchgate-e2e-conditions"
 HOOK = "update.validate.conditions.batchgate.io"
 
-
-def attempt(fn: Callable[[], Any]) -> tuple[int, str]:
-    """(HTTP status, message) of one API call."""
-    try:
-        fn()
-    except KubeApiError as exc:
-        body = exc.body if isinstance(exc.body, dict) else {}
-        return exc.status, str(body.get("message", exc))
-    return 200, ""
 
 
 # -- matchConditions ----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import KubeApiError, now_rfc3339, require_components
+from cluster import now_rfc3339, require_components
 from harness import (
     DEADLINE,
     QUEUE_LABEL,
@@ -31,6 +31,9 @@ from harness import (
     jobs_path,
     pod,
     pods_path,
+)
+from harness import (
+    attempt as refused,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,14 +63,6 @@ def lowered_bundle(tmp_path: Path) -> Path:
     b.write_text(text.replace(old, "timeLimit: {default: 10s, max: 20s}"))
     return root
 
-
-def refused(call: Any) -> tuple[int, str]:
-    try:
-        call()
-    except KubeApiError as exc:
-        body = exc.body if isinstance(exc.body, dict) else {}
-        return exc.status, str(body.get("message", exc))
-    return 200, ""
 
 
 def test_relabelled_or_removed_limits_are_still_enforced_from_the_record(

@@ -163,3 +163,58 @@ def test_once_says_what_is_wrong_with_its_namespace_or_lease(kube, namespace):
     fine = subprocess.run([*base, "--namespace", namespace, "--lease-namespace", namespace],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert fine.returncode == 0, fine.stderr
+
+
+def test_an_old_pod_re_parented_to_a_colleagues_job_does_not_make_it_old(kube, namespace, api):
+    """alice's own pod, running since before bob's Job existed, is given (by alice's UPDATE, which
+    the API server allows: ownerReferences and labels are hers to write) a controlling
+    ownerReference to that Job and its job-controller labels. Its creationTimestamp stays what it
+    was: the reconciler does not take it for the Job's pod, so the Job does not look as old as the
+    pod, and is not stopped at once (issue 27)."""
+    import time
+
+    from cluster import now_rfc3339
+
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    old = kube.create(pods, pod("old", node="nowhere", labels={}), as_user="alice")
+    kube.set_pod_phase(namespace, "old", "Running", {"main": {"running": {"startedAt": now_rfc3339(-10 * 86400)}}})
+    created = kube.get(f"{pods}/old")["metadata"]["creationTimestamp"]
+    # The Job must be made more than the creation slack (5 s) after the pod: wait until the API
+    # server's clock says so (a probe object's creationTimestamp).
+    def later() -> bool:
+        probe = kube.create(f"/api/v1/namespaces/{namespace}/configmaps",
+                            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "clock-"}})
+        return bool(probe["metadata"]["creationTimestamp"] > created) and _seconds(
+            probe["metadata"]["creationTimestamp"]) - _seconds(created) > 6
+    kube.wait_for(lambda: later() or time.sleep(1), 30, message="the API server's clock to move on")
+    job = kube.create(f"/apis/batch/v1/namespaces/{namespace}/jobs", {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "train", "annotations": {"batchgate.io/time-limit": "3s"}},
+        "spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "main", "image": PAUSE}],
+            "nodeSelector": {"batchgate.io/e2e": "nowhere"}}}}}, as_user="bob")
+    uid = job["metadata"]["uid"]
+    kube.patch(f"{pods}/old", {"metadata": {
+        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": uid, "controller": True}],
+        "labels": {"batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
+                   "batch.kubernetes.io/job-name": "train", "job-name": "train"}}}, as_user="alice")
+    stored = kube.get(f"{pods}/old")["metadata"]
+    assert stored["ownerReferences"][0]["uid"] == uid and stored["creationTimestamp"] == created == \
+        old["metadata"]["creationTimestamp"]
+    c = controller(api, namespace)
+    c.cache.list_once()
+    result = c.plan_now()
+    on_job = [a.line() for a in result.actions if a.target.uid == uid or any(d.ref.uid == uid for d in a.deletes)]
+    assert not any("TimeLimitExceeded" in line or "DeadlineSet" in line for line in on_job), on_job
+    c.actuator.execute(result.actions)
+    assert alive(kube, f"/apis/batch/v1/namespaces/{namespace}/jobs/train", uid)
+    assert "batchgate.io/started-at" not in (kube.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/train")
+                                             ["metadata"].get("annotations") or {})
+
+
+def _seconds(ts: str) -> float:
+    from webhook.reconciler.model import parse_time
+
+    t = parse_time(ts)
+    assert t is not None
+    return t

@@ -440,6 +440,19 @@ def test_missing_configmap_fails_it_naming_the_object(kube, webhook_server, name
     assert not kube.exists(jobs_path(ns, "md-1"))
 
 
+def test_a_name_too_long_to_label_its_jobs_is_refused(kube, webhook_server, namespace):
+    """Its name labels its Jobs and pods (63 characters at most): 64 used to be stored, and its Job's
+    creation failed on every pass, forever. The policy refuses it (and the CRD's rule would, the
+    webhook down); 63 is stored."""
+    ns = namespace
+    with pytest.raises(KubeApiError) as refused:
+        kube.create(sj_path(ns), scavengerjob("x" * 64), as_user="alice")
+    assert refused.value.status in (403, 422)
+    assert "63" in str(refused.value.body) and not kube.exists(sj_path(ns, "x" * 64))
+    kube.create(sj_path(ns), scavengerjob("y" * 63), as_user="alice")
+    assert kube.exists(sj_path(ns, "y" * 63))
+
+
 # -- 3. start order and the cap --------------------------------------------------------------
 def test_start_order_interrupted_first_then_oldest_within_the_cap(kube, webhook_server, namespace, pool, reconciler):
     ns, (_, node) = namespace, pool

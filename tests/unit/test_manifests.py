@@ -46,11 +46,12 @@ RECONCILER_RIGHTS = {
     ("", "events"): {"create"},
     ("batchgate.io", "scavengerjobs"): {"get", "list", "watch"},
     ("batchgate.io", "scavengerjobs/status"): {"patch"},
-    ("", "persistentvolumeclaims"): {"get"},
-    ("", "secrets"): {"get"},
+    ("", "persistentvolumeclaims"): {"get"},  # a ScavengerJob's volumes; no Secrets at all
     ("scheduling.x-k8s.io", "podgroups"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "services"): {"get", "list", "watch", "create", "patch"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch"},  # get: ScavengerJob volumes too
+    # (writes to Services, ConfigMaps, NetworkPolicies and PDBs: only managed-by=batchgate ones, by the
+    # admission policy batchgate-reconciler-writes; tests/e2e/test_reconciler_rbac.py)
     ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "delete"},
     ("policy", "poddisruptionbudgets"): {"get", "create", "delete"},  # a ScavengerJob segment's guard
     ("", "namespaces"): {"get", "list", "watch"},  # labels for queue grants by namespaceSelector
@@ -274,7 +275,7 @@ def test_the_reconciler_gets_exactly_what_it_uses(objects):
     labels = one(objects, "Role", "batchgate-reconciler-namespace-labels")
     assert labels["metadata"]["namespace"] == "batchgate-system"
     assert labels["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
-                                "resourceNames": ["batchgate-namespaces"], "verbs": ["get", "update"]},
+                                "resourceNames": ["batchgate-namespaces", "batchgate-usage"], "verbs": ["get", "update"]},
                                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]
 
 
@@ -546,9 +547,45 @@ def test_only_updates_and_namespaces_have_match_conditions(objects):
     assert have == {"update.mutate.batchgate.io", "update.validate.batchgate.io", NAMESPACE_WEBHOOK}
 
 
+def test_the_reconcilers_policies_bind_its_account_alone_everywhere_and_fail_closed(objects):
+    """manifests/reconciler-policies.yaml: what RBAC cannot narrow (by label, by field) for the
+    reconciler's ServiceAccount, in every namespace; nobody else is judged by them."""
+    from webhook.generate import RECONCILER_USER
+
+    policies = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"
+                and "batchgate.io/guards" in o["metadata"].get("annotations", {})}
+    bindings = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"
+                and o["metadata"]["name"] in policies}
+    assert set(policies) == set(bindings) == {
+        "batchgate-reconciler-pods", "batchgate-reconciler-jobs", "batchgate-reconciler-nodes",
+        "batchgate-reconciler-writes"}
+    assert RECONCILER_USER == "system:serviceaccount:batchgate-system:batchgate-reconciler"
+    for name, p in policies.items():
+        assert bindings[name]["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+        assert p["spec"]["failurePolicy"] == "Fail"
+        assert "namespaceSelector" not in p["spec"]["matchConstraints"]  # kube-system & co. too
+        assert [c["expression"] for c in p["spec"]["matchConditions"]] == [
+            f'(has(request.userInfo.username) ? request.userInfo.username : "") == "{RECONCILER_USER}"']
+        assert all(v["reason"] == "Forbidden" and "batchgate reconciler" in v["message"]
+                   for v in p["spec"]["validations"])
+    # every write verb RBAC gives it on these resources is judged by one of them
+    judged = {(r["apiGroups"][0], res, op) for p in policies.values()
+              for r in p["spec"]["matchConstraints"]["resourceRules"] for res in r["resources"] for op in r["operations"]}
+    verbs = {"create": "CREATE", "patch": "UPDATE", "update": "UPDATE", "delete": "DELETE"}
+    for (group, resource), granted in RECONCILER_RIGHTS.items():
+        if resource in ("pods", "pods/status", "jobs", "nodes", "services", "configmaps", "networkpolicies",
+                        "poddisruptionbudgets"):
+            for verb in granted & set(verbs):
+                if (resource, verb) in (("pods", "delete"), ("jobs", "delete")):
+                    continue  # stopping work is its job; uid preconditions keep it to what it planned
+                assert (group, resource, verbs[verb]) in judged, (group, resource, verb)
+
+
 def test_admission_policies_are_bound_to_deny_and_fail_closed(objects):
-    policies = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"}
-    bindings = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"}
+    policies = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"
+                and "batchgate.io/policy" in o["metadata"].get("annotations", {})}
+    bindings = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"
+                and o["metadata"]["name"] in policies}
     assert set(policies) == set(bindings) == {
         "batchgate-queue-priority-pods", "batchgate-queue-priority-templates", "batchgate-queue-priority-cronjobs",
         "batchgate-namespace-opt-out", "batchgate-reconciler-annotations"}

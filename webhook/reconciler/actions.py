@@ -91,6 +91,9 @@ class Delete(NamedTuple):
     ref: Ref  # ref.uid is the precondition: a new object of the same name is never hit
     propagation: Propagation | None = None
     disruption: Disruption | None = None  # a pod: this condition is written first (status patch)
+    # An object the cache does not hold (ref.uid unknown, e.g. a segment's guard): read live first,
+    # deleted with the uid read as precondition, and only when an ownerReference has this uid.
+    owner_uid: str = ""
 
 
 class PodGroupWrite(NamedTuple):

@@ -27,6 +27,7 @@ next pass does not plan on the old state.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import random
@@ -183,6 +184,11 @@ class Actuator:
     def _delete(self, d: Delete) -> None:
         ref = d.ref
         kind = self._kind(ref.kind)
+        if not ref.uid and d.owner_uid:
+            found = self._owned(d)
+            if found is None:
+                return
+            ref = found
         if d.disruption is not None and not self._disrupt(d):
             return
         try:
@@ -205,6 +211,20 @@ class Actuator:
             self.observe(resp)
         else:
             self.forget(ref.kind, self._stub(ref))
+
+    def _owned(self, d: Delete) -> Ref | None:
+        """``d.ref`` read live (metadata only) with its uid, when one of its ownerReferences is
+        ``d.owner_uid``; None when it is gone or someone else's (left alone)."""
+        ref = d.ref
+        try:
+            md = self.api.get_metadata(self._kind(ref.kind), ref.namespace, ref.name).get("metadata") or {}
+        except NotFound:
+            return None
+        owners = md.get("ownerReferences") or []
+        if not any(isinstance(o, dict) and o.get("uid") == d.owner_uid for o in owners) or not md.get("uid"):
+            log.warning("%s %s/%s is not owned by %s: left alone", ref.kind, ref.namespace, ref.name, d.owner_uid)
+            return None
+        return dataclasses.replace(ref, uid=str(md["uid"]))
 
     def _disrupt(self, d: Delete) -> bool:
         """Write ``d.disruption`` as the pod's DisruptionTarget condition (a strategic merge patch of

@@ -28,6 +28,7 @@ from ..contract import (
     GANG_RESTART_ANNOTATION,
     GROUP,
     MAINTENANCE_ANNOTATION,
+    MANAGED_BY_LABEL,
     NEXT_MAINTENANCE_ANNOTATION,
     POD_GROUP_LABEL,
     POD_GROUP_SIZE_LABEL,
@@ -39,6 +40,9 @@ from ..contract import (
     STARTED_AT_ANNOTATION,
     TIME_LIMIT_ANNOTATION,
     WARNED_FOR_ANNOTATION,
+)
+from ..contract import (
+    MANAGED_BY as MANAGED_BY,
 )
 from ..jobnet import CONNECT_TO_ANNOTATION, MAX_LABEL, NETWORK_LABEL, SLOTS_ANNOTATION, peers_view
 from ..units import MAX_TEXT, parse_duration, parse_quantity
@@ -61,8 +65,7 @@ LABEL_QUEUE = QUEUE_LABEL
 LABEL_GROUP = POD_GROUP_LABEL  # for reconciler/scavenger.py
 LABEL_GROUP_SIZE = POD_GROUP_SIZE_LABEL  # for reconciler/scavenger.py
 LABEL_COSCHEDULING = "scheduling.x-k8s.io/pod-group"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGED_BY = "batchgate"
+LABEL_MANAGED_BY = MANAGED_BY_LABEL
 
 # Pod ``status.reason`` values that mean the pod was stopped from outside (its
 # node went away, the kubelet evicted or shut it down, the scheduler preempted
@@ -118,7 +121,6 @@ MAINTENANCE_WINDOW = Kind("batchgate.io/v1alpha1", "MaintenanceWindow", "mainten
 NAMESPACE = Kind("v1", "Namespace", "namespaces", namespaced=False)
 SCAVENGER_JOB = Kind("batchgate.io/v1alpha1", "ScavengerJob", "scavengerjobs")
 CONFIG_MAP = Kind("v1", "ConfigMap", "configmaps")
-SECRET = Kind("v1", "Secret", "secrets")
 PVC = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
 # Job networking (see ``network``): only the objects batchgate made are cached (ConfigMaps too,
 # while reads of a ScavengerJob's ConfigMaps go to CONFIG_MAP directly).
@@ -134,7 +136,7 @@ CRON_JOB = Kind("batch/v1", "CronJob", "cronjobs")
 AUDITED = (POD, JOB, CRON_JOB, *(Kind("apps/v1", k, k.lower() + "s") for k in ("Deployment", "StatefulSet", "DaemonSet")),
            SCAVENGER_JOB)
 KINDS = {k.kind: k for k in (POD, JOB, NODE, POD_GROUP, EVENT, LEASE, MAINTENANCE_WINDOW, NAMESPACE,
-                             SCAVENGER_JOB, CONFIG_MAP, SECRET, PVC, SERVICE, NETWORK_POLICY, PDB)}
+                             SCAVENGER_JOB, CONFIG_MAP, PVC, SERVICE, NETWORK_POLICY, PDB)}
 LABEL_SJ = f"{GROUP}/scavengerjob"  # on a ScavengerJob's Jobs and pods: its name
 LABEL_SEGMENT = f"{GROUP}/segment"  # on a ScavengerJob's Jobs and pods: the segment number
 
@@ -742,14 +744,16 @@ MAX_MOUNTS = 16  # volume sources a view keeps (the first ones): enough to name 
 
 
 def volume_sources(volumes: Any) -> tuple[tuple[str, str], ...]:
-    """(kind, name) of the PersistentVolumeClaims, ConfigMaps and Secrets that ``volumes`` (a pod
-    spec's, a ScavengerJob's) need to exist; those marked ``optional`` are left out."""
+    """(kind, name) of the PersistentVolumeClaims and ConfigMaps that ``volumes`` (a pod spec's, a
+    ScavengerJob's) need to exist; those marked ``optional`` are left out, and so are Secrets: the
+    reconciler may not read Secrets (a ``get`` reads their data too, in every namespace); a missing
+    one keeps the pods in ContainerCreating, the kubelet's FailedMount Event naming it."""
     out: list[tuple[str, str]] = []
     for v in volumes if isinstance(volumes, list) else ():
         if not isinstance(v, dict) or len(out) >= MAX_MOUNTS:
             continue
         for key, kind, name_key in (("persistentVolumeClaim", "PersistentVolumeClaim", "claimName"),
-                                    ("configMap", "ConfigMap", "name"), ("secret", "Secret", "secretName")):
+                                    ("configMap", "ConfigMap", "name")):
             src = v.get(key)
             if isinstance(src, dict) and src.get("optional") is not True:
                 name = src.get(name_key)

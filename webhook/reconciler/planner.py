@@ -183,12 +183,17 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
                     pods_of_job[owner_uid] = [pod]
                 else:
                     lst.append(pod)
-            elif pod.admitted is not None:
-                # Admitted with a time limit, and no Job of ours runs it: a Pod a user made
-                # claiming some owner, an operator's Pod with a limit of its own. The webhook
-                # records no limit for the Pods of services (ReplicaSets, StatefulSets,
-                # DaemonSets made by their controllers), so those never come here.
-                bare_timed.append(pod)
+            else:
+                if owner.kind == "Job":
+                    # Not its Job's (another namespace, another name, made before the Job): never
+                    # in the Job's gang; a group of such pods is nobody's to act on.
+                    owner_uid = f"unconfirmed:{owner_uid}"
+                if pod.admitted is not None:
+                    # Admitted with a time limit, and no Job of ours runs it: a Pod a user made
+                    # claiming some owner, an operator's Pod with a limit of its own. The webhook
+                    # records no limit for the Pods of services (ReplicaSets, StatefulSets,
+                    # DaemonSets made by their controllers), so those never come here.
+                    bare_timed.append(pod)
         group = pod.group
         if group is not None:
             gkey = (ns, group, owner_uid)
@@ -356,13 +361,22 @@ def _release(snapshot: Snapshot, now: float, queues: QueuePolicy, windows: Seque
     return out
 
 
+# How much earlier than its Job a pod of it may say it was created (both timestamps come from the
+# API server, in whole seconds; several API servers' clocks may differ by a little).
+CREATION_SLACK = 5.0
+
+
 def _owns(job: JobView | None, pod: PodView) -> bool:
     """Whether ``job`` is the controller ``pod`` names: same uid, and the pod's own namespace
     and the name in its ownerReference (Kubernetes owners are never in another namespace; a
-    reference that says otherwise is forged or broken, and confirms nothing)."""
+    reference that says otherwise is forged or broken, and confirms nothing), and the pod made
+    after the Job. An ownerReference can be rewritten by whoever may update the pod; its
+    creationTimestamp cannot: a pod older than the Job is someone's own old pod re-parented to it
+    (issue 27: it made a colleague's Job look ten days old, and stopped it), never the Job's."""
     owner = pod.owner
     return (job is not None and owner is not None and job.ref.uid == owner.uid
-            and job.ref.namespace == pod.ref.namespace and job.ref.name == owner.name)
+            and job.ref.namespace == pod.ref.namespace and job.ref.name == owner.name
+            and (job.created is None or pod.created is None or pod.created >= job.created - CREATION_SLACK))
 
 
 def _sj_owned(job: JobView) -> bool:

@@ -62,6 +62,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from ..contract import SCAVENGERJOB_MAX_CPU, SCAVENGERJOB_MAX_MEMORY, SCAVENGERJOB_MAX_PODS
+from ..rules.scavengerjob import name_problem
 from ..units import DurationTooLong, format_duration, format_memory, parse_duration, shown
 from .actions import Action, ActionKind, Delete, Requirement, Unplannable, unplannable
 from .model import (
@@ -471,6 +472,9 @@ def sj_view(obj: Mapping[str, Any]) -> SJView:
     spec = obj.get("spec") or {}
     st = obj.get("status") or {}
     problems: list[str] = []
+    named = name_problem(obj)  # stored before the bound: its Jobs could never be created
+    if named:
+        problems.append(named)
     need: Need | None = None
     res = spec.get("resources") if isinstance(spec, dict) else None
     if isinstance(res, dict):
@@ -594,7 +598,7 @@ def _guard(sj: SJView, job: JobView, seg: int, pods: Sequence[PodView], now: flo
                             f"segment {seg}: node {leaving[0]} is being emptied; the PodDisruptionBudget "
                             f"{ref.name} that held its gang is deleted", now, phase="Running",
                             key=f"unguard/{seg}", quiet=True, status={"guardedSegment": None},
-                            deletes=(Delete(ref),)))
+                            deletes=(Delete(ref, owner_uid=job.ref.uid),)))
         return
     if guarded or leaving:
         return
@@ -687,7 +691,10 @@ def job_body(sj: SJView, segment: int, qp: QueuePolicy) -> dict[str, Any]:
 
 
 def required_objects(sj: SJView) -> list[tuple[str, str]]:
-    """(kind, name) of the PVCs, ConfigMaps and Secrets its volumes need."""
+    """(kind, name) of the PVCs and ConfigMaps its volumes need, looked up before a start. Not its
+    Secrets: the reconciler holds no right to read Secrets (a ``get`` would read their data too,
+    in every namespace, the seal key's included); a missing one keeps the pods in
+    ContainerCreating, with the kubelet's FailedMount Event naming it, as a missing image does."""
     out = []
     for v in sj.spec.get("volumes") or ():
         if not isinstance(v, dict):
@@ -696,8 +703,6 @@ def required_objects(sj: SJView) -> list[tuple[str, str]]:
             out.append(("PersistentVolumeClaim", str(v["persistentVolumeClaim"].get("claimName"))))
         elif isinstance(v.get("configMap"), dict):
             out.append(("ConfigMap", str(v["configMap"].get("name"))))
-        elif isinstance(v.get("secret"), dict):
-            out.append(("Secret", str(v["secret"].get("secretName"))))
     return out
 
 

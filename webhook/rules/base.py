@@ -99,6 +99,9 @@ class RuleType:
     # webhook seals a template only when this check passes on it (webhook.seal).
     sealed_check: bool = False
     order: int = 50  # mutating policies run in this order (then by name)
+    # The namespace label keys its settings select namespaces by (job-network's isolation proxy):
+    # namespace-opt-out keeps them admins' to set, as it does the keys queue grants read.
+    namespace_label_keys: Callable[[Any], tuple[str, ...]] | None = None
 
 
 def no_settings(node: Node, bundle: Bundle) -> None:

@@ -312,6 +312,13 @@ def _peer_problems(peers: Any) -> list[Finding]:
     return []
 
 
+def namespace_label_keys(settings: Settings) -> tuple[str, ...]:
+    """The namespace label keys isolation selects by: its proxy's (let into every isolated
+    workload) and its DNS's (reachable from them). namespace-opt-out keeps them admins' to set."""
+    return tuple(dict.fromkeys(k for rule in settings.isolation for where in (rule.proxy, rule.dns)
+                               if where is not None for k, _ in where.namespace_selector))
+
+
 TYPE = RuleType(
     name="job-network",
     doc=(
@@ -328,4 +335,5 @@ TYPE = RuleType(
     # unbounded on UPDATE).
     default_operations=("CREATE", "UPDATE"),
     order=45,
+    namespace_label_keys=namespace_label_keys,
 )

@@ -83,6 +83,15 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
             out.append(deny(
                 f"{what} the label {key} on a Namespace is for cluster admins only ({_who(ctx)}): "
                 f"queue grants select namespaces by it ({_granting(ctx, key)}); ask an admin"))
+    for key, policy in ctx.bundle.policy_label_keys:  # e.g. job-network's isolation proxy
+        if key == NAME_LABEL or key in ctx.bundle.selector_keys:
+            continue
+        if new.get(key) != old.get(key):
+            what = "removing" if key not in new else "changing" if key in old else "setting"
+            out.append(deny(
+                f"{what} the label {key} on a Namespace is for cluster admins only ({_who(ctx)}): policy "
+                f"{policy} selects namespaces by it (its network isolation lets such a namespace's pods in); "
+                "ask an admin"))
     name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), dict) else None
     claimed = new.get(NAME_LABEL)
     if claimed is not None and claimed != name and claimed != old.get(NAME_LABEL):

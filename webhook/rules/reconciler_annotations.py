@@ -1,4 +1,5 @@
-"""Annotations only the reconciler writes: ``started-at``, ``deadline``, ``warned-for``, ``next-maintenance``.
+"""Annotations only the reconciler writes: ``started-at``, ``deadline``, ``warned-for``, ``next-maintenance``,
+``gang-restart``, ``expected-start`` and ``expected-start-reason`` (``contract.RECONCILER_ANNOTATIONS``).
 
 The reconciler keeps its memory on the objects so a restart misses nothing; that
 memory must not be forgeable. A user who moves ``started-at`` later, or deletes
@@ -57,7 +58,8 @@ TYPE = RuleType(
     name="reconciler-annotations",
     doc=(
         "Only the reconciler (and admins) may write `batchgate.io/started-at`, `deadline`, "
-        "`warned-for`, `next-maintenance`, the state it keeps on objects."
+        "`warned-for`, `next-maintenance`, `gang-restart`, `expected-start`, `expected-start-reason`: the state "
+        "it keeps on objects and what it tells users."
     ),
     parse=parse,
     validate=validate,

@@ -12,7 +12,13 @@ import posixpath
 import re
 from typing import Any
 
-from ..contract import GROUP, SCAVENGERJOB_MAX_CPU, SCAVENGERJOB_MAX_MEMORY, SCAVENGERJOB_MAX_PODS
+from ..contract import (
+    GROUP,
+    SCAVENGERJOB_MAX_CPU,
+    SCAVENGERJOB_MAX_MEMORY,
+    SCAVENGERJOB_MAX_NAME,
+    SCAVENGERJOB_MAX_PODS,
+)
 from ..units import DurationTooLong, format_memory, parse_duration, shown
 from .base import QOS_RESOURCES, Ctx, Finding, RuleType, deny, no_settings, quantity_or_none
 
@@ -134,12 +140,24 @@ def _check_volumes(errors: list[str], volumes: Any) -> None:
                 errors.append(f"{at}.{source}.{key}: required, the name of a {source} in this namespace, got {target!r}")
 
 
+def name_problem(obj: Any) -> str | None:
+    """A name longer than a label value may be (it labels the ScavengerJob's Jobs and pods)."""
+    md = obj.get("metadata") if isinstance(obj, dict) else None
+    name = md.get("name") if isinstance(md, dict) else None
+    if isinstance(name, str) and len(name) > SCAVENGERJOB_MAX_NAME:
+        return (f"metadata.name: {len(name)} characters, more than {SCAVENGERJOB_MAX_NAME} (the name labels its Jobs "
+                f"and pods, and a label value has at most {SCAVENGERJOB_MAX_NAME})")
+    return None
+
+
 def scavengerjob_problems(obj: dict[str, Any]) -> list[str]:
-    """Every problem of a ScavengerJob's spec, each starting with its field path."""
+    """Every problem of a ScavengerJob (its name, its spec), each starting with its field path."""
+    named = name_problem(obj)
     spec = obj.get("spec")
     if not isinstance(spec, dict):
-        return ["spec: required (see the ScavengerJob contract: image, command, resources, runAsUser, duration, ...)"]
-    errors: list[str] = []
+        return [*([named] if named else []),
+                "spec: required (see the ScavengerJob contract: image, command, resources, runAsUser, duration, ...)"]
+    errors: list[str] = [named] if named else []
     for key in spec:
         if key not in SPEC_FIELDS:
             errors.append(f"spec.{key}: unknown field (known: {', '.join(SPEC_FIELDS)})")

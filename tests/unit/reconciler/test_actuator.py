@@ -104,6 +104,46 @@ def test_delete_of_something_already_gone_is_done() -> None:
     assert actuator(api).execute([stop])[0].result == "done"
 
 
+class _RecordingApi(FakeApi):
+    def __init__(self) -> None:
+        super().__init__()
+        self.deleted_with: list[str | None] = []
+
+    def delete(self, kind: Any, namespace: Any, name: str, *, uid: str | None = None,
+               propagation: str | None = None) -> Any:
+        self.deleted_with.append(uid)
+        return super().delete(kind, namespace, name, uid=uid, propagation=propagation)
+
+
+def _guard(api: FakeApi, owner: str) -> dict[str, Any]:
+    return api.put({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                    "metadata": {"name": "md-1", "namespace": "demo",
+                                 "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "md-1",
+                                                      "uid": owner}]}})
+
+
+@pytest.mark.parametrize("owner", ["job-uid", "another-job"])
+def test_an_object_not_in_the_cache_is_deleted_by_the_uid_read_and_only_when_its_owner_is_ours(owner: str) -> None:
+    """A segment's guard (a PodDisruptionBudget the cache does not hold) goes with its uid as
+    precondition, read live; one of the same name owned by another Job (or made since by
+    someone else) is left alone (issue 27)."""
+    from webhook.reconciler.actions import Action, Delete
+    from webhook.reconciler.model import Ref
+
+    api = _RecordingApi()
+    stored = _guard(api, owner)
+    ref = Ref("policy/v1", "PodDisruptionBudget", "demo", "md-1", "")
+    lift = Action(kind="sj-unguard", target=Ref("batchgate.io/v1alpha1", "ScavengerJob", "demo", "md", "sj-uid"),
+                  reason="GuardLifted", message="lifted", quiet=True, deletes=(Delete(ref, owner_uid="job-uid"),))
+    assert actuator(api).execute([lift])[0].result == "done"
+    if owner == "job-uid":
+        assert api.deleted_with == [stored["metadata"]["uid"]]
+        assert ("poddisruptionbudgets", "demo", "md-1") not in api.objects
+    else:
+        assert api.deleted_with == []
+        assert ("poddisruptionbudgets", "demo", "md-1") in api.objects
+
+
 @pytest.mark.parametrize(("grace", "finalizers", "kept"), [
     pytest.param(0, [], False, id="unbound pod: gone at once, the response shows a deletionTimestamp"),
     pytest.param(30, [], True, id="bound pod: terminating for its grace period"),

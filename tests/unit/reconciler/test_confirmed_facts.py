@@ -62,6 +62,26 @@ def _created(obj: dict, offset: float) -> dict:
     return obj
 
 
+def test_an_old_pod_re_parented_to_a_colleagues_job_neither_ages_it_nor_tears_it_down() -> None:
+    """Same namespace: alice's own pod, running for ten days, gets an ownerReference to bob's Job
+    (made an hour ago) by an UPDATE; it used to make the Job ten days old, past its limit, and stop
+    it. Its creationTimestamp (the API server's, which no UPDATE changes) is older than the Job's:
+    not the Job's pod. A failed one re-parented into a gang does not tear the gang down either."""
+    victim = _created(job("train", annotations=deadline_ann("4h"), template_labels=G), -HOUR)
+    real = _created(pod("train-0", owner=victim, started=-HOUR + 10, labels=G), -HOUR + 5)
+    old = _created(pod("old", owner=victim, started=-10 * 24 * HOUR), -10 * 24 * HOUR)
+    actions = plan(snapshot(victim, real, old), T0, Settings()).actions
+    assert [(a.kind, a.reason) for a in actions] == [("record-deadline", "DeadlineSet")]
+    assert actions[0].annotations[DEADLINE_ANNOTATION] == ts(-HOUR + 10 + 4 * HOUR)
+    failed = _created(pod("old-failed", owner=victim, labels=G, **FAILED), -2 * HOUR)
+    actions = plan(snapshot(victim, real, failed), T0, Settings()).actions
+    assert not any(a.kind.startswith("gang") for a in actions), [a.kind for a in actions]
+    # a pod of the Job created in the same second (or a little before, by another API server's clock)
+    same = _created(pod("train-1", owner=victim, started=-HOUR + 3, labels=G), -HOUR - 2)
+    (a,) = plan(snapshot(victim, real, same), T0, Settings()).actions
+    assert a.annotations[DEADLINE_ANNOTATION] == ts(-HOUR + 3 + 4 * HOUR)
+
+
 def test_a_node_clock_behind_cannot_make_a_pod_older_than_it_is() -> None:
     # Created 10 minutes ago by the API server's clock; the node says its container started 5h ago.
     p = _created(pod("p", started=-5 * HOUR, annotations=deadline_ann("1h")), -600)

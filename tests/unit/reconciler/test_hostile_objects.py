@@ -20,7 +20,7 @@ from webhook.reconciler import metrics
 from webhook.reconciler.cache import Store
 from webhook.reconciler.model import POD, Snapshot, pod_view
 from webhook.reconciler.planner import plan
-from webhook.reconciler.scavenger import sj_view
+from webhook.reconciler.scavenger import job_name, sj_view
 from webhook.reconciler.settings import Settings
 from webhook.units import format_time
 
@@ -42,6 +42,22 @@ def test_a_scavengerjob_with_a_duration_past_the_bound_fails_alone_and_the_other
     assert huge["phase"] == "Failed", huge
     assert f"spec.duration: '{HUGE}' is longer than 3650d, the longest duration batchgate accepts" in huge["message"]
     assert other["phase"] == "Running", other
+
+
+def test_a_scavengerjob_whose_name_cannot_label_its_jobs_fails_alone_naming_it():
+    """Before: its Job's label batchgate.io/scavengerjob was invalid, and its creation was retried
+    every pass, forever (issue 27). Now the policy and the CRD refuse the name; one stored before
+    fails at once with the reason, and no Job is tried."""
+    long = "x" * 64
+    w = World(sj(long, cpu="1"), sj("other", cpu="1"))
+    w.step()
+    w.step()
+    st = w.sj(long)["status"]
+    assert st["phase"] == "Failed", st
+    assert "metadata.name: 64 characters, more than 63" in st["message"]
+    assert list(w.jobs()) == ["other-1"]
+    assert ("create", "jobs", "demo", job_name(long, 1)) not in w.api.writes()
+    assert sj_view(sj("y" * 63)).problems == ()
 
 
 def test_the_scavengerjob_view_refuses_what_the_policy_refuses():

@@ -91,3 +91,56 @@ def test_writers_may(tmp_path: Path) -> None:
 def test_settings_errors_name_the_field(tmp_path: Path) -> None:
     e = settings_error(tmp_path, POLICY, "    writes: {}\n")
     assert "spec.settings.writes: unknown field" in str(e)
+
+
+def _isolating(tmp_path: Path) -> Bundle:
+    """The shipped bundle with namespace-opt-out and a job-network policy isolating hpc-* with a
+    proxy in namespaces labelled batchgate.io/role=platform (and DNS in those labelled dns=yes)."""
+    from tests.unit.conftest import POLICIES
+    from webhook.rules import load_bundle
+
+    root = tmp_path / "isolating"
+    root.mkdir()
+    (root / "bundle.yaml").write_text((POLICIES / "bundle.yaml").read_text())
+    for name in (POLICY, "job-network"):
+        (root / name).mkdir()
+        text = (POLICIES / name / "policy.yaml").read_text()
+        (root / name / "policy.yaml").write_text(text)
+    import yaml
+
+    doc = yaml.safe_load((root / "job-network" / "policy.yaml").read_text())
+    doc["spec"]["settings"]["isolation"] = [{
+        "namespaces": ["hpc-*"], "egress": "restricted",
+        "proxy": {"namespaceSelector": {"batchgate.io/role": "platform"}, "podSelector": {"app": "proxy"}},
+        "dns": {"namespaceSelector": {"dns": "yes"}, "podSelector": {"k8s-app": "kube-dns"}}}]
+    (root / "job-network" / "policy.yaml").write_text(yaml.safe_dump(doc))
+    return load_bundle(root)
+
+
+@pytest.mark.parametrize("key", ["batchgate.io/role", "dns"])
+def test_the_labels_isolation_lets_in_by_are_for_admins(tmp_path: Path, key: str) -> None:
+    """Before (issue 27): a tenant who may label their namespace labelled it batchgate.io/role=platform,
+    and their pods labelled app=proxy reached every isolated workload of every namespace."""
+    b = _isolating(tmp_path)
+    assert ("batchgate.io/role", "job-network") in b.policy_label_keys
+    plain = load_sample(POLICY, "namespace-team-a.yaml")
+    labelled = copy.deepcopy(plain)
+    labelled["metadata"]["labels"][key] = "platform" if key != "dns" else "yes"
+    for old in (plain, None):
+        d = run(b, labelled, old)
+        assert not d.allowed and f"setting the label {key} on a Namespace is for cluster admins only" in d.message
+        assert "policy job-network selects namespaces by it" in d.message
+        assert run(b, labelled, old, user="root", groups=("batchgate:admins",)).allowed
+    assert "removing the label" in run(b, plain, labelled).message
+    other = copy.deepcopy(plain)
+    other["metadata"]["labels"]["team"] = "b"
+    assert run(b, other, plain).allowed  # a key nothing selects by stays free
+
+
+def test_the_admission_policy_protects_them_too(tmp_path: Path) -> None:
+    from webhook.generate import admission_policies
+
+    (opt_out,) = [p for p in admission_policies(_isolating(tmp_path))
+                  if p["kind"] == "ValidatingAdmissionPolicy" and p["metadata"]["name"] == "batchgate-namespace-opt-out"]
+    messages = [v["message"] for v in opt_out["spec"]["validations"]]
+    assert any("batchgate.io/role, dns" in m and "policy job-network selects" in m for m in messages), messages
