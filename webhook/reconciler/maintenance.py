@@ -69,7 +69,7 @@ def read_cordoned(text: str | None) -> Cordoned | None:
         return None
     try:
         data = json.loads(text)
-    except (ValueError, TypeError):  # not JSON, or not even text (stored while the webhook was down)
+    except ValueError:
         data = None
     if not isinstance(data, dict):
         return Cordoned(window="?", was_unschedulable=False)
