@@ -390,7 +390,7 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
     nodes: dict[str, _Node] = {}
     for n in snapshot.nodes.values():
         blocked = sorted((w.start, w.end) for w in ws if w.end > now and w.covers(n.name, n.labels))
-        if n.unschedulable and ((c := read_cordoned(n.maintenance)) is None or c.was_unschedulable):
+        if n.unschedulable and (not isinstance(n.maintenance, str) or read_cordoned(n.maintenance).was_unschedulable):  # type: ignore[union-attr]
             continue  # cordoned by someone else (before a window too): no telling when it comes back
         if n.ready not in (None, "True"):
             continue
