@@ -274,7 +274,7 @@ def test_the_reconciler_gets_exactly_what_it_uses(objects):
     labels = one(objects, "Role", "batchgate-reconciler-namespace-labels")
     assert labels["metadata"]["namespace"] == "batchgate-system"
     assert labels["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
-                                "resourceNames": ["batchgate-namespaces"], "verbs": ["get", "update"]},
+                                "resourceNames": ["batchgate-namespaces", "batchgate-usage"], "verbs": ["get", "update"]},
                                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]
 
 
