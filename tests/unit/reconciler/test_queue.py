@@ -10,6 +10,7 @@ from typing import Any
 from tests.unit.conftest import shipped_bundle
 from tests.unit.reconciler.reconbuild import HOUR, T0, group_labels, record_env, ts
 from tests.unit.reconciler.test_shadow import node, running, snap, waiting
+from webhook.bundle import Account
 from webhook.contract import QUEUE_GATE, QUEUED_ANNOTATION
 from webhook.reconciler import queue
 from webhook.reconciler.actions import Action
@@ -91,20 +92,13 @@ def test_a_light_accounts_workload_goes_before_a_heavy_ones_submitted_earlier() 
 
 def test_shares_from_the_bundle_weigh_usage() -> None:
     """physics used twice chemistry's, with three times its shares: it is under its share, first."""
-    accounts = (POLICY.fair_share.accounts
-                + (_account("physics", ("phys-*",), 3.0), _account("chemistry", ("chem",), 1.0)))
+    accounts = (*POLICY.fair_share.accounts, Account("physics", ("phys-*",), 3.0), Account("chemistry", ("chem",), 1.0))
     policy = dataclasses.replace(POLICY, fair_share=dataclasses.replace(POLICY.fair_share, accounts=accounts))
     s = snap(gated("c", ns="chem", cpu="4", created=-2 * HOUR), gated("p", ns="phys-a", cpu="4", created=-60),
              nodes=ONE)
     usage = {"physics": 200.0, "chemistry": 100.0}
     assert order(s, usage, policy) == ["p", "c"]
     assert order(s, usage) == ["c", "p"], "as namespaces with one share each, chem used less"
-
-
-def _account(name: str, namespaces: tuple[str, ...], shares: float) -> Any:
-    from webhook.bundle import Account
-
-    return Account(name, namespaces, shares)
 
 
 def test_age_keeps_an_old_job_from_waiting_forever() -> None:
