@@ -118,16 +118,33 @@ def run(args: argparse.Namespace) -> int:
         api.close()
 
 
+def _open(args: argparse.Namespace) -> tuple[QueuePolicy, Any] | int:
+    """The bundle's queues and a client, for the commands that read the cluster; else the exit code
+    (2), said on stderr."""
+    from ..bundle import default_policies
+    from ..rules import load_bundle
+    from ..yamlsrc import BundleError
+    from .errors import KubeError
+    from .kube import KubeApi
+
+    try:
+        queues = QueuePolicy.from_bundle(load_bundle(args.policies or default_policies()))
+    except BundleError as e:
+        print(f"batchgate: bundle error: {e}", file=sys.stderr)
+        return 2
+    try:
+        return queues, KubeApi.connect(args.kubeconfig)
+    except KubeError as e:
+        print(f"batchgate: {e}", file=sys.stderr)
+        return 2
+
+
 def report(args: argparse.Namespace, what: str) -> int:
     """``batchgate queue`` / ``batchgate maintenance``: list the cluster once, print the report."""
     import time
 
-    from ..bundle import default_policies
-    from ..rules import load_bundle
-    from ..yamlsrc import BundleError
     from .cache import Cache
     from .errors import Forbidden, KubeError
-    from .kube import KubeApi
     from .report import (
         MAINTENANCE_COLUMNS,
         QUEUE_COLUMNS,
@@ -138,16 +155,10 @@ def report(args: argparse.Namespace, what: str) -> int:
         summarize,
     )
 
-    try:
-        queues = QueuePolicy.from_bundle(load_bundle(args.policies or default_policies()))
-    except BundleError as e:
-        print(f"batchgate: bundle error: {e}", file=sys.stderr)
-        return 2
-    try:
-        api = KubeApi.connect(args.kubeconfig)
-    except KubeError as e:
-        print(f"batchgate: {e}", file=sys.stderr)
-        return 2
+    opened = _open(args)
+    if isinstance(opened, int):
+        return opened
+    queues, api = opened
     try:
         namespace = getattr(args, "namespace", None)
         cache = Cache(api, Settings())
@@ -216,13 +227,9 @@ def accounting(args: argparse.Namespace, what: str) -> int:
     """``batchgate share`` (sshare) and ``batchgate usage`` (a short sreport), from the stored usage."""
     from collections import Counter
 
-    from ..bundle import default_policies
-    from ..rules import load_bundle
     from ..units import parse_duration
-    from ..yamlsrc import BundleError
     from .cache import Cache
     from .errors import KubeError
-    from .kube import KubeApi
     from .queue import waiting
     from .report import (
         SHARE_COLUMNS,
@@ -241,16 +248,10 @@ def accounting(args: argparse.Namespace, what: str) -> int:
         except ValueError as e:
             print(f"batchgate: --since: {e}", file=sys.stderr)
             return 2
-    try:
-        queues = QueuePolicy.from_bundle(load_bundle(args.policies or default_policies()))
-    except BundleError as e:
-        print(f"batchgate: bundle error: {e}", file=sys.stderr)
-        return 2
-    try:
-        api = KubeApi.connect(args.kubeconfig)
-    except KubeError as e:
-        print(f"batchgate: {e}", file=sys.stderr)
-        return 2
+    opened = _open(args)
+    if isinstance(opened, int):
+        return opened
+    queues, api = opened
     try:
         stored = stored_usage(api, args.batchgate_namespace)
         if stored is None:
