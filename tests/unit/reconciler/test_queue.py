@@ -216,3 +216,24 @@ def test_the_release_message_says_how_long_it_waited() -> None:
 def test_no_nodes_known_means_no_release() -> None:
     s = Snapshot.of(pods=snap(gated("p"), nodes=ONE).pods.values(), nodes=None)
     assert released(s) == []
+
+
+def test_a_gang_released_in_part_has_the_rest_released_not_stranded() -> None:
+    """A release of a pod group is one patch per pod: one that failed (a conflict, a timeout) must not
+    leave the others gated for ever while the released ones hold their room."""
+    pods = [gated(f"g-{i}", labels=group_labels("g", 3), created=-HOUR + i) for i in range(3)]
+    del pods[0]["spec"]["schedulingGates"]  # released by the last pass; g-1 and g-2 were not
+    s = snap(*pods, nodes=ONE)
+    assert names(released(s)) == ["g-1", "g-2"]
+    pods[0]["spec"]["nodeName"] = "n1"  # already bound: still the same gang
+    pods[0]["status"] = {"phase": "Running"}
+    assert names(released(snap(*pods, nodes=ONE))) == ["g-1", "g-2"]
+
+
+def test_an_ungated_pod_of_another_queue_naming_the_group_releases_nothing() -> None:
+    """A user cannot jump the queue by starting a pod of the same group name where nothing is gated."""
+    pods = [gated(f"g-{i}", cpu="4", labels=group_labels("g", 2), created=-HOUR + i) for i in range(2)]
+    decoy = running("decoy", "n1", limit="2h", cpu="4", priority=INTERACTIVE)
+    decoy["metadata"]["labels"] = {"batchgate.io/queue": "interactive", **group_labels("g", 2)}
+    decoy["spec"]["containers"][0]["env"] = record_env("interactive", "2h")
+    assert released(snap(decoy, *pods, nodes=ONE)) == []
