@@ -39,6 +39,14 @@ class Ledger:
         self.usage, self._rv, self.broken = None, "", ""
 
     def billing(self, now: float, policy: QueuePolicy) -> dict[str, float]:
+        """Each account's decayed usage now; read first when not read yet, so that a new leader's
+        very first pass orders by the stored usage (not as if nobody had used anything)."""
+        if self.usage is None and not self.broken:
+            try:
+                self._read()
+            except KubeError as e:
+                log.warning("cannot read usage from ConfigMap %s/%s (this pass orders without it): %s",
+                            self.namespace, NAME, e)
         return self.usage.at(now, policy.fair_share.half_life) if self.usage is not None else {}
 
     def due_at(self, policy: QueuePolicy) -> float | None:

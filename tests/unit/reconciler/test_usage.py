@@ -232,3 +232,25 @@ def test_a_configmap_deleted_by_an_admin_starts_usage_from_zero() -> None:
     assert results[-1] == "written", results
     assert stored(api).billing == {} and stored(api).sampled_at == clock.t
 
+
+
+def test_a_new_leaders_first_pass_orders_by_the_stored_usage() -> None:
+    """After a restart (kill -9) or a change of leader the stored usage decides the very first
+    release, not only the passes after the first sample."""
+    from tests.unit.conftest import shipped_bundle
+    from tests.unit.reconciler.test_queue import gated
+    from webhook.reconciler.controller import Controller
+    from webhook.reconciler.settings import Settings
+
+    api = FakeApi()
+    api.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+             "status": {"allocatable": {"cpu": "4", "memory": "16Gi"}, "conditions": [{"type": "Ready", "status": "True"}]}})
+    api.put(gated("heavy-1", ns="heavy", cpu="4", created=-2 * HOUR))
+    api.put(gated("light-1", ns="light", cpu="4", created=-60))
+    api.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": NAME, "namespace": "batchgate-system"},
+             "data": {u.KEY: render(Usage(sampled_at=T0 - 30, billing={"heavy": 1e6}), FAIR)}})
+    settings = Settings(leader_elect=False, queues=QueuePolicy.from_bundle(shipped_bundle()))
+    c = Controller(api, settings, clock=lambda: T0)
+    c.cache.list_once()
+    released = [o.action.target.name for o in c.run_pass("resync") if o.action.kind == "release"]
+    assert released == ["light-1"]
