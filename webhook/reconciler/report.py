@@ -228,8 +228,8 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-QUEUE_COLUMNS = [("namespace", "NAMESPACE"), ("name", "NAME"), ("queue", "QUEUE"), ("queueState", "QSTATE"),
-                 ("priority", "PRIORITY"), ("position", "POS"), ("state", "STATE"), ("start", "START"),
+QUEUE_COLUMNS = [("namespace", "NAMESPACE"), ("name", "NAME"), ("queue", "QUEUE"), ("priority", "PRIORITY"),
+                 ("position", "POS"), ("state", "STATE"), ("queueState", "QSTATE"), ("start", "START"),
                  ("deadline", "DEADLINE"), ("reason", "REASON")]
 QUEUE_WIDE = [*QUEUE_COLUMNS[:2], ("kind", "KIND"), ("pods", "PODS"), *QUEUE_COLUMNS[2:]]
 SHARE_COLUMNS = [("account", "ACCOUNT"), ("shares", "SHARES"), ("normShares", "NORM SHARES"),

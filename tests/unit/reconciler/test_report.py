@@ -57,7 +57,7 @@ def test_queue_lists_pending_work_in_order_then_running_work() -> None:
     assert rows[1]["reason"].startswith("never fits: each pod asks for cpu 64")
     assert rows[3]["deadline"] == ts(HOUR) and rows[3]["reason"] == "on n1"
     text = render(rows, "table", QUEUE_COLUMNS, QUEUE_WIDE)
-    assert text.splitlines()[0].split() == ["NAMESPACE", "NAME", "QUEUE", "QSTATE", "PRIORITY", "POS", "STATE",
+    assert text.splitlines()[0].split() == ["NAMESPACE", "NAME", "QUEUE", "PRIORITY", "POS", "STATE", "QSTATE",
                                             "START", "DEADLINE", "REASON"]
     assert "KIND" in render(rows, "wide", QUEUE_COLUMNS, QUEUE_WIDE).splitlines()[0]
     assert json.loads(render(rows, "json", QUEUE_COLUMNS))[0]["name"] == "w2"
