@@ -237,3 +237,23 @@ def test_an_ungated_pod_of_another_queue_naming_the_group_releases_nothing() -> 
     decoy["metadata"]["labels"] = {"batchgate.io/queue": "interactive", **group_labels("g", 2)}
     decoy["spec"]["containers"][0]["env"] = record_env("interactive", "2h")
     assert released(snap(decoy, *pods, nodes=ONE)) == []
+
+
+def test_with_scavengers_running_a_queue_no_longer_gated_still_releases_at_once() -> None:
+    """Another queue still gated makes scavengers victims-to-be; that must not hold back the work of
+    a queue that holds nothing any more (nor take room from scavengers for it)."""
+    s = snap(busy("peer", "4"), busy("scav", "2", node_name="n2", priority=SCAVENGER, limit=None), gated("p", cpu="4"),
+             nodes=[node("n1", cpu="4"), node("n2", cpu="2")])
+    policy = dataclasses.replace(POLICY, gated=("gpu",), queue_classes={**POLICY.queue_classes, "gpu": "batchgate-batch"})
+    out = released(s, policy)
+    assert names(out) == ["p"] and "no longer holds work" in out[0].message
+
+
+def test_with_scavengers_running_the_rest_of_a_gang_released_in_part_still_goes() -> None:
+    pods = [gated(f"g-{i}", cpu="2", labels=group_labels("g", 3), created=-HOUR + i) for i in range(3)]
+    del pods[0]["spec"]["schedulingGates"]
+    pods[0]["spec"]["nodeName"] = "n1"
+    pods[0]["status"] = {"phase": "Running"}
+    s = snap(busy("peer", "2"), busy("scav", "2", node_name="n2", priority=SCAVENGER, limit=None), *pods,
+             nodes=[node("n1", cpu="4"), node("n2", cpu="2")])
+    assert names(released(s)) == ["g-1", "g-2"]
