@@ -15,7 +15,7 @@ from tests.unit.reconciler.test_shadow import node, running, waiting
 from webhook.bundle import Account
 from webhook.cli import build_parser, main
 from webhook.reconciler.kube import KubeApi
-from webhook.reconciler.model import Snapshot, format_time, job_view, pod_view, window_view
+from webhook.reconciler.model import Snapshot, job_view, pod_view, window_view
 from webhook.reconciler.report import (
     MAINTENANCE_COLUMNS,
     QUEUE_COLUMNS,
@@ -33,6 +33,7 @@ from webhook.reconciler.report import (
 from webhook.reconciler.settings import QueuePolicy
 from webhook.reconciler.usage import Usage, factors
 from webhook.reconciler.usage import render as render_usage
+from webhook.units import format_time
 
 
 def cluster(*windows: dict) -> Snapshot:  # type: ignore[type-arg]

@@ -15,9 +15,10 @@ from tests.unit.reconciler.test_shadow import running
 from webhook.bundle import Account, FairShare
 from webhook.reconciler import usage as u
 from webhook.reconciler.ledger import NAME, Ledger
-from webhook.reconciler.model import CONFIG_MAP, PodView, format_time, pod_view
+from webhook.reconciler.model import CONFIG_MAP, PodView, pod_view
 from webhook.reconciler.settings import QueuePolicy
 from webhook.reconciler.usage import Usage, accrue, factors, parse, render
+from webhook.units import format_time
 
 FAIR = FairShare()  # cpu 1 per core-second, memory 0.25 per GiB-second, nvidia.com/gpu 10 per unit-second
 DAY = format_time(T0)[:10]
