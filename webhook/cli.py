@@ -28,6 +28,8 @@ DEFAULT_MANIFESTS = REPO_ROOT / "manifests" if SOURCE_CHECKOUT else Path("manife
 KUBECONFIG_HELP = "kubeconfig file (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)"
 POLICIES_HELP = ("policy bundle directory (default: $BATCHGATE_POLICIES, else the bundle shipped with "
                  "batchgate, the repository's policies/)")
+USAGE_NAMESPACE_HELP = ("the namespace batchgate runs in, where the reconciler stores usage in the ConfigMap "
+                        "batchgate-usage (its --lease-namespace; default batchgate-system)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -172,8 +174,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("queue", help="pending and running work with expected start times (like squeue --start)",
                        description="List pending workloads (Jobs, and Pods without a controller) in the order "
-                       "kube-scheduler serves them (priority, then age), with their position, expected start and "
-                       "why they wait; then running ones with their start and deadline. Expected starts come from "
+                       "they start (kube-scheduler's: priority, then age; in a gated queue batchgate's: priority, "
+                       "then fair share and age), with their position, expected start and why they wait; STATE "
+                       "Gated: batchgate's queue holds it until its turn comes and all of it fits; QSTATE: its "
+                       "queue's state (open, hold, drain, stop); then running ones with their start and deadline. "
+                       "Expected starts come from "
                        "the reconciler's shadow schedule: running work frees its nodes at its deadline, "
                        "maintenance windows block theirs. Lists the whole cluster (falls back to --namespace "
                        "when that is all you may read).")
@@ -182,6 +187,33 @@ def build_parser() -> argparse.ArgumentParser:
                    help="table (default), wide (adds kind and pods) or json")
     q.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
     q.add_argument("--policies", default=None, help=POLICIES_HELP)
+    q.add_argument("--batchgate-namespace", default=None, metavar="NAMESPACE", help=USAGE_NAMESPACE_HELP)
+
+    sh = sub.add_parser("share", help="fair share per account: shares, usage, factor (like sshare)",
+                        description="For each account (a namespace, or the bundle's spec.fairShare.accounts): its "
+                        "shares and their part of all (NORM SHARES), its usage decayed to now (RAW USAGE: weighted "
+                        "resource-seconds, spec.fairShare.weights) and its part of all (EFFECTV USAGE), and the "
+                        "fair-share factor 2^(-EFFECTV USAGE / NORM SHARES) that orders its waiting work after "
+                        "priority (Slurm's classic factor), with how many workloads it has waiting. Parts are "
+                        "taken among the accounts with usage or waiting work, as the reconciler takes them. Reads "
+                        "the ConfigMap batchgate-usage, and lists the cluster for the waiting work.")
+    sh.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table",
+                    help="table (default), wide (adds each account's namespaces) or json")
+    sh.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
+    sh.add_argument("--policies", default=None, help=POLICIES_HELP)
+    sh.add_argument("--batchgate-namespace", default=None, metavar="NAMESPACE", help=USAGE_NAMESPACE_HELP)
+
+    us = sub.add_parser("usage", help="core-hours and GPU-hours per account and queue (like a short sreport)",
+                        description="Sum the undecayed daily figures the reconciler stores in the ConfigMap "
+                        "batchgate-usage (kept 35 days) per account and queue, over the UTC days since --since "
+                        "ago: CPU core-hours and GPU-hours allocated to bound pods.")
+    us.add_argument("--since", default="7d", metavar="DURATION",
+                    help="from this long ago (UTC days, today included), e.g. 1d, 30d (default 7d)")
+    us.add_argument("-o", "--output", choices=("table", "json"), default="table",
+                    help="table (default, with a TOTAL row) or json")
+    us.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
+    us.add_argument("--policies", default=None, help=POLICIES_HELP)
+    us.add_argument("--batchgate-namespace", default=None, metavar="NAMESPACE", help=USAGE_NAMESPACE_HELP)
 
     mt = sub.add_parser("maintenance", help="maintenance windows and what each one will stop or hold back",
                         description="List MaintenanceWindows (start, end, state, nodes, reason) with the running "
@@ -243,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         "manifests": cmd_manifests,
         "seal-key": cmd_seal_key,
         "queue": cmd_queue,
+        "share": cmd_share,
+        "usage": cmd_usage,
         "maintenance": cmd_maintenance,
         "audit": cmd_audit,
     }[args.command]
@@ -548,6 +582,18 @@ def cmd_queue(args: argparse.Namespace) -> int:
     from .reconciler.main import report
 
     return report(args, "queue")
+
+
+def cmd_share(args: argparse.Namespace) -> int:
+    from .reconciler.main import accounting
+
+    return accounting(args, "share")
+
+
+def cmd_usage(args: argparse.Namespace) -> int:
+    from .reconciler.main import accounting
+
+    return accounting(args, "usage")
 
 
 def cmd_maintenance(args: argparse.Namespace) -> int:

@@ -88,6 +88,23 @@ BUNDLE_ERRORS = [
      r"'lots' is not a number"),
     ("scavenger-unknown", "gracePeriod: 60s", "gracePeriod: 60s\n    maxShares: 1", "maxShares",
      r"spec\.scavengers\.maxShares: unknown field"),
+    # the batch queue: queue states, gating, fair share
+    ("queue-bad-state", "timeLimit: {default: 24h, max: 7d}", "timeLimit: {default: 24h, max: 7d}\n      state: paused",
+     "state: paused", r"spec\.queues\[1\]\.state: expected one of open, hold, drain, stop"),
+    ("queue-gated-not-bool", "      gated: false", "      gated: maybe", "gated: maybe", r"spec\.queues\[0\]\.gated: expected true or false"),
+    ("fair-share-bad-weight", "weights: {cpu: 1,", "weights: {cpu: -1,", "weights:",
+     r"spec\.fairShare\.weights\.cpu: .*a number from 0 to"),
+    ("fair-share-weight-word", "weights: {cpu: 1,", "weights: {cpu: lots,", "weights:", r"a number from 0 to"),
+    ("fair-share-duplicate-account", "accounts: []",
+     "accounts:\n      - {name: phys, namespaces: [a], shares: 1}\n      - {name: phys, namespaces: [b]}",
+     "namespaces: [b]", r"spec\.fairShare\.accounts\[1\]\.name: duplicate account"),
+    ("fair-share-zero-shares", "accounts: []", "accounts:\n      - {name: phys, namespaces: [a], shares: 0}",
+     "shares: 0", r"spec\.fairShare\.accounts\[0\]\.shares: more than 0"),
+    ("fair-share-account-without-namespaces", "accounts: []", "accounts:\n      - {name: phys, shares: 2}",
+     "name: phys", r"namespaces"),
+    ("fair-share-half-life-short", "halfLife: 7d", "halfLife: 10s", "halfLife: 10s", r"spec\.fairShare\.halfLife: at least 60 s"),
+    ("fair-share-half-life-word", "halfLife: 7d", "halfLife: a week", "halfLife: a week", r"halfLife: expected a duration"),
+    ("fair-share-unknown", "maxAge: 7d", "maxAge: 7d\n    decay: 2", "decay: 2", r"spec\.fairShare\.decay: unknown field"),
 ]
 
 

@@ -4,7 +4,8 @@
   figures) and writes it every ``fairShare.interval``, fenced by its resourceVersion; a conflict
   (another writer) makes it read again and fold on top of what is stored. Followers write nothing.
 - A document it cannot read is never overwritten: usage stops accruing, an error is logged and the
-  metric says so, until an admin repairs or deletes it (deleting it starts usage from zero).
+  metric says so, until an admin repairs or deletes it (deleting it starts usage from zero, as
+  deleting a readable one does).
 - A failed write keeps the figures in memory and is tried again at the next interval: at most the
   intervals since the last write are lost by a crash.
 """
@@ -38,6 +39,14 @@ class Ledger:
         self.usage, self._rv, self.broken = None, "", ""
 
     def billing(self, now: float, policy: QueuePolicy) -> dict[str, float]:
+        """Each account's decayed usage now; read first when not read yet, so that a new leader's
+        very first pass orders by the stored usage (not as if nobody had used anything)."""
+        if self.usage is None and not self.broken:
+            try:
+                self._read()
+            except KubeError as e:
+                log.warning("cannot read usage from ConfigMap %s/%s (this pass orders without it): %s",
+                            self.namespace, NAME, e)
         return self.usage.at(now, policy.fair_share.half_life) if self.usage is not None else {}
 
     def due_at(self, policy: QueuePolicy) -> float | None:
@@ -52,6 +61,8 @@ class Ledger:
             result = self._step(pods, policy, account_of, queue_of)
         except Conflict:
             self.usage, result = None, "conflict"
+        except NotFound:  # deleted since it was read (an admin starting over): read again, from zero
+            self.usage, self._rv, result = None, "", "conflict"
         except KubeError as e:
             log.warning("cannot store usage in ConfigMap %s/%s: %s", self.namespace, NAME, e)
             result = "failed"

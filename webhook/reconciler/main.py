@@ -118,16 +118,33 @@ def run(args: argparse.Namespace) -> int:
         api.close()
 
 
+def _open(args: argparse.Namespace) -> tuple[QueuePolicy, Any] | int:
+    """The bundle's queues and a client, for the commands that read the cluster; else the exit code
+    (2), said on stderr."""
+    from ..bundle import default_policies
+    from ..rules import load_bundle
+    from ..yamlsrc import BundleError
+    from .errors import KubeError
+    from .kube import KubeApi
+
+    try:
+        queues = QueuePolicy.from_bundle(load_bundle(args.policies or default_policies()))
+    except BundleError as e:
+        print(f"batchgate: bundle error: {e}", file=sys.stderr)
+        return 2
+    try:
+        return queues, KubeApi.connect(args.kubeconfig)
+    except KubeError as e:
+        print(f"batchgate: {e}", file=sys.stderr)
+        return 2
+
+
 def report(args: argparse.Namespace, what: str) -> int:
     """``batchgate queue`` / ``batchgate maintenance``: list the cluster once, print the report."""
     import time
 
-    from ..bundle import default_policies
-    from ..rules import load_bundle
-    from ..yamlsrc import BundleError
     from .cache import Cache
     from .errors import Forbidden, KubeError
-    from .kube import KubeApi
     from .report import (
         MAINTENANCE_COLUMNS,
         QUEUE_COLUMNS,
@@ -138,16 +155,10 @@ def report(args: argparse.Namespace, what: str) -> int:
         summarize,
     )
 
-    try:
-        queues = QueuePolicy.from_bundle(load_bundle(args.policies or default_policies()))
-    except BundleError as e:
-        print(f"batchgate: bundle error: {e}", file=sys.stderr)
-        return 2
-    try:
-        api = KubeApi.connect(args.kubeconfig)
-    except KubeError as e:
-        print(f"batchgate: {e}", file=sys.stderr)
-        return 2
+    opened = _open(args)
+    if isinstance(opened, int):
+        return opened
+    queues, api = opened
     try:
         namespace = getattr(args, "namespace", None)
         cache = Cache(api, Settings())
@@ -161,7 +172,9 @@ def report(args: argparse.Namespace, what: str) -> int:
             cache.list_once()
         snapshot, now = cache.snapshot(), time.time()
         if what == "queue":
-            rows = queue_rows(snapshot, now, namespace=namespace, queues=queues)
+            usage = stored_usage(api, getattr(args, "batchgate_namespace", None), quiet=True)
+            billing = usage.at(now, queues.fair_share.half_life) if usage is not None else {}
+            rows = queue_rows(snapshot, now, namespace=namespace, queues=queues, usage=billing)
             sys.stdout.write(render(rows, args.output, QUEUE_COLUMNS, QUEUE_WIDE))
         else:
             rows = maintenance_rows(snapshot, now, queues=queues)
@@ -178,5 +191,86 @@ def report(args: argparse.Namespace, what: str) -> int:
     except KubeError as e:
         print(f"batchgate: {e}", file=sys.stderr)
         return 1
+    finally:
+        api.close()
+
+
+def stored_usage(api: Any, namespace: str | None, *, quiet: bool = False) -> Any:
+    """The usage the reconciler stores (ledger.py), ``Usage()`` when none is stored yet; None when it
+    cannot be read (said on stderr unless ``quiet``: ``batchgate queue`` then orders without it)."""
+    from .errors import KubeError, NotFound
+    from .ledger import NAME
+    from .model import CONFIG_MAP
+    from .usage import KEY, Usage, parse
+
+    ns = namespace or Settings().lease_namespace
+    try:
+        cm = api.get(CONFIG_MAP, ns, NAME)
+    except NotFound:
+        if not quiet:
+            print(f"batchgate: no usage stored yet (no ConfigMap {ns}/{NAME}): the reconciler writes it every "
+                  "fairShare.interval while a queue is gated", file=sys.stderr)
+        return Usage()
+    except KubeError as e:
+        if not quiet:
+            print(f"batchgate: cannot read the usage in ConfigMap {ns}/{NAME}: {e}", file=sys.stderr)
+        return None
+    try:
+        return parse((cm.get("data") or {}).get(KEY))
+    except ValueError as e:
+        if not quiet:
+            print(f"batchgate: ConfigMap {ns}/{NAME} does not hold usage batchgate can read: {e}", file=sys.stderr)
+        return None
+
+
+def accounting(args: argparse.Namespace, what: str) -> int:
+    """``batchgate share`` (sshare) and ``batchgate usage`` (a short sreport), from the stored usage."""
+    from collections import Counter
+
+    from ..units import parse_duration
+    from .cache import Cache
+    from .errors import KubeError
+    from .queue import waiting
+    from .report import (
+        SHARE_COLUMNS,
+        SHARE_WIDE,
+        USAGE_COLUMNS,
+        render,
+        share_rows,
+        usage_rows,
+        with_total,
+    )
+
+    since = 0
+    if what == "usage":
+        try:
+            since = parse_duration(args.since)
+        except ValueError as e:
+            print(f"batchgate: --since: {e}", file=sys.stderr)
+            return 2
+    opened = _open(args)
+    if isinstance(opened, int):
+        return opened
+    queues, api = opened
+    try:
+        stored = stored_usage(api, args.batchgate_namespace)
+        if stored is None:
+            return 1
+        now = time.time()
+        if what == "usage":
+            rows = usage_rows(stored, now, since)
+            sys.stdout.write(render(rows if args.output == "json" else with_total(rows), args.output, USAGE_COLUMNS))
+            return 0
+        counts: dict[str, int] | None = None
+        try:
+            cache = Cache(api, Settings())
+            cache.list_once()
+            billing = stored.at(now, queues.fair_share.half_life)
+            counts = dict(Counter(w.account for w in waiting(cache.snapshot(), now, queues, billing, lambda o: None)))
+        except KubeError as e:
+            print(f"batchgate: cannot list the cluster ({e}): WAITING is unknown, and the factors count only the "
+                  "accounts with usage", file=sys.stderr)
+        sys.stdout.write(render(share_rows(stored, now, queues, counts), args.output, SHARE_COLUMNS, SHARE_WIDE))
+        return 0
     finally:
         api.close()

@@ -324,7 +324,8 @@ def _release(snapshot: Snapshot, now: float, queues: QueuePolicy, windows: Seque
              go: list[tuple[queue.Waiting, str]]) -> list[Action]:
     """Release what the queue says starts now. Where it fits only on room scavengers hold, the
     gangs that lose least go first (victims.py) and the workload is narrowed to the nodes made
-    free; one that no eviction makes room for waits."""
+    free; one that no eviction makes room for waits. Work of a queue no longer gated, and the rest
+    of a pod group released in part, go at once, as where no scavenger runs."""
     below = queue.preempts_below(queues)
     gangs = []
     if go and below is not None and snapshot.nodes is not None:
@@ -338,6 +339,9 @@ def _release(snapshot: Snapshot, now: float, queues: QueuePolicy, windows: Seque
     out: list[Action] = []
     taken: set[str] = set()
     for w, why in go:
+        if w.rest or w.queue not in queues.gated:  # released whatever the room: no queue holds it any more
+            out += queue.release(w, why, now)
+            continue
         choice = victims.choose(room, w.sched, w.size, snapshot.nodes)
         if choice is None:
             continue  # the room the placement counted on is not there (yet): it waits

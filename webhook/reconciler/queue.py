@@ -54,6 +54,7 @@ class Waiting:
     job: JobView | None = None
     pods: tuple[PodView, ...] = ()
     incomplete: str = ""  # a pod group not all of whose pods exist yet
+    rest: bool = False  # the gated rest of a pod group released in part (a patch that failed): released at once
     factor: float = 1.0  # fair share
     age: float = 0.0  # 0..1
     score: float = 0.0  # factor + ageWeight * age: the order within a priority
@@ -79,7 +80,11 @@ def waiting(snapshot: Snapshot, now: float, policy: QueuePolicy, usage: Mapping[
         out.append(Waiting(job.ref, queue_of(job, policy), fair.account_of(job.ref.namespace), prio,
                            job.created or 0.0, job.wanted, replace(job.template, priority=prio), limit_of(job), job=job))
     groups: dict[tuple[str, str], list[PodView]] = {}
+    out_of_gate: dict[tuple[str, str, str], int] = {}  # (namespace, group, queue) -> its bare pods not gated
     for pod in snapshot.pods.values():
+        if pod.group and not pod.gated and pod.owner is None and not pod.deleting and not pod.terminal:
+            key3 = (pod.ref.namespace, pod.group, queue_of(pod, policy))
+            out_of_gate[key3] = out_of_gate.get(key3, 0) + 1
         if not pod.gated or pod.node or pod.deleting or pod.terminal or pod.sched is None:
             continue
         if policy.excluded(pod.ref.namespace):
@@ -91,12 +96,15 @@ def waiting(snapshot: Snapshot, now: float, policy: QueuePolicy, usage: Mapping[
         first = members[0]
         assert first.sched is not None
         want = first.group_size if first.group and first.group_size else len(members)
-        incomplete = (f"waits for all {want} pods of its group {first.group!r} to exist ({len(members)} do)"
-                      if len(members) < want else "")
+        loose = out_of_gate.get((first.ref.namespace, first.group, queue_of(first, policy)), 0) if first.group else 0
+        have = len(members) + loose
+        incomplete = (f"waits for all {want} pods of its group {first.group!r} to exist ({have} do)"
+                      if have < want else "")
         sched = max((m.sched for m in members if m.sched is not None), key=lambda s: (s.cpu, s.mem))
         out.append(Waiting(first.ref, queue_of(first, policy), fair.account_of(first.ref.namespace),
                            first.sched.priority, first.created or 0.0, max(len(members), 1), sched,
-                           limit_of(first), pods=tuple(members), incomplete=incomplete))
+                           limit_of(first), pods=tuple(members), incomplete=incomplete,
+                           rest=loose > 0 and not incomplete))
     return order(out, now, usage, fair)
 
 
@@ -145,7 +153,9 @@ def to_release(items: list[Waiting], estimates: list[Estimate], now: float,
         w = by_uid.get(e.workload.uid)
         if w is None or not e.queued:
             continue
-        if w.queue not in policy.gated:
+        if w.rest:  # the gang's release was decided: finish it, or its released part waits for ever
+            go.append((w, f"the rest of its group {w.pods[0].group!r} (released in part before)"))
+        elif w.queue not in policy.gated:
             go.append((w, f"queue {w.queue!r} no longer holds work" if w.queue in policy.states
                        else f"queue {w.queue!r} no longer exists"))
         elif e.start is not None and e.start <= now and not w.incomplete and policy.states.get(w.queue, "open") in ("open", "drain"):

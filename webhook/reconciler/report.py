@@ -5,11 +5,13 @@ Pure functions of a snapshot and ``now`` (the CLI lists the cluster, like
 what the reconciler's shadow schedule (shadow.py) computes, not a second guess.
 
 ``queue`` is Slurm's ``squeue --start``: running workloads with their start and
-deadline, pending ones in the order kube-scheduler serves them with their
-position, expected start and the reason they wait. ``maintenance`` is
-``scontrol show reservation`` plus what each window will do: the running jobs
-it will stop (their deadline is after its start) and the pending ones it holds
-back (they would start sooner without it).
+deadline, pending ones in the order they start (kube-scheduler's, and batchgate's
+queue for the work it holds: queue.py) with their position, expected start and
+the reason they wait. ``maintenance`` is ``scontrol show reservation`` plus what
+each window will do: the running jobs it will stop (their deadline is after its
+start) and the pending ones it holds back (they would start sooner without it).
+``share`` is Slurm's ``sshare`` and ``usage`` a short ``sreport``, from the usage
+the reconciler stores (usage.py).
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from typing import Any
 
 from ..units import format_time
 from ..windows import Window
+from . import queue
 from .model import JobView, PodView, Snapshot
 from .planner import effective_limit
 from .runtimes import Predictor, finished_runs, remember
 from .settings import QueuePolicy, Settings
 from .shadow import Estimate, shadow_schedule
+from .usage import Usage, factors
 
 
 def _windows(snapshot: Snapshot) -> list[Window]:
@@ -37,11 +41,21 @@ def _predictor(snapshot: Snapshot) -> Predictor:
 
 
 def _estimates(snapshot: Snapshot, now: float, windows: list[Window], predictor: Predictor,
-               queues: QueuePolicy) -> list[Estimate]:
-    """The shadow schedule with the limits the reconciler enforces (the admission record, the queue's maximum)."""
+               queues: QueuePolicy, usage: Mapping[str, float] | None = None) -> list[Estimate]:
+    """The shadow schedule with the limits the reconciler enforces (the admission record, the queue's
+    maximum), and the batch queue's waiting work in its order (fair share from ``usage``), as the
+    planner places it."""
     settings = Settings(queues=queues)
-    return shadow_schedule(snapshot, now, windows, runtimes=predictor,
-                           limit_of=lambda o: effective_limit(o, settings))
+
+    def limit_of(o: JobView | PodView) -> int | None:
+        return effective_limit(o, settings)
+
+    waiting = queue.waiting(snapshot, now, queues, usage or {}, limit_of)
+    extra: dict[str, Any] = {}
+    if waiting or queues.gated:
+        extra = {"queued": queue.as_queued(waiting, queues), "preempts_below": queue.preempts_below(queues),
+                 "class_values": queues.class_values, "released": queue.released(queues)}
+    return shadow_schedule(snapshot, now, windows, runtimes=predictor, limit_of=limit_of, **extra)
 
 
 def _t(t: float | None) -> str:
@@ -49,11 +63,13 @@ def _t(t: float | None) -> str:
 
 
 def queue_rows(snapshot: Snapshot, now: float, *, namespace: str | None = None,
-               queues: QueuePolicy | None = None) -> list[dict[str, Any]]:
-    """One row per workload (a Job, or a Pod without a controller): pending first, in order."""
+               queues: QueuePolicy | None = None, usage: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
+    """One row per workload (a Job, or a Pod without a controller): pending first, in order. Work
+    batchgate's queue holds is ``Gated`` (the queue's state beside it); a bare pod of a gated queue
+    that carries no gate (admitted while the webhook was down) says so."""
     qp = queues or QueuePolicy()
     rows: list[dict[str, Any]] = []
-    estimates = _estimates(snapshot, now, _windows(snapshot), _predictor(snapshot), qp)
+    estimates = _estimates(snapshot, now, _windows(snapshot), _predictor(snapshot), qp, usage)
     objects: dict[str, JobView | PodView] = {j.ref.uid: j for j in snapshot.jobs.values()}
     for p in snapshot.pods.values():
         if p.owner is None:
@@ -64,12 +80,18 @@ def queue_rows(snapshot: Snapshot, now: float, *, namespace: str | None = None,
         obj = objects.get(e.workload.uid)
         if namespace and e.workload.namespace != namespace:
             continue
+        name = queue.queue_of(obj, qp) if obj else qp.queue_for(e.workload.namespace, None)
+        ungated = (not e.queued and isinstance(obj, PodView) and obj.owner is None and name in qp.gated
+                   and not qp.excluded(obj.ref.namespace))
         rows.append({
             "namespace": e.workload.namespace, "name": e.workload.name, "kind": e.workload.kind,
-            "queue": qp.queue_for(e.workload.namespace, obj.queue if obj else None),
-            "priority": e.priority, "position": e.position, "state": "Pending", "pods": e.pods,
-            "start": _t(e.start) if e.start is not None else "unknown", "deadline": "-",
-            "reason": ("never fits: " if e.never else "") + e.reason,
+            "queue": name, "queueState": qp.states.get(name, "open"),
+            "priority": e.priority, "position": e.position, "state": "Gated" if e.queued else "Pending",
+            "pods": e.pods, "start": _t(e.start) if e.start is not None else "unknown", "deadline": "-",
+            "reason": ("never fits: " if e.never else "")
+            + ("not gated (admitted while batchgate's webhook was down), kube-scheduler's to start: " if ungated else "")
+            + e.reason,
+            "gated": e.queued, "ungated": ungated,
         })
     pods_of: dict[str, list[PodView]] = {}
     for p in snapshot.pods.values():
@@ -88,9 +110,11 @@ def queue_rows(snapshot: Snapshot, now: float, *, namespace: str | None = None,
         sched = next((p.sched for p in live if p.sched is not None), None)
         running.append({
             "namespace": obj.ref.namespace, "name": obj.ref.name, "kind": obj.ref.kind,
-            "queue": qp.queue_for(obj.ref.namespace, obj.queue), "priority": sched.priority if sched else 0,
+            "queue": queue.queue_of(obj, qp), "queueState": qp.states.get(queue.queue_of(obj, qp), "open"),
+            "priority": sched.priority if sched else 0,
             "position": None, "state": "Running", "pods": len(live), "start": _t(started),
             "deadline": obj.deadline or "-", "reason": "on " + ",".join(sorted({p.node for p in live})),
+            "gated": False, "ungated": False,
         })
     running.sort(key=lambda r: (r["deadline"] == "-", r["deadline"], r["namespace"], r["name"]))
     return rows + running
@@ -133,6 +157,61 @@ def maintenance_rows(snapshot: Snapshot, now: float, *, queues: QueuePolicy | No
     return out
 
 
+def share_rows(stored: Usage, now: float, queues: QueuePolicy,
+               waiting: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
+    """``sshare``: per account, its shares and their part of all (``normShares``), its decayed usage
+    now (``rawUsage``, weighted resource-seconds) and its part of all (``effectiveUsage``), and the
+    fair-share factor ``2^(-effectiveUsage/normShares)``, computed as the reconciler does: among the
+    accounts with usage or ``waiting`` work (accounts -> workloads waiting; None: not known, then
+    among those with usage). The bundle's accounts without either are listed with factor 1 and no
+    part (``normShares`` None)."""
+    fair = queues.fair_share
+    billing = stored.at(now, fair.half_life)
+    competing = {a for a, v in billing.items() if v > 0} | {a for a, n in (waiting or {}).items() if n > 0}
+    f = factors(billing, competing, fair)
+    total_shares = sum(fair.shares_of(a) for a in competing) or 1.0
+    total_use = sum(billing.get(a, 0.0) for a in competing)
+    configured = {a.name: a for a in fair.accounts}
+    rows = []
+    for a in sorted(competing | set(configured)):
+        inside = a in competing
+        rows.append({
+            "account": a, "namespaces": list(configured[a].namespaces) if a in configured else [a],
+            "shares": fair.shares_of(a),
+            "normShares": round(fair.shares_of(a) / total_shares, 6) if inside else None,
+            "rawUsage": round(billing.get(a, 0.0)),
+            "effectiveUsage": (round(billing.get(a, 0.0) / total_use, 6) if total_use > 0 else 0.0) if inside else None,
+            "fairShare": round(f.get(a, 1.0), 6),
+            "waiting": (waiting or {}).get(a, 0) if waiting is not None else None,
+        })
+    return rows
+
+
+def usage_rows(stored: Usage, now: float, since: float) -> list[dict[str, Any]]:
+    """``sreport``: core-hours and GPU-hours per account and queue over the (UTC) days from
+    ``now - since`` on, undecayed, the most first."""
+    first = format_time(now - since)[:10]
+    sums: dict[tuple[str, str], list[float]] = {}
+    for day, cells in stored.days.items():
+        if day < first:
+            continue
+        for key, (cores, gpus) in cells.items():
+            account, _, queue_name = key.partition("/")
+            cell = sums.setdefault((account, queue_name), [0.0, 0.0])
+            cell[0] += cores
+            cell[1] += gpus
+    rows = [{"account": a, "queue": q, "coreHours": round(c / 3600, 2), "gpuHours": round(g / 3600, 2)}
+            for (a, q), (c, g) in sums.items()]
+    return sorted(rows, key=lambda r: (-r["coreHours"], -r["gpuHours"], r["account"], r["queue"]))
+
+
+def with_total(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Usage rows for the table, with a TOTAL row."""
+    total = {"account": "TOTAL", "queue": "", "coreHours": round(sum(r["coreHours"] for r in rows), 2),
+             "gpuHours": round(sum(r["gpuHours"] for r in rows), 2)}
+    return [*rows, total]
+
+
 # -- printing ---------------------------------------------------------------------------
 def table(rows: Iterable[Mapping[str, Any]], columns: list[tuple[str, str]]) -> str:
     """kubectl-style: upper-case headers, columns padded to their widest cell."""
@@ -150,9 +229,14 @@ def _cell(v: Any) -> str:
 
 
 QUEUE_COLUMNS = [("namespace", "NAMESPACE"), ("name", "NAME"), ("queue", "QUEUE"), ("priority", "PRIORITY"),
-                 ("position", "POS"), ("state", "STATE"), ("start", "START"), ("deadline", "DEADLINE"),
-                 ("reason", "REASON")]
+                 ("position", "POS"), ("state", "STATE"), ("queueState", "QSTATE"), ("start", "START"),
+                 ("deadline", "DEADLINE"), ("reason", "REASON")]
 QUEUE_WIDE = [*QUEUE_COLUMNS[:2], ("kind", "KIND"), ("pods", "PODS"), *QUEUE_COLUMNS[2:]]
+SHARE_COLUMNS = [("account", "ACCOUNT"), ("shares", "SHARES"), ("normShares", "NORM SHARES"),
+                 ("rawUsage", "RAW USAGE"), ("effectiveUsage", "EFFECTV USAGE"), ("fairShare", "FAIRSHARE"),
+                 ("waiting", "WAITING")]
+SHARE_WIDE = [*SHARE_COLUMNS, ("namespaces", "NAMESPACES")]
+USAGE_COLUMNS = [("account", "ACCOUNT"), ("queue", "QUEUE"), ("coreHours", "CORE-HOURS"), ("gpuHours", "GPU-HOURS")]
 MAINTENANCE_COLUMNS = [("name", "NAME"), ("start", "START"), ("end", "END"), ("state", "STATE"), ("nodes", "NODES"),
                        ("stops", "STOPS"), ("holds", "HOLDS BACK"), ("reason", "REASON")]
 

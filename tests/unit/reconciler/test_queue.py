@@ -1,0 +1,259 @@
+"""The batch queue's back half (queue.py, through planner.plan as the controller runs it): the
+order (priority, fair share, age), whole gangs, queue states, conservative backfill, scavengers
+that hold no room, and the release patches."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from tests.unit.conftest import shipped_bundle
+from tests.unit.reconciler.reconbuild import HOUR, T0, group_labels, record_env, ts
+from tests.unit.reconciler.test_shadow import node, running, snap, waiting
+from webhook.bundle import Account
+from webhook.contract import QUEUE_GATE, QUEUED_ANNOTATION
+from webhook.reconciler import queue
+from webhook.reconciler.actions import Action
+from webhook.reconciler.model import Snapshot
+from webhook.reconciler.planner import plan
+from webhook.reconciler.settings import QueuePolicy, Settings
+
+DAY = 24 * HOUR
+POLICY = QueuePolicy.from_bundle(shipped_bundle())
+BATCH, INTERACTIVE, SCAVENGER = (POLICY.class_values[c] for c in
+                                 ("batchgate-batch", "batchgate-interactive", "batchgate-scavenger"))
+
+
+def gated(name: str, *, ns: str = "demo", gates: tuple[str, ...] = (QUEUE_GATE,), labels: dict[str, str] | None = None,
+          priority: int = BATCH, **kw: Any) -> dict[str, Any]:
+    """A bare pod waiting behind the gate in queue batch (``waiting``'s pod, gated)."""
+    p = waiting(name, priority=priority, **kw)
+    p["metadata"]["namespace"] = ns
+    p["metadata"]["uid"] = f"uid-{ns}-{name}"
+    p["metadata"]["labels"] = {"batchgate.io/queue": "batch", **(labels or {})}
+    p["spec"]["schedulingGates"] = [{"name": g} for g in gates]
+    return p
+
+
+def queued_job(name: str, *, ns: str = "demo", pods: int = 1, cpu: str = "1", created: float = -HOUR,
+               limit: str = "1h", rv: str = "20") -> dict[str, Any]:
+    """A Job as the webhook leaves it in a gated queue: suspended, marked, no pods."""
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": ns, "uid": f"uid-{ns}-{name}", "resourceVersion": rv,
+                     "creationTimestamp": ts(created), "labels": {"batchgate.io/queue": "batch"},
+                     "annotations": {QUEUED_ANNOTATION: "true", "batchgate.io/time-limit": limit}},
+        "spec": {"suspend": True, "parallelism": pods, "completions": pods,
+                 "template": {"metadata": {"labels": {"batchgate.io/queue": "batch"}},
+                              "spec": {"priorityClassName": "batchgate-batch", "restartPolicy": "Never",
+                                       "containers": [{"name": "main", "image": "busybox",
+                                                       "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}}},
+        "status": {},
+    }
+
+
+def busy(name: str, cpu: str, *, node_name: str = "n1", limit: str | None = "2h", priority: int = BATCH,
+         started: float = -HOUR) -> dict[str, Any]:
+    """A running pod holding ``cpu`` on ``node_name``; with the default limit it frees the node at +1h."""
+    return running(name, node_name, limit=limit, cpu=cpu, priority=priority, started=started)
+
+
+def released(s: Snapshot, policy: QueuePolicy = POLICY, usage: dict[str, float] | None = None) -> list[Action]:
+    return [a for a in plan(s, T0, Settings(queues=policy), usage=usage).actions if a.kind == "release"]
+
+
+def names(actions: list[Action]) -> list[str]:
+    return sorted(a.target.name for a in actions)
+
+
+def order(s: Snapshot, usage: dict[str, float] | None = None, policy: QueuePolicy = POLICY) -> list[str]:
+    return [w.ref.name for w in queue.waiting(s, T0, policy, usage or {}, lambda o: None)]
+
+
+ONE = [node("n1", cpu="4")]
+
+
+# -- order -------------------------------------------------------------------------------
+def test_priority_comes_first() -> None:
+    s = snap(gated("old", cpu="4", created=-DAY), gated("urgent", cpu="4", priority=INTERACTIVE, created=-60),
+             nodes=ONE)
+    assert order(s) == ["urgent", "old"]
+    assert names(released(s)) == ["urgent"]
+
+
+def test_a_light_accounts_workload_goes_before_a_heavy_ones_submitted_earlier() -> None:
+    s = snap(gated("heavy-1", ns="heavy", cpu="4", created=-2 * HOUR),
+             gated("light-1", ns="light", cpu="4", created=-60), nodes=ONE)
+    usage = {"heavy": 1000.0}
+    assert order(s, usage) == ["light-1", "heavy-1"]
+    assert names(released(s, usage=usage)) == ["light-1"]
+    assert order(s) == ["heavy-1", "light-1"], "without usage the older goes first"
+
+
+def test_shares_from_the_bundle_weigh_usage() -> None:
+    """physics used twice chemistry's, with three times its shares: it is under its share, first."""
+    accounts = (*POLICY.fair_share.accounts, Account("physics", ("phys-*",), 3.0), Account("chemistry", ("chem",), 1.0))
+    policy = dataclasses.replace(POLICY, fair_share=dataclasses.replace(POLICY.fair_share, accounts=accounts))
+    s = snap(gated("c", ns="chem", cpu="4", created=-2 * HOUR), gated("p", ns="phys-a", cpu="4", created=-60),
+             nodes=ONE)
+    usage = {"physics": 200.0, "chemistry": 100.0}
+    assert order(s, usage, policy) == ["p", "c"]
+    assert order(s, usage) == ["c", "p"], "as namespaces with one share each, chem used less"
+
+
+def test_age_keeps_an_old_job_from_waiting_forever() -> None:
+    usage = {"heavy": 1000.0}
+    young = snap(gated("heavy-1", ns="heavy", cpu="4", created=-HOUR), gated("light-1", ns="light", cpu="4", created=-60),
+                 nodes=ONE)
+    assert order(young, usage) == ["light-1", "heavy-1"]
+    max_age = POLICY.fair_share.max_age
+    old = snap(gated("heavy-1", ns="heavy", cpu="4", created=-max_age),
+               gated("light-1", ns="light", cpu="4", created=-60), nodes=ONE)
+    assert order(old, usage) == ["heavy-1", "light-1"]
+    w = {x.ref.name: x for x in queue.waiting(old, T0, POLICY, usage, lambda o: None)}
+    assert w["heavy-1"].age == 1.0 and w["heavy-1"].factor == 0.25 and w["light-1"].factor == 1.0
+
+
+# -- gangs -------------------------------------------------------------------------------
+def test_a_three_pod_job_waits_while_two_fit_and_is_released_whole_when_three_do() -> None:
+    two = snap(busy("r", "2"), queued_job("gang", pods=3), nodes=ONE)
+    assert released(two) == []
+    three = snap(busy("r", "1"), queued_job("gang", pods=3, rv="77"), nodes=ONE)
+    (a,) = released(three)
+    assert a.target.name == "gang" and a.target.kind == "Job" and a.reason == "Released"
+    assert a.patch == {"metadata": {"resourceVersion": "77", "annotations": {QUEUED_ANNOTATION: None}},
+                       "spec": {"suspend": False}}
+    assert "all 3 pods fit" in a.message
+
+
+def test_a_gang_of_bare_pods_waits_until_all_its_pods_exist() -> None:
+    pods = [gated(f"g-{i}", labels=group_labels("g", 3), created=-HOUR + i) for i in range(3)]
+    s = snap(*pods[:2], nodes=ONE)
+    assert released(s) == []
+    (w,) = queue.waiting(s, T0, POLICY, {}, lambda o: None)
+    assert "waits for all 3 pods of its group 'g' to exist (2 do)" in w.incomplete
+    assert names(released(snap(*pods, nodes=ONE))) == ["g-0", "g-1", "g-2"]
+
+
+def test_a_gang_of_bare_pods_is_released_only_whole() -> None:
+    pods = [gated(f"g-{i}", cpu="2", labels=group_labels("g", 3), created=-HOUR + i) for i in range(3)]
+    assert released(snap(*pods, nodes=ONE)) == []
+    assert names(released(snap(*pods, nodes=[node("n1", cpu="4"), node("n2", cpu="2")]))) == ["g-0", "g-1", "g-2"]
+
+
+# -- states ------------------------------------------------------------------------------
+def _state(state: str) -> QueuePolicy:
+    return dataclasses.replace(POLICY, states={**POLICY.states, "batch": state})
+
+
+def test_hold_and_stop_release_nothing_drain_releases() -> None:
+    s = snap(gated("p"), queued_job("j"), nodes=ONE)
+    assert names(released(s)) == ["j", "p"]
+    assert released(s, _state("hold")) == [] and released(s, _state("stop")) == []
+    assert names(released(s, _state("drain"))) == ["j", "p"]
+
+
+def test_a_queue_on_hold_reserves_nothing_for_the_queues_behind_it() -> None:
+    """The held big job would otherwise hold the node for itself."""
+    big = gated("big", cpu="4", created=-DAY)
+    other = gated("small", cpu="4", created=-60)
+    other["metadata"]["labels"]["batchgate.io/queue"] = "gpu"
+    other["spec"]["containers"][0]["env"] = record_env("gpu", "1h")  # admitted to gpu
+    policy = dataclasses.replace(POLICY, gated=(*POLICY.gated, "gpu"), states={**POLICY.states, "batch": "hold", "gpu": "open"},
+                                 queue_classes={**POLICY.queue_classes, "gpu": "batchgate-batch"})
+    assert names(released(snap(big, other, nodes=ONE), policy)) == ["small"]
+
+
+def test_a_queue_no_longer_gated_releases_at_once_even_without_room() -> None:
+    s = snap(busy("r", "4"), gated("p"), queued_job("j"), nodes=ONE)
+    assert released(s) == []
+    ungated = dataclasses.replace(POLICY, gated=tuple(q for q in POLICY.gated if q != "batch"))
+    out = released(s, ungated)
+    assert names(out) == ["j", "p"] and all("no longer holds work" in a.message for a in out)
+
+
+# -- backfill ----------------------------------------------------------------------------
+def test_conservative_backfill_a_short_job_before_a_big_ones_reservation_a_long_one_not() -> None:
+    """The big job (first in order) can start at +1h when the running pod ends; half the node is
+    free until then: a 30-minute job fits in that gap, a 2-hour one would push the big job back."""
+    base = [busy("r", "2"), gated("big", cpu="4", created=-DAY)]
+    short = gated("short", cpu="2", limit="30m", created=-60)
+    long = gated("long", cpu="2", limit="2h", created=-60)
+    assert names(released(snap(*base, short, nodes=ONE))) == ["short"]
+    assert released(snap(*base, long, nodes=ONE)) == []
+
+
+def test_running_scavengers_hold_no_room_the_queue_counts_on() -> None:
+    s = snap(busy("scav", "4", priority=SCAVENGER, limit=None), gated("p", cpu="4"), nodes=ONE)
+    assert queue.preempts_below(POLICY) == BATCH
+    assert names(released(s)) == ["p"]
+    same = snap(busy("peer", "4", priority=BATCH), gated("p", cpu="4"), nodes=ONE)
+    assert released(same) == []
+
+
+# -- the patches -------------------------------------------------------------------------
+def test_a_pods_release_takes_only_our_gate_off_fenced_by_its_resource_version() -> None:
+    p = gated("p", gates=("example.com/other", QUEUE_GATE))
+    p["metadata"]["resourceVersion"] = "42"
+    (a,) = released(snap(p, nodes=ONE))
+    assert a.patch == {"metadata": {"resourceVersion": "42"}, "spec": {"schedulingGates": [{"name": "example.com/other"}]}}
+    (b,) = released(snap(gated("q"), nodes=ONE))
+    assert b.patch is not None and b.patch["spec"] == {"schedulingGates": None}
+
+
+def test_what_is_not_gated_or_already_bound_is_not_the_queues() -> None:
+    free = waiting("free")  # no gate: kube-scheduler's
+    excluded = gated("sys", ns="kube-system")
+    s = snap(free, excluded, nodes=ONE)
+    assert order(s) == [] and released(s) == []
+
+
+def test_the_release_message_says_how_long_it_waited() -> None:
+    (a,) = released(snap(gated("p", created=-3 * HOUR), nodes=ONE))
+    assert a.message.endswith("released after waiting 3h00m") and a.amount == 3 * HOUR
+
+
+def test_no_nodes_known_means_no_release() -> None:
+    s = Snapshot.of(pods=snap(gated("p"), nodes=ONE).pods.values(), nodes=None)
+    assert released(s) == []
+
+
+def test_a_gang_released_in_part_has_the_rest_released_not_stranded() -> None:
+    """A release of a pod group is one patch per pod: one that failed (a conflict, a timeout) must not
+    leave the others gated for ever while the released ones hold their room."""
+    pods = [gated(f"g-{i}", labels=group_labels("g", 3), created=-HOUR + i) for i in range(3)]
+    del pods[0]["spec"]["schedulingGates"]  # released by the last pass; g-1 and g-2 were not
+    s = snap(*pods, nodes=ONE)
+    assert names(released(s)) == ["g-1", "g-2"]
+    pods[0]["spec"]["nodeName"] = "n1"  # already bound: still the same gang
+    pods[0]["status"] = {"phase": "Running"}
+    assert names(released(snap(*pods, nodes=ONE))) == ["g-1", "g-2"]
+
+
+def test_an_ungated_pod_of_another_queue_naming_the_group_releases_nothing() -> None:
+    """A user cannot jump the queue by starting a pod of the same group name where nothing is gated."""
+    pods = [gated(f"g-{i}", cpu="4", labels=group_labels("g", 2), created=-HOUR + i) for i in range(2)]
+    decoy = running("decoy", "n1", limit="2h", cpu="4", priority=INTERACTIVE)
+    decoy["metadata"]["labels"] = {"batchgate.io/queue": "interactive", **group_labels("g", 2)}
+    decoy["spec"]["containers"][0]["env"] = record_env("interactive", "2h")
+    assert released(snap(decoy, *pods, nodes=ONE)) == []
+
+
+def test_with_scavengers_running_a_queue_no_longer_gated_still_releases_at_once() -> None:
+    """Another queue still gated makes scavengers victims-to-be; that must not hold back the work of
+    a queue that holds nothing any more (nor take room from scavengers for it)."""
+    s = snap(busy("peer", "4"), busy("scav", "2", node_name="n2", priority=SCAVENGER, limit=None), gated("p", cpu="4"),
+             nodes=[node("n1", cpu="4"), node("n2", cpu="2")])
+    policy = dataclasses.replace(POLICY, gated=("gpu",), queue_classes={**POLICY.queue_classes, "gpu": "batchgate-batch"})
+    out = released(s, policy)
+    assert names(out) == ["p"] and "no longer holds work" in out[0].message
+
+
+def test_with_scavengers_running_the_rest_of_a_gang_released_in_part_still_goes() -> None:
+    pods = [gated(f"g-{i}", cpu="2", labels=group_labels("g", 3), created=-HOUR + i) for i in range(3)]
+    del pods[0]["spec"]["schedulingGates"]
+    pods[0]["spec"]["nodeName"] = "n1"
+    pods[0]["status"] = {"phase": "Running"}
+    s = snap(busy("peer", "2"), busy("scav", "2", node_name="n2", priority=SCAVENGER, limit=None), *pods,
+             nodes=[node("n1", cpu="4"), node("n2", cpu="2")])
+    assert names(released(s)) == ["g-1", "g-2"]

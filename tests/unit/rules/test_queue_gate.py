@@ -1,0 +1,230 @@
+"""queue-gate: what waits in a gated queue at CREATE (the gate on bare Pods, a suspended and marked
+Job), what never waits, who may release on UPDATE (the hostile user may not), and queue states
+that refuse new work. Beyond the suite: other gates kept, the annotation a user writes, custom
+releasers, and the whole shipped bundle."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import POLICIES
+from tests.unit.conftest import check, load_sample, only, settings_error, shipped_bundle, workload
+from webhook.bundle import Bundle
+from webhook.contract import KUEUE_QUEUE_LABEL, QUEUE_GATE, QUEUED_ANNOTATION
+from webhook.engine import Decision
+from webhook.rules import load_bundle
+from webhook.rules.queue_gate import gated, queued
+
+RECONCILER = "system:serviceaccount:batchgate-system:batchgate-reconciler"
+SA_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:batchgate-system", "system:authenticated")
+ADMIN = ("batchgate:admins", "system:authenticated")
+JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
+
+
+@pytest.fixture(scope="module")
+def qg() -> Bundle:
+    return only(shipped_bundle(), "queue-gate")
+
+
+def bundle_with(tmp_path: Path, edit: Any, settings: dict[str, Any] | None = None) -> Bundle:
+    """The shipped bundle.yaml edited by ``edit(spec)``, with queue-gate alone (``settings`` if given)."""
+    root = tmp_path / "bundle"
+    (root / "queue-gate").mkdir(parents=True)
+    doc = yaml.safe_load((POLICIES / "bundle.yaml").read_text())
+    edit(doc["spec"])
+    (root / "bundle.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    policy = yaml.safe_load((POLICIES / "queue-gate" / "policy.yaml").read_text())
+    if settings is not None:
+        policy["spec"]["settings"] = settings
+    (root / "queue-gate" / "policy.yaml").write_text(yaml.safe_dump(policy))
+    return load_bundle(root)
+
+
+def set_queue(name: str, **fields: Any) -> Any:
+    def edit(spec: dict[str, Any]) -> None:
+        next(q for q in spec["queues"] if q["name"] == name).update(fields)
+    return edit
+
+
+def pod(queue: str = "batch", gates: list[str] | None = None, **labels: str) -> dict[str, Any]:
+    p = workload("Pod", name="sim", labels={"batchgate.io/queue": queue, **labels})
+    if gates:
+        p["spec"]["schedulingGates"] = [{"name": g} for g in gates]
+    return p
+
+
+def job(queue: str = "batch", *, suspend: bool | None = None, annotation: str | None = None,
+        **labels: str) -> dict[str, Any]:
+    j = workload("Job", name="sim", labels={"batchgate.io/queue": queue})
+    j["metadata"]["labels"] = {"batchgate.io/queue": queue, **labels}
+    if suspend is not None:
+        j["spec"]["suspend"] = suspend
+    if annotation is not None:
+        j["metadata"]["annotations"] = {QUEUED_ANNOTATION: annotation}
+    return j
+
+
+def update(b: Bundle, old: dict[str, Any], new: dict[str, Any], user: str = "alice",
+           groups: tuple[str, ...] = ("system:authenticated",)) -> Decision:
+    return check(new, old=old, operation="UPDATE", user=user, groups=groups, bundle=b)
+
+
+def gate_names(obj: dict[str, Any] | None) -> list[str]:
+    assert obj is not None
+    return [g["name"] for g in obj["spec"].get("schedulingGates") or []]
+
+
+# -- CREATE: what waits -------------------------------------------------------------------
+def test_a_bare_pod_in_a_gated_queue_gets_the_gate_after_the_gates_it_has(qg: Bundle) -> None:
+    d = check(pod(gates=["example.com/other"]), bundle=qg)
+    assert d.allowed and gate_names(d.obj) == ["example.com/other", QUEUE_GATE]
+    assert gated(d.obj) and not gated(pod())
+
+
+def test_a_job_waits_suspended_and_marked_its_deadline_untouched(qg: Bundle) -> None:
+    j = job(annotation="false")  # a value of the user's own is made ours
+    j["spec"]["activeDeadlineSeconds"] = 3600
+    d = check(j, bundle=qg)
+    assert d.obj is not None
+    assert d.obj["spec"]["suspend"] is True and d.obj["metadata"]["annotations"][QUEUED_ANNOTATION] == "true"
+    assert d.obj["spec"]["activeDeadlineSeconds"] == 3600
+    assert queued(d.obj) and not queued(j)
+
+
+def test_a_job_already_suspended_and_marked_is_left_as_it_is(qg: Bundle) -> None:
+    assert check(job(suspend=True, annotation="true"), bundle=qg).patch == []
+
+
+def test_a_pod_from_a_made_up_owner_is_gated_one_from_the_job_controller_is_not(qg: Bundle) -> None:
+    p = load_sample("queue-gate", "pod-from-job.yaml")
+    assert gated(check(copy.deepcopy(p), bundle=qg).obj)
+    mine = check(copy.deepcopy(p), user=JOB_CONTROLLER, groups=("system:serviceaccounts",), bundle=qg)
+    assert mine.allowed and mine.patch == []
+
+
+def test_kueue_workloads_are_left_to_kueue(qg: Bundle) -> None:
+    j = check(job(**{KUEUE_QUEUE_LABEL: "team-a"}), bundle=qg)
+    assert j.patch == [] and not queued(j.obj)
+    p = check(pod(**{KUEUE_QUEUE_LABEL: "team-a"}), bundle=qg)
+    assert p.patch == [] and not gated(p.obj)
+
+
+@pytest.mark.parametrize("queue", ["interactive", "scavenger"])
+def test_ungated_queues_hold_nothing(qg: Bundle, queue: str) -> None:
+    assert check(pod(queue), bundle=qg).patch == []
+    assert check(job(queue), bundle=qg).patch == []
+
+
+def test_our_mark_on_a_job_of_an_ungated_queue_is_removed_its_suspend_is_the_users(qg: Bundle) -> None:
+    d = check(job("interactive", suspend=True, annotation="true"), bundle=qg)
+    assert d.obj is not None
+    assert QUEUED_ANNOTATION not in (d.obj["metadata"].get("annotations") or {})
+    assert d.obj["spec"]["suspend"] is True
+
+
+def test_our_gate_on_a_pod_of_an_ungated_queue_goes_alone_and_an_emptied_list_goes_too(qg: Bundle) -> None:
+    d = check(pod("interactive", gates=[QUEUE_GATE, "example.com/other"]), bundle=qg)
+    assert gate_names(d.obj) == ["example.com/other"]
+    d = check(pod("interactive", gates=[QUEUE_GATE]), bundle=qg)
+    assert d.obj is not None and "schedulingGates" not in d.obj["spec"]
+
+
+def test_a_gated_queue_can_be_made_ungated(tmp_path: Path) -> None:
+    b = bundle_with(tmp_path, set_queue("batch", gated=False))
+    assert check(pod(), bundle=b).patch == [] and check(job(), bundle=b).patch == []
+
+
+def test_the_whole_shipped_bundle_gates_batch_work_and_not_system_namespaces() -> None:
+    d = check(workload("Job", name="sim"))  # the default queue, batch
+    assert queued(d.obj)
+    d = check(workload("Pod", name="sim"), namespace="kube-system")
+    assert not gated(d.obj)
+
+
+# -- UPDATE: only the releasers release -----------------------------------------------------
+def test_the_hostile_user_cannot_remove_the_gate_even_keeping_others(qg: Bundle) -> None:
+    old = pod(gates=["example.com/other", QUEUE_GATE])
+    d = update(qg, old, pod(gates=["example.com/other"]))
+    assert not d.allowed and "only batchgate's reconciler (or an admin) removes" in d.message
+    assert not update(qg, old, pod()).allowed
+
+
+def test_an_edit_that_keeps_the_gate_is_the_users_business(qg: Bundle) -> None:
+    old = pod(gates=[QUEUE_GATE])
+    new = pod(gates=[QUEUE_GATE], team="x")
+    assert update(qg, old, new).allowed
+
+
+def test_the_hostile_user_cannot_resume_a_queued_job_nor_drop_its_mark(qg: Bundle) -> None:
+    old = job(suspend=True, annotation="true")
+    resumed = update(qg, old, job(suspend=False, annotation="true"))
+    assert not resumed.allowed and "only batchgate's reconciler (or an admin) resumes it" in resumed.message
+    assert not update(qg, old, job(suspend=True)).allowed  # unmarked: the reconciler would never look at it
+    assert not update(qg, old, job(suspend=False)).allowed
+
+
+def test_the_hostile_user_cannot_mark_a_job_queued(qg: Bundle) -> None:
+    d = update(qg, job(suspend=True), job(suspend=True, annotation="true"))
+    assert not d.allowed and "written by batchgate only" in d.message
+
+
+def test_a_user_may_suspend_and_resume_a_job_that_is_not_queued(qg: Bundle) -> None:
+    assert update(qg, job(suspend=False), job(suspend=True)).allowed
+    assert update(qg, job(suspend=True), job(suspend=False)).allowed
+
+
+@pytest.mark.parametrize("who", [(RECONCILER, SA_GROUPS), ("root", ADMIN)])
+def test_the_reconciler_and_admins_release(qg: Bundle, who: tuple[str, tuple[str, ...]]) -> None:
+    assert update(qg, pod(gates=[QUEUE_GATE]), pod(), *who).allowed
+    assert update(qg, job(suspend=True, annotation="true"), job(suspend=False), *who).allowed
+
+
+def test_another_service_account_does_not_release(qg: Bundle) -> None:
+    other = "system:serviceaccount:batchgate-system:someone-else"
+    assert not update(qg, pod(gates=[QUEUE_GATE]), pod(), other, SA_GROUPS).allowed
+
+
+def test_releasers_from_the_settings_replace_the_default(tmp_path: Path) -> None:
+    b = bundle_with(tmp_path, lambda spec: None, settings={"releasers": {"serviceAccounts": ["ops/releaser"]}})
+    old, new = job(suspend=True, annotation="true"), job(suspend=False)
+    assert update(b, old, new, "system:serviceaccount:ops:releaser", ("system:serviceaccounts",)).allowed
+    assert not update(b, old, new, RECONCILER, SA_GROUPS).allowed
+
+
+def test_settings_refuse_unknown_keys(tmp_path: Path) -> None:
+    e = settings_error(tmp_path, "queue-gate", "    releaser: {users: [x]}\n")
+    assert "policy.yaml:8" in str(e) and "releaser" in str(e)
+
+
+# -- queue states ----------------------------------------------------------------------
+@pytest.mark.parametrize("state, word", [("drain", "draining"), ("stop", "stopped")])
+def test_drain_and_stop_refuse_new_work_quoting_the_reason(tmp_path: Path, state: str, word: str) -> None:
+    b = bundle_with(tmp_path, set_queue("batch", state=state, stateReason="storage move"))
+    for obj in (pod(), job()):
+        d = check(obj, bundle=b)
+        assert not d.allowed and f"queue 'batch' is {word} (storage move)" in d.message
+
+
+@pytest.mark.parametrize("state", ["drain", "stop"])
+def test_drain_and_stop_still_let_waiting_work_be_released_and_jobs_make_pods(tmp_path: Path, state: str) -> None:
+    b = bundle_with(tmp_path, set_queue("batch", state=state))
+    assert update(b, job(suspend=True, annotation="true"), job(suspend=False), RECONCILER, SA_GROUPS).allowed
+    p = load_sample("queue-gate", "pod-from-job.yaml")
+    assert check(p, user=JOB_CONTROLLER, groups=("system:serviceaccounts",), bundle=b).allowed
+
+
+def test_hold_admits_and_gates(tmp_path: Path) -> None:
+    b = bundle_with(tmp_path, set_queue("batch", state="hold"))
+    d = check(pod(), bundle=b)
+    assert d.allowed and gated(d.obj)
+
+
+def test_a_state_in_another_queue_refuses_nothing_here(tmp_path: Path) -> None:
+    b = bundle_with(tmp_path, set_queue("interactive", state="stop"))
+    assert check(job(), bundle=b).allowed
+    assert not check(pod("interactive"), bundle=b).allowed
