@@ -9,8 +9,10 @@ releases each workload whole when its turn comes and all of it fits: it removes 
 resumes the Job and drops the annotation.
 
 Never gated: excluded namespaces (the engine never calls a policy there), queues with
-``gated: false``, workloads another queue manager admits (``kueue.x-k8s.io/queue-name``), and pods a
-listed controller makes from its owner's template (a Job's pods: the Job waited, not its pods).
+``gated: false``, workloads another queue manager the cluster runs admits (``otherQueueManagers``:
+their labels, e.g. Kueue's ``kueue.x-k8s.io/queue-name``; none by default, or anyone could skip the
+queue by adding a label nothing else acts on), and pods a listed controller makes from its owner's
+template (a Job's pods: the Job waited, not its pods).
 
 On UPDATE only the ``releasers`` (the reconciler's ServiceAccount) and admins may take the gate off a
 Pod, resume a queued Job or remove its annotation; nobody else may add the annotation. Kubernetes
@@ -23,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..contract import KUEUE_QUEUE_LABEL, QUEUE_GATE, QUEUED_ANNOTATION
+from ..contract import QUEUE_GATE, QUEUED_ANNOTATION
 from ..workloads import meta_entry
 from .base import Ctx, Finding, RuleType, deny
 
@@ -39,14 +41,16 @@ KINDS = (("", "v1", "Pod"), ("batch", "v1", "Job"))
 @dataclass(frozen=True, slots=True)
 class Settings:
     writers: Principals  # who releases (``releasers`` in the policy), besides admins
+    managers: tuple[str, ...] = ()  # labels by which other queue managers the cluster runs claim work
 
 
 def parse(node: Node, bundle: Bundle) -> Settings:
     from ..bundle import Principals, parse_principals
 
-    node.mapping(allowed=("releasers",))
+    node.mapping(allowed=("releasers", "otherQueueManagers"))
     releasers = parse_principals(node.get("releasers")) if node.get("releasers") else None
-    return Settings(writers=releasers or Principals(service_accounts=(RECONCILER,)))
+    managers = node.req("otherQueueManagers").str_list() if node.get("otherQueueManagers") else ()
+    return Settings(writers=releasers or Principals(service_accounts=(RECONCILER,)), managers=managers)
 
 
 def _gates(spec: Any) -> list[Any]:
@@ -67,17 +71,17 @@ def queued(job: Any) -> bool:
             and isinstance(spec, dict) and spec.get("suspend") is True)
 
 
-def holds(ctx: Ctx, obj: Any) -> bool:
+def holds(settings: Settings, ctx: Ctx, obj: Any) -> bool:
     """Whether this new object waits in the queue."""
     q = ctx.queue
     if q is None or not q.gated or (ctx.from_controller and ctx.kind == "Pod"):
         return False
-    return meta_entry(obj, ("metadata",), "labels", KUEUE_QUEUE_LABEL) is None
+    return all(meta_entry(obj, ("metadata",), "labels", label) is None for label in settings.managers)
 
 
 def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     root = draft.root
-    hold = holds(ctx, root)
+    hold = holds(settings, ctx, root)
     if ctx.kind == "Pod":
         mine = [i for i, g in enumerate(_gates(root.get("spec"))) if isinstance(g, dict) and g.get("name") == QUEUE_GATE]
         if hold and not mine:

@@ -107,11 +107,18 @@ def test_a_pod_from_a_made_up_owner_is_gated_one_from_the_job_controller_is_not(
     assert mine.allowed and mine.patch == []
 
 
-def test_kueue_workloads_are_left_to_kueue(qg: Bundle) -> None:
-    j = check(job(**{KUEUE_QUEUE_LABEL: "team-a"}), bundle=qg)
+def test_kueue_workloads_are_left_to_kueue_where_the_bundle_says_it_runs(tmp_path: Path) -> None:
+    kueue = bundle_with(tmp_path, lambda spec: None, {"otherQueueManagers": [KUEUE_QUEUE_LABEL]})
+    j = check(job(**{KUEUE_QUEUE_LABEL: "team-a"}), bundle=kueue)
     assert j.patch == [] and not queued(j.obj)
-    p = check(pod(**{KUEUE_QUEUE_LABEL: "team-a"}), bundle=qg)
+    p = check(pod(**{KUEUE_QUEUE_LABEL: "team-a"}), bundle=kueue)
     assert p.patch == [] and not gated(p.obj)
+
+
+def test_without_kueue_its_label_does_not_skip_the_queue(qg: Bundle) -> None:
+    """The hostile user: a label nothing in the cluster acts on must not jump the queue."""
+    assert queued(check(job(**{KUEUE_QUEUE_LABEL: "team-a"}), bundle=qg).obj)
+    assert gated(check(pod(**{KUEUE_QUEUE_LABEL: "team-a"}), bundle=qg).obj)
 
 
 @pytest.mark.parametrize("queue", ["interactive", "scavenger"])
