@@ -275,6 +275,8 @@ class PodView:
     mounts: tuple[tuple[str, str], ...] = ()  # a gated pod's volume sources: (kind, name), volume_sources()
     start_by: str | None = None  # batchgate.io/start-by as written (a gated pod)
     extended: tuple[tuple[str, int], ...] = ()  # requests of other resources (GPUs, ...), milli-units
+    # spec.priorityClassName: immutable once the pod exists, unlike its labels (scavenger.is_scavenger)
+    priority_class: str | None = None
 
     @property
     def cpu_m(self) -> int:
@@ -728,6 +730,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         **_gates(spec),
         start_by=kept(ann.get(START_BY_ANNOTATION)),
         extended=_extended(spec),
+        priority_class=_class_name(spec.get("priorityClassName")),
     )
 
 
@@ -760,6 +763,12 @@ def volume_sources(volumes: Any) -> tuple[tuple[str, str], ...]:
                 if isinstance(name, str) and 0 < len(name) <= 253:
                     out.append((kind, name))
     return tuple(out)
+
+
+def _class_name(value: Any) -> str | None:
+    """A PriorityClass name as a view keeps it (a DNS subdomain: at most 253 characters; longer
+    names no class has)."""
+    return value if isinstance(value, str) and 0 < len(value) <= 253 else None
 
 
 def _program(spec: Mapping[str, Any]) -> str:
