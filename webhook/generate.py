@@ -60,6 +60,7 @@ from .contract import (
     API_VERSION,
     CONNECT_TO_ANNOTATION,
     COUNTDOWN_LABEL,
+    EXCLUSIVE_GROUP_LABEL,
     EXCLUSIVE_LABEL,
     EXPECTED_RUNTIME_ANNOTATION,
     GROUP,
@@ -535,12 +536,14 @@ def _reads(policy: Policy, bundle: Bundle, shape: Shape | None) -> tuple[str, En
         return "true", tuple(e for pl in places for e in (
             (_meta(pl), "labels", (NETWORK_LABEL,)),
             (_meta(pl), "annotations", (SLOTS_ANNOTATION, CONNECT_TO_ANNOTATION))))
-    if t == "queue-access":  # a queue named, or whole nodes asked for, that were not before
+    if t == "queue-access":  # a queue named, or whole nodes asked for, that were not before; a Pod's or
+        # Job's queue or exclusive group changed at all
         if shape is None:  # a ScavengerJob's queue is the scavenger queue, before and after
             return "true", "false"
         # admins pass; an object a controller made is judged with no one's grants unless sealed
         return (f"!({_caller_in(bundle.admins)}) || ({controller})",
-                tuple((_meta(pl), "labels", (QUEUE_LABEL, EXCLUSIVE_LABEL)) for pl in label_places(shape)))
+                tuple((_meta(pl), "labels", (QUEUE_LABEL, EXCLUSIVE_LABEL, EXCLUSIVE_GROUP_LABEL))
+                      for pl in label_places(shape)))
     if t == "reconciler-annotations":  # set, changed or removed by someone else than its writers
         return (f"!({_exempt(bundle, policy)}) || ({controller})",
                 ((("metadata",), "annotations", RECONCILER_ANNOTATIONS),))
