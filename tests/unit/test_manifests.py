@@ -588,7 +588,8 @@ def test_admission_policies_are_bound_to_deny_and_fail_closed(objects):
                 and o["metadata"]["name"] in policies}
     assert set(policies) == set(bindings) == {
         "batchgate-queue-priority-pods", "batchgate-queue-priority-templates", "batchgate-queue-priority-cronjobs",
-        "batchgate-namespace-opt-out", "batchgate-reconciler-annotations"}
+        "batchgate-namespace-opt-out", "batchgate-reconciler-annotations",
+        "batchgate-queue-access-pods", "batchgate-queue-access-jobs"}
     for name, p in policies.items():
         assert p["apiVersion"] == "admissionregistration.k8s.io/v1"
         assert bindings[name]["spec"] == {"policyName": name, "validationActions": ["Deny"]}
