@@ -221,6 +221,12 @@ def _admitted(obj: Mapping[str, Any], shape_key: tuple[str, str]) -> Admitted | 
     return None if record is None else _admitted_of(record.queue[:MAX_LABEL + 1], record.time_limit[:MAX_TEXT + 1])
 
 
+def admitted_queue(obj: JobView | PodView) -> str | None:
+    """The queue a Pod or Job was admitted to: its admission record, which nobody can change, else
+    (no record: admitted before records existed, or past the webhook) its label; None when neither."""
+    return obj.admitted.queue if obj.admitted is not None else obj.queue
+
+
 @lru_cache(maxsize=4096)
 def _admitted_of(queue: str, time_limit: str) -> Admitted:
     """One instance per distinct record (a cluster has few): views stay small."""

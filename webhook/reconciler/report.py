@@ -20,7 +20,7 @@ from typing import Any
 
 from ..units import format_time
 from ..windows import Window
-from .model import JobView, PodView, Snapshot
+from .model import JobView, PodView, Snapshot, admitted_queue
 from .planner import effective_limit
 from .runtimes import Predictor, finished_runs, remember
 from .settings import QueuePolicy, Settings
@@ -66,7 +66,7 @@ def queue_rows(snapshot: Snapshot, now: float, *, namespace: str | None = None,
             continue
         rows.append({
             "namespace": e.workload.namespace, "name": e.workload.name, "kind": e.workload.kind,
-            "queue": qp.queue_for(e.workload.namespace, obj.queue if obj else None),
+            "queue": qp.queue_for(e.workload.namespace, admitted_queue(obj) if obj else None),
             "priority": e.priority, "position": e.position, "state": "Pending", "pods": e.pods,
             "start": _t(e.start) if e.start is not None else "unknown", "deadline": "-",
             "reason": ("never fits: " if e.never else "") + e.reason,
@@ -88,7 +88,7 @@ def queue_rows(snapshot: Snapshot, now: float, *, namespace: str | None = None,
         sched = next((p.sched for p in live if p.sched is not None), None)
         running.append({
             "namespace": obj.ref.namespace, "name": obj.ref.name, "kind": obj.ref.kind,
-            "queue": qp.queue_for(obj.ref.namespace, obj.queue), "priority": sched.priority if sched else 0,
+            "queue": qp.queue_for(obj.ref.namespace, admitted_queue(obj)), "priority": sched.priority if sched else 0,
             "position": None, "state": "Running", "pods": len(live), "start": _t(started),
             "deadline": obj.deadline or "-", "reason": "on " + ",".join(sorted({p.node for p in live})),
         })

@@ -63,3 +63,16 @@ def test_the_cli_takes_the_contracts_flags() -> None:
     assert (args.command, args.namespace, args.output) == ("queue", "demo", "wide")
     args = build_parser().parse_args(["maintenance", "-o", "json", "--kubeconfig", "k"])
     assert (args.command, args.output, args.kubeconfig) == ("maintenance", "json", "k")
+
+
+def test_queue_shows_the_queue_work_was_admitted_to_not_its_label() -> None:
+    """Issue 27: the label is anyone's to change who may update the object; the record is not."""
+    r = running("r1", "n1", limit="2h", cpu="4")
+    r["metadata"].setdefault("labels", {})["batchgate.io/queue"] = "interactive"  # relabelled after admission
+    r["spec"]["containers"][0]["env"] = [{"name": "BATCHGATE_QUEUE", "value": "scavenger"},
+                                        {"name": "BATCHGATE_TIME_LIMIT", "value": "2h"}]
+    w = waiting("w1", cpu="4")
+    w["metadata"].setdefault("labels", {})["batchgate.io/queue"] = "interactive"
+    w["spec"]["containers"][0].pop("env", None)  # no record (admitted before records existed): the label
+    rows = queue_rows(Snapshot.of(pods=[pod_view(r), pod_view(w)], nodes=[node("n1")]), T0)
+    assert {row["name"]: row["queue"] for row in rows} == {"r1": "scavenger", "w1": "interactive"}
