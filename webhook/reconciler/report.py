@@ -20,8 +20,9 @@ from typing import Any
 
 from ..units import format_time
 from ..windows import Window
-from .model import JobView, PodView, Snapshot, admitted_queue
+from .model import JobView, PodView, Snapshot
 from .planner import effective_limit
+from .queue import queue_of
 from .runtimes import Predictor, finished_runs, remember
 from .settings import QueuePolicy, Settings
 from .shadow import Estimate, shadow_schedule
@@ -66,7 +67,7 @@ def queue_rows(snapshot: Snapshot, now: float, *, namespace: str | None = None,
             continue
         rows.append({
             "namespace": e.workload.namespace, "name": e.workload.name, "kind": e.workload.kind,
-            "queue": qp.queue_for(e.workload.namespace, admitted_queue(obj) if obj else None),
+            "queue": queue_of(obj, qp) if obj else qp.queue_for(e.workload.namespace, None),
             "priority": e.priority, "position": e.position, "state": "Pending", "pods": e.pods,
             "start": _t(e.start) if e.start is not None else "unknown", "deadline": "-",
             "reason": ("never fits: " if e.never else "") + e.reason,
@@ -88,7 +89,7 @@ def queue_rows(snapshot: Snapshot, now: float, *, namespace: str | None = None,
         sched = next((p.sched for p in live if p.sched is not None), None)
         running.append({
             "namespace": obj.ref.namespace, "name": obj.ref.name, "kind": obj.ref.kind,
-            "queue": qp.queue_for(obj.ref.namespace, admitted_queue(obj)), "priority": sched.priority if sched else 0,
+            "queue": queue_of(obj, qp), "priority": sched.priority if sched else 0,
             "position": None, "state": "Running", "pods": len(live), "start": _t(started),
             "deadline": obj.deadline or "-", "reason": "on " + ",".join(sorted({p.node for p in live})),
         })
