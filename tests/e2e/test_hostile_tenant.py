@@ -30,13 +30,11 @@ from harness import (
     unique,
 )
 
-from tests.conftest import POLICIES
 from webhook.reconciler.actions import Action
 from webhook.reconciler.controller import Controller
 from webhook.reconciler.kube import KubeApi
 from webhook.reconciler.scavenger import eligible_nodes
 from webhook.reconciler.settings import QueuePolicy, Settings
-from webhook.rules import load_bundle
 
 HUGE = "99999999999999999999s"
 EXCLUSIVE, GROUP = "batchgate.io/exclusive", "batchgate.io/exclusive-group"
@@ -73,9 +71,11 @@ def nodes(kube: Any) -> Iterator[Callable[..., str]]:
             kube.delete_node(n)
 
 
-def controller(api: KubeApi, namespace: str) -> Controller:
-    queues = QueuePolicy.from_bundle(load_bundle(POLICIES))
-    return Controller(api, Settings(leader_elect=False, namespace=namespace, queues=queues))
+@pytest.fixture
+def controller(api: KubeApi, webhook_server: Any) -> Callable[[str], Controller]:
+    """The reconciler's Controller for one namespace, with the bundle the session's webhook serves."""
+    queues = QueuePolicy.from_bundle(webhook_server.bundle)
+    return lambda namespace: Controller(api, Settings(leader_elect=False, namespace=namespace, queues=queues))
 
 
 def one_pass(c: Controller, namespace: str, *, execute: bool = True) -> list[Action]:
@@ -132,7 +132,7 @@ def env_of(stored: dict[str, Any]) -> dict[str, str]:
 
 
 # -- 1. one object that stopped the reconciler for every tenant ----------------------------------
-def test_1_durations_past_the_bound_are_refused_and_no_pass_fails(kube, webhook_server, namespace, api):
+def test_1_durations_past_the_bound_are_refused_and_no_pass_fails(kube, webhook_server, namespace, controller):
     """A ScavengerJob with duration 99999999999999999999s, and a bare Pod with a made-up owner that
     then drops it, names an unknown queue and takes the same limit: every step that would store the
     duration is refused, and a pass over the namespace plans without a CannotPlan."""
@@ -149,11 +149,11 @@ def test_1_durations_past_the_bound_are_refused_and_no_pass_fails(kube, webhook_
     refused(patch_as_alice(kube, path, {"metadata": {"annotations": {TIME_LIMIT: HUGE}}}), says="3650d")
     now = kube.get(path)["metadata"]
     assert (now["labels"][QUEUE_LABEL], now["annotations"][TIME_LIMIT]) == ("batch", "1d")
-    one_pass(controller(api, namespace), namespace)  # (asserts no CannotPlan)
+    one_pass(controller(namespace), namespace)  # (asserts no CannotPlan)
 
 
 # -- 2. unbounded memory from one annotation -----------------------------------------------------
-def test_2_connect_to_with_thousands_of_names_is_refused_on_update(kube, webhook_server, namespace, api):
+def test_2_connect_to_with_thousands_of_names_is_refused_on_update(kube, webhook_server, namespace):
     """30,000 names (about 200 KB, under the API server's 256 KiB for all annotations) in
     batchgate.io/connect-to on a Pod UPDATE: refused; nothing stored."""
     name = unique("chatty")
@@ -166,12 +166,12 @@ def test_2_connect_to_with_thousands_of_names_is_refused_on_update(kube, webhook
 
 
 # -- 3. one pending pod starving every tenant's ScavengerJobs ------------------------------------
-def test_3_a_pod_that_can_never_fit_takes_no_share_and_is_told_so(kube, webhook_server, namespace, api, nodes):
+def test_3_a_pod_that_can_never_fit_takes_no_share_and_is_told_so(kube, webhook_server, namespace, controller, nodes):
     nodes("8")
     hog = unique("hog")
     create(kube, namespace, scavenger_pod(hog, "100000", "1Ei", nodeSelector={"batchgate.io/e2e": "nowhere"}))
     create(kube, namespace, scavengerjob("md"))
-    c = controller(api, namespace)
+    c = controller(namespace)
     first = one_pass(c, namespace)
     assert any(a.reason == "NeverFits" and a.target.name == hog for a in first), [a.line() for a in first]
     second = one_pass(c, namespace, execute=False)
@@ -181,8 +181,8 @@ def test_3_a_pod_that_can_never_fit_takes_no_share_and_is_told_so(kube, webhook_
 # -- 4. escaping the scavengers' cap by relabelling ----------------------------------------------
 @pytest.mark.parametrize("relabel", ["batch", None], ids=["to-batch", "removed"])
 def test_4_relabelling_running_scavenger_pods_is_refused_and_would_not_escape_the_cap(
-        kube, webhook_server, namespace, api, nodes, relabel):
-    c = controller(api, namespace)
+        kube, webhook_server, namespace, controller, nodes, relabel):
+    c = controller(namespace)
     c.cache.list_once()
     qp = c.settings.queues
     others = sum(n.cpu for n in eligible_nodes(c.cache.snapshot().nodes or {}, qp.scavenger_node_selector))
@@ -249,7 +249,8 @@ def test_5_a_pod_waiting_for_an_exclusive_node_cannot_drop_out_of_its_anti_affin
 
 
 # -- 6. made-up owners ---------------------------------------------------------------------------
-def test_6a_a_pod_claiming_a_made_up_daemonset_is_a_job_and_is_drained(kube, webhook_server, namespace, api, nodes):
+def test_6a_a_pod_claiming_a_made_up_daemonset_is_a_job_and_is_drained(kube, webhook_server, namespace, controller,
+                                                                       nodes):
     """A bare Pod naming nope.example.com/v1 DaemonSet as its controller used to be stored with no
     time limit, no record and no maintenance affinity, and the drain skipped it."""
     n = nodes("8", tainted=True)
@@ -269,7 +270,7 @@ def test_6a_a_pod_claiming_a_made_up_daemonset_is_a_job_and_is_drained(kube, web
                           "spec": {"start": now_rfc3339(-60), "end": now_rfc3339(3600), "nodes": [n],
                                    "reason": "e2e"}})
     try:
-        c = controller(api, namespace)
+        c = controller(namespace)
         for _ in range(3):  # cordon, then drain
             planned = one_pass(c, namespace)
             if any(a.kind == "evict" for a in planned):
@@ -281,7 +282,8 @@ def test_6a_a_pod_claiming_a_made_up_daemonset_is_a_job_and_is_drained(kube, web
             kube.delete(f"{MW_PATH}/{window}")
 
 
-def test_6b_a_job_claiming_a_made_up_scavengerjob_gets_its_deadline_and_gang(kube, webhook_server, namespace, api):
+def test_6b_a_job_claiming_a_made_up_scavengerjob_gets_its_deadline_and_gang(kube, webhook_server, namespace,
+                                                                            controller):
     """A Job owned by "a ScavengerJob" of any apiVersion used to get no deadline and no gang
     handling. Only a batchgate.io/v1alpha1 ScavengerJob the reconciler sees, with that uid, runs one."""
     require_components(kube, "kube-controller-manager")
@@ -295,7 +297,7 @@ def test_6b_a_job_claiming_a_made_up_scavengerjob_gets_its_deadline_and_gang(kub
     first, second = sorted(p["metadata"]["name"] for p in members)
     kube.set_pod_phase(namespace, first, "Running")
     kube.set_pod_phase(namespace, second, "Running")
-    c = controller(api, namespace)
+    c = controller(namespace)
     planned = one_pass(c, namespace)
     assert ("record-deadline", name) in [(a.kind, a.target.name) for a in planned], [a.line() for a in planned]
     assert kube.get(jobs_path(namespace, name))["metadata"]["annotations"].get("batchgate.io/deadline")
