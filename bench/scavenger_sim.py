@@ -966,6 +966,8 @@ def controller_snapshot(n_sjs: int = 1000, n_pods: int = 10_000, n_nodes: int = 
         res = {"cpu": f"{cpu}m", "memory": f"{mem_gib}Gi"}
         return {"apiVersion": "v1", "kind": "Pod", "metadata": md,
                 "spec": {"nodeName": f"node-{len(pods) % n_nodes:04d}", "priority": prio,
+                         # what admission stores: the class (a pod is a scavenger by it, not by its label)
+                         "priorityClassName": "batchgate-scavenger" if prio == SCAVENGER else "batchgate-batch",
                          "containers": [{"name": "main", "image": "x", "resources": {"requests": res, "limits": res}}]},
                 "status": {"phase": "Running", "startTime": format_time(now - 600),
                            "containerStatuses": [{"name": "main", "state": {"running": {

@@ -60,6 +60,7 @@ from .contract import (
     API_VERSION,
     CONNECT_TO_ANNOTATION,
     COUNTDOWN_LABEL,
+    EXCLUSIVE_GROUP_LABEL,
     EXCLUSIVE_LABEL,
     EXPECTED_RUNTIME_ANNOTATION,
     GROUP,
@@ -535,12 +536,14 @@ def _reads(policy: Policy, bundle: Bundle, shape: Shape | None) -> tuple[str, En
         return "true", tuple(e for pl in places for e in (
             (_meta(pl), "labels", (NETWORK_LABEL,)),
             (_meta(pl), "annotations", (SLOTS_ANNOTATION, CONNECT_TO_ANNOTATION))))
-    if t == "queue-access":  # a queue named, or whole nodes asked for, that were not before
+    if t == "queue-access":  # a queue named, or whole nodes asked for, that were not before; a Pod's or
+        # Job's queue or exclusive group changed at all
         if shape is None:  # a ScavengerJob's queue is the scavenger queue, before and after
             return "true", "false"
         # admins pass; an object a controller made is judged with no one's grants unless sealed
         return (f"!({_caller_in(bundle.admins)}) || ({controller})",
-                tuple((_meta(pl), "labels", (QUEUE_LABEL, EXCLUSIVE_LABEL)) for pl in label_places(shape)))
+                tuple((_meta(pl), "labels", (QUEUE_LABEL, EXCLUSIVE_LABEL, EXCLUSIVE_GROUP_LABEL))
+                      for pl in label_places(shape)))
     if t == "reconciler-annotations":  # set, changed or removed by someone else than its writers
         return (f"!({_exempt(bundle, policy)}) || ({controller})",
                 ((("metadata",), "annotations", RECONCILER_ANNOTATIONS),))
@@ -716,11 +719,13 @@ def _routes(policy: Policy, *, kinds: Iterable[Resource], update: Sequence[Resou
     return tuple(out)
 
 
+_CONTROLLED = ("has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
+               "has(o.controller) && o.controller == true)")
+
+
 def _controller_made(bundle: Bundle) -> str:
     """As Bundle.made_by_controller: a controlling owner, created by one of its controllers."""
-    return _and([_caller_in(bundle.controllers),
-                 "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
-                 "has(o.controller) && o.controller == true)"])
+    return _and([_caller_in(bundle.controllers), _CONTROLLED])
 
 
 def _who(bundle: Bundle) -> str:
@@ -901,11 +906,45 @@ def _queue_gate_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
     return [p for p in parts if p.routes]
 
 
+def _fixed_labels_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
+    """queue-access's fixed labels (``rules.queue_access.FIXED_LABELS``): an UPDATE of a Pod or a
+    Job sets, changes or removes none of them, where they reach its pods; so removing the queue
+    label that exclusive placement's anti-affinity matches is refused while the webhook is down
+    too (UPDATE webhooks fail open). Admins pass, and so does what a listed controller (or the
+    policy's own, the reconciler) made with a controlling owner: the webhook, which checks seals,
+    judges those."""
+    from .rules.queue_access import FIXED_LABELS
+
+    parts = []
+    for res in RESOURCES:
+        shape = shape_of(res.group, res.kind)
+        if shape is None or shape.template_mutable or not any("UPDATE" in ops for _, ops in _routes(policy, kinds=[res])):
+            continue
+        own = getattr(policy.settings, "controllers", None)
+        exempt = _or([_caller_in(bundle.admins), _controller_made(bundle),
+                      *([_and([_caller_in(own), _CONTROLLED])] if own is not None else [])])
+        touched = " + ".join(
+            f"{_list(FIXED_LABELS)}.filter(k, "
+            f"{_diff('k', _map_at('object', (*_meta(pl), 'labels')), _map_at('oldObject', (*_meta(pl), 'labels')))})"
+            for pl in label_places(shape))
+        hint = (f"cannot be set, changed or removed once it exists: it was admitted at creation, where its "
+                f"priority class, time limit and placement were decided (exclusive placement matches pods by "
+                f"these labels); to run in another queue, create a new {shape.kind} with the label {QUEUE_LABEL}")
+        parts.append(_Part(f"-{res.plural}", ((res, ("UPDATE",)),), (("exempt", exempt), ("touched", touched)), ({
+            "expression": "variables.exempt || size(variables.touched) == 0",
+            "message": f"queue-access: {' and '.join(FIXED_LABELS)} of a {shape.kind} {hint}",
+            "messageExpression": (f'"queue-access: " + variables.touched.join(" and ") + '
+                                  f'{_s(f" of a {shape.kind} {hint}")}'),
+        },)))
+    return parts
+
+
 _PROTECTED = {
     "queue-gate": _queue_gate_policy,
     "namespace-opt-out": _opt_out_policy,
     "reconciler-annotations": _reconciler_annotations_policy,
     "queue-priority": _admin_classes_policy,
+    "queue-access": _fixed_labels_policy,
 }
 
 

@@ -92,8 +92,10 @@ WORKLOAD_KINDS: tuple[Kind, ...] = (("", "v1", "Pod"), ("batch", "*", "Job"), ("
 ALL_POD_TEMPLATE_KINDS: tuple[Kind, ...] = WORKLOAD_KINDS + tuple(
     ("apps", "v1", k) for k in ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet")
 )
-# Controllers of pods that are services, not jobs (no time limit for their pods).
+# Controllers of pods that are services, not jobs (no time limit for their pods), and the API
+# group each really is in: a "DaemonSet" of another group (nope.example.com/v1) is not one.
 SERVICE_OWNER_KINDS = ("ReplicaSet", "StatefulSet", "DaemonSet", "ReplicationController")
+SERVICE_OWNER_GROUPS = {"ReplicaSet": "apps", "StatefulSet": "apps", "DaemonSet": "apps", "ReplicationController": ""}
 
 
 def shape_of(group: str, kind: str) -> Shape | None:
@@ -209,6 +211,25 @@ def controller_of(obj: Any) -> dict[str, Any] | None:
 def controller_kind(obj: Any) -> str | None:
     ref = controller_of(obj)
     return str(ref.get("kind") or "") if ref is not None else None
+
+
+def controller_group_kind(obj: Any) -> tuple[str, str] | None:
+    """(API group, kind) of the controlling owner, if any."""
+    ref = controller_of(obj)
+    if ref is None:
+        return None
+    return str(ref.get("apiVersion") or "").rpartition("/")[0], str(ref.get("kind") or "")
+
+
+def service_owned(obj: Any, kinds: tuple[str, ...]) -> bool:
+    """The controlling owner is one of ``kinds`` (services' controllers): one of Kubernetes' own
+    (``SERVICE_OWNER_GROUPS``) only in its real API group, ``apps/v1 DaemonSet`` and not
+    ``nope.example.com/v1 DaemonSet``; another kind an admin listed, by its name."""
+    gk = controller_group_kind(obj)
+    if gk is None or gk[1] not in kinds:
+        return False
+    real = SERVICE_OWNER_GROUPS.get(gk[1])
+    return real is None or gk[0] == real
 
 
 # The kinds whose controllers make pods (or workloads) from a pod template someone wrote: what they

@@ -119,7 +119,7 @@ def test_a_skipped_update_never_reaches_the_webhook_and_a_judged_one_does(kube, 
         kube.patch(path, body, as_user=who)
         assert _updates_seen(server) == before, f"{what}: the webhook was called"
     judged = [  # (what, patch, expected status): a policy reads it
-        ("the queue label", {"metadata": {"labels": {QUEUE_LABEL: "interactive"}}}, 200),
+        ("the queue label (fixed once a Pod exists)", {"metadata": {"labels": {QUEUE_LABEL: "interactive"}}}, 403),
         ("a time limit within the queue maximum", {"metadata": {"annotations": {TIME_LIMIT: "1h"}}}, 200),
         ("a time limit past it", {"metadata": {"annotations": {TIME_LIMIT: "8d"}}}, 403),
         ("a reconciler annotation, by alice", {"metadata": {"annotations": {STARTED: "2031-01-01T00:00:00Z"}}}, 403),
@@ -246,6 +246,15 @@ def test_what_holds_while_the_webhook_is_down(kube, webhook_server, admission_po
     status, msg = attempt(lambda: kube.patch(pods_path(ns, gated), {"spec": {"schedulingGates": None}}, as_user="bob"))
     if status != 200:
         problems.append(f"bob (an admin) releasing a pod: HTTP {status} {msg}")
+
+    # a Pod's queue label, which exclusive placement's anti-affinity matches (issue 27): not
+    # alice's to remove or change (test_hostile_tenant.py::test_5_... with the webhook up)
+    for labels in ({QUEUE_LABEL: None}, {QUEUE_LABEL: "scavenger"}, {"batchgate.io/exclusive-group": "job-x-0123456789"}):
+        status, msg = attempt(lambda labels=labels: kube.patch(pods_path(ns, p0), {"metadata": {"labels": labels}},
+                                                               as_user="alice"))
+        problems += _refused_by("batchgate-queue-access-pods", status, msg, "cannot be set, changed or removed once it exists")
+    if kube.get(pods_path(ns, p0))["metadata"]["labels"].get(QUEUE_LABEL) != "batch":
+        problems.append("the Pod's queue label was changed")
 
     # the opt-out label: not alice's, on her own namespace or kube-system; an admin's
     for target in (own, "kube-system"):

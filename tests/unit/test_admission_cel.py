@@ -447,7 +447,8 @@ def test_system_namespaces_are_left_to_the_admission_policies():
 def test_admission_policies_deny_only_what_the_engine_denies_and_all_of_what_they_carry():
     """VAP denies -> the engine denies. namespace-opt-out, reconciler-annotations: the engine's
     policy denies -> the VAP denies. queue-priority: an admin-only class denied by the engine
-    (not on a controller's object, whose template the webhook judged) -> the VAP denies."""
+    (not on a controller's object, whose template the webhook judged) -> the VAP denies. queue-access:
+    a Pod's or Job's queue or exclusive group changed (not on a controller's object) -> the VAP denies."""
     problems: list[str] = []
     denied_by: Counter[str] = Counter()
     for case in corpus():
@@ -471,6 +472,9 @@ def test_admission_policies_deny_only_what_the_engine_denies_and_all_of_what_the
         if any("batchgate-urgent' is reserved for admins" in m for m in d.denials) and not owners \
                 and not any(n.startswith("batchgate-queue-priority") for n in vap):
             problems.append(f"no VAP denies the admin-only class the engine denies: {_shown(case, d)}")
+        if any(m.startswith("queue-access: ") and "cannot be set, changed or removed once it exists" in m
+               for m in d.denials) and not owners and not any(n.startswith("batchgate-queue-access") for n in vap):
+            problems.append(f"no VAP denies the fixed label the engine denies: {_shown(case, d)}")
         denied_by.update(vap.keys())
     assert not problems, "\n".join(problems[:20]) + f"\n({len(problems)} in all)"
     assert min(denied_by[n] for n in (p.name for p in config_for(str(POLICIES)).policies)) > 3, denied_by

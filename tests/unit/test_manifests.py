@@ -589,7 +589,7 @@ def test_admission_policies_are_bound_to_deny_and_fail_closed(objects):
     assert set(policies) == set(bindings) == {
         "batchgate-queue-priority-pods", "batchgate-queue-priority-templates", "batchgate-queue-priority-cronjobs",
         "batchgate-namespace-opt-out", "batchgate-reconciler-annotations",
-        "batchgate-queue-gate-pods", "batchgate-queue-gate-jobs"}
+        "batchgate-queue-access-pods", "batchgate-queue-access-jobs", "batchgate-queue-gate-pods", "batchgate-queue-gate-jobs"}
     for name, p in policies.items():
         assert p["apiVersion"] == "admissionregistration.k8s.io/v1"
         assert bindings[name]["spec"] == {"policyName": name, "validationActions": ["Deny"]}

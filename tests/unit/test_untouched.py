@@ -4,10 +4,11 @@ operators' service accounts, pods of operator custom resources."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 
-from tests.unit.conftest import check, workload
+from tests.unit.conftest import check, shipped_bundle, workload
 
 SHM = "/dev/shm"
 
@@ -57,14 +58,33 @@ def test_shm_sized_from_pod_level_resources():
 RAY_OWNER = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "raycluster", "uid": "u", "controller": True}
 
 
+KUBERAY = "system:serviceaccount:ray-system:kuberay-operator"
+
+
 def test_pods_of_operator_custom_resources_get_no_default_deadline():
+    """When the operator is one of the bundle's controllers (docs/admin/security.md: operators
+    that create Pods are listed by name)."""
     pod = workload("Pod", name="raycluster-head")
     pod["metadata"]["ownerReferences"] = [RAY_OWNER]
-    d = check(pod, user="system:serviceaccount:ray-system:kuberay-operator")
+    b = shipped_bundle()
+    listed = dataclasses.replace(b, controllers=dataclasses.replace(
+        b.controllers, service_accounts=(*b.controllers.service_accounts, "ray-system/kuberay-operator")))
+    d = check(pod, user=KUBERAY, bundle=listed)
     assert d.allowed, d.message
     assert "activeDeadlineSeconds" not in d.obj["spec"]
     assert "batchgate.io/time-limit" not in (d.obj["metadata"].get("annotations") or {})
     assert not any("time-limit" in w for w in d.warnings)
+
+
+def test_a_custom_resource_owner_claimed_by_anyone_else_is_a_job():
+    """Issue 27: anyone may write an ownerReference; an operator not listed, or a user, makes a
+    job with the queue's default limit (and its record, its maintenance affinity)."""
+    pod = workload("Pod", name="raycluster-head")
+    pod["metadata"]["ownerReferences"] = [RAY_OWNER]
+    for user in (KUBERAY, "alice"):
+        d = check(pod, user=user)
+        assert d.obj["metadata"]["annotations"]["batchgate.io/time-limit"] == "1d", user
+        assert d.obj["spec"]["activeDeadlineSeconds"] == 7 * 86400 + 600, user
 
 
 def test_a_limit_set_on_an_operators_pod_is_still_honoured_and_checked():

@@ -32,7 +32,8 @@ def pod_from(obj: dict[str, Any], owner_kind: str) -> dict[str, Any]:
     meta, spec = shape.template(obj)
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {**copy.deepcopy(meta), "generateName": "w-", "namespace": "demo",
-                         "ownerReferences": [{"apiVersion": "v1", "kind": owner_kind, "name": "w-1",
+                         "ownerReferences": [{"apiVersion": "batch/v1" if owner_kind == "Job" else "apps/v1",
+                                              "kind": owner_kind, "name": "w-1",
                                               "uid": "u", "controller": True}]},
             "spec": copy.deepcopy(spec)}
 

@@ -47,7 +47,20 @@ from .actions import Action, Delete, Disruption, Unplannable, unplannable
 from .model import REASON_MAINTENANCE_DRAIN, JobView, NodeView, PodView, Ref, Snapshot, WindowView
 from .settings import Settings
 
-NOT_DRAINED = frozenset({"DaemonSet", "Node"})  # DaemonSet pods, static (mirror) pods: kubectl drain leaves them too
+
+def not_drained(pod: PodView) -> bool:
+    """A DaemonSet's pod or a static (mirror) pod: kubectl drain leaves them too. Only the real kinds
+    count (``apps/v1`` DaemonSet; ``v1`` Node, the one the pod runs on), and only for a pod the
+    webhook admitted as a service, with no admission record: anyone may write an ownerReference,
+    and a user's bare Pod claiming a DaemonSet (``nope.example.com/v1 DaemonSet``, or even
+    ``apps/v1`` with a uid the garbage collector has not got to yet) was recorded as a job at its
+    CREATE, so it is drained like one (issue 27). The reconciler does not watch DaemonSets: the
+    record, written where the caller was known, stands for having seen the owner."""
+    o = pod.owner
+    if o is None or pod.admitted is not None:
+        return False
+    return ((o.api_version == "apps/v1" and o.kind == "DaemonSet")
+            or (o.api_version == "v1" and o.kind == "Node" and o.name == pod.node))
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +267,7 @@ def _drain(actions: list[Action], snapshot: Snapshot, node: NodeView, window: Wi
     deadline = window.start + settings.drain_timeout
     wake: float | None = None
     for pod in sorted(pods, key=lambda p: (p.ref.namespace, p.ref.name)):
-        if pod.deleting or pod.terminal or (pod.owner is not None and pod.owner.kind in NOT_DRAINED):
+        if pod.deleting or pod.terminal or not_drained(pod):
             continue
         what = f"pod {pod.ref.name}" if _workload(snapshot, pod) != pod.ref else "the pod"
         if now < deadline:

@@ -221,6 +221,12 @@ def _admitted(obj: Mapping[str, Any], shape_key: tuple[str, str]) -> Admitted | 
     return None if record is None else _admitted_of(record.queue[:MAX_LABEL + 1], record.time_limit[:MAX_TEXT + 1])
 
 
+def admitted_queue(obj: JobView | PodView) -> str | None:
+    """The queue a Pod or Job was admitted to: its admission record, which nobody can change, else
+    (no record: admitted before records existed, or past the webhook) its label; None when neither."""
+    return obj.admitted.queue if obj.admitted is not None else obj.queue
+
+
 @lru_cache(maxsize=4096)
 def _admitted_of(queue: str, time_limit: str) -> Admitted:
     """One instance per distinct record (a cluster has few): views stay small."""
@@ -275,6 +281,8 @@ class PodView:
     mounts: tuple[tuple[str, str], ...] = ()  # a gated pod's volume sources: (kind, name), volume_sources()
     start_by: str | None = None  # batchgate.io/start-by as written (a gated pod)
     extended: tuple[tuple[str, int], ...] = ()  # requests of other resources (GPUs, ...), milli-units
+    # spec.priorityClassName: immutable once the pod exists, unlike its labels (scavenger.is_scavenger)
+    priority_class: str | None = None
 
     @property
     def cpu_m(self) -> int:
@@ -728,6 +736,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         **_gates(spec),
         start_by=kept(ann.get(START_BY_ANNOTATION)),
         extended=_extended(spec),
+        priority_class=_class_name(spec.get("priorityClassName")),
     )
 
 
@@ -760,6 +769,12 @@ def volume_sources(volumes: Any) -> tuple[tuple[str, str], ...]:
                 if isinstance(name, str) and 0 < len(name) <= 253:
                     out.append((kind, name))
     return tuple(out)
+
+
+def _class_name(value: Any) -> str | None:
+    """A PriorityClass name as a view keeps it (a DNS subdomain: at most 253 characters; longer
+    names no class has)."""
+    return value if isinstance(value, str) and 0 < len(value) <= 253 else None
 
 
 def _program(spec: Mapping[str, Any]) -> str:

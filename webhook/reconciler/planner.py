@@ -102,7 +102,7 @@ from .model import (
 )
 from .network import plan_network
 from .runtimes import History, Predictor, Run, finished_runs, job_key, pod_key, remember
-from .scavenger import plan_scavengers
+from .scavenger import plan_scavengers, sj_owner
 from .settings import QueuePolicy, Settings
 from .shadow import Queued, shadow_schedule
 
@@ -212,7 +212,7 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
     for job in jobs_by_uid.values():
         # A ScavengerJob's Jobs are its segments; its controller (scavenger.py) runs them.
         if ((job.time_limit is not None or job.admitted is not None) and not job.deleting and not job.finished
-                and not _sj_owned(job)):
+                and sj_owner(job, snapshot) is None):
             n, r = len(actions), len(runs)
             try:
                 _deadline(p, job, pods_of_job.get(job.ref.uid, no_pods), True)
@@ -381,10 +381,6 @@ def _owns(job: JobView | None, pod: PodView) -> bool:
     return (job is not None and owner is not None and job.ref.uid == owner.uid
             and job.ref.namespace == pod.ref.namespace and job.ref.name == owner.name
             and (job.created is None or pod.created is None or pod.created >= job.created - CREATION_SLACK))
-
-
-def _sj_owned(job: JobView) -> bool:
-    return job.owner is not None and job.owner.kind == "ScavengerJob"
 
 
 # -- deadlines -------------------------------------------------------------
@@ -570,7 +566,8 @@ def _gang(
         # Only Jobs and bare pods: for other owners we cannot tell whether they are
         # already finishing, nor how to tear them down. And only a Job that really is the
         # owner: anyone may write an ownerReference naming another namespace's Job uid.
-        if job is None or owner is None or owner.kind != "Job" or job.deleting or job.finished or _sj_owned(job):
+        if (job is None or owner is None or owner.kind != "Job" or job.deleting or job.finished
+                or sj_owner(job, snapshot) is not None):
             return
         if not _owns(job, members[0]):
             return

@@ -30,7 +30,7 @@ from ..bundle import FairShare
 from ..contract import QUEUED_ANNOTATION, START_BY_ANNOTATION
 from ..units import format_time, parse_time
 from .actions import Action, EventType, Requirement
-from .model import JobView, PodSched, PodView, Ref, Snapshot
+from .model import JobView, PodSched, PodView, Ref, Snapshot, admitted_queue
 from .settings import QueuePolicy
 from .shadow import Estimate, Queued
 from .usage import factors
@@ -63,9 +63,7 @@ class Waiting:
 def queue_of(obj: JobView | PodView, policy: QueuePolicy) -> str:
     """The queue a workload waits in: the one recorded at admission (nobody can change it), else the
     label, else the namespace's default."""
-    if obj.admitted is not None and obj.admitted.queue:
-        return obj.admitted.queue
-    return policy.queue_for(obj.ref.namespace, obj.queue)
+    return policy.queue_for(obj.ref.namespace, admitted_queue(obj))
 
 
 def waiting(snapshot: Snapshot, now: float, policy: QueuePolicy, usage: Mapping[str, float],

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .model import JobView, PodView, Snapshot
+from .model import JobView, PodView, Snapshot, admitted_queue
 
 KEEP = 2  # runs kept per key: Tsafrir et al. average the last two
 MAX_KEYS = 20_000  # keys kept in memory; past that, those that ended longest ago are forgotten
@@ -67,13 +67,11 @@ def key_of(namespace: str, queue: str | None, program: str) -> RunKey:
 def job_key(job: JobView) -> RunKey:
     """Its namespace, its queue (the one it was admitted to, when the webhook recorded it, else its
     label) and its images."""
-    queue = job.admitted.queue if job.admitted is not None else job.queue
-    return key_of(job.ref.namespace, queue, job.program)
+    return key_of(job.ref.namespace, admitted_queue(job), job.program)
 
 
 def pod_key(pod: PodView) -> RunKey:
-    queue = pod.admitted.queue if pod.admitted is not None else pod.queue
-    return key_of(pod.ref.namespace, queue, pod.program)
+    return key_of(pod.ref.namespace, admitted_queue(pod), pod.program)
 
 
 def finished_runs(snapshot: Snapshot) -> list[Run]:

@@ -773,6 +773,33 @@ def eligible_nodes(nodes: Mapping[str, NodeView], selector: Iterable[tuple[str, 
             and all(n.labels.get(k) == v for k, v in sel)]
 
 
+def sj_owner(job: JobView, snapshot: Snapshot) -> SJView | None:
+    """The ScavengerJob that runs ``job`` as one of its segments, when the reconciler has seen it
+    exist: a ``batchgate.io/v1alpha1`` ScavengerJob in the Job's namespace with the name and uid
+    its controlling ownerReference names. Anyone who may create Jobs may write any
+    ownerReference; one naming "a ScavengerJob" of another group, or none that exists, is no
+    ScavengerJob's, and the Job gets its deadline and gang handling like any other (issue 27)."""
+    o = job.owner
+    sjs = snapshot.scavenger_jobs
+    if o is None or sjs is None or o.kind != "ScavengerJob" or o.api_version != SCAVENGER_JOB.api_version:
+        return None
+    sj = sjs.get((job.ref.namespace, o.name))
+    return sj if sj is not None and sj.ref.uid == o.uid else None
+
+
+def is_scavenger(pod: PodView, qp: QueuePolicy) -> bool:
+    """Whether a pod is one of the scavengers (their cap, NeverFits), by what nobody can change once
+    the pod exists: the queue the webhook recorded at admission (``webhook.workloads``), or the
+    scavenger queue's PriorityClass (a pod's priority is immutable, and is what makes it yield to
+    everyone; a ScavengerJob's pods get it from the Job the reconciler made). Never the
+    ``batchgate.io/queue`` label: whoever may update a pod may change it, and relabelling running
+    scavenger pods to ``batch`` (or removing the label) took them out of the cap (issue 27)."""
+    admitted = pod.admitted
+    if admitted is not None and admitted.queue == qp.scavenger_queue:
+        return True
+    return bool(qp.scavenger_class) and pod.priority_class == qp.scavenger_class
+
+
 def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings, *,
                     failed: list[Unplannable] | None = None) -> tuple[list[Action], float | None]:
     """ScavengerJob actions due at ``now``, and when to look again (a segment's end, a timeout).
@@ -787,7 +814,8 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings, *,
     job_ref: dict[str, Ref] = {}
     for j in snapshot.jobs.values():
         o = j.owner
-        st0 = by_uid.get(o.uid) if o is not None and o.kind == "ScavengerJob" else None
+        st0 = by_uid.get(o.uid) if o is not None and o.kind == "ScavengerJob" \
+            and o.api_version == SCAVENGER_JOB.api_version else None
         # Only a real owner: same namespace and name as the reference says (a forged
         # ownerReference to another namespace's ScavengerJob uid confirms nothing).
         if st0 is not None and o is not None and st0.sj.ref.namespace == j.ref.namespace \
@@ -811,9 +839,9 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings, *,
             # The cap counts what is bound: a pending pod takes nothing yet, and one that never binds
             # (it can never fit, or waits for what batchgate cannot see) must not hold the share for
             # good (issue 27). The ScavengerJobs' own gangs still unplaced are counted below.
-            if p.queue == qp.scavenger_queue:
+            if is_scavenger(p, qp):
                 used_c, used_m = used_c + p.cpu_m, used_m + p.mem_b
-        elif p.queue == qp.scavenger_queue and nodes and not p.deleting and not qp.excluded(p.ref.namespace) \
+        elif is_scavenger(p, qp) and nodes and not p.deleting and not qp.excluded(p.ref.namespace) \
                 and not _estimated(p, settings):
             told = _never_fits_event(p, nodes, failed)
             if told is not None:
@@ -864,7 +892,7 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings, *,
             missing = max(st.sj.need.pods - len(live), 0) + unbound
             if missing:
                 # started by choose_starts under the cap, not all bound yet: they count (their bound
-                # pods counted above, by the queue label job_body gives them)
+                # pods counted above, by the class job_body gives them)
                 pending_need.append(Need(missing, st.sj.need.cpu_m, st.sj.need.mem_b))
                 used_c, used_m = used_c + missing * st.sj.need.cpu_m, used_m + missing * st.sj.need.mem_b
 

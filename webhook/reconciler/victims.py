@@ -24,6 +24,7 @@ from typing import Any
 
 from ..windows import Window
 from .model import JobView, NodeView, PodSched, PodView, Ref, Snapshot
+from .scavenger import sj_owner
 from .shadow import matches
 
 RESTART_COST = 30.0  # seconds of a gang's cores a restart costs (image pull, startup, reading the checkpoint)
@@ -70,10 +71,12 @@ def scavenger_gangs(snapshot: Snapshot, now: float, below: int, windows: Iterabl
         if not p.node or p.terminal or p.deleting or p.sched is None or p.sched.priority >= below:
             continue
         job = jobs.get(p.owner.uid) if p.owner is not None and p.owner.kind == "Job" else None
-        sj = job.owner if job is not None and job.owner is not None and job.owner.kind == "ScavengerJob" else None
+        # a ScavengerJob the reconciler sees, with the name and uid the Job's ownerReference names:
+        # a Job claiming another's uid is no part of its gang (issue 27)
+        sj = sj_owner(job, snapshot) if job is not None else None
         if sj is not None:
-            key: tuple[str, ...] = ("sj", sj.uid)
-            owners[key] = Ref(sj.api_version, sj.kind, job.ref.namespace if job else "", sj.name, sj.uid)
+            key: tuple[str, ...] = ("sj", sj.ref.uid)
+            owners[key] = sj.ref
         elif p.group:
             key = ("group", p.ref.namespace, p.group)
         else:

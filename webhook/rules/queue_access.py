@@ -17,7 +17,9 @@ again, since their creator is not the user, when their pod template carries a ve
 seal (``ctx.trusted``, webhook.seal); without one they are judged with no one's grants. On UPDATE only what the update adds is judged: a
 queue the object did not name before, or whole nodes it did not ask for before (or in a queue
 newly named), so that a queue closed later does not stall updates of running work, while
-relabelling a workload or its template into a closed queue is denied like a CREATE.
+relabelling a workload or its template into a closed queue is denied like a CREATE. A Pod's or a
+Job's queue label and exclusive group (``FIXED_LABELS``) may not change at all once it exists: its
+class, record and placement were decided at CREATE, and an UPDATE must not undo them.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..bundle import Access, Principals, parse_principals
-from ..contract import EXCLUSIVE_LABEL, QUEUE_LABEL
+from ..contract import EXCLUSIVE_GROUP_LABEL, EXCLUSIVE_LABEL, QUEUE_LABEL
 from ..workloads import label_maps
 from ..yamlsrc import Node
-from .base import ALL_POD_TEMPLATE_KINDS, Ctx, Finding, RuleType, deny
+from .base import ALL_POD_TEMPLATE_KINDS, Ctx, Finding, RuleType, Shape, deny
 
 if TYPE_CHECKING:
     from ..bundle import Bundle
@@ -62,9 +64,48 @@ def asked(obj: Any, ctx: Ctx) -> tuple[set[str], bool]:
             any(m.get(EXCLUSIVE_LABEL) == "true" for m in maps))
 
 
+# Labels of a Pod or a Job (and its pod template) fixed at CREATE: the queue (judged, recorded in
+# the env, and given its PriorityClass then) and the exclusive group; exclusive placement's
+# anti-affinity matches other pods by both (policy node-selection: batchgate.io/queue Exists,
+# exclusive-group NotIn [own]).
+FIXED_LABELS = (QUEUE_LABEL, EXCLUSIVE_GROUP_LABEL)
+
+
+def fixed_labels_changed(obj: Any, old: Any, shape: Shape) -> list[str]:
+    """The FIXED_LABELS an UPDATE sets, changes or removes anywhere they reach the pods."""
+    changed: list[str] = []
+    for new_map, old_map in zip(label_maps(obj, shape), label_maps(old, shape), strict=True):
+        changed += [k for k in FIXED_LABELS if new_map.get(k) != old_map.get(k) and k not in changed]
+    return changed
+
+
+def _fixed(obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
+    """A Pod's or Job's queue and exclusive group stay what they were at CREATE. Relabelling a
+    running scavenger pod to batch took it out of the scavengers' cap; removing the queue label of a
+    pod pinned to another job's exclusive node let kube-scheduler bind it there (issue 27). The
+    kinds whose pod template may change (CronJob, apps kinds) may relabel it: their new pods are
+    admitted, and judged, as they are made."""
+    shape, old = ctx.shape, ctx.old_object
+    if ctx.operation != "UPDATE" or shape is None or shape.template_mutable or old is None:
+        return []
+    changed = fixed_labels_changed(obj, old, shape)
+    if not changed:
+        return []
+    was = next((q for m in label_maps(old, shape) if isinstance(q := m.get(QUEUE_LABEL), str)), None)
+    return [deny(
+        f"{' and '.join(changed)} of a {ctx.kind} cannot be set, changed or removed once it exists: "
+        f"it was admitted{f' to queue {was!r}' if was else ''} at creation, where its priority class, "
+        f"time limit and placement were decided (exclusive placement matches pods by these labels); "
+        f"to run in another queue, create a new {ctx.kind} with the label {QUEUE_LABEL}"
+    )]
+
+
 def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
     if ctx.admin or ctx.trusted or _made_by(settings, obj, ctx):
         return []
+    fixed = _fixed(obj, ctx)
+    if fixed:
+        return fixed
     bundle = ctx.bundle
     named, exclusive = asked(obj, ctx)
     if ctx.operation == "UPDATE" and ctx.old_object is not None and ctx.old_judged:
@@ -152,7 +193,8 @@ TYPE = RuleType(
         "Who may use a queue: the namespace's `allowedQueues` and the queue's `access` (namespaces, "
         "users, groups, service accounts; Slurm's AllowGroups/AllowAccounts), and who may take whole "
         "nodes in it (`exclusiveAccess` for `batchgate.io/exclusive`). Judged on CREATE and on every "
-        "UPDATE that names a new queue or asks for whole nodes; admins may use every queue."
+        "UPDATE that names a new queue or asks for whole nodes; admins may use every queue. A Pod's or "
+        "Job's queue and exclusive group are fixed once it exists."
     ),
     parse=parse,
     validate=validate,

@@ -42,6 +42,7 @@ from ..workloads import (
     controller_kind,
     meta_entry,
     owned_by_custom_resource,
+    service_owned,
 )
 from .base import Ctx, Finding, Path, RuleType, deny, dig, warn
 
@@ -98,12 +99,14 @@ def _where(path: Path) -> str:
 
 
 def _exempt(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> bool:
-    """A service's Pod: controlled by an exempt kind *and* made by a controller (anyone may write
-    an ownerReference; a Pod a user submits claiming a ReplicaSet owner is a job like any other);
-    or an operator's Pod with a custom-resource owner and no limit of its own."""
-    if not (ctx.shape and ctx.shape.is_pod):
+    """A service's Pod: controlled by an exempt kind (Kubernetes' own in their real API group) *and*
+    made by a controller; or an operator's Pod with a custom-resource owner and no limit of its
+    own, made by a controller the bundle lists. Anyone may write an ownerReference: a Pod a user
+    submits claiming a ReplicaSet, a ``nope.example.com/v1 DaemonSet`` or any custom resource is
+    a job like any other (issue 27), with a limit, a record and the maintenance affinity."""
+    if not (ctx.shape and ctx.shape.is_pod and ctx.from_controller):
         return False
-    if ctx.from_controller and controller_kind(obj) in settings.exempt_owner_kinds:
+    if service_owned(obj, settings.exempt_owner_kinds):
         return True
     return (settings.exempt_custom_resource_owners and owned_by_custom_resource(obj)
             and all(v is None for _, _, v in read_limits(obj, "Pod")))

@@ -13,7 +13,17 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from reconbuild import HOUR, T0, deadline_ann, pod, snapshot
+from reconbuild import (
+    HOUR,
+    T0,
+    deadline_ann,
+    group_labels,
+    job,
+    pod,
+    record_env,
+    snapshot,
+    terminated,
+)
 from test_scavenger_controller import SETTINGS, World, sj
 
 from webhook.reconciler import metrics
@@ -243,12 +253,18 @@ def test_the_views_memos_never_keep_long_texts():
 
 # -- the scavenger cap counts what is bound ----------------------------------------------------
 def _scavenger_pod(name: str, *, cpu: str, mem: str, node: str = "", selector: dict[str, str] | None = None,
-                   phase: str = "Pending", owner: str | None = None) -> dict[str, Any]:
-    """A user's Guaranteed pod in queue scavenger (admitted as such: scavenger-qos lets it in);
-    ``owner``: the kind of a custom resource that controls it (an operator's pod)."""
+                   phase: str = "Pending", owner: str | None = None, record: bool = True,
+                   priority_class: str | None = "batchgate-scavenger") -> dict[str, Any]:
+    """A user's Guaranteed pod in queue scavenger, as admission stored it (scavenger-qos lets it in;
+    queue-priority gives it the class, time-limit the record); ``owner``: the kind of a custom
+    resource that controls it (an operator's pod)."""
     res = {"cpu": cpu, "memory": mem}
-    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox",
-                                            "resources": {"requests": res, "limits": res}}]}
+    container: dict[str, Any] = {"name": "main", "image": "busybox", "resources": {"requests": res, "limits": res}}
+    if record:
+        container["env"] = record_env("scavenger", "24h")
+    spec: dict[str, Any] = {"containers": [container]}
+    if priority_class:
+        spec["priorityClassName"] = priority_class
     if node:
         spec["nodeName"] = node
     if selector:
@@ -324,3 +340,86 @@ def test_only_bound_scavenger_pods_count_against_the_cap():
     w2.step()
     assert w2.step() == ["sj-waiting"]
     assert "more than is left of the scavengers' share" in w2.sj("md")["status"]["message"]
+
+
+# -- the scavengers' cap: membership by what cannot change once a pod exists -----------------------
+def _relabelled(obj: dict[str, Any], queue: str | None) -> dict[str, Any]:
+    labels = obj["metadata"]["labels"]
+    if queue is None:
+        del labels["batchgate.io/queue"]
+    else:
+        labels["batchgate.io/queue"] = queue
+    return obj
+
+
+@pytest.mark.parametrize("label", ["batch", None], ids=["relabelled-batch", "label-removed"])
+def test_relabelling_running_scavenger_pods_does_not_take_them_out_of_the_cap(label):
+    """Before: relabelling one's running scavenger pods to batchgate.io/queue=batch (or removing the
+    label), which the webhook admitted on UPDATE, took them out of the cap's count: 16 of 16 CPUs
+    used by scavengers against a cap of 11.2. The record and the class still say scavenger."""
+    w = World(sj("md", cpu="1"), nodes=1)  # 8 cpu, cap 5.6
+    w.api.put(_relabelled(_scavenger_pod("hog", cpu="5", mem="1Gi", node="n0", phase="Running"), label))
+    w.step()
+    assert w.step() == ["sj-waiting"]
+    assert "more than is left of the scavengers' share" in w.sj("md")["status"]["message"]
+
+
+@pytest.mark.parametrize(("record", "priority_class"), [
+    (True, None), (False, "batchgate-scavenger")], ids=["by-the-record", "by-the-class"])
+def test_either_immutable_fact_makes_a_pod_a_scavenger(record, priority_class):
+    w = World(sj("md", cpu="1"), nodes=1)
+    w.api.put(_relabelled(_scavenger_pod("hog", cpu="5", mem="1Gi", node="n0", phase="Running",
+                                         record=record, priority_class=priority_class), "batch"))
+    w.step()
+    assert w.step() == ["sj-waiting"]
+
+
+def test_a_pod_only_labelled_scavenger_takes_no_share():
+    """The other way round: a batch pod relabelled scavenger (no scavenger record, not the class)
+    does not eat the scavengers' share."""
+    w = World(sj("md", cpu="1"), nodes=1)
+    w.api.put(_scavenger_pod("batchy", cpu="5", mem="1Gi", node="n0", phase="Running", record=False,
+                             priority_class="batchgate-batch"))
+    w.step()
+    assert w.step() == ["sj-start"]
+
+
+# -- made-up owners: an owner counts only when the reconciler has seen it exist -------------------
+def _owned_job(api_version: str, kind: str, name: str, uid: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A gang Job with a 1h limit, started two hours ago, one member failed, claiming ``owner``."""
+    g = group_labels("mpi", 2)
+    j = job("mpi", annotations=deadline_ann("1h"), template_labels=g)
+    j["metadata"]["ownerReferences"] = [{"apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
+                                         "controller": True}]
+    members = [pod("mpi-a", owner=j, labels=g),
+               pod("mpi-b", owner=j, labels=g, phase="Failed",
+                   containers=[terminated(1, started=0, finished=60)])]
+    return j, members
+
+
+def _sj_snapshot(*objs: dict[str, Any]) -> Snapshot:
+    real = sj("real", ns="demo")
+    real["metadata"]["uid"] = "sj-uid"
+    s = snapshot(*objs)
+    return dataclasses.replace(s, scavenger_jobs={("demo", "real"): sj_view(real)})
+
+
+@pytest.mark.parametrize("owner", [
+    ("nope.example.com/v1", "ScavengerJob", "real", "sj-uid"),
+    ("batchgate.io/v1alpha1", "ScavengerJob", "ghost", "ghost-uid"),
+    ("batchgate.io/v1alpha1", "ScavengerJob", "real", "another-uid"),
+], ids=["made-up-group", "none-of-that-name", "not-that-uid"])
+def test_a_job_claiming_a_scavengerjob_it_is_not_gets_its_deadline_and_its_gang_handled(owner):
+    """Before: a Job owned by "a ScavengerJob" of any apiVersion got no deadline and no gang
+    handling. Only a batchgate.io/v1alpha1 ScavengerJob the reconciler sees, with that uid, runs one."""
+    j, members = _owned_job(*owner)
+    result = plan(_sj_snapshot(j, *members), T0 + 2 * HOUR, Settings())
+    assert ("stop", "mpi") in [(a.kind, a.target.name) for a in result.actions]
+    fresh = plan(_sj_snapshot(j, *members), T0 + 120, Settings())
+    assert any(a.reason == "GangRestarted" for a in fresh.actions), fresh.actions
+
+
+def test_a_real_scavengerjobs_job_is_left_to_its_controller():
+    j, members = _owned_job("batchgate.io/v1alpha1", "ScavengerJob", "real", "sj-uid")
+    result = plan(_sj_snapshot(j, *members), T0 + 2 * HOUR, Settings())
+    assert [a for a in result.actions if a.target.name == "mpi"] == []

@@ -272,3 +272,27 @@ def test_a_job_whose_deadline_passes_a_new_window_is_told_and_stale_records_go()
                                                    NEXT_MAINTENANCE_ANNOTATION: next_maintenance_text(window, "n1")})
     s = snap(recorded, nodes=[node("n1", labels={COUNTDOWN_LABEL: "58"})], windows=[w])
     assert [a for a in plan_maintenance(s, T0, S)[0] if a.kind == "record-maintenance"] == []
+
+
+@pytest.mark.parametrize(("owner", "admitted", "drained"), [
+    (("apps/v1", "DaemonSet", "fluentd"), None, False),
+    (("v1", "Node", "n1"), None, False),  # a static (mirror) pod of the node it runs on
+    (("nope.example.com/v1", "DaemonSet", "fluentd"), None, True),
+    (("apps/v1", "DaemonSet", "fluentd"), ("batch", "24h"), True),  # a user's Pod, admitted as a job
+    (("v1", "Node", "n2"), None, True),  # not the node it runs on
+    (("apps/v2", "DaemonSet", "fluentd"), None, True),
+], ids=["daemonset", "mirror-pod", "made-up-group", "recorded-as-a-job", "another-node", "made-up-version"])
+def test_the_drain_leaves_only_real_daemonset_and_mirror_pods(owner, admitted, drained) -> None:
+    """Issue 27: a bare Pod naming nope.example.com/v1 DaemonSet as its controller was skipped by
+    the drain as a DaemonSet's pod. Only the real kinds count, and only for a pod the webhook
+    admitted as a service (no admission record)."""
+    w = mw("fw", -10, HOUR, nodes=["n1"])
+    p = pod("sneaky", node="n1", admitted=admitted)
+    api_version, kind, name = owner
+    p["metadata"]["ownerReferences"] = [{"apiVersion": api_version, "kind": kind, "name": name, "uid": "u",
+                                         "controller": True}]
+    cordoned = {"window": "fw", "unschedulable": False}
+    s = snap(p, nodes=[node("n1", labels={COUNTDOWN_LABEL: "0"}, unschedulable=True, cordoned=cordoned),
+                       node("n2")], windows=[w])
+    actions, _ = run(s, T0)
+    assert [a.evict.name for a in actions if a.kind == "evict" and a.evict] == (["sneaky"] if drained else [])

@@ -228,3 +228,16 @@ def test_batchgate_queue_orders_gated_work_by_the_stored_usage(monkeypatch, caps
     assert code == 0, err
     assert [(r["name"], r["state"]) for r in json.loads(out) if r["state"] == "Gated"] == [
         ("light-1", "Gated"), ("heavy-1", "Gated")]
+
+
+def test_queue_shows_the_queue_work_was_admitted_to_not_its_label() -> None:
+    """Issue 27: the label is anyone's to change who may update the object; the record is not."""
+    r = running("r1", "n1", limit="2h", cpu="4")
+    r["metadata"].setdefault("labels", {})["batchgate.io/queue"] = "interactive"  # relabelled after admission
+    r["spec"]["containers"][0]["env"] = [{"name": "BATCHGATE_QUEUE", "value": "scavenger"},
+                                        {"name": "BATCHGATE_TIME_LIMIT", "value": "2h"}]
+    w = waiting("w1", cpu="4")
+    w["metadata"].setdefault("labels", {})["batchgate.io/queue"] = "interactive"
+    w["spec"]["containers"][0].pop("env", None)  # no record (admitted before records existed): the label
+    rows = queue_rows(Snapshot.of(pods=[pod_view(r), pod_view(w)], nodes=[node("n1")]), T0)
+    assert {row["name"]: row["queue"] for row in rows} == {"r1": "scavenger", "w1": "interactive"}

@@ -4,14 +4,17 @@ to those nodes and releases it. kube-scheduler alone takes the node with the few
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from tests.unit.reconciler.reconbuild import HOUR, T0, pod, ts
+from tests.unit.reconciler.reconbuild import HOUR, T0, job, pod, ts
 from tests.unit.reconciler.test_queue_promises import S, gated
+from tests.unit.reconciler.test_scavenger_controller import sj
 from tests.unit.reconciler.test_shadow import node, with_spec
 from webhook.reconciler import victims
-from webhook.reconciler.model import REASON_PREEMPTED, Snapshot, pod_view
+from webhook.reconciler.model import REASON_PREEMPTED, Snapshot, job_view, pod_view
 from webhook.reconciler.planner import plan
+from webhook.reconciler.scavenger import sj_view
 from webhook.windows import parse_window
 
 SCAV = -1000
@@ -77,3 +80,31 @@ def test_when_no_eviction_makes_room_the_workload_waits():
     snap = cluster(scavenger("s", "a", "4", -HOUR), gated("huge", "8", "1h"))
     acts = plan(snap, T0, S, estimate=False).actions
     assert not [a for a in acts if a.target.name == "huge" and a.kind in ("release", "preempt")]
+
+
+def test_a_job_claiming_a_scavengerjob_it_is_not_is_no_part_of_its_gang():
+    """Issue 27: an owner counts only if the reconciler has seen it exist (apiVersion, kind,
+    namespace, name, uid); a Job claiming a ScavengerJob's uid (here of another namespace) makes a
+    gang of its own, and the real one is unaffected."""
+    real = sj("md", ns="team-b")
+    real["metadata"]["uid"] = "sj-uid"
+
+    def segment(name: str, ns: str, api_version: str = "batchgate.io/v1alpha1") -> tuple[dict[str, Any], dict[str, Any]]:
+        j = job(name, ns=ns)
+        j["metadata"]["ownerReferences"] = [{"apiVersion": api_version, "kind": "ScavengerJob", "name": "md",
+                                             "uid": "sj-uid", "controller": True}]
+        p = scavenger(f"{name}-0", "a", "2", -600)
+        p["metadata"]["namespace"] = ns
+        p["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                             "uid": j["metadata"]["uid"], "controller": True}]
+        return j, p
+
+    (rj, rp), (fj, fp), (gj, gp) = segment("md-1", "team-b"), segment("md-1", "mallory"), \
+        segment("x-1", "team-b", "nope.example.com/v1")
+    snap = dataclasses.replace(
+        Snapshot.of(pods=[pod_view(o) for o in (rp, fp, gp)], jobs=[job_view(o) for o in (rj, fj, gj)],
+                    nodes=[node("a", cpu="8")]),
+        scavenger_jobs={("team-b", "md"): sj_view(real)})
+    gangs = {g.ref.namespace + "/" + g.ref.name: sorted(p.ref.name for p in g.pods)
+             for g in victims.scavenger_gangs(snap, T0, 0, [])}
+    assert gangs == {"team-b/md": ["md-1-0"], "mallory/md-1-0": ["md-1-0"], "team-b/x-1-0": ["x-1-0"]}, gangs

@@ -274,11 +274,64 @@ def test_controllers_setting_loads_and_replaces_the_default(tmp_path):
 # -- UPDATE: whatever the order of requests -------------------------------------------
 def test_relabelling_into_a_closed_queue_is_denied(b):
     for kind in KINDS:
-        old = pod("batch") if kind == "Pod" else workload(kind, "batch", on_template=False)
-        new = pod("interactive") if kind == "Pod" else workload(kind, "interactive", on_template=False)
+        if kind in FIXED_KINDS:
+            continue  # their queue does not change at all: test_a_pods_or_jobs_queue_is_fixed_once_it_exists
+        old = workload(kind, "batch", on_template=False)
+        new = workload(kind, "interactive", on_template=False)
         d = run(b, new, MALLORY, old=old)
         assert "queue 'interactive' is open to groups devs" in d.message, kind
         assert run(b, new, ALICE, old=old).allowed, kind
+
+
+FIXED_KINDS = ("Pod", "Job")
+GROUP = "batchgate.io/exclusive-group"
+
+
+def _labelled(obj: dict[str, Any], where: str, key: str, value: str | None) -> dict[str, Any]:
+    obj = copy.deepcopy(obj)
+    meta = obj["metadata"] if where == "object" else obj["spec"]["template"]["metadata"]
+    labels = meta.setdefault("labels", {})
+    if value is None:
+        labels.pop(key, None)
+    else:
+        labels[key] = value
+    return obj
+
+
+@pytest.mark.parametrize(("kind", "where"), [("Pod", "object"), ("Job", "object"), ("Job", "template")])
+@pytest.mark.parametrize(("key", "before", "after"), [
+    (QUEUE, "scavenger", "batch"),  # out of the scavengers' cap
+    (QUEUE, "batch", None),  # out of every exclusive pod's anti-affinity
+    (QUEUE, None, "batch"),
+    (GROUP, "job-big-0123456789", "job-other-9876543210"),  # into another job's exclusive group
+    (GROUP, None, "job-other-9876543210"),
+    (GROUP, "job-big-0123456789", None),
+], ids=["queue-changed", "queue-removed", "queue-set", "group-changed", "group-set", "group-removed"])
+def test_a_pods_or_jobs_queue_is_fixed_once_it_exists(b, kind, where, key, before, after):
+    """Issue 27: relabelling running scavenger pods to batch took them out of the cap; removing the
+    queue label (or taking another job's exclusive group) let a pod pinned to another job's exclusive
+    node bind beside it. A Pod's or Job's queue and exclusive group are fixed at CREATE, even for
+    those who may use every queue involved."""
+    base = pod("batch") if kind == "Pod" else workload("Job", "batch", on_template=False)
+    base = _labelled(_labelled(base, "object", QUEUE, None), where, QUEUE, None)
+    old = _labelled(base, where, key, before)
+    new = _labelled(base, where, key, after)
+    if key == GROUP:
+        old, new = (_labelled(o, where, QUEUE, "batch") for o in (old, new))
+    d = run(b, new, ALICE, old=old)
+    assert not d.allowed
+    (msg,) = access_denials(d)
+    assert msg.startswith(f"{key} of a {kind} cannot be set, changed or removed once it exists"), msg
+    assert f"create a new {kind} with the label {QUEUE}" in msg
+    assert run(b, new, ADMIN, old=old).allowed  # admins correct what they must
+    assert run(b, old, ALICE, old=old).allowed  # an UPDATE leaving them alone passes
+
+
+def test_kinds_whose_template_changes_may_relabel_it(b):
+    """A Deployment's (or CronJob's) new pods are admitted, and judged, as they are made."""
+    old = workload("Deployment", "batch")
+    assert run(b, _labelled(old, "template", GROUP, "g-1"), ALICE, old=old).allowed
+    assert run(b, workload("Deployment", "interactive"), ALICE, old=old).allowed
 
 
 def test_template_relabel_of_apps_kinds_is_denied_or_rewritten(b):

@@ -17,6 +17,7 @@ from webhook.bundle import Bundle
 from webhook.engine import Decision
 from webhook.offline import Caller, synthetic_review
 from webhook.rules import load_bundle
+from webhook.workloads import SERVICE_OWNER_KINDS, SHAPES, admission_record, service_owned
 from webhook.yamlsrc import BundleError
 
 ANN = "batchgate.io/time-limit"
@@ -380,3 +381,42 @@ def test_a_job_controllers_pod_keeps_the_jobs_record_not_its_edited_labels(tl):
     d = run(tl, mine)
     assert d.allowed and {k: env_of(d.obj["spec"]["containers"][0])[k] for k in RECORD} == {
         "BATCHGATE_QUEUE": "scavenger", "BATCHGATE_TIME_LIMIT": "30d"}
+
+
+def _owned_by(obj: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": api_version, "kind": kind, "name": "owner-1",
+                                           "uid": "0b6f1e2a-3c4d-4e5f-8a9b-0c1d2e3f4a5b", "controller": True}]
+    return obj
+
+
+@pytest.mark.parametrize(("api_version", "kind"), [
+    ("nope.example.com/v1", "DaemonSet"),  # a made-up group with a built-in kind's name
+    ("apps/v2", "DaemonSet"),
+    ("ray.io/v1", "RayCluster"),  # any custom resource, claimed by a user
+])
+@pytest.mark.parametrize("user", ["alice", CONTROLLER], ids=["by-a-user", "by-a-controller"])
+def test_a_made_up_owner_makes_no_service_and_no_operators_pod_unless_a_controller_made_it(
+        tl, api_version, kind, user):
+    """Issue 27: a bare Pod naming nope.example.com/v1 DaemonSet with controller: true was stored
+    with no time limit, no record and no maintenance affinity (the drain skipped it too). Only the
+    real apps DaemonSet is a service's controller, and only a listed controller's Pod is exempt: an
+    operator's Pod (custom-resource owner) only when a listed controller made it."""
+    d = run(tl, _owned_by(pod(), api_version, kind), user=user)
+    if user == CONTROLLER:  # trusted to have made it for its owner
+        assert d.patch == []
+        return
+    assert d.obj["metadata"]["annotations"][ANN] == "1d"
+    assert admission_record(d.obj, SHAPES[("", "Pod")]) is not None
+    assert d.obj["spec"]["activeDeadlineSeconds"] == BATCH_BACKSTOP
+
+
+def test_the_real_daemonset_made_by_its_controller_is_still_a_service(tl):
+    assert run(tl, _owned_by(pod(), "apps/v1", "DaemonSet"), user=CONTROLLER).patch == []
+
+
+@pytest.mark.parametrize(("api_version", "kind", "owned"), [
+    ("apps/v1", "DaemonSet", True), ("v1", "ReplicationController", True),
+    ("nope.example.com/v1", "DaemonSet", False), ("v1", "DaemonSet", False), ("apps/v1", "Deployment", False),
+])
+def test_only_the_real_kinds_are_services_controllers(api_version, kind, owned):
+    assert service_owned(_owned_by(pod(), api_version, kind), SERVICE_OWNER_KINDS) is owned
