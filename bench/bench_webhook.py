@@ -116,11 +116,12 @@ def wait_ready(port: int, timeout: float = 20) -> None:
     raise RuntimeError(f"server on port {port} did not start")
 
 
-def run_wrk(port: int, body: Path, *, duration: int, connections: int, core: str) -> dict[str, float]:
+def run_wrk(port: int, body: Path, *, duration: int, connections: int, core: str,
+            path: str = "/mutate") -> dict[str, float]:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(LUA)
     cmd = ["taskset", "-c", core, "wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency",
-           "-s", f.name, f"https://127.0.0.1:{port}/mutate"]
+           "-s", f.name, f"https://127.0.0.1:{port}{path}"]
     out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "BENCH_BODY": str(body)},
                          check=True).stdout
     os.unlink(f.name)

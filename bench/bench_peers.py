@@ -1,0 +1,631 @@
+"""batchgate beside the admission layers a cluster admin would install instead, Kyverno and
+Gatekeeper, each enforcing batchgate's shipped Pod policies (bench/peers/*/policy.yaml), on
+the same real API server, on the same machine, in one run; with no webhooks and a no-op
+webhook pair as the floor.
+
+The peers are built from their Go modules by bench/peers/build.sh (pinned in
+bench/peers/*/go.mod; cached in ~/.cache/batchgate/peers). The control plane is the e2e one
+(tests/e2e/cluster.py: the binaries hack/kube-binaries.sh finds, $KUBE_VERSION default 1.37).
+Each system runs in turn, its webhook server pinned to one core (``taskset``; Go's
+GOMAXPROCS follows), and is stopped before the next starts:
+
+- ``none``: no webhooks. ``noop``: the stdlib no-op of bench_webhook.py on /mutate and
+  /validate, registered with batchgate's webhook configurations (only the URL differs).
+- ``batchgate``: ``batchgate serve`` on the shipped bundle, its webhook configurations and
+  ValidatingAdmissionPolicies, as ``kubectl apply -k manifests/`` installs them.
+- ``kyverno``: Kyverno's admission controller out of cluster (``--serverIP``), its CRDs and
+  ConfigMaps from its module's install manifest; it registers its own webhooks (from the
+  policy: Pods on CREATE) with the certificate it makes. Admission reports off.
+- ``gatekeeper``: Gatekeeper's manager as its controller-manager Deployment runs it
+  (``--operation=webhook --operation=mutation-webhook``), its CRDs from its module's deploy
+  manifest, our certificate (``--disable-cert-rotation``) and batchgate's webhook
+  configurations pointed at /v1/mutate and /v1/admit.
+
+Measured per system, in this order:
+
+1. Pod create through the API server (server-side dry run, as ``alice``, one kept-alive
+   connection per client) at 1 and at 16 concurrent clients: p50, p99, mean ms. Every
+   system must have mutated the Pod (priority class, /dev/shm, token off) and must deny an
+   unknown queue before it is measured.
+2. The webhook alone: the same AdmissionReview (a user's Pod create, the fixture
+   bench_webhook.py uses) POSTed to its mutating endpoint by ``wrk`` on the other core.
+   ``reviews_per_core``: reviews/s at saturation (16 connections; fewer until p99 < 100 ms).
+   ``cpu_s_per_1000``: the server process's CPU seconds (user + system, its threads and
+   children, /proc) per 1,000 reviews at a fixed rate (--rate, one connection, paced).
+
+    python bench/bench_peers.py [--json] [--creates 400] [--duration 10] [--rate 200]
+                                [--systems none,noop,batchgate,kyverno,gatekeeper]
+
+``--json`` prints only {system: {version, reviews_per_core, cpu_s_per_1000, create: {"1":
+{p50, p99, mean}, "16": {...}}}} on stdout (progress on stderr); bench/README.md's table
+reads the same numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import copy
+import http.client
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import cluster  # noqa: E402
+import harness  # noqa: E402
+from bench_apiserver import NOOP_PAIR, p99  # noqa: E402
+from bench_webhook import FIXTURES, free_port, run_wrk, wait_ready  # noqa: E402
+from harness import apply_manifests, pod, wait_crd_established  # noqa: E402
+
+from webhook.generate import webhook_configurations  # noqa: E402
+
+harness.NOT_APPLIED |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+PEERS = ROOT / "bench" / "peers"
+SYSTEMS = ("none", "noop", "batchgate", "kyverno", "gatekeeper")
+CONCURRENCY = (1, 16)
+P99_BAR_MS = 100.0
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+# plural of each kind the peers' manifests and policies hold
+PLURALS = {
+    "Namespace": "namespaces", "ConfigMap": "configmaps",
+    "CustomResourceDefinition": "customresourcedefinitions",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+    "ClusterPolicy": "clusterpolicies", "Assign": "assign", "AssignMetadata": "assignmetadata",
+    "ConstraintTemplate": "constrainttemplates", "BatchgatePods": "batchgatepods",
+}
+
+
+def log(msg: str) -> None:
+    print(f"bench-peers: {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------
+# the API server side
+
+
+def path_of(obj: dict[str, Any], *, named: bool = False) -> str:
+    api, kind, meta = obj["apiVersion"], obj["kind"], obj["metadata"]
+    base = "/api/v1" if api == "v1" else f"/apis/{api}"
+    ns = f"/namespaces/{meta['namespace']}" if meta.get("namespace") else ""
+    return f"{base}{ns}/{PLURALS[kind]}" + (f"/{meta['name']}" if named else "")
+
+
+def apply(kube: cluster.LocalCluster, obj: dict[str, Any]) -> None:
+    """Create ``obj``, or replace it (``kubectl apply`` without the merge)."""
+    try:
+        kube.create(path_of(obj), obj)
+    except cluster.KubeApiError as e:
+        if e.status != 409:
+            raise
+        body = copy.deepcopy(obj)
+        body["metadata"]["resourceVersion"] = kube.get(path_of(obj, named=True))["metadata"]["resourceVersion"]
+        kube.request("PUT", path_of(obj, named=True), body)
+
+
+def manifest(path: Path, kinds: set[str]) -> list[dict[str, Any]]:
+    return [o for o in yaml.safe_load_all(path.read_text()) if o and o["kind"] in kinds]
+
+
+def module_dir(peer: str, module: str) -> Path:
+    out = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", module], cwd=PEERS / peer, check=True,
+                         capture_output=True, text=True, env={**os.environ, "GOFLAGS": "-mod=readonly"})
+    return Path(out.stdout.strip())
+
+
+def dry_run_pod(kube: cluster.LocalCluster, namespace: str, labels: dict[str, str] | None = None
+                ) -> tuple[int, dict[str, Any]]:
+    try:
+        return 201, kube.request("POST", f"/api/v1/namespaces/{namespace}/pods",
+                                 pod(f"probe-{uuid.uuid4().hex[:8]}", labels=labels),
+                                 as_user="alice", query={"dryRun": "All"})
+    except cluster.KubeApiError as e:
+        return e.status, e.body if isinstance(e.body, dict) else {"message": str(e.body)}
+
+
+def enforcing(kube: cluster.LocalCluster, namespace: str) -> str | None:
+    """None when the Pod policies are in force (what was wrong, else)."""
+    status, out = dry_run_pod(kube, namespace)
+    if status != 201:
+        return f"a Pod in queue batch was refused: {out.get('message')}"
+    spec = out["spec"]
+    if spec.get("priorityClassName") != "batchgate-batch" or spec.get("automountServiceAccountToken") is not False:
+        return f"the Pod was not mutated (priorityClassName {spec.get('priorityClassName')!r})"
+    if not any(v.get("emptyDir", {}).get("medium") == "Memory" for v in spec.get("volumes") or []):
+        return "no /dev/shm volume"
+    status, out = dry_run_pod(kube, namespace, {"batchgate.io/queue": "no-such-queue"})
+    if status == 201:
+        return "a Pod in an unknown queue was admitted"
+    return None
+
+
+def wait_enforcing(kube: cluster.LocalCluster, namespace: str, name: str, proc: subprocess.Popen[bytes] | None,
+                   logf: Path, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    why: str | None = "not checked"
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{name} exited ({proc.returncode}):\n{cluster.tail(logf, 40)}")
+        why = enforcing(kube, namespace)
+        if why is None:
+            return
+        time.sleep(1)
+    raise RuntimeError(f"{name}: policies not in force after {timeout:.0f}s: {why}\n{cluster.tail(logf, 40)}")
+
+
+def creates(kube: cluster.LocalCluster, namespace: str, n: int, concurrency: int) -> list[float]:
+    """``n`` dry-run Pod creates by ``concurrency`` clients, one kept-alive connection each."""
+    t = kube._transports["alice"]
+    out: list[float] = []
+    errors: list[str] = []
+
+    def client(count: int) -> None:
+        conn = http.client.HTTPSConnection(t.host, t.port, context=t.ctx, timeout=60)
+        headers = {"Authorization": f"Bearer {t.token}", "Content-Type": "application/json",
+                   "Accept": "application/json"}
+        mine = []
+        for _ in range(count):
+            body = json.dumps(pod(f"bench-{uuid.uuid4().hex[:10]}")).encode()
+            started = time.perf_counter()
+            conn.request("POST", f"{t.prefix}/api/v1/namespaces/{namespace}/pods?dryRun=All", body, headers)
+            resp = conn.getresponse()
+            raw = resp.read()
+            mine.append((time.perf_counter() - started) * 1000)
+            if resp.status != 201:
+                errors.append(f"HTTP {resp.status}: {raw[:300]!r}")
+        conn.close()
+        out.extend(mine)
+
+    threads = [threading.Thread(target=client, args=(n // concurrency,)) for _ in range(concurrency)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} of {n} creates failed, first: {errors[0]}")
+    return out
+
+
+# --------------------------------------------------------------------------
+# the webhook alone
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its descendants, all threads (/proc)."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(p.name)] = int(fields[1])
+        times[int(p.name)] = (int(fields[11]) + int(fields[12])) / tick
+    total, todo = 0.0, [pid]
+    while todo:
+        cur = todo.pop()
+        total += times.get(cur, 0.0)
+        todo += [c for c, pp in parents.items() if pp == cur]
+    return total
+
+
+def fixed_rate(url: str, body: bytes, *, rate: float, seconds: float, pid: int) -> tuple[float, int]:
+    """POST ``body`` at ``rate`` per second (paced, one kept-alive connection) for ``seconds``;
+    the server tree's CPU seconds over that window and the reviews sent."""
+    host, port, path = url_parts(url)
+    conn = http.client.HTTPSConnection(host, port, context=insecure(), timeout=30)
+    headers = {"Content-Type": "application/json"}
+    n = int(rate * seconds)
+    cpu0 = tree_cpu_seconds(pid)
+    start = time.perf_counter()
+    for i in range(n):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        conn.request("POST", path, body, headers)
+        resp = conn.getresponse()
+        resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"{url} answered HTTP {resp.status}")
+    cpu = tree_cpu_seconds(pid) - cpu0
+    conn.close()
+    return cpu, n
+
+
+def insecure() -> Any:
+    import ssl
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    return ctx
+
+
+def url_parts(url: str) -> tuple[str, int, str]:
+    rest = url.removeprefix("https://")
+    hostport, _, path = rest.partition("/")
+    host, _, port = hostport.rpartition(":")
+    return host, int(port), "/" + path
+
+
+def review_once(url: str, body: bytes) -> dict[str, Any]:
+    host, port, path = url_parts(url)
+    conn = http.client.HTTPSConnection(host, port, context=insecure(), timeout=30)
+    conn.request("POST", path, body, {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    raw = resp.read()
+    conn.close()
+    if resp.status != 200:
+        raise RuntimeError(f"{url} answered HTTP {resp.status}: {raw[:300]!r}")
+    out: dict[str, Any] = json.loads(raw)["response"]
+    return out
+
+
+def saturation(url: str, body_file: Path, *, duration: int, core: str) -> dict[str, float]:
+    """reviews/s at saturation with p99 under the bar: 16 connections, halved until it holds."""
+    _, port, path = url_parts(url)
+    conns = 16
+    while True:
+        run_wrk(port, body_file, duration=2, connections=conns, core=core, path=path)  # warm-up
+        r = run_wrk(port, body_file, duration=duration, connections=conns, core=core, path=path)
+        r["connections"] = conns
+        if r["p99"] < P99_BAR_MS or conns == 1:
+            return r
+        conns //= 2
+
+
+# --------------------------------------------------------------------------
+# the systems
+
+
+@dataclass
+class Ctx:
+    kube: cluster.LocalCluster
+    namespace: str
+    work: Path
+    certs: Path
+    ca_bundle: str
+    peers_dir: Path | None
+    core: str
+    batchgate_configs: tuple[dict[str, Any], dict[str, Any]]
+    batchgate_policies: list[dict[str, Any]]
+
+
+@dataclass
+class Running:
+    version: str
+    review_url: str | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    stop: Callable[[], None] = lambda: None
+    notes: list[str] = field(default_factory=list)
+
+
+def spawn(ctx: Ctx, name: str, args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], Path]:
+    logf = ctx.work / f"{name}.log"
+    f = open(logf, "ab")  # noqa: SIM115 - the child keeps it
+    proc = subprocess.Popen(["taskset", "-c", ctx.core, *args], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=f,
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "GOMAXPROCS": "1", **(env or {})})
+    return proc, logf
+
+
+def stop_proc(proc: subprocess.Popen[bytes]) -> None:
+    cluster.terminate_group(proc, grace=20)
+
+
+def rename(configs: tuple[dict[str, Any], dict[str, Any]], prefix: str, url: str, paths: tuple[str, str]
+           ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """batchgate's webhook configurations, named for another server at ``url`` + its paths."""
+    out = copy.deepcopy(configs)
+    for config, p in zip(out, paths, strict=True):
+        config["metadata"]["name"] = f"{prefix}-{config['metadata']['name']}"
+        for hook in config["webhooks"]:
+            hook["clientConfig"]["url"] = url + p
+    return out
+
+
+def start_none(ctx: Ctx) -> Running:
+    return Running(version="kube-apiserver " + ctx.kube.get("/version")["gitVersion"])
+
+
+def start_noop(ctx: Ctx) -> Running:
+    (ctx.work / "noop.py").write_text(NOOP_PAIR)
+    port = free_port()
+    proc, logf = spawn(ctx, "noop", [sys.executable, str(ctx.work / "noop.py"), str(port), str(ctx.certs)])
+    wait_ready(port)
+    configs = rename(ctx.batchgate_configs, "noop", f"https://127.0.0.1:{port}", ("/mutate", "/validate"))
+    ctx.kube.register_webhooks(*configs)
+
+    def stop() -> None:
+        ctx.kube.delete_webhooks(configs[0]["metadata"]["name"], configs[1]["metadata"]["name"])
+        stop_proc(proc)
+
+    time.sleep(2)  # the API server picks configurations up asynchronously
+    import aiohttp
+    return Running(version=f"stdlib no-op (Python {platform.python_version()}, aiohttp {aiohttp.__version__})",
+                   review_url=f"https://127.0.0.1:{port}/mutate", proc=proc, stop=stop)
+
+
+def start_batchgate(ctx: Ctx) -> Running:
+    port = free_port()
+    proc, logf = spawn(ctx, "batchgate", [sys.executable, "-m", "webhook", "--log-level", "WARNING", "serve",
+                                          "--host", "127.0.0.1", "--port", str(port),
+                                          "--policies", str(ROOT / "policies"), "--cert-dir", str(ctx.certs)],
+                       env={"PYTHONPATH": str(ROOT)})
+    wait_ready(port, timeout=60)
+    configs = rename(ctx.batchgate_configs, "bench", f"https://127.0.0.1:{port}", ("/mutate", "/validate"))
+    ctx.kube.register_webhooks(*configs)
+    for o in ctx.batchgate_policies:
+        apply(ctx.kube, o)
+    wait_enforcing(ctx.kube, ctx.namespace, "batchgate", proc, logf)
+    version = subprocess.run([sys.executable, "-m", "webhook", "--version"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.strip()
+
+    def stop() -> None:
+        ctx.kube.delete_webhooks(configs[0]["metadata"]["name"], configs[1]["metadata"]["name"])
+        for o in ctx.batchgate_policies:
+            ctx.kube.delete(path_of(o, named=True))
+        stop_proc(proc)
+
+    return Running(version=version, review_url=f"https://127.0.0.1:{port}/mutate", proc=proc, stop=stop)
+
+
+def peer_version(ctx: Ctx, peer: str) -> str:
+    assert ctx.peers_dir is not None
+    first = (ctx.peers_dir / f"{peer}.BUILD-INFO").read_text().splitlines()[0].split()
+    return f"{first[1]} {first[2]}"
+
+
+KYVERNO_ENV = {
+    "KYVERNO_NAMESPACE": "kyverno", "KYVERNO_POD_NAME": "kyverno-bench", "INIT_CONFIG": "kyverno",
+    "METRICS_CONFIG": "kyverno-metrics", "KYVERNO_SERVICEACCOUNT_NAME": "kyverno-admission-controller",
+    "KYVERNO_ROLE_NAME": "kyverno:admission-controller", "KYVERNO_SVC": "kyverno-svc",
+    "KYVERNO_DEPLOYMENT": "kyverno-admission-controller",
+}
+
+
+def delete_managed_webhooks(kube: cluster.LocalCluster, label: str) -> None:
+    for plural in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        for item in kube.get(f"{ADMISSION}/{plural}", labelSelector=label)["items"]:
+            kube.delete(f"{ADMISSION}/{plural}/{item['metadata']['name']}")
+
+
+def start_kyverno(ctx: Ctx) -> Running:
+    assert ctx.peers_dir is not None
+    src = module_dir("kyverno", "github.com/kyverno/kyverno")
+    install = manifest(src / "config" / "install-latest-testing.yaml", {"Namespace", "ConfigMap", "CustomResourceDefinition"})
+    for o in install:
+        apply(ctx.kube, o)
+    for o in install:
+        if o["kind"] == "CustomResourceDefinition":
+            wait_crd_established(ctx.kube, o["metadata"]["name"], timeout=60)
+    policy = manifest(PEERS / "kyverno" / "policy.yaml", {"ClusterPolicy"})
+    for o in policy:
+        apply(ctx.kube, o)
+    port = free_port()
+    proc, logf = spawn(ctx, "kyverno", [
+        str(ctx.peers_dir / "kyverno"), f"--kubeconfig={ctx.kube.kubeconfig('admin')}",
+        f"--serverIP=127.0.0.1:{port}", "--webhookServerHost=127.0.0.1", f"--webhookServerPort={port}",
+        f"--servicePort={port}",
+        "--caSecretName=kyverno-svc.kyverno.svc.kyverno-tls-ca",
+        "--tlsSecretName=kyverno-svc.kyverno.svc.kyverno-tls-pair",
+        # the install manifest's flags, but for metrics (no ports to share) and admission reports
+        # (each would be a write to the API server: left out, Kyverno's own work is measured)
+        "--tlsKeyAlgorithm=RSA", "--resyncPeriod=15m", "--crdWatcher=false", "--disableMetrics=true",
+        "--controllerRuntimeMetricsAddress=0", "--admissionReports=false", "--autoUpdateWebhooks=true",
+        "--enableConfigMapCaching=true", "--enableDeferredLoading=true", "--dumpPayload=false",
+        "--forceFailurePolicyIgnore=false", "--generateValidatingAdmissionPolicy=true",
+        "--generateMutatingAdmissionPolicy=false", "--dumpPatches=false", "--maxAPICallResponseLength=2000000",
+        "--loggingFormat=text", "--v=1", "--omitEvents=PolicyApplied,PolicySkipped",
+        "--enablePolicyException=false", "--protectManagedResources=false",
+    ], env=KYVERNO_ENV)
+
+    def stop() -> None:
+        stop_proc(proc)
+        delete_managed_webhooks(ctx.kube, "webhook.kyverno.io/managed-by=kyverno")
+        for o in policy:
+            ctx.kube.delete(path_of(o, named=True))
+
+    try:
+        wait_enforcing(ctx.kube, ctx.namespace, "kyverno", proc, logf)
+    except BaseException:
+        stop()
+        raise
+    return Running(version=peer_version(ctx, "kyverno"), review_url=f"https://127.0.0.1:{port}/mutate/fail",
+                   proc=proc, stop=stop)
+
+
+def start_gatekeeper(ctx: Ctx) -> Running:
+    assert ctx.peers_dir is not None
+    src = module_dir("gatekeeper", "github.com/open-policy-agent/gatekeeper/v3")
+    install = manifest(src / "deploy" / "gatekeeper.yaml", {"Namespace", "CustomResourceDefinition"})
+    for o in install:
+        apply(ctx.kube, o)
+    for o in install:
+        if o["kind"] == "CustomResourceDefinition":
+            wait_crd_established(ctx.kube, o["metadata"]["name"], timeout=60)
+    port = free_port()
+    proc, logf = spawn(ctx, "gatekeeper", [
+        str(ctx.peers_dir / "gatekeeper"), f"--port={port}", "--host=127.0.0.1", f"--cert-dir={ctx.certs}",
+        "--disable-cert-rotation", f"--health-addr=127.0.0.1:{free_port()}", "--metrics-addr=0",
+        f"--prometheus-port={free_port()}", "--shutdown-delay=0",
+        # the controller-manager Deployment's flags
+        "--logtostderr", "--exempt-namespace=gatekeeper-system", "--operation=webhook",
+        "--operation=mutation-webhook", "--disable-opa-builtin={http.send}",
+    ], env={"KUBECONFIG": ctx.kube.kubeconfig("admin"), "POD_NAMESPACE": "gatekeeper-system",
+            "POD_NAME": "gatekeeper-bench", "NAMESPACE": "gatekeeper-system", "CONTAINER_NAME": "manager"})
+    policy = [o for o in yaml.safe_load_all((PEERS / "gatekeeper" / "policy.yaml").read_text()) if o]
+    configs = rename(ctx.batchgate_configs, "gatekeeper", f"https://127.0.0.1:{port}", ("/v1/mutate", "/v1/admit"))
+
+    def stop() -> None:
+        ctx.kube.delete_webhooks(configs[0]["metadata"]["name"], configs[1]["metadata"]["name"])
+        stop_proc(proc)
+        for o in policy:
+            with contextlib.suppress(cluster.KubeApiError, KeyError):
+                ctx.kube.delete(path_of(o, named=True))
+
+    try:
+        wait_ready(port, timeout=120)
+        for o in policy:
+            if o["kind"] == "BatchgatePods":  # its CRD comes from the template, made by Gatekeeper
+                wait_crd_established(ctx.kube, "batchgatepods.constraints.gatekeeper.sh", timeout=120)
+            apply(ctx.kube, o)
+        ctx.kube.register_webhooks(*configs)
+        wait_enforcing(ctx.kube, ctx.namespace, "gatekeeper", proc, logf)
+    except BaseException:
+        stop()
+        raise
+    return Running(version=peer_version(ctx, "gatekeeper"), review_url=f"https://127.0.0.1:{port}/v1/mutate",
+                   proc=proc, stop=stop)
+
+
+STARTERS: dict[str, Callable[[Ctx], Running]] = {
+    "none": start_none, "noop": start_noop, "batchgate": start_batchgate,
+    "kyverno": start_kyverno, "gatekeeper": start_gatekeeper,
+}
+
+
+# --------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def pinned(core: str) -> Iterator[None]:
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {int(core)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def measure(ctx: Ctx, name: str, args: argparse.Namespace, client_core: str, body_file: Path) -> dict[str, Any]:
+    log(f"{name}: starting")
+    t0 = time.monotonic()
+    running = STARTERS[name](ctx)
+    log(f"{name}: {running.version}, in force after {time.monotonic() - t0:.0f}s")
+    out: dict[str, Any] = {"version": running.version, "reviews_per_core": None, "cpu_s_per_1000": None,
+                           "create": {}}
+    try:
+        for c in CONCURRENCY:
+            creates(ctx.kube, ctx.namespace, 20 * c, c)  # warm connections and caches
+            xs = creates(ctx.kube, ctx.namespace, args.creates, c)
+            out["create"][str(c)] = {"p50": round(statistics.median(xs), 2), "p99": round(p99(xs), 2),
+                                     "mean": round(statistics.fmean(xs), 2), "n": len(xs)}
+            log(f"{name}: create x{c}: {out['create'][str(c)]}")
+        if running.review_url is not None and running.proc is not None:
+            body = body_file.read_bytes()
+            answer = review_once(running.review_url, body)
+            if not answer.get("allowed") or (name != "noop" and "patch" not in answer):
+                raise RuntimeError(f"{name} did not mutate the review: {json.dumps(answer)[:500]}")
+            out["patch_ops"] = len(json.loads(base64.b64decode(answer.get("patch", "W10="))))
+            with pinned(client_core):
+                sat = saturation(running.review_url, body_file, duration=args.duration, core=client_core)
+                cpu, n = fixed_rate(running.review_url, body, rate=args.rate, seconds=args.fixed_seconds,
+                                    pid=running.proc.pid)
+            out["reviews_per_core"] = round(sat["rps"])
+            out["saturation"] = {k: round(v, 2) for k, v in sat.items()}
+            out["cpu_s_per_1000"] = round(cpu / n * 1000, 3)
+            log(f"{name}: {out['reviews_per_core']} reviews/s at p99 {sat['p99']:.1f} ms "
+                f"({sat['connections']:.0f} conns, {sat['errors']:.0f} errors); "
+                f"{out['cpu_s_per_1000']} CPU-s per 1000 at {args.rate}/s")
+    finally:
+        running.stop()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", action="store_true", help="print only the results as JSON")
+    ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated, in order (default: all)")
+    ap.add_argument("--creates", type=int, default=400, help="Pod creates per system per concurrency")
+    ap.add_argument("--duration", type=int, default=10, help="seconds of saturation per system")
+    ap.add_argument("--rate", type=float, default=200, help="reviews/s of the fixed-rate CPU measure")
+    ap.add_argument("--fixed-seconds", type=float, default=10, help="seconds of the fixed-rate CPU measure")
+    ap.add_argument("--fixture", default=str(FIXTURES / "pod-create-by-namespace-user.mutate.json"))
+    args = ap.parse_args()
+    systems = [s for s in args.systems.split(",") if s]
+    if unknown := set(systems) - set(SYSTEMS):
+        ap.error(f"unknown systems {sorted(unknown)}; have {', '.join(SYSTEMS)}")
+    peers = [s for s in systems if s in ("kyverno", "gatekeeper")]
+    peers_dir = None
+    if peers:
+        log(f"building or finding {', '.join(peers)} (bench/peers/build.sh)")
+        built = subprocess.run(["bash", str(PEERS / "build.sh"), *peers], stdout=subprocess.PIPE, text=True)
+        if built.returncode != 0:
+            log("building the peers failed (above)")
+            return 1
+        peers_dir = Path(built.stdout.strip().splitlines()[-1])
+    cpus = sorted(os.sched_getaffinity(0))
+    server_core, client_core = str(cpus[0]), str(cpus[-1])
+    work = Path(tempfile.mkdtemp(prefix="batchgate-bench-peers-"))
+    certs = work / "certs"
+    subprocess.run([sys.executable, "-m", "webhook", "certs", "--cert-dir", str(certs)], check=True,
+                   capture_output=True, cwd=ROOT)
+    body_file = Path(args.fixture)
+    review = json.loads(body_file.read_text())
+    kube = cluster.LocalCluster(cluster.find_binaries()).start()
+    results: dict[str, Any] = {}
+    try:
+        apply_manifests(kube)
+        wait_crd_established(kube, "scavengerjobs.batchgate.io")
+        namespace = kube.create_namespace(prefix="bench")
+        # the fixture's namespace, which the peers look up
+        kube.create_namespace(review["request"]["namespace"], edit_users=())
+        ca = base64.b64encode((certs / "ca.crt").read_bytes()).decode()
+        ctx = Ctx(kube=kube, namespace=namespace, work=work, certs=certs, ca_bundle=ca, peers_dir=peers_dir,
+                  core=server_core, batchgate_configs=webhook_configurations(ca, url="https://unused"),
+                  batchgate_policies=manifest(ROOT / "manifests" / "admission-policies.yaml",
+                                              {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}))
+        log(f"Kubernetes {kube.get('/version')['gitVersion']}; webhooks on core {server_core}, "
+            f"wrk and the fixed-rate client on core {client_core}; load average {os.getloadavg()[0]:.1f}")
+        for name in systems:
+            try:
+                results[name] = measure(ctx, name, args, client_core, body_file)
+            except Exception as e:  # a peer that will not run here is reported, the rest measured
+                log(f"{name}: FAILED: {e}")
+                results[name] = {"version": None, "error": str(e)[:2000]}
+        log(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    finally:
+        kube.stop()
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        report(results)
+    return 0
+
+
+def report(results: dict[str, Any]) -> None:
+    print(f"{'system':<11} {'version':<44} {'reviews/core':>12} {'CPU-s/1000':>10}  "
+          f"{'create x1 p50/p99/mean ms':>26}  {'create x16 p50/p99/mean ms':>26}")
+    for name, r in results.items():
+        if r.get("error"):
+            print(f"{name:<11} FAILED: {r['error'].splitlines()[0][:150]}")
+            continue
+        cells = ["/".join(f"{r['create'][c][k]:.2f}" for k in ("p50", "p99", "mean")) for c in ("1", "16")]
+        rpc = "-" if r["reviews_per_core"] is None else f"{r['reviews_per_core']:,}"
+        cpu = "-" if r["cpu_s_per_1000"] is None else f"{r['cpu_s_per_1000']:.3f}"
+        print(f"{name:<11} {r['version']:<44} {rpc:>12} {cpu:>10}  {cells[0]:>26}  {cells[1]:>26}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
