@@ -23,8 +23,8 @@ GOMAXPROCS follows), and is stopped before the next starts:
 
 Measured per system, in this order:
 
-1. Pod create through the API server (server-side dry run, as ``alice``, one kept-alive
-   connection per client) at 1 and at 16 concurrent clients: p50, p99, mean ms. Every
+1. Pod create through the API server (server-side dry run, as ``alice``; ``wrk`` with 1 and
+   with 16 kept-alive connections, --create-seconds each): p50, p99, mean ms. Every
    system must have mutated the Pod (priority class, /dev/shm, token off) and must deny an
    unknown queue before it is measured.
 2. The webhook alone: the same AdmissionReview (a user's Pod create, the fixture
@@ -33,7 +33,7 @@ Measured per system, in this order:
    ``cpu_s_per_1000``: the server process's CPU seconds (user + system, its threads and
    children, /proc) per 1,000 reviews at a fixed rate (--rate, one connection, paced).
 
-    python bench/bench_peers.py [--json] [--creates 400] [--duration 10] [--rate 200]
+    python bench/bench_peers.py [--json] [--create-seconds 10] [--duration 10] [--rate 200]
                                 [--systems none,noop,batchgate,kyverno,gatekeeper]
 
 ``--json`` prints only {system: {version, reviews_per_core, cpu_s_per_1000, create: {"1":
@@ -55,7 +55,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -63,6 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jsonpatch  # type: ignore[import-untyped]
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,7 +72,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import cluster  # noqa: E402
 import harness  # noqa: E402
-from bench_apiserver import NOOP_PAIR, p99  # noqa: E402
+from bench_apiserver import NOOP_PAIR  # noqa: E402
 from bench_webhook import FIXTURES, free_port, run_wrk, wait_ready  # noqa: E402
 from harness import apply_manifests, pod, wait_crd_established  # noqa: E402
 
@@ -172,37 +172,18 @@ def wait_enforcing(kube: cluster.LocalCluster, namespace: str, name: str, proc: 
     raise RuntimeError(f"{name}: policies not in force after {timeout:.0f}s: {why}\n{cluster.tail(logf, 40)}")
 
 
-def creates(kube: cluster.LocalCluster, namespace: str, n: int, concurrency: int) -> list[float]:
-    """``n`` dry-run Pod creates by ``concurrency`` clients, one kept-alive connection each."""
-    t = kube._transports["alice"]
-    out: list[float] = []
-    errors: list[str] = []
-
-    def client(count: int) -> None:
-        conn = http.client.HTTPSConnection(t.host, t.port, context=t.ctx, timeout=60)
-        headers = {"Authorization": f"Bearer {t.token}", "Content-Type": "application/json",
-                   "Accept": "application/json"}
-        mine = []
-        for _ in range(count):
-            body = json.dumps(pod(f"bench-{uuid.uuid4().hex[:10]}")).encode()
-            started = time.perf_counter()
-            conn.request("POST", f"{t.prefix}/api/v1/namespaces/{namespace}/pods?dryRun=All", body, headers)
-            resp = conn.getresponse()
-            raw = resp.read()
-            mine.append((time.perf_counter() - started) * 1000)
-            if resp.status != 201:
-                errors.append(f"HTTP {resp.status}: {raw[:300]!r}")
-        conn.close()
-        out.extend(mine)
-
-    threads = [threading.Thread(target=client, args=(n // concurrency,)) for _ in range(concurrency)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    if errors:
-        raise RuntimeError(f"{len(errors)} of {n} creates failed, first: {errors[0]}")
-    return out
+def creates(ctx: Ctx, concurrency: int, seconds: int) -> dict[str, float]:
+    """Dry-run creates of one Pod by ``wrk`` with ``concurrency`` kept-alive connections (a
+    dry run stores nothing, so the same name is created over and over), for ``seconds``."""
+    t = ctx.kube._transports["alice"]
+    body = ctx.work / "pod.json"
+    body.write_text(json.dumps(pod("bench")))
+    cores = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    r = run_wrk(t.port, body, duration=seconds, connections=concurrency, core=cores,
+                path=f"{t.prefix}/api/v1/namespaces/{ctx.namespace}/pods?dryRun=All", authorization=f"Bearer {t.token}")
+    if r["errors"]:
+        raise RuntimeError(f"{r['errors']} Pod creates failed (HTTP status >= 400, or socket errors)")
+    return r
 
 
 # --------------------------------------------------------------------------
@@ -315,6 +296,7 @@ class Ctx:
 class Running:
     version: str
     review_url: str | None = None
+    validate_url: str | None = None
     proc: subprocess.Popen[bytes] | None = None
     stop: Callable[[], None] = lambda: None
     notes: list[str] = field(default_factory=list)
@@ -351,7 +333,7 @@ def start_none(ctx: Ctx) -> Running:
 def start_noop(ctx: Ctx) -> Running:
     (ctx.work / "noop.py").write_text(NOOP_PAIR)
     port = free_port()
-    proc, logf = spawn(ctx, "noop", [sys.executable, str(ctx.work / "noop.py"), str(port), str(ctx.certs)])
+    proc, _ = spawn(ctx, "noop", [sys.executable, str(ctx.work / "noop.py"), str(port), str(ctx.certs)])
     wait_ready(port)
     configs = rename(ctx.batchgate_configs, "noop", f"https://127.0.0.1:{port}", ("/mutate", "/validate"))
     ctx.kube.register_webhooks(*configs)
@@ -363,7 +345,8 @@ def start_noop(ctx: Ctx) -> Running:
     time.sleep(2)  # the API server picks configurations up asynchronously
     import aiohttp
     return Running(version=f"stdlib no-op (Python {platform.python_version()}, aiohttp {aiohttp.__version__})",
-                   review_url=f"https://127.0.0.1:{port}/mutate", proc=proc, stop=stop)
+                   review_url=f"https://127.0.0.1:{port}/mutate", validate_url=f"https://127.0.0.1:{port}/validate",
+                   proc=proc, stop=stop)
 
 
 def start_batchgate(ctx: Ctx) -> Running:
@@ -387,7 +370,8 @@ def start_batchgate(ctx: Ctx) -> Running:
             ctx.kube.delete(path_of(o, named=True))
         stop_proc(proc)
 
-    return Running(version=version, review_url=f"https://127.0.0.1:{port}/mutate", proc=proc, stop=stop)
+    return Running(version=version, review_url=f"https://127.0.0.1:{port}/mutate",
+                   validate_url=f"https://127.0.0.1:{port}/validate", proc=proc, stop=stop)
 
 
 def peer_version(ctx: Ctx, peer: str) -> str:
@@ -452,7 +436,7 @@ def start_kyverno(ctx: Ctx) -> Running:
         stop()
         raise
     return Running(version=peer_version(ctx, "kyverno"), review_url=f"https://127.0.0.1:{port}/mutate/fail",
-                   proc=proc, stop=stop)
+                   validate_url=f"https://127.0.0.1:{port}/validate/fail", proc=proc, stop=stop)
 
 
 def start_gatekeeper(ctx: Ctx) -> Running:
@@ -496,7 +480,7 @@ def start_gatekeeper(ctx: Ctx) -> Running:
         stop()
         raise
     return Running(version=peer_version(ctx, "gatekeeper"), review_url=f"https://127.0.0.1:{port}/v1/mutate",
-                   proc=proc, stop=stop)
+                   validate_url=f"https://127.0.0.1:{port}/v1/admit", proc=proc, stop=stop)
 
 
 STARTERS: dict[str, Callable[[Ctx], Running]] = {
@@ -527,27 +511,44 @@ def measure(ctx: Ctx, name: str, args: argparse.Namespace, client_core: str, bod
                            "create": {}}
     try:
         for c in CONCURRENCY:
-            creates(ctx.kube, ctx.namespace, 20 * c, c)  # warm connections and caches
-            xs = creates(ctx.kube, ctx.namespace, args.creates, c)
-            out["create"][str(c)] = {"p50": round(statistics.median(xs), 2), "p99": round(p99(xs), 2),
-                                     "mean": round(statistics.fmean(xs), 2), "n": len(xs)}
+            creates(ctx, c, 2)  # warm-up
+            r = creates(ctx, c, args.create_seconds)
+            out["create"][str(c)] = {"p50": round(r["p50"], 2), "p99": round(r["p99"], 2),
+                                     "mean": round(r["mean"], 2), "per_s": round(r["rps"])}
             log(f"{name}: create x{c}: {out['create'][str(c)]}")
         if running.review_url is not None and running.proc is not None:
             body = body_file.read_bytes()
             answer = review_once(running.review_url, body)
             if not answer.get("allowed") or (name != "noop" and "patch" not in answer):
                 raise RuntimeError(f"{name} did not mutate the review: {json.dumps(answer)[:500]}")
-            out["patch_ops"] = len(json.loads(base64.b64decode(answer.get("patch", "W10="))))
+            patch = json.loads(base64.b64decode(answer.get("patch", "W10=")))
+            out["patch_ops"] = len(patch)
+            # the validating review: the same Pod as this system's mutation left it
+            review = json.loads(body)
+            review["request"]["object"] = jsonpatch.apply_patch(review["request"]["object"], patch)
+            validate_file = ctx.work / f"{name}.validate.json"
+            validate_file.write_text(json.dumps(review))
+            if running.validate_url is not None:
+                answer = review_once(running.validate_url, validate_file.read_bytes())
+                if not answer.get("allowed"):
+                    raise RuntimeError(f"{name} denied its own mutated Pod: {json.dumps(answer)[:500]}")
             with pinned(client_core):
                 sat = saturation(running.review_url, body_file, duration=args.duration, core=client_core)
                 cpu, n = fixed_rate(running.review_url, body, rate=args.rate, seconds=args.fixed_seconds,
                                     pid=running.proc.pid)
+                vsat = (saturation(running.validate_url, validate_file, duration=args.duration, core=client_core)
+                        if running.validate_url is not None else None)
             out["reviews_per_core"] = round(sat["rps"])
             out["saturation"] = {k: round(v, 2) for k, v in sat.items()}
             out["cpu_s_per_1000"] = round(cpu / n * 1000, 3)
             log(f"{name}: {out['reviews_per_core']} reviews/s at p99 {sat['p99']:.1f} ms "
                 f"({sat['connections']:.0f} conns, {sat['errors']:.0f} errors); "
                 f"{out['cpu_s_per_1000']} CPU-s per 1000 at {args.rate}/s")
+            if vsat is not None:
+                out["validate_reviews_per_core"] = round(vsat["rps"])
+                out["validate_saturation"] = {k: round(v, 2) for k, v in vsat.items()}
+                log(f"{name}: validating: {out['validate_reviews_per_core']} reviews/s at p99 {vsat['p99']:.1f} ms "
+                    f"({vsat['connections']:.0f} conns, {vsat['errors']:.0f} errors)")
     finally:
         running.stop()
     return out
@@ -557,10 +558,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print only the results as JSON")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated, in order (default: all)")
-    ap.add_argument("--creates", type=int, default=400, help="Pod creates per system per concurrency")
+    ap.add_argument("--create-seconds", type=int, default=10, help="seconds of Pod creates per concurrency")
     ap.add_argument("--duration", type=int, default=10, help="seconds of saturation per system")
     ap.add_argument("--rate", type=float, default=200, help="reviews/s of the fixed-rate CPU measure")
     ap.add_argument("--fixed-seconds", type=float, default=10, help="seconds of the fixed-rate CPU measure")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds over all systems; medians are reported")
+    ap.add_argument("--save", help="also write every round's figures, as JSON, to this file")
     ap.add_argument("--fixture", default=str(FIXTURES / "pod-create-by-namespace-user.mutate.json"))
     args = ap.parse_args()
     systems = [s for s in args.systems.split(",") if s]
@@ -598,33 +601,66 @@ def main() -> int:
                                               {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}))
         log(f"Kubernetes {kube.get('/version')['gitVersion']}; webhooks on core {server_core}, "
             f"wrk and the fixed-rate client on core {client_core}; load average {os.getloadavg()[0]:.1f}")
-        for name in systems:
-            try:
-                results[name] = measure(ctx, name, args, client_core, body_file)
-            except Exception as e:  # a peer that will not run here is reported, the rest measured
-                log(f"{name}: FAILED: {e}")
-                results[name] = {"version": None, "error": str(e)[:2000]}
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
+        for round_ in range(args.rounds):
+            for name in systems:
+                if runs[name] and "error" in runs[name][-1]:
+                    continue  # it failed once: it is reported, not retried
+                log(f"round {round_ + 1}/{args.rounds}")
+                try:
+                    runs[name].append(measure(ctx, name, args, client_core, body_file))
+                except Exception as e:  # a peer that will not run here is reported, the rest measured
+                    log(f"{name}: FAILED: {e}")
+                    runs[name].append({"version": None, "error": str(e)[:2000]})
+        results = {name: combine(rs) for name, rs in runs.items()}
         log(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     finally:
         kube.stop()
+    if args.save:
+        Path(args.save).write_text(json.dumps(results, indent=2))
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "rounds"} for k, v in results.items()}, indent=2))
     else:
         report(results)
     return 0
 
 
+def combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One system's figures: the median of each over the rounds (the rounds' own in ``rounds``)."""
+    if "error" in rounds[-1]:
+        return rounds[-1]
+
+    def med(get: Callable[[dict[str, Any]], Any], digits: int | None = 2) -> Any:
+        xs = [get(r) for r in rounds]
+        return None if None in xs else round(statistics.median(xs), digits)
+
+    out: dict[str, Any] = {"version": rounds[0]["version"],
+                           "reviews_per_core": med(lambda r: r["reviews_per_core"], None),
+                           "cpu_s_per_1000": med(lambda r: r["cpu_s_per_1000"], 3),
+                           "create": {c: {k: med(lambda r, c=c, k=k: r["create"][c][k]) for k in ("p50", "p99", "mean")}
+                                      for c in rounds[0]["create"]}}
+    if "validate_reviews_per_core" in rounds[0]:
+        out["validate_reviews_per_core"] = med(lambda r: r["validate_reviews_per_core"], None)
+    out["rounds"] = rounds
+    return out
+
+
 def report(results: dict[str, Any]) -> None:
-    print(f"{'system':<11} {'version':<44} {'reviews/core':>12} {'CPU-s/1000':>10}  "
-          f"{'create x1 p50/p99/mean ms':>26}  {'create x16 p50/p99/mean ms':>26}")
+    def num(r: dict[str, Any], key: str, fmt: str) -> str:
+        return "-" if r.get(key) is None else format(r[key], fmt)
+
+    print(f"{'system':<11} {'version':<42} {'mutate/core':>11} {'validate/core':>13} {'CPU-s/1000':>10}  "
+          f"{'create x1 p50/p99/mean':>23}  {'create x16 p50/p99/mean':>24}")
     for name, r in results.items():
         if r.get("error"):
             print(f"{name:<11} FAILED: {r['error'].splitlines()[0][:150]}")
             continue
-        cells = ["/".join(f"{r['create'][c][k]:.2f}" for k in ("p50", "p99", "mean")) for c in ("1", "16")]
-        rpc = "-" if r["reviews_per_core"] is None else f"{r['reviews_per_core']:,}"
-        cpu = "-" if r["cpu_s_per_1000"] is None else f"{r['cpu_s_per_1000']:.3f}"
-        print(f"{name:<11} {r['version']:<44} {rpc:>12} {cpu:>10}  {cells[0]:>26}  {cells[1]:>26}")
+        cells = ["/".join(f"{r['create'][c][k]:.1f}" for k in ("p50", "p99", "mean")) for c in ("1", "16")]
+        print(f"{name:<11} {r['version']:<42} {num(r, 'reviews_per_core', ','):>11} "
+              f"{num(r, 'validate_reviews_per_core', ','):>13} {num(r, 'cpu_s_per_1000', '.3f'):>10}  "
+              f"{cells[0]:>23}  {cells[1]:>24}")
+    print("(reviews per second on one core at p99 < 100 ms; CPU seconds per 1,000 mutating reviews at a fixed "
+          "rate; Pod create through the API server in ms at 1 and 16 concurrent clients)")
 
 
 if __name__ == "__main__":

@@ -91,6 +91,7 @@ wrk.headers["Content-Type"] = "application/json"
 local f = io.open(os.getenv("BENCH_BODY"), "rb")
 wrk.body = f:read("*a")
 f:close()
+if os.getenv("BENCH_AUTH") then wrk.headers["Authorization"] = os.getenv("BENCH_AUTH") end
 done = function(summary, latency, requests)
   io.write(string.format("RESULT %d %d %d %.3f %.3f %.3f\\n", summary.requests, summary.duration,
     summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
@@ -117,12 +118,13 @@ def wait_ready(port: int, timeout: float = 20) -> None:
 
 
 def run_wrk(port: int, body: Path, *, duration: int, connections: int, core: str,
-            path: str = "/mutate") -> dict[str, float]:
+            path: str = "/mutate", authorization: str | None = None) -> dict[str, float]:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(LUA)
     cmd = ["taskset", "-c", core, "wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency",
            "-s", f.name, f"https://127.0.0.1:{port}{path}"]
-    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "BENCH_BODY": str(body)},
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "BENCH_BODY": str(body),
+                                                            **({"BENCH_AUTH": authorization} if authorization else {})},
                          check=True).stdout
     os.unlink(f.name)
     line = next(ln for ln in out.splitlines() if ln.startswith("RESULT"))
