@@ -58,7 +58,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -290,6 +290,7 @@ class Ctx:
     core: str
     batchgate_configs: tuple[dict[str, Any], dict[str, Any]]
     batchgate_policies: list[dict[str, Any]]
+    profile: Path | None = None
 
 
 @dataclass
@@ -299,7 +300,7 @@ class Running:
     validate_url: str | None = None
     proc: subprocess.Popen[bytes] | None = None
     stop: Callable[[], None] = lambda: None
-    notes: list[str] = field(default_factory=list)
+    pprof_port: int | None = None  # a Go peer's pprof, with --profile
 
 
 def spawn(ctx: Ctx, name: str, args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], Path]:
@@ -407,8 +408,10 @@ def start_kyverno(ctx: Ctx) -> Running:
     for o in policy:
         apply(ctx.kube, o)
     port = free_port()
+    pprof = free_port() if ctx.profile else None
     proc, logf = spawn(ctx, "kyverno", [
         str(ctx.peers_dir / "kyverno"), f"--kubeconfig={ctx.kube.kubeconfig('admin')}",
+        *(["--profile", f"--profilePort={pprof}", "--profileAddress=127.0.0.1"] if pprof else []),
         f"--serverIP=127.0.0.1:{port}", "--webhookServerHost=127.0.0.1", f"--webhookServerPort={port}",
         f"--servicePort={port}",
         "--caSecretName=kyverno-svc.kyverno.svc.kyverno-tls-ca",
@@ -432,11 +435,12 @@ def start_kyverno(ctx: Ctx) -> Running:
 
     try:
         wait_enforcing(ctx.kube, ctx.namespace, "kyverno", proc, logf)
-    except BaseException:
+    except BaseException as e:
         stop()
-        raise
+        raise RuntimeError(f"{e}\n{cluster.tail(logf, 30)}") from e
     return Running(version=peer_version(ctx, "kyverno"), review_url=f"https://127.0.0.1:{port}/mutate/fail",
-                   validate_url=f"https://127.0.0.1:{port}/validate/fail", proc=proc, stop=stop)
+                   validate_url=f"https://127.0.0.1:{port}/validate/fail", proc=proc, stop=stop,
+                   pprof_port=pprof)
 
 
 def start_gatekeeper(ctx: Ctx) -> Running:
@@ -448,14 +452,26 @@ def start_gatekeeper(ctx: Ctx) -> Running:
     for o in install:
         if o["kind"] == "CustomResourceDefinition":
             wait_crd_established(ctx.kube, o["metadata"]["name"], timeout=60)
+    # Gatekeeper's controllers own their status objects by its Pod: a stand-in (never scheduled)
+    ctx.kube.wait_for_service_account("gatekeeper-system")
+    if not ctx.kube.exists("/api/v1/namespaces/gatekeeper-system/pods/gatekeeper-bench"):
+        ctx.kube.create("/api/v1/namespaces/gatekeeper-system/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gatekeeper-bench"},
+            "spec": {"securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                     "containers": [{"name": "manager", "image": "gatekeeper", "securityContext": {
+                         "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}]}})
     port = free_port()
+    pprof = free_port() if ctx.profile else None
     proc, logf = spawn(ctx, "gatekeeper", [
         str(ctx.peers_dir / "gatekeeper"), f"--port={port}", "--host=127.0.0.1", f"--cert-dir={ctx.certs}",
+        *(["--enable-pprof", f"--pprof-port={pprof}"] if pprof else []),
         "--disable-cert-rotation", f"--health-addr=127.0.0.1:{free_port()}", "--metrics-addr=0",
         f"--prometheus-port={free_port()}", "--shutdown-delay=0",
         # the controller-manager Deployment's flags
         "--logtostderr", "--exempt-namespace=gatekeeper-system", "--operation=webhook",
         "--operation=mutation-webhook", "--disable-opa-builtin={http.send}",
+        # what the audit Deployment does besides auditing: make the constraint's CRD from the template
+        "--operation=generate",
     ], env={"KUBECONFIG": ctx.kube.kubeconfig("admin"), "POD_NAMESPACE": "gatekeeper-system",
             "POD_NAME": "gatekeeper-bench", "NAMESPACE": "gatekeeper-system", "CONTAINER_NAME": "manager"})
     policy = [o for o in yaml.safe_load_all((PEERS / "gatekeeper" / "policy.yaml").read_text()) if o]
@@ -476,11 +492,12 @@ def start_gatekeeper(ctx: Ctx) -> Running:
             apply(ctx.kube, o)
         ctx.kube.register_webhooks(*configs)
         wait_enforcing(ctx.kube, ctx.namespace, "gatekeeper", proc, logf)
-    except BaseException:
+    except BaseException as e:
         stop()
-        raise
+        raise RuntimeError(f"{e}\n{cluster.tail(logf, 30)}") from e
     return Running(version=peer_version(ctx, "gatekeeper"), review_url=f"https://127.0.0.1:{port}/v1/mutate",
-                   validate_url=f"https://127.0.0.1:{port}/v1/admit", proc=proc, stop=stop)
+                   validate_url=f"https://127.0.0.1:{port}/v1/admit", proc=proc, stop=stop,
+                   pprof_port=pprof)
 
 
 STARTERS: dict[str, Callable[[Ctx], Running]] = {
@@ -500,6 +517,34 @@ def pinned(core: str) -> Iterator[None]:
         yield
     finally:
         os.sched_setaffinity(0, before)
+
+
+PYSPY = os.environ.get("PYSPY", "py-spy")
+
+
+@contextlib.contextmanager
+def profiling(ctx: Ctx, name: str, running: Running, seconds: int) -> Iterator[None]:
+    """With --profile: a CPU profile of the server over the mutating saturation run (warm-up
+    included) into the --profile dir: pprof for a Go peer, py-spy for a Python server."""
+    if ctx.profile is None or running.proc is None:
+        yield
+        return
+    ctx.profile.mkdir(parents=True, exist_ok=True)
+    if running.pprof_port is not None:
+        cmd = ["curl", "-s", "-o", str(ctx.profile / f"{name}.pprof"),
+               f"http://127.0.0.1:{running.pprof_port}/debug/pprof/profile?seconds={seconds}"]
+    else:
+        cmd = [PYSPY, "record", "--pid", str(running.proc.pid), "--subprocesses", "--duration", str(seconds),
+               "--rate", "200", "--format", "raw", "--nonblocking", "-o", str(ctx.profile / f"{name}.collapsed")]
+    prof = subprocess.Popen(["taskset", "-c", ctx.core, *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        yield
+    finally:
+        _, err = prof.communicate(timeout=seconds + 60)
+        if prof.returncode:
+            log(f"{name}: profiler failed: {err.decode()[-500:]}")
+        else:
+            log(f"{name}: profile in {ctx.profile}")
 
 
 def measure(ctx: Ctx, name: str, args: argparse.Namespace, client_core: str, body_file: Path) -> dict[str, Any]:
@@ -532,7 +577,7 @@ def measure(ctx: Ctx, name: str, args: argparse.Namespace, client_core: str, bod
                 answer = review_once(running.validate_url, validate_file.read_bytes())
                 if not answer.get("allowed"):
                     raise RuntimeError(f"{name} denied its own mutated Pod: {json.dumps(answer)[:500]}")
-            with pinned(client_core):
+            with pinned(client_core), profiling(ctx, name, running, args.duration + 2):
                 sat = saturation(running.review_url, body_file, duration=args.duration, core=client_core)
                 cpu, n = fixed_rate(running.review_url, body, rate=args.rate, seconds=args.fixed_seconds,
                                     pid=running.proc.pid)
@@ -563,6 +608,9 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=200, help="reviews/s of the fixed-rate CPU measure")
     ap.add_argument("--fixed-seconds", type=float, default=10, help="seconds of the fixed-rate CPU measure")
     ap.add_argument("--rounds", type=int, default=3, help="rounds over all systems; medians are reported")
+    ap.add_argument("--profile", type=Path, help="write a CPU profile of each server's saturation run here "
+                    "(pprof for the Go peers, py-spy - $PYSPY, else on PATH - for the Python servers); "
+                    "profiling costs CPU: measure without it")
     ap.add_argument("--save", help="also write every round's figures, as JSON, to this file")
     ap.add_argument("--fixture", default=str(FIXTURES / "pod-create-by-namespace-user.mutate.json"))
     args = ap.parse_args()
@@ -597,7 +645,7 @@ def main() -> int:
         ca = base64.b64encode((certs / "ca.crt").read_bytes()).decode()
         ctx = Ctx(kube=kube, namespace=namespace, work=work, certs=certs, ca_bundle=ca, peers_dir=peers_dir,
                   core=server_core, batchgate_configs=webhook_configurations(ca, url="https://unused"),
-                  batchgate_policies=manifest(ROOT / "manifests" / "admission-policies.yaml",
+                  profile=args.profile, batchgate_policies=manifest(ROOT / "manifests" / "admission-policies.yaml",
                                               {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}))
         log(f"Kubernetes {kube.get('/version')['gitVersion']}; webhooks on core {server_core}, "
             f"wrk and the fixed-rate client on core {client_core}; load average {os.getloadavg()[0]:.1f}")
