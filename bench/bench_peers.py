@@ -33,7 +33,7 @@ Measured per system, in this order:
    ``cpu_s_per_1000``: the server process's CPU seconds (user + system, its threads and
    children, /proc) per 1,000 reviews at a fixed rate (--rate, one connection, paced).
 
-    python bench/bench_peers.py [--json] [--create-seconds 10] [--duration 10] [--rate 200]
+    python bench/bench_peers.py [--json] [--create-seconds 10] [--duration 10] [--rate 50]
                                 [--systems none,noop,batchgate,kyverno,gatekeeper]
 
 ``--json`` prints only {system: {version, reviews_per_core, cpu_s_per_1000, create: {"1":
@@ -605,8 +605,8 @@ def main() -> int:
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated, in order (default: all)")
     ap.add_argument("--create-seconds", type=int, default=10, help="seconds of Pod creates per concurrency")
     ap.add_argument("--duration", type=int, default=10, help="seconds of saturation per system")
-    ap.add_argument("--rate", type=float, default=200, help="reviews/s of the fixed-rate CPU measure")
-    ap.add_argument("--fixed-seconds", type=float, default=10, help="seconds of the fixed-rate CPU measure")
+    ap.add_argument("--rate", type=float, default=50, help="reviews/s of the fixed-rate CPU measure")
+    ap.add_argument("--fixed-seconds", type=float, default=20, help="seconds of the fixed-rate CPU measure")
     ap.add_argument("--rounds", type=int, default=3, help="rounds over all systems; medians are reported")
     ap.add_argument("--profile", type=Path, help="write a CPU profile of each server's saturation run here "
                     "(pprof for the Go peers, py-spy - $PYSPY, else on PATH - for the Python servers); "
