@@ -118,10 +118,10 @@ def wait_ready(port: int, timeout: float = 20) -> None:
 
 
 def run_wrk(port: int, body: Path, *, duration: int, connections: int, core: str,
-            path: str = "/mutate", authorization: str | None = None) -> dict[str, float]:
+            path: str = "/mutate", authorization: str | None = None, timeout: int = 2) -> dict[str, float]:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(LUA)
-    cmd = ["taskset", "-c", core, "wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency",
+    cmd = ["taskset", "-c", core, "wrk", "-t1", f"-c{connections}", f"-d{duration}s", f"--timeout={timeout}s", "--latency",
            "-s", f.name, f"https://127.0.0.1:{port}{path}"]
     out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "BENCH_BODY": str(body),
                                                             **({"BENCH_AUTH": authorization} if authorization else {})},
