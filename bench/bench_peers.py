@@ -698,6 +698,8 @@ def combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
                            "cpu_s_per_1000": med(lambda r: r["cpu_s_per_1000"], 3),
                            "create": {c: {k: med(lambda r, c=c, k=k: r["create"][c][k]) for k in ("p50", "p99", "mean")}
                                       for c in rounds[0]["create"]}}
+    for c, figures in out["create"].items():
+        figures["errors"] = sum(r["create"][c].get("errors", 0) for r in rounds)
     if "validate_reviews_per_core" in rounds[0]:
         out["validate_reviews_per_core"] = med(lambda r: r["validate_reviews_per_core"], None)
     out["rounds"] = rounds
