@@ -9,6 +9,9 @@ so no process outlives the test session.
 (``USE_EXISTING_CLUSTER=true``); the ordinary users are then played through
 impersonation by the kubeconfig's own identity.
 
+``BATCHGATE_E2E_KEEP=1`` keeps the temporary directory (each component's log is
+there); ``BATCHGATE_E2E_SCHEDULER_V=5`` runs kube-scheduler at that log level.
+
 Both offer the same helpers:
 
 * ``request(method, path, body=None, as_user="admin")`` — plain JSON REST
@@ -1069,6 +1072,8 @@ class LocalCluster(_ClusterBase):
                 *common,
                 f"--secure-port={self.ports['scheduler']}",
                 f"--cert-dir={sched_certs}",
+                # its queueing decisions ("Event is not making pod schedulable") show from 5
+                *([f"--v={v}"] if (v := os.environ.get("BATCHGATE_E2E_SCHEDULER_V")) else []),
             ])
 
         self._wait_http(f"{self.server}/readyz", "kube-apiserver", deadline, token="admin",
