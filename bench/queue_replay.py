@@ -66,10 +66,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from webhook.bundle import FairShare  # noqa: E402
-from webhook.reconciler.model import PodSched, Ref  # noqa: E402
-from webhook.reconciler.queue import START_BY_SLACK, Waiting, order  # noqa: E402
-from webhook.reconciler.usage import Usage  # noqa: E402
+from webhook.bundle import FairShare
+from webhook.reconciler.model import PodSched, Ref
+from webhook.reconciler.queue import START_BY_SLACK, Waiting, order
+from webhook.reconciler.usage import Usage
 
 HOUR = 3600.0
 LIMITS_H = (1, 2, 4, 8, 12)
@@ -390,6 +390,20 @@ def run(seed: int, p: Params, fair: FairShare | None = None) -> list[dict[str, A
     return [dict(figures(simulate(works, p, s, fair), p, fair), seed=seed) for s in ("kube", "queue")]
 
 
+def _f(r: dict[str, Any], k: str, fmt: str) -> str:
+    v = r.get(k)
+    return format(v, fmt) if isinstance(v, float) else "-"
+
+
+def row(r: dict[str, Any]) -> str:
+    """One line of the table: a seed under one system."""
+    return (f"{r['seed']:>4} {r['system']:6} {r['all_waiting_h']:>10.1f} {format(r['deviation']['heavy'], '+9.0%') if r['all_waiting_h'] else '-':>9} "
+            f"{_f(r, 'max_abs_deviation', '8.0%'):>8} {r['window_share']['heavy']:>9.0%} {r['utilisation']:>6.1%} "
+            f"{r['mean_wait_h']:>8.2f} {r['p95_wait_h']:>8.2f} {r['longest_gang_wait_h']:>10.2f} "
+            f"{_f(r, 'kept_among_promised', '9.0%'):>9} {_f(r, 'kept_among_all', '8.0%'):>8} "
+            f"{_f(r, 'tightness_median', '6.2f'):>6}")
+
+
 def _seeds(text: str) -> list[int]:
     if "-" in text:
         a, b = text.split("-")
@@ -426,13 +440,7 @@ def main(argv: list[str] | None = None) -> int:
            f"{'mean w h':>8} {'p95 w h':>8} {'gang max h':>10} {'kept/prom':>9} {'kept/all':>8} {'tight':>6}")
     print(hdr)
     for r in rows:
-        def f(k: str, fmt: str) -> str:
-            v = r.get(k)
-            return format(v, fmt) if isinstance(v, float) else "-"
-        print(f"{r['seed']:>4} {r['system']:6} {r['all_waiting_h']:>10.1f} {r['deviation']['heavy']:>+9.0%} "
-              f"{f('max_abs_deviation', '8.0%'):>8} {r['window_share']['heavy']:>9.0%} {r['utilisation']:>6.1%} {r['mean_wait_h']:>8.2f} "
-              f"{r['p95_wait_h']:>8.2f} {r['longest_gang_wait_h']:>10.2f} {f('kept_among_promised', '9.0%'):>9} "
-              f"{f('kept_among_all', '8.0%'):>8} {f('tightness_median', '6.2f'):>6}")
+        print(row(r))
     return 0
 
 

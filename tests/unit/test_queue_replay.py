@@ -21,7 +21,7 @@ P = sim.Params(hours=2.0, heavy_backlog=10, depth=30)
 
 @pytest.fixture(scope="module")
 def day() -> list[Any]:
-    works = sim.generate(1, P)
+    works: list[Any] = sim.generate(1, P)
     assert any(w.gang for w in works) and len({w.account for w in works}) >= 3
     return works
 
