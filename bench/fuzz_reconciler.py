@@ -97,6 +97,7 @@ class World:
     groups: list[str]
     queues: list[str]
     typed: bool  # keep the schema's types (the API server enforces them), or not
+    usage: dict[str, float]  # each account's decayed usage (usage.py), for the batch queue's fair share
 
     def pick(self, xs: list[Any]) -> Any:
         return self.rng.choice(xs)
@@ -171,6 +172,7 @@ def world(rng: random.Random) -> World:
         groups=["g0", "g1", "x" * 63],
         queues=["batch", "scavenger", "interactive", "no-such-queue", ""],
         typed=rng.random() >= 0.1,
+        usage={ns: rng.choice([0.0, 1.0, 1e9, 1e300, float("inf")]) for ns in ("demo", "team-a") if rng.random() < 0.5},
     )
 
 
@@ -193,6 +195,7 @@ def annotations(w: World) -> dict[str, str]:
         f"{G}/expected-start": w.time, f"{G}/gang-restart": w.uid, f"{G}/slots": w.count,
         f"{G}/connect-to": lambda: ",".join(f"svc-{i}" for i in range(w.size(1, 3, 100, 85_000))),
         f"{G}/maintenance": w.text, "batch.kubernetes.io/job-completion-index": w.count,
+        f"{G}/start-by": w.time, f"{G}/queued": lambda: w.pick(["true", "", "x" * 1000]),
         "unrelated": lambda: "x" * w.pick([1, 1000, 250_000]),
     }
     return {k: make() for k, make in keys.items() if w.chance(0.25)}
@@ -218,7 +221,9 @@ def owner(w: World) -> list[dict[str, Any]]:
 
 
 def container(w: World, *, record: bool) -> dict[str, Any]:
-    res = {k: {"cpu": w.quantity(), "memory": w.quantity()} for k in ("requests", "limits") if w.chance(0.7)}
+    res = {k: {"cpu": w.quantity(), "memory": w.quantity(),
+               **({w.pick(["nvidia.com/gpu", "example.com/fpga", "x" * 253]): w.quantity()} if w.chance(0.2) else {})}
+           for k in ("requests", "limits") if w.chance(0.7)}
     c: dict[str, Any] = {"name": w.pick(["main", "x" * 63]), "image": w.pick(["busybox", "x" * 5000]),
                          "resources": res}
     if record:
@@ -249,6 +254,16 @@ def pod_spec(w: World) -> dict[str, Any]:
         spec["restartPolicy"] = w.pick(["Never", "OnFailure", "Always"])
     if w.chance(0.2):
         spec["priority"] = w.int()
+    if w.chance(0.3):  # the batch queue's gate (queue.py), with others
+        spec["schedulingGates"] = [{"name": g} for g in w.many(
+            lambda: w.pick([f"{G}/queue", f"{G}/queue", "example.com/other", w.label()]), w.size(1, 2, 100))]
+    if w.chance(0.3):
+        spec["volumes"] = w.many(lambda: w.pick([
+            {"name": "v", "persistentVolumeClaim": {"claimName": w.name()}},
+            {"name": "v", "configMap": {"name": w.name(), "optional": w.chance(0.5)}},
+            {"name": "v", "secret": {"secretName": w.name()}}, {"name": "v", "emptyDir": {}}]), w.size(1, 3, 500))
+    if w.chance(0.3):
+        spec["priorityClassName"] = w.pick(["batchgate-batch", "batchgate-scavenger", "no-such-class", w.label()])
     if w.chance(0.2):
         spec["subdomain"] = w.name()
         spec["hostname"] = w.text()
@@ -292,7 +307,8 @@ def make_job(w: World) -> dict[str, Any]:
         md["ownerReferences"] = owner(w)
     spec: dict[str, Any] = {"template": {"metadata": {"annotations": annotations(w), "labels": labels(w)},
                                          "spec": pod_spec(w)},
-                            "parallelism": w.int(), "completions": w.int(), "backoffLimit": w.int()}
+                            "parallelism": w.int(), "completions": w.int(), "backoffLimit": w.int(),
+                            "suspend": w.chance(0.4)}
     if w.chance(0.3):
         spec["podFailurePolicy"] = {"rules": [
             {"action": w.pick(["Ignore", "FailJob", "Count", "x"]),
@@ -469,16 +485,21 @@ def where(e: BaseException) -> str:
 
 
 # -- passes -------------------------------------------------------------------------------------
-Pass = Callable[[Snapshot, float, Settings], Any]
+Pass = Callable[[Snapshot, World, Settings], Any]
 PASSES: dict[str, Pass] = {
-    "plan": lambda snapshot, now, settings: plan(snapshot, now, settings, estimate=True),
+    # deadlines, gangs, PodGroups, the shadow schedule and expected starts, the batch queue,
+    # ScavengerJobs, maintenance windows, networks
+    "plan": lambda snapshot, w, settings: plan(snapshot, w.now, settings, estimate=True, usage=w.usage),
 }
 
 
 def settings_for(w: World, queues: QueuePolicy) -> Settings:
+    """The shipped bundle's queues, with some of them gated (the batch queue) in some state."""
+    gated = w.pick([(), ("batch",), ("batch", "scavenger", "no-such-queue")])
     return Settings(leader_elect=False, queues=QueuePolicy(**{
         **{f.name: getattr(queues, f.name) for f in fields(queues)},
-        "scavenger_guard": w.pick([0.0, 1.0, 3600.0]), "unschedulable_timeout": w.pick([0, 300])}))
+        "scavenger_guard": w.pick([0.0, 1.0, 3600.0]), "unschedulable_timeout": w.pick([0, 300]),
+        "gated": gated, "states": {**queues.states, **{q: w.pick(["open", "hold", "drain", "stop", "x"]) for q in gated}}}))
 
 
 def run(cases: int, seed: int, *, max_view: int = MAX_VIEW_BYTES) -> dict[str, Any]:
@@ -523,7 +544,7 @@ def run(cases: int, seed: int, *, max_view: int = MAX_VIEW_BYTES) -> dict[str, A
             settings = settings_for(w, queues)
             for name, planned in PASSES.items():
                 try:
-                    result = planned(snapshot, w.now, settings)
+                    result = planned(snapshot, w, settings)
                 except Exception as e:
                     failures.append(f"case {i}: {name} raised {type(e).__name__}: {e} at {where(e)}"[:300])
                     continue

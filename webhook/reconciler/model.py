@@ -926,6 +926,7 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
         (c.get("status") for c in (obj.get("status") or {}).get("conditions") or () if c.get("type") == "Ready"),
         None,
     )
+    ready = cut(ready, 64) if isinstance(ready, str) else None  # "True", "False", "Unknown" (as the kubelet wrote it)
     md = obj.get("metadata") or {}
     alloc = (obj.get("status") or {}).get("allocatable") or {}
     return NodeView(

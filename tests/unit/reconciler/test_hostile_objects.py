@@ -479,6 +479,24 @@ def test_a_node_view_cuts_its_maintenance_annotation_and_takes_only_text_taints(
     from webhook.reconciler.model import node_view
 
     v = node_view({"metadata": {"name": "n", "annotations": {"batchgate.io/maintenance": "x" * 1_000_000}},
-                   "spec": {"taints": [{"key": [1] * 1000, "value": "v", "effect": "NoSchedule"}] * 1000}})
+                   "spec": {"taints": [{"key": [1] * 1000, "value": "v", "effect": "NoSchedule"}] * 1000},
+                   "status": {"conditions": [{"type": "Ready", "status": "T" * 1_000_000}]}})
     assert v.maintenance is not None and len(v.maintenance) < 1100
+    assert v.ready is not None and len(v.ready) < 100
     assert v.taints[0] == ("", "v", "NoSchedule")
+
+
+def test_a_job_view_keeps_only_the_failure_rules_the_api_server_takes():
+    """Found by the fuzz: a gang Job's podFailurePolicy was kept whatever its actions and lengths."""
+    from webhook.reconciler.model import job_view
+
+    rules = [{"action": "x" * 100_000, "onExitCodes": {"operator": "In", "values": [1]}}] * 100
+    rules += [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": list(range(1, 10_000))}}] * 100
+    obj = {"metadata": {"name": "j", "namespace": "demo"}, "spec": {
+        "podFailurePolicy": {"rules": rules[90:]},
+        "template": {"metadata": {"labels": {"batchgate.io/pod-group": "g"}}, "spec": {}}}}
+    policy = job_view(obj).failure_policy
+    assert [r.action for r in policy.rules] == ["FailJob"] * 10  # of the first 20 rules, those with known actions
+    assert len(policy.rules[0].exit_codes) == 255
+    obj["spec"]["podFailurePolicy"] = {"rules": {"not": "a list"}}
+    assert job_view(obj).failure_policy.rules == ()
