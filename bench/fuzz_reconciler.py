@@ -574,7 +574,7 @@ def main() -> int:
         print("  " + line)
     for line, n in sorted(r["unplannable"].items(), key=lambda kv: -kv[1])[:20]:
         print(f"  cannot-plan x{n}: {line}")
-    return 1 if r["failures"] or r["unplannable"] else 0
+    return 1 if r["failures"] else 0
 
 
 if __name__ == "__main__":

@@ -105,7 +105,7 @@ def parse_selector(value: Any, path: str, errors: list[str]) -> Selector | None:
             errors.append(f"{path}.matchLabels: {shown(k)} is not a valid label key")
             ok = False
         elif not isinstance(v, str) or not _label_value(v):
-            errors.append(f"{path}.matchLabels.{shown(k)}: {shown(v)} is not a valid label value (63 characters at most, "
+            errors.append(f"{path}.matchLabels.{k}: {shown(v)} is not a valid label value (63 characters at most, "
                           f"letters, digits, '-', '_', '.', starting and ending alphanumeric; quote numbers)")
             ok = False
         else:
