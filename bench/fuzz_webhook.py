@@ -7,20 +7,34 @@ deep nesting, fields deleted), cut short, byte-flipped, or raw garbage. Each goe
 through ``webhook.server.answer`` - what the HTTPS handler runs on a body - and
 is timed; a case slower than ``--hang`` seconds counts as a hang.
 
-    python bench/fuzz_webhook.py [--cases 100000] [--seed 1]
+``--https`` sends the same cases through the real HTTPS edge instead (``webhook.server``'s
+app on aiohttp and uvloop, TLS, in a thread of this process) over one kept-alive connection,
+as the API server sends them: every request must get a response, and a connection may close
+only after a response that said so (``Connection: close``); a case that gets no response, or a
+close after a response that promised keep-alive, is a failure.
 
-The unit tier runs a short seeded run of the same generator (tests/unit/test_fuzz.py).
+    python bench/fuzz_webhook.py [--cases 100000] [--seed 1] [--https]
+
+The unit tier runs a short seeded run of each (tests/unit/test_fuzz.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import copy
+import http.client
 import json
+import logging
 import os
 import random
 import re
+import select
+import ssl
 import sys
+import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -30,6 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from webhook import server  # noqa: E402
 from webhook.bundle import Bundle  # noqa: E402
 from webhook.rules import load_bundle  # noqa: E402
 from webhook.server import answer  # noqa: E402
@@ -180,17 +195,172 @@ def run(cases: int, seed: int, bundle: Bundle, *, hang: float = 2.0) -> dict[str
             "slowest_s": round(slowest, 4), "failures": failures}
 
 
+# -- through the HTTPS edge ------------------------------------------------------------------
+@contextlib.contextmanager
+def https_server(policies: Path = ROOT / "policies") -> Iterator[tuple[int, ssl.SSLContext]]:
+    """``webhook.server``'s app served over TLS on a free port, as ``batchgate serve`` runs it
+    (the same runner settings, uvloop), in a thread; yields the port and a client context."""
+    with tempfile.TemporaryDirectory() as tmp:
+        state = server.prepare(server.ServeOptions(policies=str(policies), cert_dir=tmp))
+        loop = server._new_loop()
+        ready = threading.Event()
+        holder: dict[str, Any] = {}
+
+        async def start() -> None:
+            from aiohttp import web
+
+            runner = web.AppRunner(server.make_app(state), **{**server.RUNNER_SETTINGS, "shutdown_timeout": 1})
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=state.ssl_context)
+            await site.start()
+            holder["runner"], holder["port"] = runner, runner.addresses[0][1]
+
+        def serve() -> None:
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(start())
+            ready.set()
+            loop.run_forever()
+            # connections still reading what is left of an abandoned body (aiohttp's lingering close)
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            loop.close()
+
+        thread = threading.Thread(target=serve, name="fuzz-https", daemon=True)
+        thread.start()
+        ready.wait(30)
+        client = ssl.create_default_context(cafile=str(Path(tmp) / "ca.crt"))
+        client.check_hostname = False
+        try:
+            yield holder["port"], client
+        finally:
+            asyncio.run_coroutine_threadsafe(holder["runner"].cleanup(), loop).result(60)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(30)
+
+
+def closed_by_peer(sock: Any) -> bool:
+    """Whether the server closed a kept-alive connection (checked before reusing it)."""
+    if not select.select([sock], [], [], 0)[0]:
+        return False
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) == b""
+    except (ssl.SSLWantReadError, BlockingIOError):
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.setblocking(True)
+
+
+class Logged(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.name}: {record.getMessage()}"[:300])
+
+
+def abandoned(conn: http.client.HTTPSConnection, raw: bytes, rng: random.Random, i: int) -> list[str]:
+    """Send the headers and part of a body the server answers without reading (declared past the
+    cap, not JSON, or to no admission path), then stop: the answer must come, and must say the
+    connection closes (its body is not read to the end, so it can carry no other request)."""
+    path, ctype, length = rng.choice([("/mutate", "application/json", server.MAX_BODY + 1 + len(raw)),
+                                      ("/validate", "text/plain", len(raw) + 1),
+                                      ("/nowhere", "application/json", len(raw) + 1)])
+    try:
+        conn.putrequest("POST", path)
+        conn.putheader("Content-Type", ctype)
+        conn.putheader("Content-Length", str(length))
+        conn.endheaders(raw[: rng.randrange(len(raw) + 1)])
+        resp = conn.getresponse()
+        resp.read()
+    except (http.client.HTTPException, OSError) as e:
+        return [f"case {i}: no response to a body cut short ({type(e).__name__}: {e})"]
+    if resp.status < 400 or resp.status >= 500:
+        return [f"case {i}: status {resp.status} for a body cut short on {path}"]
+    if (resp.getheader("Connection") or "").lower() != "close":
+        return [f"case {i}: {resp.status} before its body was in, without Connection: close"]
+    return []
+
+
+def run_https(cases: int, seed: int, *, hang: float = 5.0, policies: Path = ROOT / "policies") -> dict[str, Any]:
+    """The same cases as :func:`run`, through the HTTPS edge over kept-alive connections."""
+    rng = random.Random(seed)
+    bases = reviews()
+    paths = [[p for p, _ in nodes(b)] for b in bases]
+    statuses: Counter[int] = Counter()
+    failures: list[str] = []
+    logged = Logged()
+    watched = [logging.getLogger(n) for n in ("webhook", "aiohttp")]
+    for lg in watched:
+        lg.addHandler(logged)
+    slowest, connections, on_connection = 0.0, 1, 0
+    try:
+        with https_server(policies) as (port, context):
+            conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=60)
+            for i in range(cases):
+                raw = case(bases, paths, rng)
+                phase = "mutate" if rng.random() < 0.5 else "validate"
+                if conn.sock is not None and closed_by_peer(conn.sock):
+                    failures.append(f"case {i - 1}: connection closed after its response without Connection: close")
+                    conn.close()
+                if conn.sock is None:
+                    connections += 1 if i else 0
+                    on_connection = 0
+                on_connection += 1
+                started = time.perf_counter()
+                if rng.random() < 0.03:  # a body that stops half-way, answered before it is all in
+                    failures += abandoned(conn, raw, rng, i)
+                    conn.close()
+                    continue
+                try:
+                    conn.request("POST", f"/{phase}", body=raw, headers={"Content-Type": "application/json"})
+                    resp = conn.getresponse()
+                    data = resp.read()
+                except (http.client.HTTPException, OSError) as e:
+                    failures.append(f"case {i}: no response ({type(e).__name__}: {e}), {len(raw)} bytes, "
+                                    f"request {on_connection} of its connection")
+                    conn.close()
+                    continue
+                took = time.perf_counter() - started
+                slowest = max(slowest, took)
+                statuses[resp.status] += 1
+                if resp.status >= 500 or took > hang:
+                    failures.append(f"case {i}: status {resp.status} in {took:.3f} s: {data[:200]!r}")
+                elif resp.status != 200:
+                    json.loads(data)["error"]
+            conn.close()
+    finally:
+        for lg in watched:
+            lg.removeHandler(logged)
+    return {"cases": cases, "seed": seed, "statuses": dict(sorted(statuses.items())),
+            "slowest_s": round(slowest, 4), "connections": connections, "failures": failures,
+            "logged": logged.lines}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--hang", type=float, default=2.0, help="seconds after which a case counts as a hang")
+    ap.add_argument("--hang", type=float, default=None,
+                    help="seconds after which a case counts as a hang (default 2, 5 with --https)")
+    ap.add_argument("--https", action="store_true", help="through the HTTPS edge, over kept-alive connections")
     args = ap.parse_args()
     started = time.monotonic()
-    result = run(args.cases, args.seed, load_bundle(ROOT / "policies"), hang=args.hang)
+    if args.https:
+        result = run_https(args.cases, args.seed, hang=args.hang or 5.0)
+        what = (f"{result['connections']} connections (each closed after a response saying so), "
+                f"{len(result['failures'])} failures (no response, unannounced close, 5xx or hangs), "
+                f"{len(result['logged'])} warnings logged")
+    else:
+        result = run(args.cases, args.seed, load_bundle(ROOT / "policies"), hang=args.hang or 2.0)
+        what = f"{len(result['failures'])} failures (5xx or hangs)"
     print(f"{result['cases']} cases, seed {result['seed']}, {time.monotonic() - started:.0f} s: "
-          f"statuses {result['statuses']}, slowest case {result['slowest_s']} s, "
-          f"{len(result['failures'])} failures (5xx or hangs)")
+          f"statuses {result['statuses']}, slowest case {result['slowest_s']} s, {what}")
     for line in result["failures"][:20]:
         print("  " + line)
     return 1 if result["failures"] else 0

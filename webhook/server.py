@@ -311,6 +311,13 @@ def observed(path: str, handler: Handler) -> Callable[[web.Request], Awaitable[w
         except Exception as e:  # a bug: say so, never with the traceback on the wire
             log.exception("request failed", extra={"fields": {"path": path}})
             response = _error(500, f"internal error: {type(e).__name__}")
+        if not request.content.is_eof():
+            # Answered before the whole body came in (a 413 by its Content-Length, a 415, 404, 405,
+            # 408): what is left of it is not read, so this connection cannot carry another
+            # request. Say so (Connection: close) rather than keep it alive: aiohttp would read
+            # the rest for up to 10 s and then close it unannounced, and a client that reuses
+            # connections (the API server) would send its next review into the closed socket.
+            response.force_close()
         metrics.observe_http(path, response.status, time.perf_counter() - started)
         return response
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from . import selectors
-from .units import format_time, parse_time
+from .units import format_time, parse_time, shown
 
 KIND = "MaintenanceWindow"
 SPEC_FIELDS = ("start", "end", "nodeSelector", "nodes", "reason")
@@ -88,7 +88,7 @@ class Window:
 def parse_selector(value: Any, path: str, errors: list[str]) -> Selector | None:
     """A label selector, or None with the problems appended to ``errors``."""
     if not isinstance(value, dict):
-        errors.append(f"{path}: must be a label selector (matchLabels and/or matchExpressions), got {value!r}")
+        errors.append(f"{path}: must be a label selector (matchLabels and/or matchExpressions), got {shown(value)}")
         return None
     ok = True
     for key in value:
@@ -102,10 +102,10 @@ def parse_selector(value: Any, path: str, errors: list[str]) -> Selector | None:
         ok = False
     for k, v in (ml or {}).items() if isinstance(ml, dict) else ():
         if not _label_key(k):
-            errors.append(f"{path}.matchLabels: {k!r} is not a valid label key")
+            errors.append(f"{path}.matchLabels: {shown(k)} is not a valid label key")
             ok = False
         elif not isinstance(v, str) or not _label_value(v):
-            errors.append(f"{path}.matchLabels.{k}: {v!r} is not a valid label value (63 characters at most, "
+            errors.append(f"{path}.matchLabels.{k}: {shown(v)} is not a valid label value (63 characters at most, "
                           f"letters, digits, '-', '_', '.', starting and ending alphanumeric; quote numbers)")
             ok = False
         else:
@@ -127,10 +127,10 @@ def parse_selector(value: Any, path: str, errors: list[str]) -> Selector | None:
                 ok = False
         key, op, values = e.get("key"), e.get("operator"), e.get("values")
         if not isinstance(key, str) or not _label_key(key):
-            errors.append(f"{where}.key: {key!r} is not a valid label key")
+            errors.append(f"{where}.key: {shown(key)} is not a valid label key")
             ok = False
         if op not in OPERATORS:
-            errors.append(f"{where}.operator: must be one of {', '.join(OPERATORS)}, got {op!r}")
+            errors.append(f"{where}.operator: must be one of {', '.join(OPERATORS)}, got {shown(op)}")
             ok = False
             continue
         if values is not None and (not isinstance(values, list) or not all(isinstance(x, str) for x in values)):
@@ -159,6 +159,9 @@ def _label_value(value: str) -> bool:
     return len(value) <= 63 and LABEL_VALUE.fullmatch(value) is not None
 
 
+MAX_PROBLEMS = 20  # problems a window's parse names (each shown() short), then how many more
+
+
 def parse_window(obj: Mapping[str, Any]) -> tuple[Window | None, list[str]]:
     """The window, or None and every problem (field path first), for people to fix in one go."""
     errors: list[str] = []
@@ -177,7 +180,7 @@ def parse_window(obj: Mapping[str, Any]) -> tuple[Window | None, list[str]]:
         if raw is None:
             errors.append(f"spec.{key}: required, an RFC 3339 time with a zone like 2026-11-24T06:00:00Z")
         elif t is None:
-            errors.append(f"spec.{key}: {raw!r} is not an RFC 3339 time with a zone (like 2026-11-24T06:00:00Z "
+            errors.append(f"spec.{key}: {shown(raw)} is not an RFC 3339 time with a zone (like 2026-11-24T06:00:00Z "
                           f"or 2026-11-24T07:00:00+01:00)")
         else:
             times[key] = t
@@ -190,11 +193,11 @@ def parse_window(obj: Mapping[str, Any]) -> tuple[Window | None, list[str]]:
     raw_nodes = spec.get("nodes")
     if raw_nodes is not None:
         if not isinstance(raw_nodes, list):
-            errors.append(f"spec.nodes: must be a list of node names, got {raw_nodes!r}")
+            errors.append(f"spec.nodes: must be a list of node names, got {shown(raw_nodes)}")
         else:
             for i, n in enumerate(raw_nodes):
                 if not isinstance(n, str) or len(n) > 253 or not NODE_NAME.fullmatch(n):
-                    errors.append(f"spec.nodes[{i}]: {n!r} is not a node name")
+                    errors.append(f"spec.nodes[{i}]: {shown(n)} is not a node name")
                 else:
                     nodes.append(n)
     if "nodeSelector" not in spec and not raw_nodes:
@@ -202,11 +205,13 @@ def parse_window(obj: Mapping[str, Any]) -> tuple[Window | None, list[str]]:
                       "(a label selector; {} selects every node)")
     reason = spec.get("reason", "")
     if not isinstance(reason, str):
-        errors.append(f"spec.reason: must be a string, got {reason!r}")
+        errors.append(f"spec.reason: must be a string, got {shown(reason)}")
         reason = ""
     elif len(reason) > 1024:
         errors.append(f"spec.reason: at most 1024 characters, got {len(reason)}")
     if errors:
+        if len(errors) > MAX_PROBLEMS:  # (a list of 5,000 bad node names is one problem to fix)
+            errors[MAX_PROBLEMS:] = [f"... and {len(errors) - MAX_PROBLEMS} more problems"]
         return None, errors
     return Window(
         name=str(md.get("name") or ""), uid=str(md.get("uid") or ""),

@@ -272,6 +272,9 @@ def owned_by_custom_resource(obj: Any) -> bool:
 
 BACKOFF_LIMIT_DEFAULT = 6  # what the API server writes when a Job leaves spec.backoffLimit out
 PodFailureAction = str  # "FailJob" | "Ignore" | "Count" | "FailIndex"
+FAILURE_ACTIONS = frozenset({"FailJob", "Ignore", "Count", "FailIndex"})
+MAX_FAILURE_RULES = 20  # podFailurePolicy rules (and conditions per rule) the API server takes
+MAX_EXIT_CODES = 255  # onExitCodes values the API server takes
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,6 +343,10 @@ def _int(v: Any) -> int | None:
 _DECLARED_FAILURE_FIELDS = frozenset({"podFailurePolicy", "backoffLimitPerIndex", "maxFailedIndexes", "successPolicy"})
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def failure_policy(job_spec: Any) -> FailurePolicy:
     """The Job's declared failure handling; anything malformed reads as absent (the API server
     rejects such Jobs anyway)."""
@@ -350,18 +357,19 @@ def failure_policy(job_spec: Any) -> FailurePolicy:
         return DEFAULT_FAILURE_POLICY  # the usual Job, without building a FailurePolicy to compare (~8k instructions)
     rules: list[PodFailureRule] = []
     pfp = job_spec.get("podFailurePolicy")
-    for r in (pfp.get("rules") if isinstance(pfp, dict) else None) or ():
-        if not isinstance(r, dict) or not isinstance(r.get("action"), str):
+    # (at most as many rules, codes and conditions as the API server takes, of the actions it knows)
+    for r in _list(pfp.get("rules") if isinstance(pfp, dict) else None)[:MAX_FAILURE_RULES]:
+        if not isinstance(r, dict) or r.get("action") not in FAILURE_ACTIONS:
             continue
         on_exit = r.get("onExitCodes")
         if isinstance(on_exit, dict):
-            codes = frozenset(c for c in on_exit.get("values") or () if _int(c) is not None)
+            codes = frozenset(c for c in _list(on_exit.get("values"))[:MAX_EXIT_CODES] if _int(c) is not None)
             name = on_exit.get("containerName")
-            rules.append(PodFailureRule(r["action"], container=name if isinstance(name, str) else None,
+            rules.append(PodFailureRule(r["action"], container=name[:63] if isinstance(name, str) else None,
                                         exit_in=on_exit.get("operator") != "NotIn", exit_codes=codes))
         else:
-            conds = tuple((str(c.get("type") or ""), str(c.get("status") or "True"))
-                          for c in r.get("onPodConditions") or () if isinstance(c, dict))
+            conds = tuple((str(c.get("type") or "")[:316], str(c.get("status") or "True")[:16])
+                          for c in _list(r.get("onPodConditions"))[:MAX_FAILURE_RULES] if isinstance(c, dict))
             rules.append(PodFailureRule(r["action"], conditions=conds))
     backoff = _int(job_spec.get("backoffLimit"))
     restart = dig(job_spec, ("template", "spec", "restartPolicy"))

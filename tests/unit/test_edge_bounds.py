@@ -187,6 +187,45 @@ async def test_a_body_that_never_finishes_gets_a_408(aiohttp_client, state_facto
     await writer.drain()
     status = await asyncio.wait_for(reader.readline(), 5)
     assert b" 408 " in status
+    headers = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert b"Connection: close" in headers  # the rest of the body is not read: the connection ends, and says so
+    writer.close()
+
+
+@pytest.mark.parametrize(("path", "ctype", "length", "status"), [
+    ("/mutate", "application/json", MAX_BODY + 1, 413),  # refused by its Content-Length
+    ("/validate", "text/plain", 1000, 415),
+    ("/nowhere", "application/json", 1000, 404),
+])
+async def test_an_answer_given_before_the_body_is_in_says_the_connection_closes(aiohttp_client, state_factory,
+                                                                                path, ctype, length, status):
+    """Issue 27, item 9: a response sent before the whole body came in used to keep the connection
+    alive; aiohttp then read the rest for up to 10 s and closed it unannounced, so a client reusing
+    it (the API server) lost its next review. Now such a response says ``Connection: close``."""
+    client = await aiohttp_client(server.make_app(state_factory()))
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    writer.write(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {ctype}\r\n"
+                 f"Content-Length: {length}\r\n\r\n{{\"apiVersion\":".encode())
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(f"HTTP/1.1 {status} ".encode())
+    assert b"\r\nConnection: close\r\n" in head
+    writer.close()
+
+
+async def test_an_answer_to_a_whole_body_keeps_the_connection(aiohttp_client, state_factory):
+    """...and only then: a refused body that came in whole leaves the connection open for the next."""
+    client = await aiohttp_client(server.make_app(state_factory()))
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    body = b'{"apiVersion": 1}'
+    for _ in range(2):
+        writer.write(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 415 ") and b"Connection: close" not in head
+        length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+        await asyncio.wait_for(reader.readexactly(length), 5)
     writer.close()
 
 

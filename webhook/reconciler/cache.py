@@ -59,6 +59,17 @@ def _rv_int(rv: str) -> int | None:
 TOMBSTONES = 10_000  # uids of removed objects a store remembers (the newest this many)
 
 
+def _meta(obj: Any) -> Mapping[str, Any]:
+    md = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return md if isinstance(md, Mapping) else {}
+
+
+def _text(value: Any) -> str:
+    """A name, namespace, uid or resourceVersion as a key (the API server stores strings; whatever
+    else reaches a store keys as "" rather than failing the whole list)."""
+    return value if isinstance(value, str) else ""
+
+
 class Store(Generic[V]):
     """Views by key, thread-safe.
 
@@ -81,10 +92,10 @@ class Store(Generic[V]):
         self.absent = False
 
     def _key(self, obj: Mapping[str, Any]) -> Any:
-        md = obj.get("metadata") or {}
+        md = _meta(obj)
         if not self.kind.namespaced:
-            return md.get("name") or ""
-        return (md.get("namespace") or "", md.get("name") or "")
+            return _text(md.get("name"))
+        return (_text(md.get("namespace")), _text(md.get("name")))
 
     def replace(self, objects: list[Mapping[str, Any]]) -> None:
         self.replace_pages([objects])
@@ -99,10 +110,10 @@ class Store(Generic[V]):
                 if view is None:
                     continue
                 k = self._key(o)
-                md = o.get("metadata") or {}
+                md = _meta(o)
                 items[k] = view
-                rvs[k] = md.get("resourceVersion") or ""
-                uids[k] = md.get("uid") or ""
+                rvs[k] = _text(md.get("resourceVersion"))
+                uids[k] = _text(md.get("uid"))
         with self._lock:
             self._items, self._rvs, self._uids = items, rvs, uids
             self.synced, self.absent = True, False
@@ -114,8 +125,7 @@ class Store(Generic[V]):
         try:
             return self._convert(obj)
         except Exception as e:
-            md = obj.get("metadata") if isinstance(obj, Mapping) else None
-            md = md if isinstance(md, Mapping) else {}
+            md = _meta(obj)
             where = f"{md.get('namespace')}/{md.get('name')}" if self.kind.namespaced else str(md.get("name"))
             log.warning("%s %s left out of the reconciler's view: %s: %s", self.kind.kind.lower(), where,
                         type(e).__name__, str(e)[:200],
@@ -131,11 +141,11 @@ class Store(Generic[V]):
 
     def upsert(self, obj: Mapping[str, Any], *, only_newer: bool = False) -> bool:
         """Store ``obj``; with ``only_newer``, not when the stored version is newer (for write responses)."""
-        md = obj.get("metadata") or {}
+        md = _meta(obj)
         k = self._key(obj)
-        rv = md.get("resourceVersion") or ""
+        rv = _text(md.get("resourceVersion"))
         view = self._view(obj)
-        uid = md.get("uid") or ""
+        uid = _text(md.get("uid"))
         with self._lock:
             if only_newer and uid and uid in self._removed:
                 return False  # deleted already: a late response must not bring it back
@@ -154,9 +164,9 @@ class Store(Generic[V]):
 
     def remove(self, obj: Mapping[str, Any]) -> bool:
         """Drop ``obj`` (a watch's DELETED, or one we deleted / found gone); its uid is remembered."""
-        md = obj.get("metadata") or {}
+        md = _meta(obj)
         k = self._key(obj)
-        uid = md.get("uid") or ""
+        uid = _text(md.get("uid"))
         with self._lock:
             if uid:
                 self._removed[uid] = None

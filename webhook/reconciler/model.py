@@ -419,14 +419,22 @@ class Snapshot:
 
 
 # -- conversion ------------------------------------------------------------
-def _ref(kind: Kind, md: Mapping[str, Any], api_version: str | None = None) -> Ref:
-    return Ref(api_version or kind.api_version, kind.kind, md.get("namespace") or "", md.get("name") or "", md.get("uid") or "")
+def ref_of(kind: Kind, md: Mapping[str, Any], api_version: str | None = None) -> Ref:
+    """An object's Ref from its metadata (what is not a string there, which the API server never
+    stores, is "": a Ref is hashed and compared everywhere)."""
+    return Ref(api_version or kind.api_version, kind.kind, _str(md.get("namespace")), _str(md.get("name")),
+               _str(md.get("uid")))
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def _controller(md: Mapping[str, Any]) -> Ref | None:
     for o in md.get("ownerReferences") or ():
         if o.get("controller"):
-            return Ref(o.get("apiVersion", ""), o.get("kind", ""), md.get("namespace") or "", o.get("name", ""), o.get("uid", ""))
+            return Ref(_name(o.get("apiVersion")), _name(o.get("kind")), _str(md.get("namespace")), _name(o.get("name")),
+                       _name(o.get("uid")))
     return None
 
 
@@ -489,7 +497,21 @@ def kept(value: Any) -> str | None:
         return None
     if not isinstance(value, str):
         return "(not a string)"
-    return value if len(value) <= MAX_KEPT else value[:MAX_KEPT] + "... (cut)"
+    return cut(value)
+
+
+def cut(text: str, limit: int = MAX_KEPT) -> str:
+    """``text`` whole when at most ``limit`` characters, else cut there and marked (so it never
+    equals a text that fits): what a view keeps of a text for people, or of a name no object can have."""
+    return text if len(text) <= limit else text[:limit] + "... (cut)"
+
+
+MAX_NAME = 253  # characters of a Kubernetes name (a DNS subdomain): an owner's longer name names nothing
+
+
+def _name(value: Any) -> str:
+    """A name an ownerReference gives (the API server does not bound its length): cut past any name."""
+    return cut(value, MAX_NAME) if isinstance(value, str) else ""
 
 
 def _state(ann: Mapping[str, Any]) -> dict[str, Any]:
@@ -626,7 +648,8 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
     st = obj.get("status") or {}
     ann = md.get("annotations") or {}
     labels = md.get("labels") or {}
-    phase = st.get("phase") or "Pending"
+    phase = st.get("phase")
+    phase = cut(phase, 64) if isinstance(phase, str) and phase else "Pending"
 
     started: float | None = None
     failure: str | None = None
@@ -694,21 +717,22 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
     conditions: frozenset[tuple[str, str]] = frozenset()
     if failure is not None or interrupted is not None:
         exits = _exits(st)
-        conditions = frozenset((str(c.get("type") or ""), str(c.get("status") or ""))
-                               for c in st.get("conditions") or () if isinstance(c, dict))
+        conditions = frozenset((cut(str(c.get("type") or ""), 64), cut(str(c.get("status") or ""), 64))
+                               for c in (st.get("conditions") or ())[:32] if isinstance(c, dict))
 
-    group = labels.get(POD_GROUP_LABEL) or None
+    group = _str(labels.get(POD_GROUP_LABEL)) or None
     return PodView(
-        ref=_ref(POD, md),
+        ref=ref_of(POD, md),
         resource_version=md.get("resourceVersion") or "",
         owner=_controller(md),
         phase=phase,
-        node=(obj.get("spec") or {}).get("nodeName") or "",
+        node=_str((obj.get("spec") or {}).get("nodeName")),
         deleting=bool(md.get("deletionTimestamp")),
         started=started,
-        failure=failure,
+        # texts for people, made of what the kubelet and controllers wrote (reasons, messages)
+        failure=None if failure is None else cut(failure),
         failed_at=failed_at,
-        interrupted=interrupted,
+        interrupted=None if interrupted is None else cut(interrupted),
         group=group,
         group_size=_size(labels.get(POD_GROUP_SIZE_LABEL)),
         pod_group_name=(labels.get(LABEL_COSCHEDULING) or group) if group else None,
@@ -839,7 +863,7 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
     suspended = spec.get("suspend") is True
     unfinished = not finished and not md.get("deletionTimestamp")
     return JobView(
-        ref=_ref(JOB, md),
+        ref=ref_of(JOB, md),
         resource_version=md.get("resourceVersion") or "",
         deleting=bool(md.get("deletionTimestamp")),
         finished=finished,
@@ -902,17 +926,18 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
         (c.get("status") for c in (obj.get("status") or {}).get("conditions") or () if c.get("type") == "Ready"),
         None,
     )
+    ready = cut(ready, 64) if isinstance(ready, str) else None  # "True", "False", "Unknown" (as the kubelet wrote it)
     md = obj.get("metadata") or {}
     alloc = (obj.get("status") or {}).get("allocatable") or {}
     return NodeView(
         cpu=_quantity(alloc.get("cpu"), 1000), mem=_quantity(alloc.get("memory"), 1),
-        taints=tuple((str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+        taints=tuple((_str(t.get("key")), _str(t.get("value")), _str(t.get("effect")))
                      for t in (obj.get("spec") or {}).get("taints") or () if isinstance(t, dict)),
-        name=md.get("name") or "", ready=ready,
+        name=_str(md.get("name")), ready=ready,
         uid=md.get("uid") or "", resource_version=md.get("resourceVersion") or "",
         labels=dict(md.get("labels") or {}),
         unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
-        maintenance=(md.get("annotations") or {}).get(MAINTENANCE_ANNOTATION),
+        maintenance=kept((md.get("annotations") or {}).get(MAINTENANCE_ANNOTATION)),
         max_pods=quantity_ceil(alloc.get("pods", 0)),
     )
 
@@ -923,9 +948,9 @@ def window_view(obj: Mapping[str, Any]) -> WindowView:
     window, problems = parse_window(obj)
     count = status.get("nodeCount")
     return WindowView(
-        ref=_ref(MAINTENANCE_WINDOW, md), resource_version=md.get("resourceVersion") or "",
+        ref=ref_of(MAINTENANCE_WINDOW, md), resource_version=md.get("resourceVersion") or "",
         window=window, problems=tuple(problems),
-        state=status.get("state") if isinstance(status.get("state"), str) else None,
+        state=cut(status["state"], 64) if isinstance(status.get("state"), str) else None,
         node_count=count if isinstance(count, int) and not isinstance(count, bool) else None,
     )
 
@@ -938,9 +963,10 @@ def pod_group_view(obj: Mapping[str, Any]) -> PodGroupView:
     owner = None
     if owners:
         o = owners[0]
-        owner = Ref(o.get("apiVersion", ""), o.get("kind", ""), md.get("namespace") or "", o.get("name", ""), o.get("uid", ""))
+        owner = Ref(_name(o.get("apiVersion")), _name(o.get("kind")), _str(md.get("namespace")), _name(o.get("name")),
+                    _name(o.get("uid")))
     return PodGroupView(
-        ref=_ref(POD_GROUP, md),
+        ref=ref_of(POD_GROUP, md),
         resource_version=md.get("resourceVersion") or "",
         min_member=mm if isinstance(mm, int) and not isinstance(mm, bool) else None,
         managed=labels.get(LABEL_MANAGED_BY) == MANAGED_BY,
@@ -954,7 +980,7 @@ def net_object_view(obj: Mapping[str, Any], kind: Kind = SERVICE) -> NetObjectVi
     """List items come without ``kind``: the store says which kind it holds."""
     md = obj.get("metadata") or {}
     return NetObjectView(
-        ref=_ref(kind, md),
+        ref=ref_of(kind, md),
         resource_version=md.get("resourceVersion") or "",
         managed=(md.get("labels") or {}).get(LABEL_MANAGED_BY) == MANAGED_BY,
         digest=(md.get("annotations") or {}).get(SPEC_HASH_ANNOTATION) or "",

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -80,10 +81,12 @@ from .model import (
     PodView,
     Ref,
     Snapshot,
+    cut,
     format_time,
     parse_time,
     quantity_ceil,
     quantity_milli,
+    ref_of,
 )
 from .settings import QueuePolicy, Settings
 from .shadow import matches
@@ -464,7 +467,20 @@ def _int(v: Any, default: int = 0) -> int:
 
 
 def _strs(v: Any) -> tuple[str, ...]:
-    return tuple(x for x in v if isinstance(x, str)) if isinstance(v, list) else ()
+    """A status list of timestamps: the newest ``MAX_TIMESTAMPS`` (all the reconciler writes), each cut."""
+    return tuple(cut(x, 64) for x in v[-MAX_TIMESTAMPS:] if isinstance(x, str)) if isinstance(v, list) else ()
+
+
+# What a view keeps of a ScavengerJob's spec (to make its Jobs from), as JSON: a real one is a few
+# hundred bytes. A larger one is a problem of the ScavengerJob, and its spec is not kept.
+MAX_SPEC_BYTES = 64 * 1024
+
+
+def _conditions_kept(v: Any) -> tuple[Mapping[str, Any], ...]:
+    """Of status.conditions, what _conditions() reads: type, status and lastTransitionTime of ours."""
+    return tuple({k: cut(c[k], 64) for k in ("type", "status", "lastTransitionTime") if isinstance(c.get(k), str)}
+                 for c in (v if isinstance(v, list) else ())[:8]
+                 if isinstance(c, dict) and c.get("type") in ("Running", "Finished"))
 
 
 def sj_view(obj: Mapping[str, Any]) -> SJView:
@@ -514,14 +530,17 @@ def sj_view(obj: Mapping[str, Any]) -> SJView:
     for f in ("image", "command"):
         if not spec.get(f):
             problems.append(f"spec.{f}: missing")
+    size = len(json.dumps(spec, default=str)) if isinstance(spec, dict) else 0
+    if size > MAX_SPEC_BYTES:
+        problems.append(f"spec: {size} bytes as JSON, more than the {MAX_SPEC_BYTES} a ScavengerJob's spec may have")
+        spec = {}
     code = spec.get("checkpointExitCode")
     if code is not None and not (isinstance(code, int) and not isinstance(code, bool) and 1 <= code <= 127):
         problems.append(f"spec.checkpointExitCode: must be a whole number 1..127, got {code!r}")
         code = None
     phase = str(st.get("phase")) if st.get("phase") in PHASES else ""
     return SJView(
-        ref=Ref(SCAVENGER_JOB.api_version, "ScavengerJob", md.get("namespace") or "", md.get("name") or "",
-                md.get("uid") or ""),
+        ref=ref_of(SCAVENGER_JOB, md),
         resource_version=md.get("resourceVersion") or "",
         generation=_int(md.get("generation"), 1),
         created=parse_time(md.get("creationTimestamp")) or 0.0,
@@ -534,15 +553,15 @@ def sj_view(obj: Mapping[str, Any]) -> SJView:
         phase=phase,
         interrupted_count=_int(st.get("interruptedCount")),
         segment=_int(st.get("segment")),
-        job_name=str(st.get("jobName") or "") if isinstance(st.get("jobName"), str) else "",
+        job_name=cut(st["jobName"], 253) if isinstance(st.get("jobName"), str) else "",
         running_segment=_int(st.get("runningSegment")),
         start_over=parse_time(st.get("priorityStartOverTimestamp")),
         guarded_segment=_int(st.get("guardedSegment")),
         running_ts=_strs(st.get("runningTimestamps")),
         interrupted_ts=_strs(st.get("interruptedTimestamps")),
         finished=st.get("finishedTimestamp") if isinstance(st.get("finishedTimestamp"), str) else None,
-        message=str(st.get("message") or "") if isinstance(st.get("message"), str) else "",
-        conditions=tuple(c for c in st.get("conditions") or () if isinstance(c, dict)),
+        message=cut(st["message"]) if isinstance(st.get("message"), str) else "",
+        conditions=_conditions_kept(st.get("conditions")),
         observed_generation=st.get("observedGeneration") if isinstance(st.get("observedGeneration"), int) else None,
         creation_ts=st.get("creationTimestamp") if isinstance(st.get("creationTimestamp"), str) else None,
     )

@@ -8,7 +8,6 @@ see, and the planner plans every other object as if it were not there.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +23,7 @@ from reconbuild import (
     snapshot,
     terminated,
 )
+from test_fuzz_reconciler import fuzz
 from test_scavenger_controller import SETTINGS, World, sj
 
 from webhook.reconciler import metrics
@@ -34,6 +34,7 @@ from webhook.reconciler.scavenger import job_name, sj_view
 from webhook.reconciler.settings import Settings
 from webhook.units import format_time
 
+deep_size = fuzz.deep_size  # bytes a view keeps (bench/fuzz_reconciler.py bounds every view with it)
 HUGE = "99999999999999999999s"  # admitted before issue 27: parse_duration had no upper bound
 
 
@@ -173,24 +174,6 @@ def test_a_node_that_cannot_be_planned_does_not_keep_the_others_cordoned():
 
 
 # -- views: memory per object is bounded whatever is stored ---------------------------------------
-def _deep_size(obj: Any, seen: set[int] | None = None) -> int:
-    """Bytes reachable from a view (shared objects counted once)."""
-    seen = set() if seen is None else seen
-    if id(obj) in seen or obj is None or (isinstance(obj, bool | int | float) and abs(obj) < 2**30):
-        return 0
-    seen.add(id(obj))
-    size = sys.getsizeof(obj)
-    if isinstance(obj, str | bytes):
-        return size
-    if isinstance(obj, Mapping):
-        return size + sum(_deep_size(k, seen) + _deep_size(v, seen) for k, v in obj.items())
-    if isinstance(obj, tuple | list | set | frozenset):
-        return size + sum(_deep_size(x, seen) for x in obj)
-    if dataclasses.is_dataclass(obj):
-        return size + sum(_deep_size(getattr(obj, f.name), seen) for f in dataclasses.fields(obj))
-    return size
-
-
 def _networked(name: str, annotations: dict[str, str]) -> dict[str, Any]:
     o = pod(name, labels={"batchgate.io/network": "svc", "batchgate.io/pod-group": "svc",
                           "batchgate.io/pod-group-size": "2"}, annotations=annotations)
@@ -220,12 +203,25 @@ HOSTILE = [
         "batchgate.io/slots")}}),
     ("an image name of 1 MB", {"image": "r/" + "a" * 1_000_000}),
     ("10,000 tolerations and affinity terms", {"sched": True}),
+    # found by bench/fuzz_reconciler.py: the API server bounds no ownerReference name, and status
+    # texts (reason, message, phase) were kept whole
+    ("an owner's name of 1 MB", {"owner": "x" * 1_000_000}),
+    ("an eviction message of 1 MB", {"status": {"reason": "Evicted", "message": "m" * 1_000_000}}),
+    ("a DisruptionTarget message of 1 MB", {"status": {"conditions": [
+        {"type": "DisruptionTarget", "status": "True", "reason": "x" * 1_000_000, "message": "m" * 1_000_000}]}}),
+    ("a terminated reason of 1 MB", {"status": {"phase": "Failed", "containerStatuses": [
+        {"name": "main", "state": {"terminated": {"exitCode": 1, "reason": "r" * 1_000_000}}}]}}),
+    ("a phase of 1 MB", {"status": {"phase": "P" * 1_000_000}}),
 ]
 
 
 @pytest.mark.parametrize("stored", [c[1] for c in HOSTILE], ids=[c[0] for c in HOSTILE])
 def test_a_pod_view_stays_small_whatever_is_stored(stored: dict[str, Any]) -> None:
     o = _networked("p", stored.get("annotations", {}))
+    if "owner" in stored:
+        o["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": stored["owner"],
+                                             "uid": stored["owner"], "controller": True}]
+    o["status"].update(stored.get("status", {}))
     if "image" in stored:
         o["spec"]["containers"][0]["image"] = stored["image"]
     if stored.get("sched"):
@@ -234,9 +230,9 @@ def test_a_pod_view_stays_small_whatever_is_stored(stored: dict[str, Any]) -> No
         o["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [{"key": f"k{i}", "operator": "In", "values": ["a", "b"]}]}
                                   for i in range(10_000)]}}}
-    plain = _deep_size(pod_view(_networked("p", {})))
+    plain = deep_size(pod_view(_networked("p", {})))
     view = pod_view(o)
-    assert _deep_size(view) < plain + 16 * 1024
+    assert deep_size(view) < plain + 16 * 1024
     assert view.sched is not None and view.sched.clipped is bool(stored.get("sched"))  # placement unknown
 
 
@@ -423,3 +419,84 @@ def test_a_real_scavengerjobs_job_is_left_to_its_controller():
     j, members = _owned_job("batchgate.io/v1alpha1", "ScavengerJob", "real", "sj-uid")
     result = plan(_sj_snapshot(j, *members), T0 + 2 * HOUR, Settings())
     assert [a for a in result.actions if a.target.name == "mpi"] == []
+
+
+# -- found by bench/fuzz_reconciler.py (issue 27's fuzz tier) ---------------------------------------
+def test_the_cache_lists_the_others_when_an_objects_name_is_not_a_string():
+    """Before: the Store keyed objects by their raw name, and a list there raised out of the list
+    call (no view guard covered the key), failing the list for everyone."""
+    store = Store(POD, pod_view)
+    odd = pod("odd")
+    odd["metadata"]["name"] = ["not", "a", "name"]
+    store.replace([odd, pod("fine")])
+    assert ("demo", "fine") in store.items()
+
+
+@pytest.mark.parametrize(("where", "value"), [
+    (("spec", "nodeName"), {"a": 1}), (("metadata", "namespace"), ["demo"]), (("metadata", "uid"), ["u"]),
+    (("metadata", "labels", "batchgate.io/pod-group"), ["g"]),
+])
+def test_a_pass_takes_views_of_values_of_wrong_types(where: tuple[str, ...], value: Any):
+    """Before: a view kept such a value in a Ref, a node name or a group, and the planner's
+    indexes raised TypeError (unhashable) out of plan(): every pass failed."""
+    odd = pod("odd", labels={"batchgate.io/pod-group": "g", "batchgate.io/pod-group-size": "2"},
+              annotations=deadline_ann("1h"))
+    node: Any = odd
+    for key in where[:-1]:
+        node = node.setdefault(key, {})
+    node[where[-1]] = value
+    late = pod("late", annotations=deadline_ann("1h"))
+    result = plan(snapshot(odd, late, nodes=["node-1"]), T0 + 2 * HOUR, Settings(leader_elect=False))
+    assert any(a.target.name == "late" for a in result.actions)
+
+
+def test_a_maintenance_window_names_twenty_problems_however_many_it_has():
+    """Before: each of 5,000 bad node names of 10 KB was quoted whole in the view's problems (50 MB)."""
+    from webhook.reconciler.model import window_view
+
+    obj = {"metadata": {"name": "w"}, "spec": {"start": "2026-11-24T06:00:00Z", "end": "garbage" * 10_000,
+                                               "nodes": ["Not A Node " * 1000] * 5000}}
+    v = window_view(obj)
+    assert v.window is None and len(v.problems) == 21 and v.problems[-1] == "... and 4981 more problems"
+    assert sum(map(len, v.problems)) < 20 * 1024
+
+
+def test_a_scavengerjob_view_keeps_no_large_spec_and_a_bounded_status():
+    """Before: the view kept the whole spec (a 1 MB command is storable) and every status list and text."""
+    obj = sj("big")
+    obj["spec"]["command"] = ["x" * 1000] * 1000
+    obj["status"] = {"message": "m" * 1_000_000, "runningTimestamps": ["2026-01-01T00:00:00Z"] * 10_000,
+                     "conditions": [{"type": "Running", "status": "True", "message": "m" * 10_000}] * 1000,
+                     "jobName": "j" * 100_000}
+    v = sj_view(obj)
+    assert v.spec == {} and any("more than the 65536 a ScavengerJob's spec may have" in p for p in v.problems)
+    assert len(v.running_ts) == 100 and len(v.conditions) <= 8 and "message" not in v.conditions[0]
+    assert len(v.message) < 1100 and len(v.job_name) < 300
+    assert sj_view(sj("small")).spec["command"] == ["sim"]  # an ordinary spec is kept as it is
+
+
+def test_a_node_view_cuts_its_maintenance_annotation_and_takes_only_text_taints():
+    from webhook.reconciler.model import node_view
+
+    v = node_view({"metadata": {"name": "n", "annotations": {"batchgate.io/maintenance": "x" * 1_000_000}},
+                   "spec": {"taints": [{"key": [1] * 1000, "value": "v", "effect": "NoSchedule"}] * 1000},
+                   "status": {"conditions": [{"type": "Ready", "status": "T" * 1_000_000}]}})
+    assert v.maintenance is not None and len(v.maintenance) < 1100
+    assert v.ready is not None and len(v.ready) < 100
+    assert v.taints[0] == ("", "v", "NoSchedule")
+
+
+def test_a_job_view_keeps_only_the_failure_rules_the_api_server_takes():
+    """Found by the fuzz: a gang Job's podFailurePolicy was kept whatever its actions and lengths."""
+    from webhook.reconciler.model import job_view
+
+    rules = [{"action": "x" * 100_000, "onExitCodes": {"operator": "In", "values": [1]}}] * 100
+    rules += [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": list(range(1, 10_000))}}] * 100
+    obj = {"metadata": {"name": "j", "namespace": "demo"}, "spec": {
+        "podFailurePolicy": {"rules": rules[90:]},
+        "template": {"metadata": {"labels": {"batchgate.io/pod-group": "g"}}, "spec": {}}}}
+    policy = job_view(obj).failure_policy
+    assert [r.action for r in policy.rules] == ["FailJob"] * 10  # of the first 20 rules, those with known actions
+    assert len(policy.rules[0].exit_codes) == 255
+    obj["spec"]["podFailurePolicy"] = {"rules": {"not": "a list"}}
+    assert job_view(obj).failure_policy.rules == ()
