@@ -232,6 +232,30 @@ def test_the_workload_ends_its_segments_with_the_agreed_exit_code():
     assert "exited with code 1" in w.sj("md")["status"]["message"]
 
 
+def test_a_pod_that_checkpointed_and_is_then_deleted_is_no_interruption():
+    """The pod exited with the agreed code; then it is deleted (here by hand, as the Job controller,
+    a person or an eviction of the ended pod would) before the controller's pass saw the exit: a
+    segment boundary all the same, interruptedCount unchanged. Preempted first and then exiting
+    with the code (DisruptionTarget before the exit), it is one interruption, counted once."""
+    for disrupted_before, want, count in ((False, "sj-segment", 0), (True, "sj-interrupted", 1)):
+        obj = sj("md", pods=1, duration="10m")
+        obj["spec"]["checkpointExitCode"] = 3
+        w = World(obj)
+        _running(w)
+        exit_at = w.now - 1
+        conditions = [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                       "lastTransitionTime": format_time(exit_at - 5 if disrupted_before else exit_at + 0.5)}]
+        w.set_pod("md-1-0", phase="Failed", conditions=conditions, containerStatuses=[{
+            "name": "main", "ready": False, "restartCount": 0, "state": {"terminated": {
+                "exitCode": 3, "reason": "Error", "startedAt": format_time(w.now - 70),
+                "finishedAt": format_time(exit_at)}}}])
+        w.api.objects[("pods", "demo", "md-1-0")]["metadata"]["deletionTimestamp"] = format_time(w.now)
+        assert w.step() == [want]
+        assert w.sj("md")["status"]["interruptedCount"] == count
+        w.kubelet_gone("md-1")
+        assert "sj-interrupted" not in w.step() + w.step(5)  # never counted again
+
+
 def test_a_pod_deleted_from_outside_interrupts_it_and_it_restarts_first():
     w = World(sj("md", cpu="2"), sj("younger", cpu="2", created=-60), nodes=1)
     w.step()
