@@ -236,3 +236,54 @@ def test_a_preemption_that_must_violate_a_budget_is_counted_with_its_loss():
     held = tiny_day("guard")  # the only gang, 8 cores, guarded from 2.5 min of compute: preempted at 25
     assert held.violating == 1 and held.violating_lost == pytest.approx(held.lost) and held.lost > 0
     assert tiny_day("segments").violating == 0
+
+
+# -- issue 25: the reconciler's victims, declared checkpoints -----------------------------------
+def test_a_declared_interval_runs_one_long_pod_that_checkpoints_from_its_start():
+    out = tiny_day("declared")
+    # no boundaries; checkpoints at 10 and 20 minutes after the start (the first holds 9.5 min of
+    # compute after the 0.5 min restart): at 25, 19.5 min kept and 5 lost, x 8 cores
+    assert out.restart_boundary == 0 and out.interruptions == 1
+    assert out.useful == pytest.approx(19.5 * 8) and out.lost == pytest.approx(5 * 8)
+
+
+def test_the_reconciler_picks_the_victims_of_the_work_it_releases():
+    for order in ("victims", "combined"):
+        assert tiny_day(order).reconciler_picks == 1  # the ordinary pod is batch: gated
+    assert tiny_day("combined", gated="none").reconciler_picks == 0  # left to kube-scheduler
+    assert tiny_day("guard").reconciler_picks == 0
+
+
+def test_the_case_kube_scheduler_gets_wrong_node_b_gives_way():
+    """Node A (node-000): one 4-core gang, 9 minutes of compute since its last checkpoint; node B
+    (node-001): two 2-core gangs that checkpointed a minute and a half ago (segments: started then;
+    long pods: their second checkpoint). A batch pod that needs a whole node: kube-scheduler takes
+    A (one victim against two), and so does the guard when all three are held (one violation
+    against two); the reconciler takes B (8 core-min lost by its count, against 40)."""
+    chosen = {}
+    for order in ("stock", "guard", "victims", "combined"):
+        s = sim.Sim(sim.Params(nodes=2, node_cpu=4, guard=1.0), order, 1, [], [])
+        b = 28.0 if s.segments else 8.0
+        _running(s, (0, 1, 4, 20.0, "node-000"), (1, 1, 2, b, "node-001"), (2, 1, 2, b, "node-001"))
+        if order == "guard":
+            assert s._budgets(29.5) == {"sj0": 0, "sj1": 0, "sj2": 0}
+        node = s._preempt(pod(999, 4, prio=BATCH), 29.5)
+        chosen[order] = node.name
+    assert chosen == {"stock": "node-000", "guard": "node-000", "victims": "node-001", "combined": "node-001"}
+
+
+def test_json_marks_the_default_order_and_gives_each_ratio_a_range(capsys):
+    assert sim.main(["--json", "--seeds", "2", "--nodes", "4", "--hours", "3", "--warmup", "1",
+                     "--orders", "stock,guard,combined", "--restarts", "10"]) == 0
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["default"] == "combined" and set(doc["by_restart_s"]) == {"10", "30"}
+    orders = doc["orders"]
+    assert [o for o, r in orders.items() if r["default"]] == ["combined"]
+    for r in orders.values():
+        for key in ("lost_vs_stock", "waste_vs_stock", "useful_vs_stock"):
+            if r[key] is not None:
+                assert r[key]["min"] <= r[key]["mean"] <= r[key]["max"]
+    assert orders["stock"]["waste_vs_stock"] == {"mean": 1.0, "min": 1.0, "max": 1.0}
+    assert "| combined" in sim.markdown(doc)
