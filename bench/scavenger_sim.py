@@ -1229,7 +1229,8 @@ def _json(p: Params, seeds: list[int], orders: list[Order], a: argparse.Namespac
     import json
     from dataclasses import asdict
 
-    restarts = sorted({p.restart * 60, *(float(x) for x in a.restarts.split(",") if x.strip())})
+    others = sorted({float(x) for x in a.restarts.split(",") if x.strip()} - {p.restart * 60})
+    restarts = [p.restart * 60, *others]  # the main figure first
     by: dict[str, dict[str, dict[str, object]]] = {}
     sweep_orders = [o.strip() for o in a.sweep_orders.split(",") if o.strip()] or orders
     for r in restarts:
@@ -1238,7 +1239,7 @@ def _json(p: Params, seeds: list[int], orders: list[Order], a: argparse.Namespac
         compare(p, seeds, out=lambda line: print(line, file=sys.stderr), results=results)
         by[f"{r:g}"] = summary(results)
     doc = {"seeds": seeds, "params": asdict(p), "default": DEFAULT_ORDER, "restart_s": p.restart * 60,
-           "orders": by[f"{p.restart * 60:g}"], "by_restart_s": by}
+           "orders": by[f"{p.restart * 60:g}"], "by_restart_s": dict(sorted(by.items(), key=lambda kv: float(kv[0])))}
     print(json.dumps(doc, indent=1))
     return 0
 

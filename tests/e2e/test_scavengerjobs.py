@@ -343,6 +343,36 @@ def test_a_checkpointed_pod_deleted_before_the_reconciler_looked_is_no_interrupt
     assert len(events(kube, ns, sj["metadata"]["uid"], "Interrupted")) == 1
 
 
+def test_a_declared_checkpoint_interval_runs_one_long_pod(kube, webhook_server, namespace, pool, reconciler):
+    """spec.checkpoint.interval, duration left out: stored as written (the CRD schema takes it), the
+    workload reads the interval, no FailJob rule (no exit code agreed), and no boundary past the
+    interval: the one Job's pods keep running. Both kinds at once are refused."""
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns, (_, node) = namespace, pool
+    node(cpu="8")
+    r = reconciler()
+    body = scavengerjob("md", pods=1)
+    del body["spec"]["duration"]
+    body["spec"]["checkpoint"] = {"interval": "1m"}
+    kube.create(sj_path(ns), body)
+    assert kube.get(sj_path(ns, "md"))["spec"]["checkpoint"] == {"interval": "1m"}
+    wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-1", "started", r=r)
+    (p,) = run_segment(kube, ns, "md-1", 1)
+    assert {"name": "BATCHGATE_CHECKPOINT_INTERVAL_SECONDS", "value": "60"} in p["spec"]["containers"][0]["env"]
+    assert "podFailurePolicy" not in kube.get(jobs_path(ns, "md-1"))["spec"]
+    st = wait_status(kube, ns, "md", lambda s: s.get("runningSegment") == 1, "running", r=r)
+    assert "no segment boundaries" in st["message"]
+    started = time.monotonic()
+    kube.wait_for(lambda: time.monotonic() - started > 75, 90, message="past the interval")
+    assert status(kube, ns, "md")["segment"] == 1
+    assert not kube.get(pods_path(ns, p["metadata"]["name"]))["metadata"].get("deletionTimestamp")
+    both = scavengerjob("both", pods=1)
+    both["spec"].update(checkpoint={"interval": "10m"}, checkpointExitCode=3)
+    with pytest.raises(KubeApiError) as e:
+        kube.create(sj_path(ns), both)
+    assert "not both" in str(e.value)
+
+
 def test_without_the_garbage_collector_a_boundary_and_a_left_over_pod_still_go(
         kube, webhook_server, namespace, pool, reconciler):
     """kube-controller-manager stopped (SIGSTOP: no garbage collector, no Job controller) across a
