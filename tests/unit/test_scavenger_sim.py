@@ -287,3 +287,13 @@ def test_json_marks_the_default_order_and_gives_each_ratio_a_range(capsys):
                 assert r[key]["min"] <= r[key]["mean"] <= r[key]["max"]
     assert orders["stock"]["waste_vs_stock"] == {"mean": 1.0, "min": 1.0, "max": 1.0}
     assert "| combined" in sim.markdown(doc)
+
+
+def test_the_readme_tables_are_the_saved_json_rendered():
+    """bench/README.md's issue-25 tables are ``--markdown`` of bench/results/scavenger_sim.json, so
+    the README and a script read the same numbers; the default order is marked in both."""
+    import json
+
+    doc = json.loads((ROOT / "bench" / "results" / "scavenger_sim.json").read_text())
+    assert [o for o, r in doc["orders"].items() if r["default"]] == [doc["default"]] == ["combined"]
+    assert sim.markdown(doc) in (ROOT / "bench" / "README.md").read_text()
