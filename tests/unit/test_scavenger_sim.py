@@ -5,6 +5,8 @@ losses are computed by hand."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -297,3 +299,72 @@ def test_the_readme_tables_are_the_saved_json_rendered():
     doc = json.loads((ROOT / "bench" / "results" / "scavenger_sim.json").read_text())
     assert [o for o, r in doc["orders"].items() if r["default"]] == [doc["default"]] == ["combined"]
     assert sim.markdown(doc) in (ROOT / "bench" / "README.md").read_text()
+
+
+# -- the reconciler's victims, as the simulator searches them ------------------------------------
+def test_gang_loss_counts_every_core_and_a_coming_drain_makes_room_cheap():
+    assert sim.gang_loss(unsaved_s=100, cores=4, restart_s=30) == 4 * 130
+    # drained in 5 min, checkpoints every 10, 2 min unsaved: it saves nothing before the drain (7 min
+    # unsaved then): evicting it now costs nothing
+    assert sim.gang_loss(unsaved_s=120, cores=4, restart_s=30, interval=600, drain_in=300) == 0
+    # 8 min unsaved, drained in 5: it would checkpoint in 2 and lose 3 at the drain: now costs 8 - 3
+    assert sim.gang_loss(unsaved_s=480, cores=2, restart_s=30, interval=600, drain_in=300) == 2 * 300
+    # a segment (no interval): it loses more at the drain than now
+    assert sim.gang_loss(unsaved_s=480, cores=2, restart_s=30, drain_in=300) == 0
+
+
+def _holder(name: str, loss: float, **on: tuple[int, int, int]) -> Any:
+    return sim.Holder(("demo", name), loss, on)
+
+
+def test_choose_victims_takes_the_cheapest_whole_gangs_on_one_node():
+    free = {"a": sim.Room("a", 0, 0, 100), "b": sim.Room("b", 0, 0, 100)}
+    # node a: one 4-core gang with much unsaved work; node b: two 2-core gangs that just checkpointed
+    holders = [_holder("dear", 400.0, a=(4000, 4 * GI, 1)),
+               _holder("cheap1", 10.0, b=(2000, 2 * GI, 1)), _holder("cheap2", 12.0, b=(2000, 2 * GI, 1))]
+    got = sim.choose_victims(sim.Need(1, 4000, 4 * GI), free, holders)
+    assert got is not None and got.node == "b" and sorted(got.gangs) == [("demo", "cheap1"), ("demo", "cheap2")]
+    assert got.loss == 22.0
+    # a 2-core pod: one cheap gang is enough
+    got = sim.choose_victims(sim.Need(1, 2000, 2 * GI), free, holders)
+    assert got is not None and got.gangs == (("demo", "cheap1"),)
+    # free room counts; a node that evicting scavengers cannot free enough on is skipped
+    got = sim.choose_victims(sim.Need(1, 6000, 6 * GI), {**free, "a": sim.Room("a", 2000, 2 * GI, 100)}, holders)
+    assert got is not None and got.node == "a" and got.gangs == (("demo", "dear"),)
+    assert sim.choose_victims(sim.Need(1, 8000, 8 * GI), free, holders) is None
+    got = sim.choose_victims(sim.Need(1, 1000, GI), {**free, "c": sim.Room("c", 1000, GI, 1)}, holders)
+    assert got is not None and (got.node, got.gangs, got.loss) == ("c", (), 0.0)  # room without evicting
+    # a gang spread over nodes counts its whole loss, but frees only its pods on the chosen node
+    spread = [_holder("wide", 5.0, a=(1000, GI, 1), b=(1000, GI, 1)), _holder("mid", 8.0, b=(2000, 2 * GI, 1))]
+    got = sim.choose_victims(sim.Need(1, 2000, 2 * GI), free, spread)
+    assert got is not None and got.node == "b" and got.gangs == (("demo", "mid"),)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_choose_victims_finds_the_least_loss_as_brute_force_does(seed: int):
+    rng = random.Random(seed)
+    nodes = [f"n{i}" for i in range(rng.randint(1, 3))]
+    free = {n: sim.Room(n, rng.choice((0, 1000, 2000)), rng.choice((0, GI, 2 * GI)), rng.choice((0, 5))) for n in nodes}
+    holders = []
+    for i in range(rng.randint(1, 7)):
+        on = {n: (rng.choice((1000, 2000, 3000)), rng.choice((1, 2, 3)) * GI, 1)
+              for n in rng.sample(nodes, rng.randint(1, len(nodes)))}
+        holders.append(_holder(f"g{i}", float(rng.randint(1, 20)), **on))
+    pod_need = sim.Need(1, rng.choice((2000, 4000, 6000)), rng.choice((2, 4)) * GI)
+    best: tuple[float, int] | None = None
+    for n in nodes:
+        here = [h for h in holders if n in h.on]
+        for k in range(len(here) + 1):
+            for combo in itertools.combinations(here, k):
+                room = free[n]
+                cpu = room.cpu_m + sum(h.on[n][0] for h in combo)
+                mem = room.mem_b + sum(h.on[n][1] for h in combo)
+                slots = room.pods + sum(h.on[n][2] for h in combo)
+                if cpu >= pod_need.cpu_m and mem >= pod_need.mem_b and slots >= 1:
+                    key = (sum(h.loss for h in combo), k)
+                    best = key if best is None or key < best else best
+    got = sim.choose_victims(pod_need, free, holders)
+    if best is None:
+        assert got is None
+    else:
+        assert got is not None and (got.loss, len(got.gangs)) == best

@@ -343,11 +343,7 @@ def victim_key(start_over: float) -> float:
     return start_over
 
 
-# -- the reconciler's victims (issue 25) -----------------------------------------
-# When ordinary work the reconciler releases (gated queues) needs room that scavengers hold, the
-# reconciler itself picks the victims: the whole gangs that lose least, which kube-scheduler's own
-# preemption cannot see (it counts pods, not gangs; start times, not unsaved work). bench/
-# scavenger_sim.py's "victims" and "combined" orders call these; the queue's release wires them.
+# -- unsaved work ------------------------------------------------------------------
 def unsaved(elapsed: float, interval: float | None) -> float:
     """The work since the last checkpoint as the reconciler can know it, ``elapsed`` after the pods
     started: with a declared checkpoint ``interval`` (spec.checkpoint.interval: one long pod), the time
@@ -355,108 +351,6 @@ def unsaved(elapsed: float, interval: float | None) -> float:
     The workload's own restart (reading its checkpoint) is not known, so it is counted as work."""
     elapsed = max(elapsed, 0.0)
     return elapsed % interval if interval else elapsed
-
-
-def gang_loss(*, unsaved_s: float, cores: float, restart_s: float, interval: float | None = None,
-              drain_in: float | None = None) -> float:
-    """Core-seconds an eviction now throws away: the unsaved work and a restart, of every core of
-    the gang. A gang on a node drained in ``drain_in`` seconds (a maintenance window) is interrupted
-    then anyway, paying the restart and losing its unsaved work at that time: evicting it now costs
-    only the work it would have saved at its checkpoints before the drain, and nothing when it
-    reaches none (the cheapest room there is)."""
-    if drain_in is None:
-        return (unsaved_s + restart_s) * cores
-    period = interval or float("inf")
-    at_drain = (unsaved_s + max(drain_in, 0.0)) % period if period != float("inf") else unsaved_s + drain_in
-    return max(unsaved_s - at_drain, 0.0) * cores
-
-
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """A running scavenger gang that could give way: its ``loss`` (``gang_loss``) and the room its
-    pods hold on each node, ``{node: (cpu_m, mem_b, pods)}``."""
-
-    key: tuple[str, str]
-    loss: float
-    on: Mapping[str, tuple[int, int, int]]
-
-
-@dataclass(frozen=True, slots=True)
-class Victims:
-    node: str
-    gangs: tuple[tuple[str, str], ...]
-    loss: float
-
-
-def choose_victims(pod: Need, free: Mapping[str, Room], holders: Iterable[Holder], *,
-                   budget: int = 20_000) -> Victims | None:
-    """The node and the whole gangs to evict so that one pod of ``pod`` fits there, at the least
-    loss (then the fewest gangs, then the node's name); None when evicting scavengers makes room
-    nowhere. ``free``: the room left on each node the pod may use. An exact search per node (a
-    gang evicted frees its pods on every node, but only the chosen node's room is counted), cut
-    after ``budget`` steps a node (the best found so far stands)."""
-    by_node: dict[str, list[tuple[float, int, int, int, tuple[str, str]]]] = {}
-    for h in holders:
-        for name, (c, m, k) in h.on.items():
-            if name in free:
-                by_node.setdefault(name, []).append((h.loss, c, m, k, h.key))
-    # The nodes by their greedy answer (the cheapest gangs until the pod fits), so the exact
-    # search on the best of them first bounds the search on the others.
-    tries: list[tuple[float, str, list[tuple[float, int, int, int, tuple[str, str]]], tuple[int, int, int]]] = []
-    for name, room in free.items():
-        gangs = by_node.get(name, [])
-        need = (pod.cpu_m - room.cpu_m, pod.mem_b - room.mem_b, 1 - room.pods)
-        gangs.sort()
-        c, m, k, greedy = need[0], need[1], need[2], 0.0
-        for g in gangs:
-            if c <= 0 and m <= 0 and k <= 0:
-                break
-            c, m, k, greedy = c - g[1], m - g[2], k - g[3], greedy + g[0]
-        if c <= 0 and m <= 0 and k <= 0:
-            tries.append((greedy, name, gangs, need))
-    best: Victims | None = None
-    for greedy, name, gangs, need in sorted(tries, key=lambda t: (t[0], t[1])):
-        if best is not None and gangs and gangs[0][0] > best.loss:
-            continue
-        found = _cheapest(gangs, need, budget, best.loss if best is not None else greedy)
-        if found is not None and (best is None or (found[0], len(found[1])) < (best.loss, len(best.gangs))):
-            best = Victims(name, found[1], found[0])
-    return best
-
-
-def _cheapest(gangs: Sequence[tuple[float, int, int, int, tuple[str, str]]], need: tuple[int, int, int],
-              budget: int, bound: float) -> tuple[float, tuple[tuple[str, str], ...]] | None:
-    """The cheapest subset of ``gangs`` (sorted by loss) covering ``need`` (cpu, memory, pods), at
-    most ``bound``; depth-first, including before excluding, so the first answers are cheap."""
-    suffix = [(0, 0, 0)] * (len(gangs) + 1)
-    for i in range(len(gangs) - 1, -1, -1):
-        c, m, k = suffix[i + 1]
-        suffix[i] = (c + gangs[i][1], m + gangs[i][2], k + gangs[i][3])
-    best: list[tuple[float, int, tuple[tuple[str, str], ...]]] = []
-    steps = [budget]
-    chosen: list[tuple[str, str]] = []
-
-    def dfs(i: int, cpu: int, mem: int, slots: int, spent: float) -> None:
-        if cpu <= 0 and mem <= 0 and slots <= 0:
-            if (spent, len(chosen)) < (best[0][0], best[0][1]) if best else spent <= bound:
-                best[:] = [(spent, len(chosen), tuple(chosen))]
-            return
-        if i == len(gangs) or steps[0] <= 0:
-            return
-        steps[0] -= 1
-        if spent + gangs[i][0] > (best[0][0] if best else bound):
-            return  # sorted by loss: nothing after i is cheaper
-        c, m, k = suffix[i]
-        if c < cpu or m < mem or k < slots:
-            return
-        g = gangs[i]
-        chosen.append(g[4])
-        dfs(i + 1, cpu - g[1], mem - g[2], slots - g[3], spent + g[0])
-        chosen.pop()
-        dfs(i + 1, cpu, mem, slots, spent)
-
-    dfs(0, *need, 0.0)
-    return (best[0][0], best[0][2]) if best else None
 
 
 # -- failure vs interruption ---------------------------------------------------
