@@ -28,6 +28,20 @@ Orders compared, on the same cluster, the same ordinary arrivals, the same Scave
   oracle    (d) long pods as in (a), but the victims are the whole gangs, on one node, whose
                 loss (compute since their checkpoint plus the restart, all their pods on all
                 nodes) is least; it knows what no scheduler can see.
+  victims       (issue 25) guard, and the reconciler picks the victims of the work it releases
+                (gated queues: batch work, --gated): the whole scavenger gangs, on one node,
+                that lose least by what it can know (webhook.reconciler.scavenger.choose_victims:
+                the time since the pods' start, the restart included, + an assumed 30 s restart,
+                x the gang's cores); interactive work is left to kube-scheduler and the guard.
+  declared      (issue 25) spec.checkpoint.interval: long pods, no boundaries, that checkpoint every
+                --checkpoint minutes counted from the container's start (the first interval holds
+                the restart: that is the contract the reconciler reads the unsaved work from); the
+                guard held from the interval's unsaved work; kube-scheduler's victims.
+  combined      (issue 25) declared + the reconciler's victims: batchgate's default (DEFAULT_ORDER).
+
+--json prints, per order, lost / waste / useful against the stock order (mean, min, max of the
+days' ratios) and marks the default order; --restarts 10,30,120 adds other restart costs;
+--markdown FILE renders the README's tables from that JSON.
 
 The figure is scavenger work lost to preemption (core-hours of compute done since the last
 checkpoint of every gang torn down), and the waste: that plus the restarts it and the
@@ -96,13 +110,13 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from webhook.reconciler.scavenger import Need, Room, Waiting, cap_room, choose_starts
+from webhook.reconciler.scavenger import Need, Room, Waiting, cap_room, choose_starts, unsaved
 
 GI = 1 << 30
 MAX_INT32 = 2**31 - 1
@@ -309,6 +323,114 @@ def oracle_on_node(node: SimNode, preemptor: SimPod, cost: Callable[[Hashable], 
     return None
 
 
+# == the reconciler's victims (issue 25) ======================================================
+# The reconciler's choice as webhook/reconciler/victims.py makes it on the cluster (the same cost:
+# unsaved work since the pods' start + a 30 s restart, x the gang's cores; a gang whose node is
+# drained soon is cheap), here as an exact search per node where victims.choose is greedy (the
+# cheapest gangs on a node until the pod fits, the node with the lowest cost per pod): the
+# simulated days measure the order, not that search.
+def gang_loss(*, unsaved_s: float, cores: float, restart_s: float, interval: float | None = None,
+              drain_in: float | None = None) -> float:
+    """Core-seconds an eviction now throws away: the unsaved work and a restart, of every core of
+    the gang. A gang on a node drained in ``drain_in`` seconds (a maintenance window) is interrupted
+    then anyway, paying the restart and losing its unsaved work at that time: evicting it now costs
+    only the work it would have saved at its checkpoints before the drain, and nothing when it
+    reaches none (the cheapest room there is)."""
+    if drain_in is None:
+        return (unsaved_s + restart_s) * cores
+    period = interval or float("inf")
+    at_drain = (unsaved_s + max(drain_in, 0.0)) % period if period != float("inf") else unsaved_s + drain_in
+    return max(unsaved_s - at_drain, 0.0) * cores
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A running scavenger gang that could give way: its ``loss`` (``gang_loss``) and the room its
+    pods hold on each node, ``{node: (cpu_m, mem_b, pods)}``."""
+
+    key: tuple[str, str]
+    loss: float
+    on: Mapping[str, tuple[int, int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Victims:
+    node: str
+    gangs: tuple[tuple[str, str], ...]
+    loss: float
+
+
+def choose_victims(pod: Need, free: Mapping[str, Room], holders: Iterable[Holder], *,
+                   budget: int = 20_000) -> Victims | None:
+    """The node and the whole gangs to evict so that one pod of ``pod`` fits there, at the least
+    loss (then the fewest gangs, then the node's name); None when evicting scavengers makes room
+    nowhere. ``free``: the room left on each node the pod may use. An exact search per node (a
+    gang evicted frees its pods on every node, but only the chosen node's room is counted), cut
+    after ``budget`` steps a node (the best found so far stands)."""
+    by_node: dict[str, list[tuple[float, int, int, int, tuple[str, str]]]] = {}
+    for h in holders:
+        for name, (c, m, k) in h.on.items():
+            if name in free:
+                by_node.setdefault(name, []).append((h.loss, c, m, k, h.key))
+    # The nodes by their greedy answer (the cheapest gangs until the pod fits), so the exact
+    # search on the best of them first bounds the search on the others.
+    tries: list[tuple[float, str, list[tuple[float, int, int, int, tuple[str, str]]], tuple[int, int, int]]] = []
+    for name, room in free.items():
+        gangs = by_node.get(name, [])
+        need = (pod.cpu_m - room.cpu_m, pod.mem_b - room.mem_b, 1 - room.pods)
+        gangs.sort()
+        c, m, k, greedy = need[0], need[1], need[2], 0.0
+        for g in gangs:
+            if c <= 0 and m <= 0 and k <= 0:
+                break
+            c, m, k, greedy = c - g[1], m - g[2], k - g[3], greedy + g[0]
+        if c <= 0 and m <= 0 and k <= 0:
+            tries.append((greedy, name, gangs, need))
+    best: Victims | None = None
+    for greedy, name, gangs, need in sorted(tries, key=lambda t: (t[0], t[1])):
+        if best is not None and gangs and gangs[0][0] > best.loss:
+            continue
+        found = _cheapest(gangs, need, budget, best.loss if best is not None else greedy)
+        if found is not None and (best is None or (found[0], len(found[1])) < (best.loss, len(best.gangs))):
+            best = Victims(name, found[1], found[0])
+    return best
+
+
+def _cheapest(gangs: Sequence[tuple[float, int, int, int, tuple[str, str]]], need: tuple[int, int, int],
+              budget: int, bound: float) -> tuple[float, tuple[tuple[str, str], ...]] | None:
+    """The cheapest subset of ``gangs`` (sorted by loss) covering ``need`` (cpu, memory, pods), at
+    most ``bound``; depth-first, including before excluding, so the first answers are cheap."""
+    suffix = [(0, 0, 0)] * (len(gangs) + 1)
+    for i in range(len(gangs) - 1, -1, -1):
+        c, m, k = suffix[i + 1]
+        suffix[i] = (c + gangs[i][1], m + gangs[i][2], k + gangs[i][3])
+    best: list[tuple[float, int, tuple[tuple[str, str], ...]]] = []
+    steps = [budget]
+    chosen: list[tuple[str, str]] = []
+
+    def dfs(i: int, cpu: int, mem: int, slots: int, spent: float) -> None:
+        if cpu <= 0 and mem <= 0 and slots <= 0:
+            if (spent, len(chosen)) < (best[0][0], best[0][1]) if best else spent <= bound:
+                best[:] = [(spent, len(chosen), tuple(chosen))]
+            return
+        if i == len(gangs) or steps[0] <= 0:
+            return
+        steps[0] -= 1
+        if spent + gangs[i][0] > (best[0][0] if best else bound):
+            return  # sorted by loss: nothing after i is cheaper
+        c, m, k = suffix[i]
+        if c < cpu or m < mem or k < slots:
+            return
+        g = gangs[i]
+        chosen.append(g[4])
+        dfs(i + 1, cpu - g[1], mem - g[2], slots - g[3], spent + g[0])
+        chosen.pop()
+        dfs(i + 1, cpu, mem, slots, spent)
+
+    dfs(0, *need, 0.0)
+    return (best[0][0], best[0][2]) if best else None
+
+
 def gang_tier(pods: int, cpu_m: int, tiers: int) -> int:
     """The gangs order's scavenger class (0 lowest) for a gang of ``pods`` pods: log2 of its pods."""
     return min(max(pods - 1, 0).bit_length(), tiers - 1)
@@ -338,6 +460,8 @@ class Params:
     guard_keep: float = 0.0  # diagnostic: guard every running gang but this share, the least unsaved (rank)
     guard_node: float = 0.0  # diagnostic: per node, leave unguarded the least-unsaved gangs until this many cores
     guard_tiers: bool = False  # diagnostic: guard plus scavenger classes by the gang's cores (1-2, 3-8, 9+)
+    gated: str = "batch"  # whose room the reconciler takes (victims, combined): "batch", "all" or "none"
+    victim_restart: float = 0.5  # the restart the reconciler's victim choice assumes (minutes; it cannot see it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -468,14 +592,20 @@ class Outcome:
     violating: int = 0  # preemptions of scavengers whose victims violate a PodDisruptionBudget (guard)
     violating_lost: float = 0.0  # core-minutes lost in those
     oracle_exhausted: int = 0
+    reconciler_picks: int = 0  # preemptions whose victims the reconciler chose (victims, combined)
 
     @property
     def waste(self) -> float:
         return self.lost + self.restart_interrupted + self.restart_boundary + self.boundary_lost
 
 
-Order = str  # "stock" | "segments" | "tiers" | "guard" | "oracle"
-ORDERS: tuple[Order, ...] = ("stock", "segments", "tiers", "gangs", "guard", "oracle")
+Order = str  # one of ORDERS
+ORDERS: tuple[Order, ...] = ("stock", "segments", "tiers", "gangs", "guard", "oracle", "victims", "declared", "combined")
+DEFAULT_ORDER: Order = "combined"  # batchgate's default (issue 25)
+SEGMENTED = ("segments", "tiers", "gangs", "guard", "victims")  # pod boundaries at checkpoints
+GUARDED = ("guard", "victims", "declared", "combined")  # a PodDisruptionBudget on gangs with unsaved work
+RECONCILER = ("victims", "combined")  # the reconciler picks the victims for the work it releases
+DECLARED = ("declared", "combined")  # long pods that declare spec.checkpoint.interval
 
 
 class Sim:
@@ -483,7 +613,7 @@ class Sim:
 
     def __init__(self, p: Params, order: Order, seed: int, jobs: list[OrdinaryJob], sjs: list[SJSpec]) -> None:
         self.p, self.order = p, order
-        self.segments = order in ("segments", "tiers", "gangs", "guard")
+        self.segments = order in SEGMENTED
         self.rng = random.Random(f"scheduler-{seed}")
         self.nodes = [SimNode(f"node-{i:03d}", p.node_cpu * 1000, p.node_cpu * 4 * GI) for i in range(p.nodes)]
         self.by_name = {n.name: n for n in self.nodes}
@@ -605,7 +735,11 @@ class Sim:
         progress = max(0.0, now - sj.run_start - self.p.restart)
         if sj.spec.sigterm_save:
             return progress, 0.0
-        kept = math.floor(progress / self.p.checkpoint + 1e-9) * self.p.checkpoint
+        if self.order in DECLARED:  # every interval from the container's start: the first one includes the restart
+            kept = max(math.floor((now - sj.run_start) / self.p.checkpoint + 1e-9) * self.p.checkpoint
+                       - self.p.restart, 0.0)
+        else:
+            kept = math.floor(progress / self.p.checkpoint + 1e-9) * self.p.checkpoint
         return kept, progress - kept
 
     def _interrupt(self, sj: SJ, now: float) -> None:
@@ -626,10 +760,13 @@ class Sim:
         disruptionsAllowed 0 for every running gang whose compute since its checkpoint, over all
         its pods, is >= ``guard`` core-minutes; the others are not held. Assumes the controller
         and the disruption controller keep them current to the second."""
-        if self.order != "guard" or self.p.guard < 0:
+        if self.order not in GUARDED or self.p.guard < 0:
             return None
         run = [sj for sj in self.sjs if sj.pods]
-        loss = {sj.spec.id: self._unsaved(sj, now)[1] * sj.cores for sj in run}
+        if self.order == "guard":  # as issue 14 measured it: the exact unsaved work
+            loss = {sj.spec.id: self._unsaved(sj, now)[1] * sj.cores for sj in run}
+        else:  # what the reconciler can know: from the pods' start (and the declared interval)
+            loss = {sj.spec.id: self._known_unsaved(sj, now) * sj.cores for sj in run}
         if self.p.guard_keep > 0:  # rank: all but the least-unsaved share, cluster-wide
             run.sort(key=lambda s: loss[s.spec.id])
             held = run[int(len(run) * self.p.guard_keep):]
@@ -651,6 +788,38 @@ class Sim:
             held = [sj for sj in run if loss[sj.spec.id] >= self.p.guard]
         return {f"sj{sj.spec.id}": 0 for sj in held}
 
+    def _known_unsaved(self, sj: SJ, now: float) -> float:
+        """The unsaved minutes the reconciler can know (webhook.reconciler.scavenger.unsaved): since
+        the pods' start (the restart included, it cannot see it), over the declared interval for
+        long pods; the whole segment for segments."""
+        return unsaved(now - sj.run_start, None if self.segments else self.p.checkpoint)
+
+    def _gated(self, pod: SimPod) -> bool:
+        """Released by the reconciler (a gated queue): batch work by default (--gated)."""
+        return self.p.gated == "all" or (self.p.gated == "batch" and pod.priority == BATCH)
+
+    def _reconciler_victims(self, pod: SimPod, now: float) -> tuple[SimNode, list[Hashable]] | None:
+        """The reconciler's choice (webhook.reconciler.scavenger.choose_victims): whole gangs, on
+        the node where they lose least by what it can know."""
+        holders = []
+        by_key: dict[tuple[str, str], SJ] = {}
+        for sj in self.sjs:
+            if not sj.pods:
+                continue
+            on: dict[str, tuple[int, int, int]] = {}
+            for q in sj.pods:
+                c, m, k = on.get(q.node, (0, 0, 0))
+                on[q.node] = (c + q.cpu_m, m + q.mem_b, k + 1)
+            key = ("sim", str(sj.spec.id))
+            by_key[key] = sj
+            holders.append(Holder(key, gang_loss(unsaved_s=self._known_unsaved(sj, now), cores=sj.cores,
+                                                 restart_s=self.p.victim_restart), on))
+        free = {n.name: Room(n.name, n.free_cpu, n.free_mem, n.max_pods - len(n.pods)) for n in self.nodes}
+        chosen = choose_victims(Need(1, pod.cpu_m, pod.mem_b), free, holders, budget=self.p.oracle_budget)
+        if chosen is None:
+            return None
+        return self.by_name[chosen.node], [by_key[k] for k in chosen.gangs]
+
     def _oracle_cost(self, owner: Hashable, now: float) -> float:
         if isinstance(owner, SJ):
             return (self._unsaved(owner, now)[1] + self.p.restart) * owner.cores
@@ -664,7 +833,12 @@ class Sim:
         self.rng.shuffle(order)  # Go map order
         victims_owners: list[Hashable]
         violating = False  # the chosen victims include PDB-violating pods (kube-scheduler's own choice only)
-        if self.order == "oracle":
+        mine = self._reconciler_victims(pod, now) if self.order in RECONCILER and self._gated(pod) else None
+        if mine is not None:
+            node, victims_owners = mine
+            if self.counting:
+                self.out.reconciler_picks += 1
+        elif self.order == "oracle":
             best: tuple[tuple[int, float, int], str, list[Hashable]] | None = None
             for n in order:
                 budget = [self.p.oracle_budget]
@@ -849,15 +1023,103 @@ def _h(core_minutes: float) -> float:
     return core_minutes / 60.0
 
 
+def _simulate(args: tuple[Params, Order, int]) -> Outcome:
+    return simulate(*args)
+
+
+def run_days(p: Params, seeds: Sequence[int], orders: Sequence[Order], *, jobs: int = 1) -> dict[Order, list[Outcome]]:
+    """Every order (stock first) over the same days, in ``jobs`` processes."""
+    orders = ["stock", *[o for o in orders if o != "stock"]]
+    work = [(p, o, seed) for seed in seeds for o in orders]
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs) as pool:
+            done = list(pool.map(_simulate, work))
+    else:
+        done = [_simulate(w) for w in work]
+    results: dict[Order, list[Outcome]] = {o: [] for o in orders}
+    for (_, o, _), r in zip(work, done, strict=True):
+        results[o].append(r)
+    return results
+
+
+def summary(results: dict[Order, list[Outcome]]) -> dict[str, dict[str, object]]:
+    """Per order, its days against the stock order's (mean, min, max of the days' ratios) and its
+    own daily means; ``default`` marks batchgate's default order. What ``--json`` prints."""
+    stock = results["stock"]
+    out: dict[str, dict[str, object]] = {}
+    for o, rs in results.items():
+        def stat(f: Callable[[Outcome], float], rs: list[Outcome] = rs) -> dict[str, float] | None:
+            xs = [f(r) / f(b) for r, b in zip(rs, stock, strict=True) if f(b)]
+            if not xs:
+                return None  # nothing to compare with (a day with no preemption)
+            return {"mean": round(statistics.fmean(xs), 3), "min": round(min(xs), 3), "max": round(max(xs), 3)}
+
+        n = len(rs)
+        out[o] = {
+            "lost_vs_stock": stat(lambda r: r.lost), "waste_vs_stock": stat(lambda r: r.waste),
+            "useful_vs_stock": stat(lambda r: r.useful),
+            "lost_core_h": round(_h(sum(r.lost for r in rs) / n), 1),
+            "restarts_core_h": round(_h(sum(r.restart_interrupted + r.restart_boundary for r in rs) / n), 1),
+            "waste_core_h": round(_h(sum(r.waste for r in rs) / n), 1),
+            "useful_core_h": round(_h(sum(r.useful for r in rs) / n), 1),
+            "interruptions": round(sum(r.interruptions for r in rs) / n, 1),
+            "reconciler_picks": round(sum(r.reconciler_picks for r in rs) / n, 1),
+            "default": o == DEFAULT_ORDER,
+        }
+    return out
+
+
+ORDER_LABELS = {
+    "stock": "stock (a): long pods, kube-scheduler's victims",
+    "segments": "segments (b): a pod boundary at each checkpoint",
+    "tiers": "tiers (c)", "gangs": "gangs (f)",
+    "guard": "guard (e): segments + PodDisruptionBudgets, the default before issue 25",
+    "oracle": "oracle (d): long pods, the gangs that lose least (all work)",
+    "victims": "victims: guard + the reconciler picks the victims of batch work",
+    "declared": "declared: long pods (spec.checkpoint.interval) + the guard",
+    "combined": "combined: declared + the reconciler picks the victims",
+}
+
+
+def markdown(doc: dict[str, object]) -> str:
+    """The README's tables, from ``--json``'s output."""
+    def cell(d: object) -> str:
+        if not isinstance(d, dict):
+            return "-"
+        return f"{d['mean']:.2f} ({d['min']:.2f}..{d['max']:.2f})"
+
+    lines = ["| order | lost vs stock | waste vs stock | useful vs stock | lost, core-h | restarts, core-h | waste, "
+             "core-h | useful, core-h | interruptions |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    orders = doc["orders"]
+    assert isinstance(orders, dict)
+    for o, r in orders.items():
+        name = ORDER_LABELS.get(o, o) + (", **batchgate's default**" if r["default"] else "")
+        lines.append(f"| {name} | {cell(r['lost_vs_stock'])} | {cell(r['waste_vs_stock'])} | "
+                     f"{cell(r['useful_vs_stock'])} | {r['lost_core_h']:,.0f} | {r['restarts_core_h']:,.0f} | "
+                     f"{r['waste_core_h']:,.0f} | {r['useful_core_h']:,.0f} | {r['interruptions']:,.0f} |")
+    sweep = doc.get("by_restart_s")
+    if isinstance(sweep, dict) and len(sweep) > 1:
+        lines += ["", "| restart | order | lost vs stock | waste vs stock | useful vs stock |",
+                  "| ---: | --- | ---: | ---: | ---: |"]
+        for restart, by_order in sweep.items():
+            for o, r in by_order.items():
+                if o != "stock":
+                    lines.append(f"| {restart} s | {o}{' (default)' if r['default'] else ''} | "
+                                 f"{cell(r['lost_vs_stock'])} | {cell(r['waste_vs_stock'])} | "
+                                 f"{cell(r['useful_vs_stock'])} |")
+    return "\n".join(lines)
+
+
 def compare(p: Params, seeds: Sequence[int], orders: Sequence[Order] = ORDERS, *,
-            out: Callable[[str], None] = print) -> dict[Order, list[Outcome]]:
+            out: Callable[[str], None] = print, jobs: int = 1,
+            results: dict[Order, list[Outcome]] | None = None) -> dict[Order, list[Outcome]]:
     """Every order over the same days; per day means, and each order's ratio to the stock order
     day by day (mean, min..max over the seeds)."""
-    orders = ["stock", *[o for o in orders if o != "stock"]]
-    results: dict[Order, list[Outcome]] = {o: [] for o in orders}
-    for seed in seeds:
-        for o in orders:
-            results[o].append(simulate(p, o, seed))
+    if results is None:
+        results = run_days(p, seeds, orders, jobs=jobs)
+    orders = list(results)
     stock = results["stock"]
 
     def ratio(rs: list[Outcome], f: Callable[[Outcome], float]) -> str:
@@ -1057,7 +1319,27 @@ def _params(a: argparse.Namespace) -> Params:
     return Params(nodes=a.nodes, load=a.load, checkpoint=a.checkpoint, segment=a.segment, restart=a.restart,
                   tiers=a.tiers, share=a.share, sigterm_save=a.sigterm_save, hours=a.hours, warmup=a.warmup,
                   guard=a.guard, boundary=a.boundary, pick="ideal" if a.ideal_node_pick else "stock",
-                  placement=a.placement, guard_keep=a.guard_keep, guard_node=a.guard_node, guard_tiers=a.guard_tiers)
+                  placement=a.placement, guard_keep=a.guard_keep, guard_node=a.guard_node, guard_tiers=a.guard_tiers,
+                  gated=a.gated)
+
+
+def _json(p: Params, seeds: list[int], orders: list[Order], a: argparse.Namespace) -> int:
+    import json
+    from dataclasses import asdict
+
+    others = sorted({float(x) for x in a.restarts.split(",") if x.strip()} - {p.restart * 60})
+    restarts = [p.restart * 60, *others]  # the main figure first
+    by: dict[str, dict[str, dict[str, object]]] = {}
+    sweep_orders = [o.strip() for o in a.sweep_orders.split(",") if o.strip()] or orders
+    for r in restarts:
+        results = run_days(replace(p, restart=r / 60), seeds, orders if r == p.restart * 60 else sweep_orders,
+                           jobs=a.jobs)
+        compare(p, seeds, out=lambda line: print(line, file=sys.stderr), results=results)
+        by[f"{r:g}"] = summary(results)
+    doc = {"seeds": seeds, "params": asdict(p), "default": DEFAULT_ORDER, "restart_s": p.restart * 60,
+           "orders": by[f"{p.restart * 60:g}"], "by_restart_s": dict(sorted(by.items(), key=lambda kv: float(kv[0])))}
+    print(json.dumps(doc, indent=1))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1088,10 +1370,26 @@ def main(argv: list[str] | None = None) -> int:
                          "CORES of room (free included) and holds the rest")
     ap.add_argument("--guard-tiers", action="store_true",
                     help="diagnostic: the guard order plus scavenger classes by the gang's cores (1-2, 3-8, 9+)")
+    ap.add_argument("--gated", choices=("batch", "all", "none"), default="batch",
+                    help="victims, combined: whose room the reconciler takes (batch work: gated by default; "
+                         "interactive work is left to kube-scheduler's preemption and the guard)")
     ap.add_argument("--orders", default=",".join(ORDERS), help=f"orders to compare (default {','.join(ORDERS)})")
+    ap.add_argument("--json", action="store_true",
+                    help="print the comparison as JSON (per order, lost/waste/useful vs stock: mean, min, max over "
+                         "the seeds; the default order marked) instead of the tables")
+    ap.add_argument("--restarts", default="",
+                    help="also under these restart costs, seconds, comma-separated (e.g. 10,30,120): by_restart_s")
+    ap.add_argument("--sweep-orders", default="", help="the orders for the other --restarts (default: --orders)")
+    ap.add_argument("--markdown", metavar="JSON", help="print the README's tables from a saved --json output")
+    ap.add_argument("--jobs", type=int, default=1, help="processes to simulate in (1)")
     ap.add_argument("--sweep", action="store_true", help="also run other checkpoint / segment / restart settings")
     ap.add_argument("--planning-pass", action="store_true", help="only time one planning pass")
     a = ap.parse_args(argv)
+    if a.markdown:
+        import json
+
+        print(markdown(json.loads(Path(a.markdown).read_text())))
+        return 0
     if a.planning_pass:
         time_controller_pass()
         time_planning_pass()
@@ -1105,13 +1403,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{p.restart:g} min, boundaries {'right after a checkpoint' if p.boundary == 'exit' else 'by SIGTERM'}, "
           f"{p.tiers} tiers, guard from {p.guard:g} core-min, placement {p.placement}"
           f"{', ideal node pick' if p.pick == 'ideal' else ''}; {p.hours:g} h after {p.warmup:g} h of warm-up; "
-          f"{len(seeds)} seeds")
+          f"{len(seeds)} seeds", file=sys.stderr if a.json else sys.stdout)
     t0 = time.process_time()
     orders = [o.strip() for o in a.orders.split(",") if o.strip()]
     bad = [o for o in orders if o not in ORDERS]
     if bad:
         ap.error(f"--orders: unknown {', '.join(bad)} (known: {', '.join(ORDERS)})")
-    results = compare(p, seeds, orders)
+    if a.json:
+        return _json(p, seeds, orders, a)
+    results = compare(p, seeds, orders, jobs=a.jobs)
     per_seed(results)
     if a.sweep:
         for change in ({"checkpoint": 10.0, "segment": 30.0}, {"checkpoint": 30.0, "segment": 30.0},

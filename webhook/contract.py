@@ -1,6 +1,12 @@
 """Names that are part of batchgate's public contract (labels, annotations, the API group): users and
 admins type these, so they never change."""
 
+from __future__ import annotations
+
+from typing import Any
+
+from .units import DurationTooLong, parse_duration, shown
+
 GROUP = "batchgate.io"
 API_VERSION = f"{GROUP}/v1alpha1"
 QUEUE_LABEL = f"{GROUP}/queue"
@@ -85,3 +91,38 @@ SCAVENGERJOB_MAX_PODS = 10_000
 SCAVENGERJOB_MAX_NAME = 63
 SCAVENGERJOB_MAX_CPU = 10_000  # cores per pod
 SCAVENGERJOB_MAX_MEMORY = 2**50  # bytes per pod: 1Pi
+# spec.checkpoint.interval: the workload checkpoints every interval, counted from its container's
+# start, and runs as one long pod (no segments); at least this many seconds.
+SCAVENGERJOB_MIN_CHECKPOINT_INTERVAL = 60
+
+
+def scavengerjob_checkpoint(spec: dict[str, Any]) -> tuple[int | None, list[str]]:
+    """``spec.checkpoint`` of a ScavengerJob: the declared interval in seconds (None: not declared,
+    or unusable) and its problems, each starting with its field path. The one parse the admission
+    rule (policy scavengerjob) and the reconciler's view share."""
+    value = spec.get("checkpoint")
+    if value is None:
+        return None, []
+    if not isinstance(value, dict):
+        return None, ["spec.checkpoint: must be a mapping like {interval: 10m}"]
+    problems = [f"spec.checkpoint.{k}: unknown field (known: interval)" for k in value if k != "interval"]
+    if spec.get("checkpointExitCode") is not None:
+        problems.append("spec.checkpoint: set either spec.checkpoint (one long pod that checkpoints every interval) "
+                        "or spec.checkpointExitCode (segments it ends itself), not both")
+    interval: int | None = None
+    text = value.get("interval")
+    if text is None:
+        problems.append("spec.checkpoint.interval: required, how often the workload checkpoints counted from its "
+                        "container's start, e.g. 10m")
+    else:
+        try:
+            interval = parse_duration(text if isinstance(text, str) else "")
+        except DurationTooLong as e:
+            problems.append(f"spec.checkpoint.interval: {e}")
+        except ValueError:
+            problems.append(f"spec.checkpoint.interval: {shown(text)} is not a duration, write e.g. 10m or 1h")
+        if interval is not None and interval < SCAVENGERJOB_MIN_CHECKPOINT_INTERVAL:
+            problems.append(f"spec.checkpoint.interval: {text} is shorter than "
+                            f"{SCAVENGERJOB_MIN_CHECKPOINT_INTERVAL // 60}m")
+            interval = None
+    return (interval if not problems else None), problems

@@ -292,6 +292,87 @@ def test_the_workload_ends_its_segment_with_the_agreed_exit_code(kube, webhook_s
 
 
 
+def test_a_checkpointed_pod_deleted_before_the_reconciler_looked_is_no_interruption(
+        kube, webhook_server, namespace, pool, reconciler):
+    """The workload exited with the agreed code; before any reconciler looked, the ended pod was
+    evicted (DisruptionTarget written after its exit, as the Eviction API does) and deleted. The
+    next reconciler sees only that: a segment boundary, interruptedCount 0. Then the Eviction API
+    on the running next segment: one interruption, counted once, told from its DisruptionTarget."""
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns, (_, node) = namespace, pool
+    node(cpu="8")
+    r = reconciler(identity="first")
+    body = scavengerjob("md", pods=1, duration="1h")
+    body["spec"]["checkpointExitCode"] = 3
+    sj = kube.create(sj_path(ns), body)
+    wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-1", "started", r=r)
+    (p1,) = run_segment(kube, ns, "md-1", 1)
+    wait_status(kube, ns, "md", lambda s: s.get("runningSegment") == 1, "running", r=r)
+    r.kill()  # nobody looks while the pod checkpoints, is marked and goes
+    name = p1["metadata"]["name"]
+    kube.set_pod_phase(ns, name, "Failed", {"main": 3})
+    ended = kube.get(pods_path(ns, name))
+    conditions = [*(ended["status"].get("conditions") or []),
+                  {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                   "message": "Eviction API: evicting", "lastTransitionTime": time.strftime(
+                       "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 2))}]
+    kube.patch(pods_path(ns, name) + "/status", {"status": {"conditions": conditions}})
+    kube.delete(pods_path(ns, name))  # a pod that ended goes at once (once the Job controller counted it)
+    kube.wait_for(lambda: not kube.exists(pods_path(ns, name)), 30, message=f"pod {name} gone")
+    job = kube.get(jobs_path(ns, "md-1"))  # what is left: the Job's record of the checkpoint
+    assert [c["reason"] for c in job["status"]["conditions"] if c["type"] == "Failed"] == ["PodFailurePolicy"]
+    r2 = reconciler(identity="second")
+    st = wait_status(kube, ns, "md", lambda s: s.get("segment") == 2, "segment boundary", timeout=90, r=r2)
+    assert st["interruptedCount"] == 0 and "checkpoint code 3" in st["message"], st
+    (p2,) = run_segment(kube, ns, "md-2", 1)
+    wait_status(kube, ns, "md", lambda s: s.get("runningSegment") == 2, "segment 2 running", r=r2)
+    assert status(kube, ns, "md")["interruptedCount"] == 0
+
+    kube.create(pods_path(ns, p2["metadata"]["name"]) + "/eviction",
+                {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": p2["metadata"]["name"]}})
+    marked = kube.get(pods_path(ns, p2["metadata"]["name"]))
+    assert marked["metadata"].get("deletionTimestamp")
+    assert [c["reason"] for c in marked["status"]["conditions"] if c["type"] == "DisruptionTarget"] == \
+        ["EvictionByEvictionAPI"]
+    st = wait_status(kube, ns, "md", lambda s: s.get("phase") == "Interrupted", "Interrupted", r=r2)
+    assert st["interruptedCount"] == 1 and "EvictionByEvictionAPI" in st["message"], st
+    st = wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-3", "restarted", r=r2, kubelet=True)
+    run_segment(kube, ns, "md-3", 1)
+    st = wait_status(kube, ns, "md", lambda s: s.get("runningSegment") == 3, "segment 3 running", r=r2)
+    assert st["interruptedCount"] == 1 and len(st["interruptedTimestamps"]) == 1
+    assert len(events(kube, ns, sj["metadata"]["uid"], "Interrupted")) == 1
+
+
+def test_a_declared_checkpoint_interval_runs_one_long_pod(kube, webhook_server, namespace, pool, reconciler):
+    """spec.checkpoint.interval, duration left out: stored as written (the CRD schema takes it), the
+    workload reads the interval, no FailJob rule (no exit code agreed), and no boundary past the
+    interval: the one Job's pods keep running. Both kinds at once are refused."""
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns, (_, node) = namespace, pool
+    node(cpu="8")
+    r = reconciler()
+    body = scavengerjob("md", pods=1)
+    del body["spec"]["duration"]
+    body["spec"]["checkpoint"] = {"interval": "1m"}
+    kube.create(sj_path(ns), body)
+    assert kube.get(sj_path(ns, "md"))["spec"]["checkpoint"] == {"interval": "1m"}
+    wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-1", "started", r=r)
+    (p,) = run_segment(kube, ns, "md-1", 1)
+    assert {"name": "BATCHGATE_CHECKPOINT_INTERVAL_SECONDS", "value": "60"} in p["spec"]["containers"][0]["env"]
+    assert "podFailurePolicy" not in kube.get(jobs_path(ns, "md-1"))["spec"]
+    st = wait_status(kube, ns, "md", lambda s: s.get("runningSegment") == 1, "running", r=r)
+    assert "no segment boundaries" in st["message"]
+    started = time.monotonic()
+    kube.wait_for(lambda: time.monotonic() - started > 75, 90, message="past the interval")
+    assert status(kube, ns, "md")["segment"] == 1
+    assert not kube.get(pods_path(ns, p["metadata"]["name"]))["metadata"].get("deletionTimestamp")
+    both = scavengerjob("both", pods=1)
+    both["spec"].update(checkpoint={"interval": "10m"}, checkpointExitCode=3)
+    with pytest.raises(KubeApiError) as e:
+        kube.create(sj_path(ns), both)
+    assert "not both" in str(e.value)
+
+
 def test_without_the_garbage_collector_a_boundary_and_a_left_over_pod_still_go(
         kube, webhook_server, namespace, pool, reconciler):
     """kube-controller-manager stopped (SIGSTOP: no garbage collector, no Job controller) across a

@@ -5,6 +5,8 @@ losses are computed by hand."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -236,3 +238,133 @@ def test_a_preemption_that_must_violate_a_budget_is_counted_with_its_loss():
     held = tiny_day("guard")  # the only gang, 8 cores, guarded from 2.5 min of compute: preempted at 25
     assert held.violating == 1 and held.violating_lost == pytest.approx(held.lost) and held.lost > 0
     assert tiny_day("segments").violating == 0
+
+
+# -- issue 25: the reconciler's victims, declared checkpoints -----------------------------------
+def test_a_declared_interval_runs_one_long_pod_that_checkpoints_from_its_start():
+    out = tiny_day("declared")
+    # no boundaries; checkpoints at 10 and 20 minutes after the start (the first holds 9.5 min of
+    # compute after the 0.5 min restart): at 25, 19.5 min kept and 5 lost, x 8 cores
+    assert out.restart_boundary == 0 and out.interruptions == 1
+    assert out.useful == pytest.approx(19.5 * 8) and out.lost == pytest.approx(5 * 8)
+
+
+def test_the_reconciler_picks_the_victims_of_the_work_it_releases():
+    for order in ("victims", "combined"):
+        assert tiny_day(order).reconciler_picks == 1  # the ordinary pod is batch: gated
+    assert tiny_day("combined", gated="none").reconciler_picks == 0  # left to kube-scheduler
+    assert tiny_day("guard").reconciler_picks == 0
+
+
+def test_the_case_kube_scheduler_gets_wrong_node_b_gives_way():
+    """Node A (node-000): one 4-core gang, 9 minutes of compute since its last checkpoint; node B
+    (node-001): two 2-core gangs that checkpointed a minute and a half ago (segments: started then;
+    long pods: their second checkpoint). A batch pod that needs a whole node: kube-scheduler takes
+    A (one victim against two), and so does the guard when all three are held (one violation
+    against two); the reconciler takes B (8 core-min lost by its count, against 40)."""
+    chosen = {}
+    for order in ("stock", "guard", "victims", "combined"):
+        s = sim.Sim(sim.Params(nodes=2, node_cpu=4, guard=1.0), order, 1, [], [])
+        b = 28.0 if s.segments else 8.0
+        _running(s, (0, 1, 4, 20.0, "node-000"), (1, 1, 2, b, "node-001"), (2, 1, 2, b, "node-001"))
+        if order == "guard":
+            assert s._budgets(29.5) == {"sj0": 0, "sj1": 0, "sj2": 0}
+        node = s._preempt(pod(999, 4, prio=BATCH), 29.5)
+        chosen[order] = node.name
+    assert chosen == {"stock": "node-000", "guard": "node-000", "victims": "node-001", "combined": "node-001"}
+
+
+def test_json_marks_the_default_order_and_gives_each_ratio_a_range(capsys):
+    assert sim.main(["--json", "--seeds", "2", "--nodes", "4", "--hours", "3", "--warmup", "1",
+                     "--orders", "stock,guard,combined", "--restarts", "10"]) == 0
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["default"] == "combined" and set(doc["by_restart_s"]) == {"10", "30"}
+    orders = doc["orders"]
+    assert [o for o, r in orders.items() if r["default"]] == ["combined"]
+    for r in orders.values():
+        for key in ("lost_vs_stock", "waste_vs_stock", "useful_vs_stock"):
+            if r[key] is not None:
+                assert r[key]["min"] <= r[key]["mean"] <= r[key]["max"]
+    assert orders["stock"]["waste_vs_stock"] == {"mean": 1.0, "min": 1.0, "max": 1.0}
+    assert "| combined" in sim.markdown(doc)
+
+
+def test_the_readme_tables_are_the_saved_json_rendered():
+    """bench/README.md's issue-25 tables are ``--markdown`` of bench/results/scavenger_sim.json, so
+    the README and a script read the same numbers; the default order is marked in both."""
+    import json
+
+    doc = json.loads((ROOT / "bench" / "results" / "scavenger_sim.json").read_text())
+    assert [o for o, r in doc["orders"].items() if r["default"]] == [doc["default"]] == ["combined"]
+    assert sim.markdown(doc) in (ROOT / "bench" / "README.md").read_text()
+
+
+# -- the reconciler's victims, as the simulator searches them ------------------------------------
+def test_gang_loss_counts_every_core_and_a_coming_drain_makes_room_cheap():
+    assert sim.gang_loss(unsaved_s=100, cores=4, restart_s=30) == 4 * 130
+    # drained in 5 min, checkpoints every 10, 2 min unsaved: it saves nothing before the drain (7 min
+    # unsaved then): evicting it now costs nothing
+    assert sim.gang_loss(unsaved_s=120, cores=4, restart_s=30, interval=600, drain_in=300) == 0
+    # 8 min unsaved, drained in 5: it would checkpoint in 2 and lose 3 at the drain: now costs 8 - 3
+    assert sim.gang_loss(unsaved_s=480, cores=2, restart_s=30, interval=600, drain_in=300) == 2 * 300
+    # a segment (no interval): it loses more at the drain than now
+    assert sim.gang_loss(unsaved_s=480, cores=2, restart_s=30, drain_in=300) == 0
+
+
+def _holder(name: str, loss: float, **on: tuple[int, int, int]) -> Any:
+    return sim.Holder(("demo", name), loss, on)
+
+
+def test_choose_victims_takes_the_cheapest_whole_gangs_on_one_node():
+    free = {"a": sim.Room("a", 0, 0, 100), "b": sim.Room("b", 0, 0, 100)}
+    # node a: one 4-core gang with much unsaved work; node b: two 2-core gangs that just checkpointed
+    holders = [_holder("dear", 400.0, a=(4000, 4 * GI, 1)),
+               _holder("cheap1", 10.0, b=(2000, 2 * GI, 1)), _holder("cheap2", 12.0, b=(2000, 2 * GI, 1))]
+    got = sim.choose_victims(sim.Need(1, 4000, 4 * GI), free, holders)
+    assert got is not None and got.node == "b" and sorted(got.gangs) == [("demo", "cheap1"), ("demo", "cheap2")]
+    assert got.loss == 22.0
+    # a 2-core pod: one cheap gang is enough
+    got = sim.choose_victims(sim.Need(1, 2000, 2 * GI), free, holders)
+    assert got is not None and got.gangs == (("demo", "cheap1"),)
+    # free room counts; a node that evicting scavengers cannot free enough on is skipped
+    got = sim.choose_victims(sim.Need(1, 6000, 6 * GI), {**free, "a": sim.Room("a", 2000, 2 * GI, 100)}, holders)
+    assert got is not None and got.node == "a" and got.gangs == (("demo", "dear"),)
+    assert sim.choose_victims(sim.Need(1, 8000, 8 * GI), free, holders) is None
+    got = sim.choose_victims(sim.Need(1, 1000, GI), {**free, "c": sim.Room("c", 1000, GI, 1)}, holders)
+    assert got is not None and (got.node, got.gangs, got.loss) == ("c", (), 0.0)  # room without evicting
+    # a gang spread over nodes counts its whole loss, but frees only its pods on the chosen node
+    spread = [_holder("wide", 5.0, a=(1000, GI, 1), b=(1000, GI, 1)), _holder("mid", 8.0, b=(2000, 2 * GI, 1))]
+    got = sim.choose_victims(sim.Need(1, 2000, 2 * GI), free, spread)
+    assert got is not None and got.node == "b" and got.gangs == (("demo", "mid"),)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_choose_victims_finds_the_least_loss_as_brute_force_does(seed: int):
+    rng = random.Random(seed)
+    nodes = [f"n{i}" for i in range(rng.randint(1, 3))]
+    free = {n: sim.Room(n, rng.choice((0, 1000, 2000)), rng.choice((0, GI, 2 * GI)), rng.choice((0, 5))) for n in nodes}
+    holders = []
+    for i in range(rng.randint(1, 7)):
+        on = {n: (rng.choice((1000, 2000, 3000)), rng.choice((1, 2, 3)) * GI, 1)
+              for n in rng.sample(nodes, rng.randint(1, len(nodes)))}
+        holders.append(_holder(f"g{i}", float(rng.randint(1, 20)), **on))
+    pod_need = sim.Need(1, rng.choice((2000, 4000, 6000)), rng.choice((2, 4)) * GI)
+    best: tuple[float, int] | None = None
+    for n in nodes:
+        here = [h for h in holders if n in h.on]
+        for k in range(len(here) + 1):
+            for combo in itertools.combinations(here, k):
+                room = free[n]
+                cpu = room.cpu_m + sum(h.on[n][0] for h in combo)
+                mem = room.mem_b + sum(h.on[n][1] for h in combo)
+                slots = room.pods + sum(h.on[n][2] for h in combo)
+                if cpu >= pod_need.cpu_m and mem >= pod_need.mem_b and slots >= 1:
+                    key = (sum(h.loss for h in combo), k)
+                    best = key if best is None or key < best else best
+    got = sim.choose_victims(pod_need, free, holders)
+    if best is None:
+        assert got is None
+    else:
+        assert got is not None and (got.loss, len(got.gangs)) == best

@@ -340,6 +340,9 @@ class JobView:
     extended: tuple[tuple[str, int], ...] = ()  # per pod, as PodView.extended
     mounts: tuple[tuple[str, str], ...] = ()  # a queued Job's volume sources, as PodView.mounts
     start_by: str | None = None  # batchgate.io/start-by as written (a queued Job)
+    # condition Failed (or FailureTarget) True with reason PodFailurePolicy: a FailJob rule matched (a
+    # ScavengerJob's segment: the agreed checkpoint exit code, its only such rule)
+    failed_by_policy: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -896,6 +899,8 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         extended=_extended(t_spec) if unfinished else (),
         mounts=volume_sources(t_spec.get("volumes")) if suspended and ann.get(QUEUED_ANNOTATION) is not None else (),
         start_by=kept(ann.get(START_BY_ANNOTATION)),
+        failed_by_policy=any(c.get("type") in ("Failed", "FailureTarget") and c.get("reason") == "PodFailurePolicy"
+                             for c in conditions),
     )
 
 

@@ -331,7 +331,9 @@ def _release(snapshot: Snapshot, now: float, queues: QueuePolicy, windows: Seque
     if go and below is not None and snapshot.nodes is not None:
         start_over = {sj.ref.uid: sj.start_over for sj in (snapshot.scavenger_jobs or {}).values()
                       if getattr(sj, "start_over", None) is not None}
-        gangs = victims.scavenger_gangs(snapshot, now, below, windows, start_over)
+        intervals = {sj.ref.uid: sj.checkpoint_interval for sj in (snapshot.scavenger_jobs or {}).values()
+                     if getattr(sj, "checkpoint_interval", None) is not None}
+        gangs = victims.scavenger_gangs(snapshot, now, below, windows, start_over, intervals)
     if not gangs:
         return [a for w, why in go for a in queue.release(w, why, now)]
     assert snapshot.nodes is not None

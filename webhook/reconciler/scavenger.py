@@ -62,7 +62,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
-from ..contract import SCAVENGERJOB_MAX_CPU, SCAVENGERJOB_MAX_MEMORY, SCAVENGERJOB_MAX_PODS
+from ..contract import (
+    SCAVENGERJOB_MAX_CPU,
+    SCAVENGERJOB_MAX_MEMORY,
+    SCAVENGERJOB_MAX_PODS,
+    scavengerjob_checkpoint,
+)
 from ..rules.scavengerjob import name_problem
 from ..units import DurationTooLong, format_duration, format_memory, parse_duration, shown
 from .actions import Action, ActionKind, Delete, Requirement, Unplannable, unplannable
@@ -341,6 +346,16 @@ def victim_key(start_over: float) -> float:
     return start_over
 
 
+# -- unsaved work ------------------------------------------------------------------
+def unsaved(elapsed: float, interval: float | None) -> float:
+    """The work since the last checkpoint as the reconciler can know it, ``elapsed`` after the pods
+    started: with a declared checkpoint ``interval`` (spec.checkpoint.interval: one long pod), the time
+    since the last multiple of it; without (segments: each starts at a checkpoint), all of ``elapsed``.
+    The workload's own restart (reading its checkpoint) is not known, so it is counted as work."""
+    elapsed = max(elapsed, 0.0)
+    return elapsed % interval if interval else elapsed
+
+
 # -- failure vs interruption ---------------------------------------------------
 VerdictKind = Literal["failed", "checkpointed", "interrupted", "succeeded", "running", "starting"]
 
@@ -365,6 +380,17 @@ def interruption(pod: PodView, node_gone: Callable[[str], bool]) -> str | None:
     return None
 
 
+def checkpointed_itself(pod: PodView, checkpoint_code: int | None) -> bool:
+    """``pod`` exited with the agreed checkpoint code by itself: whatever came after (deleted by
+    the Job controller, by the garbage collector, by a person, or marked DisruptionTarget by an
+    eviction of the ended pod) is no interruption. A DisruptionTarget from before its exit (preempted,
+    it saved on SIGTERM and exited with the code) still is one, counted from that condition."""
+    if checkpoint_code is None or pod.exit_code != checkpoint_code:
+        return False
+    return not pod.disrupted or pod.disrupted_at is None or pod.failed_at is None \
+        or pod.disrupted_at >= pod.failed_at
+
+
 def classify(pods: Sequence[PodView], expected: int, node_gone: Callable[[str], bool] = lambda n: False,
              checkpoint_code: int | None = None) -> Verdict:
     """What the pods of one segment say. ``expected``: the gang's size.
@@ -379,7 +405,7 @@ def classify(pods: Sequence[PodView], expected: int, node_gone: Callable[[str], 
     interrupted: tuple[PodView, str] | None = None
     running = succeeded = 0
     for p in sorted(pods, key=lambda x: x.ref.name):
-        why = interruption(p, node_gone)
+        why = None if checkpointed_itself(p, checkpoint_code) else interruption(p, node_gone)
         if why is not None:
             if interrupted is None:
                 interrupted = (p, why)
@@ -446,6 +472,7 @@ class SJView:
     duration: int | None
     problems: tuple[str, ...]
     checkpoint_code: int | None  # spec.checkpointExitCode: the workload ends its segments itself
+    checkpoint_interval: int | None  # spec.checkpoint.interval, s: one long pod that checkpoints every interval
     phase: str  # "" until first written
     interrupted_count: int
     segment: int
@@ -517,8 +544,12 @@ def sj_view(obj: Mapping[str, Any]) -> SJView:
     else:
         problems.append("spec.resources: missing")
     duration: int | None = None
+    interval, checkpoint_problems = scavengerjob_checkpoint(spec if isinstance(spec, dict) else {})
+    problems += checkpoint_problems
     try:
         text = spec.get("duration")
+        if text is None and interval is not None:
+            text = spec["checkpoint"]["interval"]  # one long pod: the interval stands for the duration
         duration = parse_duration(text if isinstance(text, str) else "")
     except DurationTooLong as e:
         problems.append(f"spec.duration: {e}")
@@ -550,6 +581,7 @@ def sj_view(obj: Mapping[str, Any]) -> SJView:
         duration=duration,
         problems=tuple(problems),
         checkpoint_code=code,
+        checkpoint_interval=interval,
         phase=phase,
         interrupted_count=_int(st.get("interruptedCount")),
         segment=_int(st.get("segment")),
@@ -619,19 +651,45 @@ def _guard(sj: SJView, job: JobView, seg: int, pods: Sequence[PodView], now: flo
                             key=f"unguard/{seg}", quiet=True, status={"guardedSegment": None},
                             deletes=(Delete(ref, owner_uid=job.ref.uid),)))
         return
-    if guarded or leaving:
+    if leaving:
         return
     cores = sj.need.pods * sj.need.cpu_m / 1000
-    due = guard_due(sj.start_over if sj.start_over is not None else now, cores, qp.scavenger_guard)
+    start = sj.start_over if sj.start_over is not None else now
+    key = f"{seg}"
+    if sj.checkpoint_interval is not None:
+        # One long pod: its unsaved work starts over at every declared checkpoint, and so does the
+        # guard (held from the same core-seconds of unsaved work in each interval, lifted at the checkpoint).
+        period = sj.checkpoint_interval
+        hold = qp.scavenger_guard / cores if cores > 0 else float("inf")
+        if hold >= period:
+            return  # never that much unsaved work
+        k = int(max(now - start, 0.0) // period)
+        begins = start + k * period
+        if guarded and now < begins + hold:
+            actions.append(_act("sj-unguard", sj, "GuardLifted",
+                                f"it checkpointed (every {format_duration(period)}); the PodDisruptionBudget "
+                                f"{ref.name} is deleted until its unsaved work is dear again", now, phase="Running",
+                                key=f"unguard/{seg}/{k}", quiet=True, status={"guardedSegment": None},
+                                deletes=(Delete(ref, owner_uid=job.ref.uid),)))
+            wake.append(begins + hold)
+            return
+        if guarded:
+            wake.append(begins + period)
+            return
+        due, key = begins + hold, f"{seg}/{k}"
+    elif guarded:
+        return
+    else:
+        due = guard_due(start, cores, qp.scavenger_guard)
     if now < due:
         wake.append(due)
         return
-    create = Action(kind="sj-guard-create", target=sj.ref, reason="GuardCreated", key=f"guard/{seg}", quiet=True,
+    create = Action(kind="sj-guard-create", target=sj.ref, reason="GuardCreated", key=f"guard/{key}", quiet=True,
                     message=f"segment {seg}: creating the PodDisruptionBudget {ref.name}",
                     create=guard_body(sj, job, seg))
     msg = (f"segment {seg}: {qp.scavenger_guard / 60:g} core-minutes of work since its checkpoint; "
            f"PodDisruptionBudget {ref.name} asks kube-scheduler to preempt others first")
-    actions.append(_act("sj-guard", sj, "Guarded", msg, now, phase="Running", key=f"guard/{seg}", quiet=True,
+    actions.append(_act("sj-guard", sj, "Guarded", msg, now, phase="Running", key=f"guard/{key}", quiet=True,
                         status={"guardedSegment": seg}, requires=(Requirement(ref, create),)))
     wake.append(now + 2)  # the budget is not watched: look again for it to confirm
 
@@ -668,9 +726,17 @@ def job_body(sj: SJView, segment: int, qp: QueuePolicy) -> dict[str, Any]:
         container["args"] = list(spec["args"])
     if spec.get("env"):
         container["env"] = [dict(e) for e in spec["env"]]
+    job_spec: dict[str, Any] = {}
+    if sj.checkpoint_interval is not None:  # the contract, where the workload can read it
+        container.setdefault("env", []).append({"name": "BATCHGATE_CHECKPOINT_INTERVAL_SECONDS",
+                                                "value": str(sj.checkpoint_interval)})
     if sj.checkpoint_code is not None:  # the contract, where the workload can read it
         container.setdefault("env", []).append({"name": "BATCHGATE_CHECKPOINT_EXIT_CODE",
                                                 "value": str(sj.checkpoint_code)})
+        # The Job's own record of the checkpoint, for when the pod is gone before a pass saw it
+        # (a pod that ended is deleted at once): condition Failed, reason PodFailurePolicy.
+        job_spec["podFailurePolicy"] = {"rules": [{"action": "FailJob", "onExitCodes": {
+            "containerName": "main", "operator": "In", "values": [sj.checkpoint_code]}}]}
     volumes, mounts = [], []
     for v in spec.get("volumes") or ():
         mounts.append({"name": v["name"], "mountPath": v["mountPath"], **({"readOnly": True} if v.get("readOnly") else {})})
@@ -704,7 +770,7 @@ def job_body(sj: SJView, segment: int, qp: QueuePolicy) -> dict[str, Any]:
             "ownerReferences": [{"apiVersion": sj.ref.api_version, "kind": "ScavengerJob", "name": sj.ref.name,
                                  "uid": sj.ref.uid, "controller": True, "blockOwnerDeletion": True}],
         },
-        "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0,
+        "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0, **job_spec,
                  "template": {"metadata": {"labels": tlabels}, "spec": pod_spec}},
     }
 
@@ -1092,6 +1158,12 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
         return None
 
     v = classify(cur_pods, n_pods, gone, sj.checkpoint_code)
+    if sj.checkpoint_code is not None and current.failed_by_policy and v.kind != "failed" and not (
+            v.kind == "interrupted" and v.pod is not None and v.pod.interrupted is not None):
+        # The pod that exited with the agreed code is gone (deleted after it ended: at once), and what is
+        # left is its siblings, which the Job controller deletes: the Job's condition tells the checkpoint.
+        v = Verdict("checkpointed", None, f"Job {current.ref.name} records a pod that exited with the agreed "
+                                          f"checkpoint code {sj.checkpoint_code}")
     if v.kind == "checkpointed":
         # The workload checkpointed and ended its segment itself: a boundary, not a failure.
         # Status first (so the deletion of the rest is never an interruption), then the Job
@@ -1146,9 +1218,13 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
             fresh = sj.phase != "Running"
             since = parse_time(sj.interrupted_ts[-1]) if sj.interrupted_ts else None
             waited = now - (since if since is not None and sj.phase == "Interrupted" else sj.created)
-            nxt_at = f"next checkpoint boundary at {format_time(segment_end(latest, sj.duration))}" \
-                if sj.checkpoint_code is None else \
-                f"it ends the segment itself after a checkpoint (exit code {sj.checkpoint_code})"
+            if sj.checkpoint_interval is not None:
+                nxt_at = (f"one long pod{'s' if n_pods != 1 else ''}, no segment boundaries: it checkpoints every "
+                          f"{format_duration(sj.checkpoint_interval)} from its start")
+            elif sj.checkpoint_code is None:
+                nxt_at = f"next checkpoint boundary at {format_time(segment_end(latest, sj.duration))}"
+            else:
+                nxt_at = f"it ends the segment itself after a checkpoint (exit code {sj.checkpoint_code})"
             msg = f"running segment {seg} ({n_pods} pod{'s' if n_pods != 1 else ''}) since {format_time(latest)}; {nxt_at}"
             status: dict[str, Any] = {"runningSegment": seg, "priorityStartOverTimestamp": format_time(latest)}
             if fresh:
@@ -1156,11 +1232,12 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
             actions.append(_act("sj-running" if fresh else "sj-segment-running", sj,
                                 "Started" if fresh else "SegmentStarted", msg, now, phase="Running",
                                 key=f"running/{seg}", status=status, amount=waited if fresh else 0.0))
-            wake.append(segment_end(latest, sj.duration))
+            if sj.checkpoint_interval is None:
+                wake.append(segment_end(latest, sj.duration))
             return None
         _guard(sj, current, seg, cur_pods, now, qp, nodes, actions, wake)
-        if sj.checkpoint_code is not None:
-            return None  # the workload ends its segments itself, right after its checkpoints
+        if sj.checkpoint_code is not None or sj.checkpoint_interval is not None:
+            return None  # the workload ends its segments itself, or runs as one long pod
         start_over = sj.start_over if sj.start_over is not None else latest
         due = segment_end(start_over, sj.duration)
         if now >= due:
@@ -1212,7 +1289,7 @@ def _interrupt(sj: SJView, now: float, why: str, pods: list[PodView], dels: tupl
     since = sj.start_over
     lost = 0.0
     if since is not None and sj.running_segment == sj.segment:
-        lost = max(now - since, 0.0) * sj.need.pods * sj.need.cpu_m / 1000
+        lost = unsaved(now - since, sj.checkpoint_interval) * sj.need.pods * sj.need.cpu_m / 1000
     msg = (f"interrupted ({why}); all {sj.need.pods} pod{'s' if sj.need.pods != 1 else ''} of segment "
            f"{sj.segment} go, and it waits to run again (interruption {n})")
     actions.append(_act("sj-interrupted", sj, "Interrupted", msg, now, phase="Interrupted",

@@ -25,6 +25,7 @@ from typing import Any
 from ..windows import Window
 from .model import JobView, NodeView, PodSched, PodView, Ref, Snapshot
 from .scavenger import sj_owner
+from .scavenger import unsaved as unsaved_since
 from .shadow import matches
 
 RESTART_COST = 30.0  # seconds of a gang's cores a restart costs (image pull, startup, reading the checkpoint)
@@ -59,9 +60,12 @@ class Room:
 
 
 def scavenger_gangs(snapshot: Snapshot, now: float, below: int, windows: Iterable[Window],
-                    start_over: Mapping[str, float] | None = None) -> list[Gang]:
+                    start_over: Mapping[str, float] | None = None,
+                    intervals: Mapping[str, float] | None = None) -> list[Gang]:
     """Running pods with a priority below ``below`` (the scavengers), as gangs. ``start_over``:
-    a ScavengerJob's uid -> its running segment's start (its last checkpoint), from its status."""
+    a ScavengerJob's uid -> its running segment's start (its last checkpoint), from its status;
+    ``intervals``: its declared ``spec.checkpoint.interval`` (one long pod: the unsaved work is the
+    time since the last multiple of it, not since the start)."""
     jobs: dict[str, JobView] = {j.ref.uid: j for j in snapshot.jobs.values()}
     soon = [w for w in windows if w.end > now and w.start - now < SOON]
     nodes = snapshot.nodes or {}
@@ -86,13 +90,14 @@ def scavenger_gangs(snapshot: Snapshot, now: float, below: int, windows: Iterabl
     out = []
     for key, pods in groups.items():
         since = (start_over or {}).get(key[1]) if key[0] == "sj" else None
+        interval = (intervals or {}).get(key[1]) if key[0] == "sj" else None
         unsaved = 0.0
         cores = 0.0
         for p in pods:
             c = p.cpu_m / 1000
             cores += c
             began = since if since is not None else (p.started if p.started is not None else now)
-            unsaved += c * max(now - began, 0.0)
+            unsaved += c * unsaved_since(now - began, interval)
         cost = unsaved + RESTART_COST * cores
         if any(w.covers(p.node, nodes[p.node].labels if p.node in nodes else {}) for w in soon for p in pods):
             cost = 0.0

@@ -18,12 +18,13 @@ from ..contract import (
     SCAVENGERJOB_MAX_MEMORY,
     SCAVENGERJOB_MAX_NAME,
     SCAVENGERJOB_MAX_PODS,
+    scavengerjob_checkpoint,
 )
 from ..units import DurationTooLong, format_memory, parse_duration, shown
 from .base import QOS_RESOURCES, Ctx, Finding, RuleType, deny, no_settings, quantity_or_none
 
 SPEC_FIELDS = ("image", "command", "args", "env", "resources", "volumes", "pods", "runAsUser", "duration",
-               "checkpointExitCode")
+               "checkpointExitCode", "checkpoint")
 VOLUME_SOURCES = {"persistentVolumeClaim": "claimName", "configMap": "name", "secret": "secretName"}
 VOLUME_FIELDS = ("name", "mountPath", "readOnly", *VOLUME_SOURCES)
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -191,8 +192,11 @@ def scavengerjob_problems(obj: dict[str, Any]) -> list[str]:
     elif not _int(uid) or uid < 1:
         errors.append(f"spec.runAsUser: must be a user id >= 1 (scavengers never run as root), got {uid!r}")
     duration = spec.get("duration")
-    if duration is None:
-        errors.append("spec.duration: required, the protection period, e.g. 30m or 2h")
+    if duration is None and spec.get("checkpoint") is None:
+        errors.append("spec.duration: required, the protection period, e.g. 30m or 2h (or declare "
+                      "spec.checkpoint.interval)")
+    elif duration is None:
+        pass  # one long pod: spec.checkpoint.interval stands for it
     else:
         try:
             parse_duration(duration if isinstance(duration, str) else "")
@@ -204,6 +208,7 @@ def scavengerjob_problems(obj: dict[str, Any]) -> list[str]:
     if code is not None and (not _int(code) or not 1 <= code <= 127):
         errors.append(f"spec.checkpointExitCode: must be a whole number 1..127 (the code the workload exits with "
                       f"right after a checkpoint, to end its segment; 128 and up mean killed by a signal), got {code!r}")
+    errors += scavengerjob_checkpoint(spec)[1]
     return errors
 
 

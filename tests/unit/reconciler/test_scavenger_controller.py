@@ -232,6 +232,56 @@ def test_the_workload_ends_its_segments_with_the_agreed_exit_code():
     assert "exited with code 1" in w.sj("md")["status"]["message"]
 
 
+def test_a_pod_that_checkpointed_and_is_then_deleted_is_no_interruption():
+    """The pod exited with the agreed code; then it is deleted (here by hand, as the Job controller,
+    a person or an eviction of the ended pod would) before the controller's pass saw the exit: a
+    segment boundary all the same, interruptedCount unchanged. Preempted first and then exiting
+    with the code (DisruptionTarget before the exit), it is one interruption, counted once."""
+    for disrupted_before, want, count in ((False, "sj-segment", 0), (True, "sj-interrupted", 1)):
+        obj = sj("md", pods=1, duration="10m")
+        obj["spec"]["checkpointExitCode"] = 3
+        w = World(obj)
+        _running(w)
+        exit_at = w.now - 1
+        conditions = [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                       "lastTransitionTime": format_time(exit_at - 5 if disrupted_before else exit_at + 0.5)}]
+        w.set_pod("md-1-0", phase="Failed", conditions=conditions, containerStatuses=[{
+            "name": "main", "ready": False, "restartCount": 0, "state": {"terminated": {
+                "exitCode": 3, "reason": "Error", "startedAt": format_time(w.now - 70),
+                "finishedAt": format_time(exit_at)}}}])
+        w.api.objects[("pods", "demo", "md-1-0")]["metadata"]["deletionTimestamp"] = format_time(w.now)
+        assert w.step() == [want]
+        assert w.sj("md")["status"]["interruptedCount"] == count
+        w.kubelet_gone("md-1")
+        assert "sj-interrupted" not in w.step() + w.step(5)  # never counted again
+
+
+def test_a_checkpointed_pod_gone_before_a_pass_is_told_by_the_jobs_failure_policy():
+    """A pod that ended is deleted at once: the pass may find only the Job, failed by the FailJob rule
+    on the agreed code (reason PodFailurePolicy), and the sibling the Job controller deletes."""
+    obj = sj("md", pods=2, duration="10m")
+    obj["spec"]["checkpointExitCode"] = 3
+    w = World(obj)
+    _running(w)
+    job = w.jobs()["md-1"]
+    assert job["spec"]["podFailurePolicy"] == {"rules": [{"action": "FailJob", "onExitCodes": {
+        "containerName": "main", "operator": "In", "values": [3]}}]}
+    del w.api.objects[("pods", "demo", "md-1-0")]
+    w.api.objects[("pods", "demo", "md-1-1")]["metadata"]["deletionTimestamp"] = format_time(w.now)
+    job["status"] = {"failed": 1, "conditions": [
+        {"type": "FailureTarget", "status": "True", "reason": "PodFailurePolicy", "message": "exit code 3"},
+        {"type": "Failed", "status": "True", "reason": "PodFailurePolicy", "message": "exit code 3"}]}
+    assert w.step() == ["sj-segment"]
+    st = w.sj("md")["status"]
+    assert (st["segment"], st["interruptedCount"]) == (2, 0) and "checkpoint code 3" in st["message"]
+    # without the Job's record, the same sight is an interruption
+    w2 = World(sj("other", pods=2, duration="10m"))
+    _running(w2, "other")
+    del w2.api.objects[("pods", "demo", "other-1-0")]
+    w2.api.objects[("pods", "demo", "other-1-1")]["metadata"]["deletionTimestamp"] = format_time(w2.now)
+    assert w2.step() == ["sj-interrupted"]
+
+
 def test_a_pod_deleted_from_outside_interrupts_it_and_it_restarts_first():
     w = World(sj("md", cpu="2"), sj("younger", cpu="2", created=-60), nodes=1)
     w.step()
@@ -404,6 +454,41 @@ def test_a_segment_is_guarded_once_its_unsaved_work_reaches_the_guard_and_lifted
     assert w.step(MIN) == []  # not again while the node is cordoned
     w.api.objects[("nodes", "", "n0")]["spec"] = {}
     assert w.step() == ["sj-guard-create"]  # uncordoned, still unsaved work: guarded again
+
+
+def test_a_declared_checkpoint_interval_runs_one_long_pod_guarded_in_each_interval():
+    """spec.checkpoint.interval: no segment boundary ever (past duration too); the workload reads the
+    interval; the guard is held once an interval's unsaved work reaches it (2 x 1 cpu: 10 min into
+    each 30-minute interval) and lifted at each checkpoint; an interruption loses the work since the
+    last checkpoint by the interval."""
+    obj = sj("md", duration="10m")
+    obj["spec"]["checkpoint"] = {"interval": "30m"}
+    w = World(obj, settings=GUARDED)
+    _running(w)
+    env = w.jobs()["md-1"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "BATCHGATE_CHECKPOINT_INTERVAL_SECONDS", "value": "1800"} in env
+    assert "podFailurePolicy" not in w.jobs()["md-1"]["spec"]
+    assert "no segment boundaries" in w.sj("md")["status"]["message"]
+    start = parse_time(w.sj("md")["status"]["priorityStartOverTimestamp"])
+    w.now = start + 9 * MIN
+    assert w.step() == []  # 18 core-min unsaved
+    assert w.c.plan_now().wake_at == pytest.approx(start + 10 * MIN)
+    w.now = start + 10 * MIN
+    assert w.step() == ["sj-guard-create"] and w.step(2) == ["sj-guard"]
+    w.now = start + 29 * MIN
+    assert w.step() == []  # past duration (10m): no boundary
+    assert w.c.plan_now().wake_at == pytest.approx(start + 30 * MIN)
+    w.now = start + 30 * MIN + 1
+    assert w.step() == ["sj-unguard"] and _pdb(w, "md-1") is None  # it checkpointed: cheap again
+    assert w.c.plan_now().wake_at == pytest.approx(start + 40 * MIN)
+    w.now = start + 40 * MIN
+    assert w.step() == ["sj-guard-create"] and w.step(2) == ["sj-guard"]
+    assert w.sj("md")["status"]["segment"] == 1  # still the one long pod
+    w.now = start + 45 * MIN
+    w.api.objects[("pods", "demo", "md-1-0")]["metadata"]["deletionTimestamp"] = format_time(w.now)
+    assert w.step() == ["sj-interrupted"]
+    st = w.sj("md")["status"]
+    assert st["interruptedCount"] == 1 and "interruption 1" in st["message"]
 
 
 def test_a_guard_that_exists_already_is_adopted_and_a_tainted_node_never_gets_one():

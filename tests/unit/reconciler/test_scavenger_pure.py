@@ -3,7 +3,7 @@ fit, cap, segments, and failure vs interruption on recorded pods (1.20 and newer
 
 from __future__ import annotations
 
-from reconbuild import pod, terminated
+from reconbuild import pod, terminated, ts
 
 from webhook.reconciler.model import pod_view
 from webhook.reconciler.scavenger import (
@@ -18,6 +18,7 @@ from webhook.reconciler.scavenger import (
     standing,
     start_order,
     take,
+    unsaved,
     victim_key,
 )
 
@@ -215,3 +216,32 @@ def test_choose_starts_decides_as_the_obvious_reference_does():
         assert got == _reference_choose_starts(ws, free, alloc, used, share)
         kinds.update(k for _, k, _ in got)
     assert kinds == {"start", "no-room", "over-cap", "never-fits"}
+
+
+# -- a pod that checkpointed, then was deleted (issue 25) ---------------------------------------
+def test_a_checkpointed_pod_deleted_afterwards_is_no_interruption():
+    done = dict(phase="Failed", containers=[terminated(3, finished=60)])
+    # the Job controller (or a person, or the garbage collector) deletes the ended pod
+    assert classify([_v(name="a", deleting=True, **done)], 1, checkpoint_code=3).kind == "checkpointed"
+    # an eviction of the ended pod marks it DisruptionTarget after its exit: still the workload's checkpoint
+    late = [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+             "lastTransitionTime": ts(120)}]
+    assert classify([_v(name="a", deleting=True, conditions=late, **done)], 1, checkpoint_code=3).kind \
+        == "checkpointed"
+    # preempted first (the condition before the exit), it saved on SIGTERM and exited with the code:
+    # an interruption, told by the condition
+    early = [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+              "lastTransitionTime": ts(30)}]
+    v = classify([_v(name="a", deleting=True, conditions=early, **done)], 1, checkpoint_code=3)
+    assert v.kind == "interrupted" and v.why.startswith("PreemptionByScheduler")
+    # without the agreed code the same deleted pod is an interruption, as before
+    assert classify([_v(name="a", deleting=True, **done)], 1).kind == "interrupted"
+    assert classify([_v(name="a", deleting=True, phase="Failed", containers=[terminated(143)])], 1,
+                    checkpoint_code=3).kind == "interrupted"
+
+
+# -- the reconciler's victims (issue 25) ----------------------------------------------------------
+def test_unsaved_work_from_the_pods_start_or_the_declared_interval():
+    assert unsaved(130, None) == 130  # a segment starts at a checkpoint
+    assert unsaved(130, 60) == 10 and unsaved(120, 60) == 0
+    assert unsaved(-5, 60) == 0  # a node clock ahead

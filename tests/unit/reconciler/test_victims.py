@@ -108,3 +108,27 @@ def test_a_job_claiming_a_scavengerjob_it_is_not_is_no_part_of_its_gang():
     gangs = {g.ref.namespace + "/" + g.ref.name: sorted(p.ref.name for p in g.pods)
              for g in victims.scavenger_gangs(snap, T0, 0, [])}
     assert gangs == {"team-b/md": ["md-1-0"], "mallory/md-1-0": ["md-1-0"], "team-b/x-1-0": ["x-1-0"]}, gangs
+
+
+def test_a_declared_checkpoint_interval_counts_only_the_work_since_the_last_multiple_of_it():
+    """spec.checkpoint.interval: one long pod, 95 minutes after its start with a 30-minute interval, has
+    5 minutes unsaved (not 95); a segment that started 20 minutes ago has 20."""
+    def owned(name: str, started: float) -> tuple[Any, dict[str, Any], Any]:
+        obj = sj(name)
+        obj["metadata"]["uid"] = f"sj-{name}"
+        j = job(f"{name}-1", uid=f"job-{name}")
+        j["metadata"]["ownerReferences"] = [{"apiVersion": "batchgate.io/v1alpha1", "kind": "ScavengerJob",
+                                             "name": name, "uid": f"sj-{name}", "controller": True}]
+        p = with_spec(pod(f"{name}-1-0", node="a", started=started, owner=j), cpu="1", priority=SCAV)
+        return job_view(j), p, sj_view(obj)
+
+    long_job, long_pod, long_sj = owned("long", -95 * 60)
+    seg_job, seg_pod, seg_sj = owned("seg", -20 * 60)
+    snap = dataclasses.replace(
+        Snapshot.of(pods=[pod_view(long_pod), pod_view(seg_pod)], jobs=[long_job, seg_job], nodes=[node("a")]),
+        scavenger_jobs={("demo", "long"): long_sj, ("demo", "seg"): seg_sj})
+    gangs = victims.scavenger_gangs(snap, T0, 0, [], {"sj-long": T0 - 95 * 60, "sj-seg": T0 - 20 * 60},
+                                    {"sj-long": 30 * 60})
+    unsaved = {g.ref.name: g.unsaved for g in gangs}
+    assert unsaved == {"long": 5 * 60, "seg": 20 * 60}
+    assert [g.ref.name for g in gangs] == ["long", "seg"]  # the long pod just checkpointed: it goes first

@@ -62,6 +62,8 @@ SJ_OK = [
     ("nested mount paths", sjob(volumes=vol(name="sub", mountPath="/data/sub", configMap={"name": "x"}))),
     ("duration with two units", sjob(duration="1h30m")),
     ("checkpoint exit code", sjob(checkpointExitCode=3)),
+    ("declared checkpoint interval", sjob(checkpoint={"interval": "10m"})),
+    ("declared checkpoint interval, no duration", sjob(checkpoint={"interval": "1h"}, duration=...)),
     ("numeric cpu", sjob(resources={"limits": {"cpu": 2, "memory": "1Gi"}})),
 ]
 
@@ -136,6 +138,17 @@ SJ_BAD = [
     ("checkpoint exit code 0", sjob(checkpointExitCode=0), "spec.checkpointExitCode: must be a whole number 1..127"),
     ("checkpoint exit code 143", sjob(checkpointExitCode=143), "128 and up mean killed by a signal), got 143"),
     ("checkpoint exit code a string", sjob(checkpointExitCode="3"), "spec.checkpointExitCode: must be a whole"),
+    ("checkpoint not a mapping", sjob(checkpoint="10m"), "spec.checkpoint: must be a mapping like {interval: 10m}"),
+    ("checkpoint without interval", sjob(checkpoint={}), "spec.checkpoint.interval: required, how often"),
+    ("checkpoint interval words", sjob(checkpoint={"interval": "often"}),
+     "spec.checkpoint.interval: 'often' is not a duration"),
+    ("checkpoint interval too short", sjob(checkpoint={"interval": "30s"}),
+     "spec.checkpoint.interval: 30s is shorter than 1m"),
+    ("checkpoint unknown field", sjob(checkpoint={"interval": "10m", "signal": "USR1"}),
+     "spec.checkpoint.signal: unknown field (known: interval)"),
+    ("checkpoint and exit code", sjob(checkpoint={"interval": "10m"}, checkpointExitCode=3),
+     "spec.checkpoint: set either spec.checkpoint (one long pod"),
+    ("no duration, no checkpoint", sjob(duration=...), "spec.duration: required, the protection period"),
     ("unknown spec field", sjob(priority=100), "spec.priority: unknown field (known: image, command"),
 ]
 
