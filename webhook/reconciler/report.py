@@ -87,7 +87,8 @@ def queue_rows(snapshot: Snapshot, now: float, *, namespace: str | None = None,
             "namespace": e.workload.namespace, "name": e.workload.name, "kind": e.workload.kind,
             "queue": name, "queueState": qp.states.get(name, "open"),
             "priority": e.priority, "position": e.position, "state": "Gated" if e.queued else "Pending",
-            "pods": e.pods, "start": _t(e.start) if e.start is not None else "unknown", "deadline": "-",
+            "pods": e.pods, "start": _t(e.start) if e.start is not None else "unknown",
+            "startBy": (obj.start_by if obj is not None and obj.start_by else "-"), "deadline": "-",
             "reason": ("never fits: " if e.never else "")
             + ("not gated (admitted while batchgate's webhook was down), kube-scheduler's to start: " if ungated else "")
             + e.reason,
@@ -112,7 +113,7 @@ def queue_rows(snapshot: Snapshot, now: float, *, namespace: str | None = None,
             "namespace": obj.ref.namespace, "name": obj.ref.name, "kind": obj.ref.kind,
             "queue": queue.queue_of(obj, qp), "queueState": qp.states.get(queue.queue_of(obj, qp), "open"),
             "priority": sched.priority if sched else 0,
-            "position": None, "state": "Running", "pods": len(live), "start": _t(started),
+            "position": None, "state": "Running", "pods": len(live), "start": _t(started), "startBy": "-",
             "deadline": obj.deadline or "-", "reason": "on " + ",".join(sorted({p.node for p in live})),
             "gated": False, "ungated": False,
         })
@@ -230,7 +231,7 @@ def _cell(v: Any) -> str:
 
 QUEUE_COLUMNS = [("namespace", "NAMESPACE"), ("name", "NAME"), ("queue", "QUEUE"), ("priority", "PRIORITY"),
                  ("position", "POS"), ("state", "STATE"), ("queueState", "QSTATE"), ("start", "START"),
-                 ("deadline", "DEADLINE"), ("reason", "REASON")]
+                 ("startBy", "START-BY"), ("deadline", "DEADLINE"), ("reason", "REASON")]
 QUEUE_WIDE = [*QUEUE_COLUMNS[:2], ("kind", "KIND"), ("pods", "PODS"), *QUEUE_COLUMNS[2:]]
 SHARE_COLUMNS = [("account", "ACCOUNT"), ("shares", "SHARES"), ("normShares", "NORM SHARES"),
                  ("rawUsage", "RAW USAGE"), ("effectiveUsage", "EFFECTV USAGE"), ("fairShare", "FAIRSHARE"),

@@ -59,7 +59,7 @@ def test_queue_lists_pending_work_in_order_then_running_work() -> None:
     assert rows[3]["deadline"] == ts(HOUR) and rows[3]["reason"] == "on n1"
     text = render(rows, "table", QUEUE_COLUMNS, QUEUE_WIDE)
     assert text.splitlines()[0].split() == ["NAMESPACE", "NAME", "QUEUE", "PRIORITY", "POS", "STATE", "QSTATE",
-                                            "START", "DEADLINE", "REASON"]
+                                            "START", "START-BY", "DEADLINE", "REASON"]
     assert "KIND" in render(rows, "wide", QUEUE_COLUMNS, QUEUE_WIDE).splitlines()[0]
     assert json.loads(render(rows, "json", QUEUE_COLUMNS))[0]["name"] == "w2"
     assert queue_rows(cluster(), T0, namespace="elsewhere") == []
@@ -241,3 +241,13 @@ def test_queue_shows_the_queue_work_was_admitted_to_not_its_label() -> None:
     w["spec"]["containers"][0].pop("env", None)  # no record (admitted before records existed): the label
     rows = queue_rows(Snapshot.of(pods=[pod_view(r), pod_view(w)], nodes=[node("n1")]), T0)
     assert {row["name"]: row["queue"] for row in rows} == {"r1": "scavenger", "w1": "interactive"}
+
+
+def test_queue_shows_the_promise_beside_the_expected_start() -> None:
+    """Issue 24: START-BY (batchgate.io/start-by, as the reconciler wrote it) beside START."""
+    p = gated_pod("w")
+    p["metadata"]["annotations"] = {**(p["metadata"].get("annotations") or {}), "batchgate.io/start-by": ts(HOUR)}
+    rows = {r["name"]: r for r in queue_rows(queue_snapshot(p, gated_pod("other", cpu="1")), T0, queues=POLICY)}
+    assert rows["w"]["startBy"] == ts(HOUR) and rows["other"]["startBy"] == "-"
+    table = render(list(rows.values()), "table", QUEUE_COLUMNS, QUEUE_WIDE)
+    assert "START-BY" in table.splitlines()[0] and ts(HOUR) in table
