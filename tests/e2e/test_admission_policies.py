@@ -166,6 +166,10 @@ def admission_policies(kube: Any, webhook_server: Any, module_namespace: str) ->
         for o in reversed(objects):
             with contextlib.suppress(Exception):
                 kube.delete(f"{ADMISSION}/{PLURALS[o['kind']]}/{o['metadata']['name']}")
+        # the API server drops them asynchronously: the next module's tests (which change what
+        # they forbid while the webhook is down) must not meet them still in force
+        with contextlib.suppress(Exception):
+            wait_for(lambda: not denied_by_a_policy(), 30, interval=0.3, message="the admission policies gone")
 
 
 def _refused_by(policy: str, status: int, msg: str, *parts: str) -> list[str]:
