@@ -151,6 +151,16 @@ def format_duration(seconds: int) -> str:
     return f"{seconds}s"
 
 
+def format_elapsed(seconds: int) -> str:
+    """A time span for people, rounded down: ``"45s"``, ``"12m"``, ``"3h05m"`` (negative: ``"0s"``)."""
+    seconds = max(seconds, 0)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+
+
 # -- times -----------------------------------------------------------------------
 MAX_TIME_TEXT = 64  # characters; longer than any timestamp
 

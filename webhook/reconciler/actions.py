@@ -205,10 +205,12 @@ class Plan:
     ``Settings.max_bookkeeping_per_pass``); ``runs``: the jobs this pass stops at their
     deadline, as runs for the runtime history (runtimes.py: censored, they ran at least that long);
     ``unplannable``: what this pass could not plan (each object of it also has a ``cannot-plan``
-    action), so that one object costs itself, never the pass."""
+    action), so that one object costs itself, never the pass; ``waiting``: (queue, account) of each
+    workload waiting in batchgate's queue (queue.py), for the metrics."""
 
     actions: list[Action]
     wake_at: float | None = None
     deferred: int = 0
     runs: tuple[Run, ...] = ()
     unplannable: tuple[Unplannable, ...] = ()
+    waiting: tuple[tuple[str, str], ...] = ()

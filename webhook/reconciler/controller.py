@@ -32,7 +32,7 @@ from .ledger import Ledger
 from .model import NAMESPACE, NODE, NodeView, Snapshot, node_view
 from .planner import plan
 from .publish import LabelPublisher
-from .queue import queue_of, waiting
+from .queue import queue_of
 from .runtimes import History, finished_runs, remember
 from .scavenger import phase_counts
 from .settings import QueuePolicy, Settings
@@ -150,15 +150,15 @@ class Controller:
         if snapshot.scavenger_jobs is not None:
             for phase, n in phase_counts(snapshot).items():
                 metrics.SJ_PHASE.labels(phase).set(n)
-        self._queue_metrics(snapshot, now, usage)
+        self._queue_metrics(snapshot, result, usage)
         self.last_plan = result
         return result
 
-    def _queue_metrics(self, snapshot: Snapshot, now: float, usage: dict[str, float]) -> None:
+    def _queue_metrics(self, snapshot: Snapshot, result: Plan, usage: dict[str, float]) -> None:
         qp = self.settings.queues
         metrics.QUEUE_WAITING.clear()
-        for w in waiting(snapshot, now, qp, usage, lambda o: None):
-            metrics.QUEUE_WAITING.labels(w.queue, w.account).inc()
+        for queue_name, account in result.waiting:  # gathered by the pass (queue.waiting), not again
+            metrics.QUEUE_WAITING.labels(queue_name, account).inc()
         metrics.QUEUE_UNGATED.clear()
         for p in snapshot.pods.values():
             if (not p.node and not p.gated and not p.terminal and p.owner is None and not qp.excluded(p.ref.namespace)

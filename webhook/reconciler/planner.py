@@ -74,7 +74,7 @@ from ..contract import (
     TIME_LIMIT_ANNOTATION,
     WARNED_FOR_ANNOTATION,
 )
-from ..units import format_duration, format_time
+from ..units import format_duration, format_elapsed, format_time
 from ..windows import Window
 from . import queue, victims
 from .actions import (
@@ -252,10 +252,11 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
     queued: list[Queued] = []
     queue_args: dict[str, Any] = {}
     promised: dict[str, float] = {}  # a waiting workload's reservation (start-by), by uid
-    if snapshot.nodes is not None:
-        n, r = len(actions), len(runs)
-        try:
-            waiting = queue.waiting(snapshot, now, queues, usage or {}, limit_of)
+    waiting: list[queue.Waiting] = []
+    n, r = len(actions), len(runs)
+    try:
+        waiting = queue.waiting(snapshot, now, queues, usage or {}, limit_of)
+        if snapshot.nodes is not None:  # placing needs the nodes; what waits is known without them
             if waiting or queues.gated:
                 queued = queue.as_queued(waiting, queues)
                 queue_args = {"queued": queued, "preempts_below": queue.preempts_below(queues),
@@ -269,9 +270,9 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
                 p.actions += released
                 p.actions += [a for a in queue.plan_notices(waiting, placed, queues) if a.target.uid not in gone]
                 p.actions += queue.plan_start_by(waiting, placed, now)
-        except Exception as e:
-            p.undo("queue", None, e, n, r)
-            queue_args = {}
+    except Exception as e:
+        p.undo("queue", None, e, n, r)
+        queue_args = {}
 
     if estimate and settings.expected_start and snapshot.nodes is not None:
         predictor = None
@@ -317,7 +318,7 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
     if p.deferred:
         p.wake_at = now  # the rest right after this batch
     return Plan(actions=p.actions, wake_at=p.wake_at, deferred=p.deferred, runs=tuple(p.runs),
-                unplannable=tuple(p.failed))
+                unplannable=tuple(p.failed), waiting=tuple((w.queue, w.account) for w in waiting))
 
 
 def _release(snapshot: Snapshot, now: float, queues: QueuePolicy, windows: Sequence[Window],
@@ -525,7 +526,7 @@ def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job:
             deadline_s = format_time(deadline)
             p.actions.append(Action(
                 kind="warn", target=obj.ref, reason="TimeLimitApproaching",
-                message=(f"the time limit runs out at {deadline_s} (in {_human(int(deadline - now))}); the {what} "
+                message=(f"the time limit runs out at {deadline_s} (in {format_elapsed(int(deadline - now))}); the {what} "
                          f"will then be deleted. To ask for more time, raise its batchgate.io/time-limit "
                          f"annotation (within the queue's maximum)"),
                 event_type="Warning", key=deadline_s,
@@ -536,14 +537,6 @@ def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job:
     if p.wake_at is None or deadline < p.wake_at:
         p.wake_at = deadline
 
-
-def _human(seconds: int) -> str:
-    seconds = max(seconds, 0)
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
 
 
 # -- gangs -----------------------------------------------------------------

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..bundle import FairShare
 from ..contract import QUEUED_ANNOTATION, START_BY_ANNOTATION
-from ..units import format_time, parse_time
+from ..units import format_elapsed, format_time, parse_time
 from .actions import Action, EventType, Requirement
 from .model import JobView, PodSched, PodView, Ref, Snapshot, admitted_queue
 from .settings import QueuePolicy
@@ -165,7 +165,7 @@ def release(w: Waiting, why: str, now: float, affinity: list[dict[str, Any]] | N
     """Release a workload: resume its Job, or take the gate off each of its pods. ``affinity``: the
     required node affinity's terms to narrow it to first (victims.narrowed_terms)."""
     waited = max(now - w.created, 0.0)
-    message = f"{why}; released after waiting {_human(int(waited))}"
+    message = f"{why}; released after waiting {format_elapsed(int(waited))}"
     required = ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": affinity}}}} if affinity is not None else {})
     if w.job is not None:
@@ -272,10 +272,3 @@ def _promise_of(w: Waiting) -> str | None:
     target = w.job if w.job is not None else w.pods[0] if w.pods else None
     return target.start_by if target is not None else None
 
-
-def _human(seconds: int) -> str:
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"

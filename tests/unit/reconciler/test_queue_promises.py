@@ -123,3 +123,23 @@ def test_a_node_an_admin_cordoned_before_a_window_is_not_promised_when_the_windo
         else:
             (promise,) = of(acts, "start-by", "w")
             assert parse_time(promise.annotations[START_BY_ANNOTATION]) == T0 + 3 * HOUR
+
+
+def test_the_waiting_metric_counts_what_the_pass_gathered_per_queue_and_account():
+    """batchgate_queue_waiting_workloads comes from the pass's own gathering (Plan.waiting)."""
+    from tests.unit.reconciler.fakeapi import FakeApi
+    from webhook.reconciler import metrics
+    from webhook.reconciler.controller import Controller
+
+    api = FakeApi()
+    for name, ns in (("w1", "heavy"), ("w2", "heavy"), ("w3", "light")):
+        p = gated(name, "4", "1h")
+        p["metadata"]["namespace"], p["metadata"]["uid"] = ns, f"uid-{ns}-{name}"
+        api.put(p)
+    c = Controller(api, dataclasses.replace(S, leader_elect=False), clock=lambda: T0)
+    c.cache.list_once()
+    result = c.plan_now()
+    assert sorted(result.waiting) == [("batch", "heavy"), ("batch", "heavy"), ("batch", "light")]
+    got = {(s.labels["queue"], s.labels["account"]): s.value
+           for s in metrics.QUEUE_WAITING.collect()[0].samples}
+    assert got == {("batch", "heavy"): 2.0, ("batch", "light"): 1.0}
