@@ -87,7 +87,9 @@ from webhook.generate import webhook_configurations  # noqa: E402
 
 harness.NOT_APPLIED |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 PEERS = ROOT / "bench" / "peers"
-SYSTEMS = ("none", "noop", "batchgate", "kyverno", "gatekeeper")
+# batchgate-webhooks: batchgate's two webhooks without its ValidatingAdmissionPolicies, to show
+# what the policies evaluated inside the API server add to a create
+SYSTEMS = ("none", "noop", "batchgate", "batchgate-webhooks", "kyverno", "gatekeeper")
 CONCURRENCY = (1, 16)
 P99_BAR_MS = 100.0
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
@@ -357,7 +359,7 @@ def start_noop(ctx: Ctx) -> Running:
                    proc=proc, stop=stop)
 
 
-def start_batchgate(ctx: Ctx) -> Running:
+def start_batchgate(ctx: Ctx, admission_policies: bool = True) -> Running:
     port = free_port()
     proc, logf = spawn(ctx, "batchgate", [sys.executable, "-m", "webhook", "--log-level", "WARNING", "serve",
                                           "--host", "127.0.0.1", "--port", str(port),
@@ -366,15 +368,18 @@ def start_batchgate(ctx: Ctx) -> Running:
     wait_ready(port, timeout=60)
     configs = rename(ctx.batchgate_configs, "bench", f"https://127.0.0.1:{port}", ("/mutate", "/validate"))
     ctx.kube.register_webhooks(*configs)
-    for o in ctx.batchgate_policies:
+    policies = ctx.batchgate_policies if admission_policies else []
+    for o in policies:
         apply(ctx.kube, o)
     wait_enforcing(ctx.kube, ctx.namespace, "batchgate", proc, logf)
     version = subprocess.run([sys.executable, "-m", "webhook", "--version"], cwd=ROOT, capture_output=True,
                              text=True, check=True).stdout.strip()
+    if not admission_policies:
+        version += " (webhooks only, no admission policies)"
 
     def stop() -> None:
         ctx.kube.delete_webhooks(configs[0]["metadata"]["name"], configs[1]["metadata"]["name"])
-        for o in ctx.batchgate_policies:
+        for o in policies:
             ctx.kube.delete(path_of(o, named=True))
         stop_proc(proc)
 
@@ -509,6 +514,7 @@ def start_gatekeeper(ctx: Ctx) -> Running:
 
 STARTERS: dict[str, Callable[[Ctx], Running]] = {
     "none": start_none, "noop": start_noop, "batchgate": start_batchgate,
+    "batchgate-webhooks": lambda ctx: start_batchgate(ctx, admission_policies=False),
     "kyverno": start_kyverno, "gatekeeper": start_gatekeeper,
 }
 
