@@ -15,11 +15,12 @@ Each repetition: a running pod (queue ``interactive``, ungated, bound to the nod
 the node; the workload is created in queue ``batch`` and waits (the reconciler has written its
 ``batchgate.io/start-by``); after a random 0-3 s (so the room frees at any moment of the
 reconciler's passes), the running pod is deleted (grace period 0) or finishes (phase Succeeded),
-alternately. The figure is the time from that write's response (the API server stored the room as
-free) to the moment a watch of this script receives the workload released as stored: every pod's
-``batchgate.io/queue`` gate gone, or the Job's ``spec.suspend`` false. The reconciler's log says
-when its release patch returned, which splits the figure into the reconciler's share (its watch,
-its pass, the patch) and the watch's delivery to this script.
+alternately. The figure is the time from sending that write (the API server may tell its
+watchers before this script has its response, so the write itself is included) to the moment a
+watch of this script receives the workload released as stored: every pod's ``batchgate.io/queue``
+gate gone, or the Job's ``spec.suspend`` false. The reconciler's log says when its release action
+was done (the patch, then the ``Released`` Event), which splits the figure into the reconciler's
+share (its watch, its pass, the patch) and the watch's delivery to this script.
 
     python bench/bench_release.py [--reps 10] [--kinds pod,job,gang-pods,gang-job] [--json]
 """
@@ -160,7 +161,7 @@ def start_by_written(kube: Any, ns: str, kind: str, name: str) -> bool:
 
 
 def released_at(log: Path, names: set[str]) -> dict[str, float]:
-    """From the reconciler's JSON log: when each release patch returned (the action's log line)."""
+    """From the reconciler's JSON log: when each release action was done (its log line)."""
     out: dict[str, float] = {}
     for line in log.read_text(errors="replace").splitlines():
         if '"Released' not in line:
@@ -200,38 +201,44 @@ def one(kube: Any, ns: str, watcher: Watcher, kind: str, node: str, rep: int, rn
     assert all(watcher.when(k, n) is None for k, n in watched), f"{name} released while the node was full"
     time.sleep(rng.uniform(0, 3))
     how = "delete" if rep % 2 == 0 else "finish"
+    fits = time.time()  # the request that frees the room is sent (the API server may tell watchers before us)
     if how == "delete":
         kube.request("DELETE", pods_path(ns, fill), NOW)
     else:
         kube.set_pod_phase(ns, fill, "Succeeded", {"main": 0})
-    fits = time.time()
 
     def seen() -> float | None:
         ts = [watcher.when(k, n) for k, n in watched]
         return max(ts) if all(t is not None for t in ts) else None  # type: ignore[type-var]
     at = cluster.wait_for(seen, 120, interval=0.05, message=f"{name} released")
-    patched = released_at(log, {n for _k, n in watched} | ({f"{name}-0", f"{name}-1"} if kind == "gang-pods" else set()))
-    rec = max(patched.values()) if patched else None
+    names = {n for _k, n in watched}
+    patched = cluster.wait_for(lambda: (lambda got: got if set(got) >= names else None)(released_at(log, names)),
+                               10, interval=0.1, message=f"the reconciler's log of {name}'s release")
+    rec = max(patched.values())
     out = {"kind": kind, "rep": rep, "freed_by": how, "seconds": at - fits,
            "reconciler_seconds": (rec - fits) if rec is not None else None}
-    cleanup(kube, ns, kind, name, fill)
+    cleanup(kube, ns, kind, name)
     return out
 
 
-def cleanup(kube: Any, ns: str, kind: str, name: str, fill: str) -> None:
-    """Everything of this repetition gone (pods at once: no kubelet would end them)."""
+def cleanup(kube: Any, ns: str, kind: str, name: str) -> None:
+    """Everything of this repetition gone (pods at once: no kubelet would end them; the Job
+    controller's tracking finalizer taken off, as no kubelet would report them ended)."""
     if kind in ("job", "gang-job"):
         kube.delete(jobs_path(ns, name), body={"kind": "DeleteOptions", "apiVersion": "v1",
                                                "propagationPolicy": "Background"})
-    for p in kube.get(pods_path(ns))["items"]:
-        kube.delete(pods_path(ns, p["metadata"]["name"]), body=NOW)
-    cluster.wait_for(lambda: not kube.get(pods_path(ns))["items"], 60, interval=0.2, message="pods gone")
-    if kind in ("job", "gang-job"):
         cluster.wait_for(lambda: not kube.exists(jobs_path(ns, name)), 60, interval=0.2, message="job gone")
-        # the Job controller may have made pods before it saw its Job go
-        for p in kube.get(pods_path(ns))["items"]:
-            kube.delete(pods_path(ns, p["metadata"]["name"]), body=NOW)
-        cluster.wait_for(lambda: not kube.get(pods_path(ns))["items"], 60, interval=0.2, message="pods gone")
+
+    def gone() -> bool:
+        items = kube.get(pods_path(ns))["items"]
+        for p in items:
+            path = pods_path(ns, p["metadata"]["name"])
+            with contextlib.suppress(cluster.KubeApiError):
+                if p["metadata"].get("finalizers"):
+                    kube.patch(path, {"metadata": {"finalizers": None}})
+                kube.delete(path, body=NOW)
+        return not items
+    cluster.wait_for(gone, 60, interval=0.5, message="pods gone")
 
 
 def main(argv: list[str] | None = None) -> int:
