@@ -116,7 +116,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from webhook.reconciler.scavenger import Need, Room, Waiting, cap_room, choose_starts, unsaved
+from webhook.reconciler.scavenger import (
+    Need,
+    Room,
+    Waiting,
+    cap_room,
+    choose_starts,
+    gang_loss,
+    unsaved,
+)
 
 GI = 1 << 30
 MAX_INT32 = 2**31 - 1
@@ -324,25 +332,12 @@ def oracle_on_node(node: SimNode, preemptor: SimPod, cost: Callable[[Hashable], 
 
 
 # == the reconciler's victims (issue 25) ======================================================
-# The reconciler's choice as webhook/reconciler/victims.py makes it on the cluster (the same cost:
-# unsaved work since the pods' start + a 30 s restart, x the gang's cores; a gang whose node is
-# drained soon is cheap), here as an exact search per node where victims.choose is greedy (the
+# The reconciler's choice as webhook/reconciler/victims.py makes it on the cluster (the same cost,
+# scavenger.gang_loss: unsaved work since the pods' start + a 30 s restart, x the gang's cores; a gang
+# whose node is drained within the hour costs only what it would save before the drain), here as an
+# exact search per node where victims.choose is greedy (the
 # cheapest gangs on a node until the pod fits, the node with the lowest cost per pod): the
 # simulated days measure the order, not that search.
-def gang_loss(*, unsaved_s: float, cores: float, restart_s: float, interval: float | None = None,
-              drain_in: float | None = None) -> float:
-    """Core-seconds an eviction now throws away: the unsaved work and a restart, of every core of
-    the gang. A gang on a node drained in ``drain_in`` seconds (a maintenance window) is interrupted
-    then anyway, paying the restart and losing its unsaved work at that time: evicting it now costs
-    only the work it would have saved at its checkpoints before the drain, and nothing when it
-    reaches none (the cheapest room there is)."""
-    if drain_in is None:
-        return (unsaved_s + restart_s) * cores
-    period = interval or float("inf")
-    at_drain = (unsaved_s + max(drain_in, 0.0)) % period if period != float("inf") else unsaved_s + drain_in
-    return max(unsaved_s - at_drain, 0.0) * cores
-
-
 @dataclass(frozen=True, slots=True)
 class Holder:
     """A running scavenger gang that could give way: its ``loss`` (``gang_loss``) and the room its

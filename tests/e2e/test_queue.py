@@ -225,3 +225,43 @@ def test_backfill_holds_the_big_jobs_reservation_and_the_promise_survives_a_rest
         assert suspended(kube, ns, "long") and suspended(kube, ns, "later")
     finally:
         stop_reconcilers(started)
+
+
+def test_work_gated_before_its_namespace_was_excluded_is_released(kube, namespace, queue_node, tmp_path, policies):
+    """An admin adds a namespace to the bundle's exclude after its work was gated: the gate and the
+    queued suspension are batchgate's and nothing else would lift them, so the reconciler releases the
+    work at once, whatever the room (the node here is full), with a Released Event saying why."""
+    ns = namespace
+    excluded = tmp_path / "excluded"
+    shutil.copytree(policies, excluded)
+    text = (excluded / "bundle.yaml").read_text()
+    line = "    namespaces: [kube-system, kube-public, kube-node-lease, batchgate-system]\n"
+    assert line in text
+    (excluded / "bundle.yaml").write_text(text.replace(line, line.replace("]", f", {ns}]")))
+    started: list = []
+    try:
+        create(kube, ns, queued_job("full", queue_node, "4"))
+        reconcile(kube, ns, tmp_path, policies, "managed", started)
+        wait_for(lambda: not suspended(kube, ns, "full"), 60, message="the first Job released")
+        run_pods_of(kube, ns, "full", 1)  # the node is full from now on
+        create(kube, ns, queued_job("held", queue_node, "2"))
+        create(kube, ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "gated", "labels": {"batchgate.io/queue": QUEUED}},
+            "spec": {"containers": [container(cpu="2", memory="1Gi")], "nodeSelector": {"e2e-queue": queue_node}}})
+        wait_for(lambda: start_by(kube, ns, "held"), 60, message="the held Job placed behind the full node")
+        assert suspended(kube, ns, "held")
+        assert {"name": QUEUE_GATE} in kube.get(pods_path(ns, "gated"))["spec"]["schedulingGates"]
+        started[0].kill()
+
+        reconcile(kube, ns, tmp_path, excluded, "excluded", started)
+        wait_for(lambda: not suspended(kube, ns, "held"), 60, message="the held Job released once excluded")
+        stored = kube.get(jobs_path(ns, "held"))
+        assert QUEUED_ANNOTATION not in (stored["metadata"].get("annotations") or {})
+        wait_for(lambda: not any(g["name"] == QUEUE_GATE for g in
+                                 kube.get(pods_path(ns, "gated"))["spec"].get("schedulingGates") or []),
+                 60, message="the gated pod's gate lifted once excluded")
+        why = [e["message"] for e in kube.get(f"/api/v1/namespaces/{ns}/events")["items"]
+               if e["reason"] == "Released" and e["involvedObject"]["name"] in ("held", "gated")]
+        assert len(why) == 2 and all("is excluded from batchgate now" in m for m in why), why
+    finally:
+        stop_reconcilers(started)

@@ -185,7 +185,7 @@ IN_A_USER_NAMESPACE = {
     ("", "services"): {"get", "list", "watch", "create", "patch"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch"},
     ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("policy", "poddisruptionbudgets"): {"get", "create", "delete"},
+    ("policy", "poddisruptionbudgets"): {"get", "create", "patch", "delete"},
     ("", "namespaces"): {"get", "list", "watch"},
 }
 

@@ -346,12 +346,14 @@ def test_a_checkpointed_pod_deleted_before_the_reconciler_looked_is_no_interrupt
 def test_a_declared_checkpoint_interval_runs_one_long_pod(kube, webhook_server, namespace, pool, reconciler):
     """spec.checkpoint.interval, duration left out: stored as written (the CRD schema takes it), the
     workload reads the interval, no FailJob rule (no exit code agreed), and no boundary past the
-    interval: the one Job's pods keep running. Both kinds at once are refused."""
+    interval: the one Job's pods keep running. Its guard (1 core-minute: 30 s of 2 cpus) is made once
+    and kept: after the checkpoint its minAvailable is 0, then the pods again, the same budget.
+    Both kinds at once are refused."""
     require_components(kube, "kube-scheduler", "kube-controller-manager")
     ns, (_, node) = namespace, pool
     node(cpu="8")
-    r = reconciler()
-    body = scavengerjob("md", pods=1)
+    r = reconciler(guard=1)
+    body = scavengerjob("md", pods=1, cpu="2")
     del body["spec"]["duration"]
     body["spec"]["checkpoint"] = {"interval": "1m"}
     kube.create(sj_path(ns), body)
@@ -363,6 +365,16 @@ def test_a_declared_checkpoint_interval_runs_one_long_pod(kube, webhook_server, 
     st = wait_status(kube, ns, "md", lambda s: s.get("runningSegment") == 1, "running", r=r)
     assert "no segment boundaries" in st["message"]
     started = time.monotonic()
+    budget = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/md-1"
+    wait_status(kube, ns, "md", lambda s: s.get("guardedSegment") == 1, "guarded", timeout=90, r=r)
+    made = kube.get(budget)
+    assert made["spec"]["minAvailable"] == 1
+    kube.wait_for(lambda: kube.get(budget)["spec"]["minAvailable"] == 0, 120,
+                  message=lambda: f"the budget lifted at the checkpoint\n{r.logs()}")
+    assert status(kube, ns, "md").get("guardedSegment") == 1
+    kube.wait_for(lambda: kube.get(budget)["spec"]["minAvailable"] == 1, 120,
+                  message=lambda: f"the budget held again\n{r.logs()}")
+    assert kube.get(budget)["metadata"]["uid"] == made["metadata"]["uid"]  # kept, never made again
     kube.wait_for(lambda: time.monotonic() - started > 75, 90, message="past the interval")
     assert status(kube, ns, "md")["segment"] == 1
     assert not kube.get(pods_path(ns, p["metadata"]["name"]))["metadata"].get("deletionTimestamp")

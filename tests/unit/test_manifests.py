@@ -53,7 +53,7 @@ RECONCILER_RIGHTS = {
     # (writes to Services, ConfigMaps, NetworkPolicies and PDBs: only managed-by=batchgate ones, by the
     # admission policy batchgate-reconciler-writes; tests/e2e/test_reconciler_rbac.py)
     ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("policy", "poddisruptionbudgets"): {"get", "create", "delete"},  # a ScavengerJob segment's guard
+    ("policy", "poddisruptionbudgets"): {"get", "create", "patch", "delete"},  # a ScavengerJob segment's guard
     ("", "namespaces"): {"get", "list", "watch"},  # labels for queue grants by namespaceSelector
 }
 VARIANTS = {"default": MANIFESTS}

@@ -303,6 +303,9 @@ def test_the_readme_tables_are_the_saved_json_rendered():
 
 # -- the reconciler's victims, as the simulator searches them ------------------------------------
 def test_gang_loss_counts_every_core_and_a_coming_drain_makes_room_cheap():
+    from webhook.reconciler import scavenger, victims
+
+    assert sim.gang_loss is victims.gang_loss is scavenger.gang_loss  # one rule for the reconciler's victims and the simulator
     assert sim.gang_loss(unsaved_s=100, cores=4, restart_s=30) == 4 * 130
     # drained in 5 min, checkpoints every 10, 2 min unsaved: it saves nothing before the drain (7 min
     # unsaved then): evicting it now costs nothing

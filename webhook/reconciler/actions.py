@@ -59,7 +59,8 @@ ActionKind = Literal[
     "sj-cleanup",  # a Job of an earlier segment is still there: delete it
     "sj-guard-create",  # its unsaved work reached the guard: create the segment's PodDisruptionBudget
     "sj-guard",  # the segment's PodDisruptionBudget exists (seen live): status guardedSegment
-    "sj-unguard",  # a pod of it is on a node being emptied: status, then delete the budget
+    "sj-unguard",  # a pod of it is on a node being emptied (or drained before it checkpoints): status, then delete the budget
+    "sj-guard-set",  # a declared interval: the budget's minAvailable, every pod while unsaved work is dear, 0 after a checkpoint
     # job networking (network.py): a workload's Service, hostfile ConfigMap, NetworkPolicy
     "create-network",
     "update-network",
@@ -71,9 +72,10 @@ ActionKind = Literal[
     # nothing else (it takes no share of the scavengers' cap)
     "never-fits",
 ]
-# Event-only kinds planned on every pass while their condition holds: the controller sends each
-# (target uid, key) once.
-TELL_ONCE = frozenset({"cannot-plan", "never-fits", "queued"})
+# Kinds planned on every pass while their condition holds, whose writes need no record on the object:
+# Events, and the guard's setting (one idempotent patch per change: a restart repeats it once). The
+# controller carries out each (target uid, key) once.
+TELL_ONCE = frozenset({"cannot-plan", "never-fits", "queued", "sj-guard-set"})
 EventType = Literal["Normal", "Warning"]
 Propagation = Literal["Background", "Foreground", "Orphan"]
 
@@ -156,6 +158,9 @@ class Action(NamedTuple):
     amount: float = 0.0  # for metrics: seconds waited (sj-running), core-seconds lost (sj-interrupted)
     net: NetWrite | None = None
     mark: Mark | None = None  # after the deletes
+    # the Event only once the writes went through: it reports a change (a release) that a conflict
+    # would leave unmade, where the other Events announce what the writes then carry out
+    tell_after: bool = False
 
     def event_name(self) -> str:
         digest = hashlib.sha256(f"{self.target.uid}|{self.reason}|{self.key}".encode()).hexdigest()[:16]

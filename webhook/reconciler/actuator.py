@@ -4,7 +4,9 @@ Per action, in this order:
 
 1. the Event, named after what the action is about (``Action.event_name``):
    ``AlreadyExists`` means an earlier run (maybe one that crashed right
-   after) already told the user, so it is not told twice;
+   after) already told the user, so it is not told twice. An action marked
+   ``tell_after`` (a release: the Event says it happened) sends its Event last,
+   once its writes went through, so a conflict leaves no Event behind;
 2. the annotation merge patch, fenced by the resourceVersion the plan was made
    on (or the one our own previous patch of the same object returned): a
    ``409 Conflict`` means the object changed under us, so we re-read it and let
@@ -421,7 +423,7 @@ class Actuator:
                     self._check_unused(a)
                 if a.evict is not None:
                     self._evict(a.evict)  # before the Event: a budget may say no
-                if not a.quiet:
+                if not a.quiet and not a.tell_after:
                     self._event(a)
                 if a.annotations:
                     new_rv[uid] = self._annotate(a, new_rv.get(uid) or a.resource_version)
@@ -437,6 +439,8 @@ class Actuator:
                     self._pod_group(a)
                 if a.net is not None:
                     self._net(a)
+                if not a.quiet and a.tell_after:
+                    self._event(a)
                 outcomes.append(self._done(a, "done"))
             except (Conflict, StillInUse) as e:
                 conflicted.add(uid)

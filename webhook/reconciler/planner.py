@@ -102,7 +102,7 @@ from .model import (
 )
 from .network import plan_network
 from .runtimes import History, Predictor, Run, finished_runs, job_key, pod_key, remember
-from .scavenger import plan_scavengers, sj_owner
+from .scavenger import checkpoint_period, plan_scavengers, sj_owner
 from .settings import QueuePolicy, Settings
 from .shadow import Queued, shadow_schedule
 
@@ -256,6 +256,7 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
     n, r = len(actions), len(runs)
     try:
         waiting = queue.waiting(snapshot, now, queues, usage or {}, limit_of)
+        p.actions += queue.plan_unmanaged(queue.unmanaged(snapshot, queues, limit_of), now)
         if snapshot.nodes is not None:  # placing needs the nodes; what waits is known without them
             if waiting or queues.gated:
                 queued = queue.as_queued(waiting, queues)
@@ -334,7 +335,8 @@ def _release(snapshot: Snapshot, now: float, queues: QueuePolicy, windows: Seque
                       if getattr(sj, "start_over", None) is not None}
         intervals = {sj.ref.uid: sj.checkpoint_interval for sj in (snapshot.scavenger_jobs or {}).values()
                      if getattr(sj, "checkpoint_interval", None) is not None}
-        gangs = victims.scavenger_gangs(snapshot, now, below, windows, start_over, intervals)
+        periods = {sj.ref.uid: checkpoint_period(sj) for sj in (snapshot.scavenger_jobs or {}).values()}
+        gangs = victims.scavenger_gangs(snapshot, now, below, windows, start_over, intervals, periods)
     if not gangs:
         return [a for w, why in go for a in queue.release(w, why, now)]
     assert snapshot.nodes is not None

@@ -17,7 +17,8 @@ suspended and marked ``batchgate.io/queued``, a bare Pod behind the scheduling g
    resumes. kube-scheduler binds them.
 
 Queues on ``hold`` or ``stop`` release nothing; a queue no longer gated (or gone from the bundle)
-releases what still waits in it at once. Pure: no I/O, no clock.
+releases what still waits in it at once, and so does a namespace the bundle now excludes
+(``unmanaged``: the hold is batchgate's, nobody else would lift it). Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -69,10 +70,40 @@ def queue_of(obj: JobView | PodView, policy: QueuePolicy) -> str:
 def waiting(snapshot: Snapshot, now: float, policy: QueuePolicy, usage: Mapping[str, float],
             limit_of: Callable[[JobView | PodView], int | None]) -> list[Waiting]:
     """Every waiting workload, in queue order."""
+    return order(_gather(snapshot, policy, limit_of, excluded=False), now, usage, policy.fair_share)
+
+
+def unmanaged(snapshot: Snapshot, policy: QueuePolicy,
+              limit_of: Callable[[JobView | PodView], int | None]) -> list[Waiting]:
+    """Work held by batchgate's gate (or suspended and marked queued) in a namespace the bundle now
+    excludes: gated while it was batchgate's, and nobody else would ever lift the hold. Released at
+    once, whole, whatever the room (``plan_unmanaged``), as if it had never been queued."""
+    return _gather(snapshot, policy, limit_of, excluded=True)
+
+
+def plan_unmanaged(items: list[Waiting], now: float) -> list[Action]:
+    """Release what ``unmanaged`` found, saying why."""
+    return [a for w in items for a in release(
+        w, f"namespace {w.ref.namespace!r} is excluded from batchgate now (the bundle's exclude): "
+           "batchgate no longer queues its work", now)]
+
+
+def _gather(snapshot: Snapshot, policy: QueuePolicy, limit_of: Callable[[JobView | PodView], int | None], *,
+            excluded: bool) -> list[Waiting]:
+    """The waiting workloads of the namespaces batchgate manages (``excluded`` False) or of those the
+    bundle excludes (True), unordered."""
     fair = policy.fair_share
+    seen: dict[str, bool] = {}
+
+    def other_side(ns: str) -> bool:
+        v = seen.get(ns)
+        if v is None:
+            seen[ns] = v = policy.excluded(ns) != excluded
+        return v
+
     out: list[Waiting] = []
     for job in snapshot.jobs.values():
-        if not job.queued or job.deleting or job.finished or job.template is None or policy.excluded(job.ref.namespace):
+        if not job.queued or job.deleting or job.finished or job.template is None or other_side(job.ref.namespace):
             continue
         prio = policy.class_values.get(job.priority_class, job.template.priority)
         out.append(Waiting(job.ref, queue_of(job, policy), fair.account_of(job.ref.namespace), prio,
@@ -85,7 +116,7 @@ def waiting(snapshot: Snapshot, now: float, policy: QueuePolicy, usage: Mapping[
             out_of_gate[key3] = out_of_gate.get(key3, 0) + 1
         if not pod.gated or pod.node or pod.deleting or pod.terminal or pod.sched is None:
             continue
-        if policy.excluded(pod.ref.namespace):
+        if other_side(pod.ref.namespace):
             continue
         key = (pod.ref.namespace, pod.group) if pod.group else (pod.ref.namespace, "\0" + pod.ref.uid)
         groups.setdefault(key, []).append(pod)
@@ -103,7 +134,7 @@ def waiting(snapshot: Snapshot, now: float, policy: QueuePolicy, usage: Mapping[
                            first.sched.priority, first.created or 0.0, max(len(members), 1), sched,
                            limit_of(first), pods=tuple(members), incomplete=incomplete,
                            rest=loose > 0 and not incomplete))
-    return order(out, now, usage, fair)
+    return out
 
 
 def order(items: list[Waiting], now: float, usage: Mapping[str, float], fair: FairShare) -> list[Waiting]:
@@ -176,7 +207,7 @@ def release(w: Waiting, why: str, now: float, affinity: list[dict[str, Any]] | N
             kind="release", target=w.ref, reason="Released", message=message, key="release",
             patch={"metadata": {"resourceVersion": w.job.resource_version, "annotations": {QUEUED_ANNOTATION: None}},
                    "spec": spec},
-            amount=waited)]
+            amount=waited, tell_after=True)]
     out = []
     for pod in w.pods:
         if required:  # a gated pod may gain node affinity; then the gate goes (the fence follows our patch)
@@ -187,7 +218,7 @@ def release(w: Waiting, why: str, now: float, affinity: list[dict[str, Any]] | N
         out.append(Action(
             kind="release", target=pod.ref, reason="Released", message=message, key="release",
             patch={"metadata": {"resourceVersion": pod.resource_version}, "spec": {"schedulingGates": gates}},
-            amount=waited))
+            amount=waited, tell_after=True))
     return out
 
 

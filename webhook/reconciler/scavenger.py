@@ -70,6 +70,7 @@ from ..contract import (
 )
 from ..rules.scavengerjob import name_problem
 from ..units import DurationTooLong, format_duration, format_memory, parse_duration, shown
+from ..windows import Window
 from .actions import Action, ActionKind, Delete, Requirement, Unplannable, unplannable
 from .model import (
     LABEL_GROUP,
@@ -356,6 +357,25 @@ def unsaved(elapsed: float, interval: float | None) -> float:
     return elapsed % interval if interval else elapsed
 
 
+SOON = 3600.0  # a maintenance window starting within this is counted as the drain of its nodes' scavengers
+
+
+def gang_loss(*, unsaved_s: float, cores: float, restart_s: float, interval: float | None = None,
+              drain_in: float | None = None) -> float:
+    """Core-seconds an eviction now throws away: the unsaved work and a restart, of every core of
+    the gang. A gang whose node is drained in ``drain_in`` seconds (a maintenance window within
+    ``SOON``) is interrupted then anyway, paying the restart and losing its unsaved work at that
+    time: evicting it now costs only the work it would have saved at its checkpoints (every
+    ``interval`` from its last one; None: none before the drain) before the drain, and nothing when
+    it reaches none. A drain further off is not counted: the window may move, the gang may end first.
+    The reconciler's victims (victims.py), its guard (``_guard``) and bench/scavenger_sim.py use it."""
+    if drain_in is None or drain_in > SOON:
+        return (unsaved_s + restart_s) * cores
+    period = interval or float("inf")
+    at_drain = (unsaved_s + max(drain_in, 0.0)) % period if period != float("inf") else unsaved_s + drain_in
+    return max(unsaved_s - at_drain, 0.0) * cores
+
+
 # -- failure vs interruption ---------------------------------------------------
 VerdictKind = Literal["failed", "checkpointed", "interrupted", "succeeded", "running", "starting"]
 
@@ -633,48 +653,88 @@ def guard_body(sj: SJView, job: JobView, segment: int) -> dict[str, Any]:
     }
 
 
+def checkpoint_period(sj: SJView) -> float | None:
+    """How often the ScavengerJob checkpoints, as far as the reconciler knows: its declared
+    ``checkpoint.interval``, else its segments' ``duration`` (each boundary is a checkpoint); None
+    when the workload ends its segments itself (``checkpointExitCode``) or the spec is unusable."""
+    if sj.checkpoint_interval is not None:
+        return float(sj.checkpoint_interval)
+    return float(sj.duration) if sj.duration and sj.checkpoint_code is None else None
+
+
+def drain_in(pods: Sequence[PodView], nodes: Mapping[str, NodeView] | None, windows: Iterable[Window],
+             now: float) -> float | None:
+    """Seconds until the first maintenance window starting within ``SOON`` drains a node of these
+    pods (0 when one is on already); None when none does. A gang goes whole: its first drain counts."""
+    known = nodes or {}
+    times = [max(w.start - now, 0.0) for w in windows if w.end > now and w.start - now < SOON
+             for p in pods if p.node and w.covers(p.node, known[p.node].labels if p.node in known else {})]
+    return min(times) if times else None
+
+
 def _guard(sj: SJView, job: JobView, seg: int, pods: Sequence[PodView], now: float, qp: QueuePolicy,
-           nodes: Mapping[str, NodeView] | None, actions: list[Action], wake: list[float]) -> None:
+           nodes: Mapping[str, NodeView] | None, windows: Sequence[Window], actions: list[Action],
+           wake: list[float]) -> None:
     """Guard a running segment once its unsaved work reaches ``qp.scavenger_guard`` core-seconds;
-    lift the guard while one of its pods is on a node being emptied. Both are confirmed facts:
+    lift the guard while one of its pods is on a node being emptied, or while a maintenance window
+    will drain it before its next checkpoint (it loses its work then anyway: ``gang_loss`` is 0, so
+    it is the cheapest room there is, for kube-scheduler too). Both are confirmed facts:
     ``guardedSegment`` is written only after the budget was seen to exist (a live GET), and the
-    budget goes with the Job anyway."""
+    budget goes with the Job anyway. With a declared ``checkpoint.interval`` the budget, once made,
+    stays for the segment: its ``minAvailable`` is every pod while the interval's unsaved work is
+    dear and 0 (every disruption allowed) from each checkpoint until then, one patch per change."""
     if qp.scavenger_guard <= 0 or sj.need is None:
         return
     ref = Ref(PDB.api_version, "PodDisruptionBudget", sj.ref.namespace, job.ref.name, "")
     leaving = [p.node for p in pods if p.node and nodes is not None and node_leaving(nodes.get(p.node))]
-    guarded = sj.guarded_segment == seg
-    if guarded and leaving:
-        actions.append(_act("sj-unguard", sj, "GuardLifted",
-                            f"segment {seg}: node {leaving[0]} is being emptied; the PodDisruptionBudget "
-                            f"{ref.name} that held its gang is deleted", now, phase="Running",
-                            key=f"unguard/{seg}", quiet=True, status={"guardedSegment": None},
-                            deletes=(Delete(ref, owner_uid=job.ref.uid),)))
-        return
-    if leaving:
-        return
     cores = sj.need.pods * sj.need.cpu_m / 1000
     start = sj.start_over if sj.start_over is not None else now
+    drain = drain_in(pods, nodes, windows, now) if not leaving else None
+    period = checkpoint_period(sj)
+    now_unsaved = unsaved(now - start, sj.checkpoint_interval)
+    doomed = drain is not None and gang_loss(unsaved_s=now_unsaved, cores=1.0, restart_s=0.0, interval=period,
+                                             drain_in=drain) == 0
+    if doomed and drain is not None and period:
+        # what it will have unsaved at the drain stays the same until its next checkpoint, while what it
+        # has unsaved now grows: once past that, taking it now costs something again
+        wake.append(now + max((now_unsaved + drain) % period - now_unsaved, 0.0) + 1)
+    guarded = sj.guarded_segment == seg
+    if guarded and (leaving or doomed):
+        why = (f"node {leaving[0]} is being emptied" if leaving else
+               f"a maintenance window drains it in {format_duration(int(drain or 0))}, before its next checkpoint")
+        actions.append(_act("sj-unguard", sj, "GuardLifted",
+                            f"segment {seg}: {why}; the PodDisruptionBudget {ref.name} that held its gang is deleted",
+                            now, phase="Running", key=f"unguard/{seg}", quiet=True, status={"guardedSegment": None},
+                            deletes=(Delete(ref, owner_uid=job.ref.uid),)))
+        return
+    if leaving or doomed:
+        return
     key = f"{seg}"
     if sj.checkpoint_interval is not None:
         # One long pod: its unsaved work starts over at every declared checkpoint, and so does the
         # guard (held from the same core-seconds of unsaved work in each interval, lifted at the checkpoint).
-        period = sj.checkpoint_interval
+        interval = sj.checkpoint_interval
         hold = qp.scavenger_guard / cores if cores > 0 else float("inf")
-        if hold >= period:
+        if hold >= interval:
             return  # never that much unsaved work
-        k = int(max(now - start, 0.0) // period)
-        begins = start + k * period
-        if guarded and now < begins + hold:
-            actions.append(_act("sj-unguard", sj, "GuardLifted",
-                                f"it checkpointed (every {format_duration(period)}); the PodDisruptionBudget "
-                                f"{ref.name} is deleted until its unsaved work is dear again", now, phase="Running",
-                                key=f"unguard/{seg}/{k}", quiet=True, status={"guardedSegment": None},
-                                deletes=(Delete(ref, owner_uid=job.ref.uid),)))
-            wake.append(begins + hold)
-            return
+        k = int(max(now - start, 0.0) // interval)
+        begins = start + k * interval
+        held = now >= begins + hold
         if guarded:
-            wake.append(begins + period)
+            want = sj.need.pods if held else 0
+            gone = _act("sj-unguard", sj, "GuardLifted", f"segment {seg}: its PodDisruptionBudget {ref.name} is "
+                        "gone; it is made again when its unsaved work is dear", now, phase="Running",
+                        key=f"unguard/{seg}/gone", quiet=True, status={"guardedSegment": None})
+            actions.append(Action(
+                kind="sj-guard-set", target=ref, reason="GuardSet", quiet=True, key=f"{sj.ref.uid}/{seg}/{k}/{want}",
+                message=(f"segment {seg}: minAvailable {want} on the PodDisruptionBudget {ref.name} ("
+                         + ("its unsaved work is dear again)" if held else
+                            f"it checkpointed, every {format_duration(interval)}: cheap until its unsaved work is dear)")),
+                patch={"spec": {"minAvailable": want}}, requires=(Requirement(ref, gone),)))
+            wake.append(begins + interval if held else begins + hold)
+            return
+        if not held:
+            wake.append(begins + hold)
             return
         due, key = begins + hold, f"{seg}/{k}"
     elif guarded:
@@ -912,6 +972,7 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings, *,
     # ScavengerJob label and the Job name they point at.
     names: dict[tuple[str, str], _SJState] = {(s.sj.ref.namespace, s.sj.ref.name): s for s in by_uid.values()}
     nodes = snapshot.nodes
+    windows = [w.window for w in (snapshot.windows or {}).values() if w.window is not None]
     used_c = used_m = 0
     bound: dict[str, tuple[int, int, int]] = {}  # node -> (cpu, mem, pods) taken by live pods
     actions: list[Action] = []
@@ -961,7 +1022,7 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings, *,
     for st in sorted(by_uid.values(), key=lambda s: (s.sj.ref.namespace, s.sj.ref.name)):
         n_actions, n_wake = len(actions), len(wake)
         try:
-            w = _one(st, now, qp, gone, actions, wake, nodes)
+            w = _one(st, now, qp, gone, actions, wake, nodes, windows)
         except Exception as e:
             if failed is None:
                 raise
@@ -1083,7 +1144,7 @@ def _wait(sj: SJView, now: float, d: Decision) -> Action | None:
 
 def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
          actions: list[Action], wake: list[float],
-         nodes: Mapping[str, NodeView] | None = None) -> Waiting | None:
+         nodes: Mapping[str, NodeView] | None = None, windows: Sequence[Window] = ()) -> Waiting | None:
     """Plan one ScavengerJob; a ``Waiting`` when it is waiting for its turn to start."""
     sj = st.sj
     if sj.deleting:
@@ -1235,7 +1296,7 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
             if sj.checkpoint_interval is None:
                 wake.append(segment_end(latest, sj.duration))
             return None
-        _guard(sj, current, seg, cur_pods, now, qp, nodes, actions, wake)
+        _guard(sj, current, seg, cur_pods, now, qp, nodes, windows, actions, wake)
         if sj.checkpoint_code is not None or sj.checkpoint_interval is not None:
             return None  # the workload ends its segments itself, or runs as one long pod
         start_over = sj.start_over if sj.start_over is not None else latest

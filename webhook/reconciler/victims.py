@@ -11,9 +11,14 @@ resumes from its checkpoint), (2) narrow the waiting workload's required node af
 chosen (allowed while a pod is gated or a Job suspended and never started), and (3) release it; so
 kube-scheduler binds it where the room was made. Pure: no I/O, no clock.
 
-Cost of a gang: its unsaved core-seconds plus a restart's worth (``RESTART_COST`` seconds of its
-cores); nothing for a gang on a node whose maintenance window starts within ``SOON``: it is
-interrupted then anyway, and taking it now costs no interruption more.
+Cost of a gang (``scavenger.gang_loss``, the one rule, which bench/scavenger_sim.py and the guard
+use too): its unsaved core-seconds plus a restart's worth (``RESTART_COST`` seconds of its cores).
+A gang on a node whose maintenance window starts within ``scavenger.SOON`` is interrupted then
+anyway, paying the restart and losing what it has not saved by then: taking it now costs only the
+work it would have saved at its checkpoints before the drain (a declared ``checkpoint.interval``, or
+the end of its segment), and nothing when it reaches none. Not "nothing" whenever a window is near (the rule before): a gang
+about to checkpoint 50 minutes before its drain still has that work to save; the simulator always
+charged it, and the two now agree.
 """
 
 from __future__ import annotations
@@ -24,12 +29,11 @@ from typing import Any
 
 from ..windows import Window
 from .model import JobView, NodeView, PodSched, PodView, Ref, Snapshot
-from .scavenger import sj_owner
+from .scavenger import drain_in, gang_loss, sj_owner
 from .scavenger import unsaved as unsaved_since
 from .shadow import matches
 
 RESTART_COST = 30.0  # seconds of a gang's cores a restart costs (image pull, startup, reading the checkpoint)
-SOON = 3600.0  # a maintenance window starting within this makes its nodes' scavengers cheap
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,14 +65,15 @@ class Room:
 
 def scavenger_gangs(snapshot: Snapshot, now: float, below: int, windows: Iterable[Window],
                     start_over: Mapping[str, float] | None = None,
-                    intervals: Mapping[str, float] | None = None) -> list[Gang]:
+                    intervals: Mapping[str, float] | None = None,
+                    periods: Mapping[str, float | None] | None = None) -> list[Gang]:
     """Running pods with a priority below ``below`` (the scavengers), as gangs. ``start_over``:
     a ScavengerJob's uid -> its running segment's start (its last checkpoint), from its status;
     ``intervals``: its declared ``spec.checkpoint.interval`` (one long pod: the unsaved work is the
-    time since the last multiple of it, not since the start)."""
+    time since the last multiple of it, not since the start); ``periods``: how often it checkpoints
+    (``scavenger.checkpoint_period``: the interval, or its segments' duration), for a coming drain."""
     jobs: dict[str, JobView] = {j.ref.uid: j for j in snapshot.jobs.values()}
-    soon = [w for w in windows if w.end > now and w.start - now < SOON]
-    nodes = snapshot.nodes or {}
+    windows = list(windows)
     groups: dict[tuple[str, ...], list[PodView]] = {}
     owners: dict[tuple[str, ...], Ref] = {}
     for p in snapshot.pods.values():
@@ -91,16 +96,15 @@ def scavenger_gangs(snapshot: Snapshot, now: float, below: int, windows: Iterabl
     for key, pods in groups.items():
         since = (start_over or {}).get(key[1]) if key[0] == "sj" else None
         interval = (intervals or {}).get(key[1]) if key[0] == "sj" else None
-        unsaved = 0.0
-        cores = 0.0
+        period = (periods or {}).get(key[1]) if key[0] == "sj" else None
+        drain = drain_in(pods, snapshot.nodes, windows, now)
+        unsaved = cost = 0.0
         for p in pods:
             c = p.cpu_m / 1000
-            cores += c
             began = since if since is not None else (p.started if p.started is not None else now)
-            unsaved += c * unsaved_since(now - began, interval)
-        cost = unsaved + RESTART_COST * cores
-        if any(w.covers(p.node, nodes[p.node].labels if p.node in nodes else {}) for w in soon for p in pods):
-            cost = 0.0
+            u = unsaved_since(now - began, interval)
+            unsaved += c * u
+            cost += gang_loss(unsaved_s=u, cores=c, restart_s=RESTART_COST, interval=period, drain_in=drain)
         out.append(Gang(owners[key], tuple(sorted(pods, key=lambda p: p.ref.name)), unsaved, cost))
     return sorted(out, key=lambda g: (g.cost, len(g.pods), g.ref.namespace, g.ref.name))
 

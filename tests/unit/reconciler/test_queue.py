@@ -8,12 +8,14 @@ import dataclasses
 from typing import Any
 
 from tests.unit.conftest import shipped_bundle
+from tests.unit.reconciler.fakeapi import FakeApi
 from tests.unit.reconciler.reconbuild import HOUR, T0, group_labels, record_env, ts
 from tests.unit.reconciler.test_shadow import node, running, snap, waiting
 from webhook.bundle import Account
 from webhook.contract import QUEUE_GATE, QUEUED_ANNOTATION
 from webhook.reconciler import queue
 from webhook.reconciler.actions import Action
+from webhook.reconciler.actuator import Actuator
 from webhook.reconciler.model import Snapshot
 from webhook.reconciler.planner import plan
 from webhook.reconciler.settings import QueuePolicy, Settings
@@ -203,9 +205,31 @@ def test_a_pods_release_takes_only_our_gate_off_fenced_by_its_resource_version()
 
 def test_what_is_not_gated_or_already_bound_is_not_the_queues() -> None:
     free = waiting("free")  # no gate: kube-scheduler's
-    excluded = gated("sys", ns="kube-system")
-    s = snap(free, excluded, nodes=ONE)
+    bound = gated("bound", gates=())
+    bound["spec"]["nodeName"] = "n1"
+    s = snap(free, bound, nodes=ONE)
     assert order(s) == [] and released(s) == []
+
+
+def test_work_gated_before_its_namespace_was_excluded_is_released_at_once_whole() -> None:
+    """The bundle excludes a namespace after its work was gated: the gate (or the queued suspension) is
+    batchgate's and nobody else would lift it, so it goes at once, whatever the room, a gang whole and
+    even before all its pods exist; it no longer waits in any queue, gets no promise and no Queued."""
+    policy = dataclasses.replace(POLICY, excluded_namespaces=(*POLICY.excluded_namespaces, "legacy-*"))
+    gang = [gated(f"g-{i}", ns="legacy-a", cpu="4", labels=group_labels("g", 3)) for i in range(2)]
+    held = [busy("r", "4"), gated("p", ns="legacy-a", cpu="4"), queued_job("j", ns="legacy-b", cpu="4"), *gang]
+    s = snap(*held, gated("mine", cpu="4"), nodes=ONE)
+    out = released(s, policy)
+    assert names(out) == ["g-0", "g-1", "j", "p"]
+    assert all("namespace 'legacy-" in a.message and "excluded" in a.message for a in out)
+    job_release = next(a for a in out if a.target.kind == "Job")
+    assert job_release.patch is not None and job_release.patch["spec"] == {"suspend": False}
+    assert job_release.patch["metadata"]["annotations"] == {QUEUED_ANNOTATION: None}
+    assert order(s, policy=policy) == ["mine"]
+    told = [a for a in plan(s, T0, Settings(queues=policy)).actions if a.kind in ("queued", "start-by")]
+    assert {a.target.name for a in told} == {"mine"}
+    # ... and before the bundle excluded it, the same work waited
+    assert released(s) == []
 
 
 def test_the_release_message_says_how_long_it_waited() -> None:
@@ -257,3 +281,28 @@ def test_with_scavengers_running_the_rest_of_a_gang_released_in_part_still_goes(
     s = snap(busy("peer", "2"), busy("scav", "2", node_name="n2", priority=SCAVENGER, limit=None), *pods,
              nodes=[node("n1", cpu="4"), node("n2", cpu="2")])
     assert names(released(s)) == ["g-1", "g-2"]
+
+
+def test_a_release_that_conflicts_sends_no_released_event_the_one_that_goes_through_does() -> None:
+    """The Event says the work was released: it follows the patch, so a conflict (the object changed
+    since the pass read it) leaves none on work still waiting."""
+    api = FakeApi()
+    api.put(gated("p"))
+    api.put(queued_job("j"))
+
+    def release_now() -> list[str]:
+        objs = [o for o in api.objects.values() if o["kind"] in ("Pod", "Job")]
+        actions = released(snap(*objs, nodes=[node("n1", cpu="8")]))
+        return [o.result for o in Actuator(api, Settings(api_attempts=1), sleep=lambda s: None,
+                                           wall=lambda: T0).execute(actions)]
+
+    planned = [o for o in api.objects.values() if o["kind"] in ("Pod", "Job")]
+    actions = released(snap(*planned, nodes=[node("n1", cpu="8")]))
+    for kind, name in (("pods", "p"), ("jobs", "j")):  # someone else writes both after the pass read them
+        api.objects[(kind, "demo", name)]["metadata"]["resourceVersion"] = "999"
+    outcomes = Actuator(api, Settings(api_attempts=1), sleep=lambda s: None, wall=lambda: T0).execute(actions)
+    assert [o.result for o in outcomes] == ["conflict", "conflict"]
+    assert [e for e in api.events() if e["reason"] == "Released"] == []
+    assert release_now() == ["done", "done"]
+    assert sorted(e["involvedObject"]["name"] for e in api.events() if e["reason"] == "Released") == ["j", "p"]
+    assert api.objects[("jobs", "demo", "j")]["spec"]["suspend"] is False

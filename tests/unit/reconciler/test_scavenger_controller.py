@@ -475,14 +475,23 @@ def test_a_declared_checkpoint_interval_runs_one_long_pod_guarded_in_each_interv
     assert w.c.plan_now().wake_at == pytest.approx(start + 10 * MIN)
     w.now = start + 10 * MIN
     assert w.step() == ["sj-guard-create"] and w.step(2) == ["sj-guard"]
+    assert _pdb(w, "md-1")["spec"]["minAvailable"] == 2
     w.now = start + 29 * MIN
-    assert w.step() == []  # past duration (10m): no boundary
+    assert w.step() in ([], ["sj-guard-set"])  # past duration (10m): no boundary
+    assert w.step() == []
     assert w.c.plan_now().wake_at == pytest.approx(start + 30 * MIN)
+    # from here on, one interval of writes: the budget stays, its minAvailable follows the checkpoints
+    writes = len(w.api.writes())
     w.now = start + 30 * MIN + 1
-    assert w.step() == ["sj-unguard"] and _pdb(w, "md-1") is None  # it checkpointed: cheap again
+    assert w.step() == ["sj-guard-set"]  # it checkpointed: cheap again, every disruption allowed
+    assert _pdb(w, "md-1")["spec"]["minAvailable"] == 0 and w.sj("md")["status"]["guardedSegment"] == 1
     assert w.c.plan_now().wake_at == pytest.approx(start + 40 * MIN)
+    assert w.step(MIN) == [] and w.step(MIN) == []
     w.now = start + 40 * MIN
-    assert w.step() == ["sj-guard-create"] and w.step(2) == ["sj-guard"]
+    assert w.step() == ["sj-guard-set"] and _pdb(w, "md-1")["spec"]["minAvailable"] == 2
+    w.now = start + 59 * MIN
+    assert w.step() == [] and w.step() == []
+    assert [c[:2] for c in w.api.writes()[writes:]] == [("patch", "poddisruptionbudgets")] * 2  # was 4 writes and 2 reads
     assert w.sj("md")["status"]["segment"] == 1  # still the one long pod
     w.now = start + 45 * MIN
     w.api.objects[("pods", "demo", "md-1-0")]["metadata"]["deletionTimestamp"] = format_time(w.now)
@@ -637,3 +646,33 @@ def test_leftovers_rule():
     assert [x.ref.name for x in leftovers(waiting, None, pods)] == ["a", "d"]
     starting = sj_view(sj("md", status={"phase": "Running", "segment": 2, "jobName": "md-2"}))
     assert [x.ref.name for x in leftovers(starting, None, pods)] == ["a"]
+
+
+def test_a_gang_a_window_drains_before_its_next_checkpoint_gets_no_guard_and_loses_a_held_one():
+    """The guard looks at coming windows (the rule of the reconciler's victims, scavenger.gang_loss):
+    a gang that a maintenance window within the hour drains before its segment ends loses its unsaved
+    work then anyway: nothing to protect, and the cheapest room for kube-scheduler too. One that will
+    checkpoint first keeps its guard."""
+    def window(start: float) -> dict[str, Any]:
+        return {"apiVersion": "batchgate.io/v1alpha1", "kind": "MaintenanceWindow",
+                "metadata": {"name": "mw", "uid": "mw-uid"},
+                "spec": {"start": format_time(start), "end": format_time(start + 3600), "nodes": ["n0"]}}
+
+    w = World(sj("md", duration="1h"), settings=GUARDED)
+    _running(w)
+    start = parse_time(w.sj("md")["status"]["priorityStartOverTimestamp"])
+    w.api.put(window(start + 65 * MIN))  # after the segment's end (+60): it checkpoints first
+    w.now = start + 10 * MIN
+    assert w.step() == ["sj-guard-create"] and w.step(2) == ["sj-guard"]
+    w.api.objects[("maintenancewindows", "", "mw")]["spec"] = window(start + 40 * MIN)["spec"]  # moved: before it
+    assert w.step() == ["sj-unguard"]
+    assert _pdb(w, "md-1") is None and w.sj("md")["status"].get("guardedSegment") is None
+    assert "before its next checkpoint" in w.sj("md")["status"]["message"]
+    assert w.step(MIN) == []  # and none made while the drain comes first
+
+    w2 = World(sj("md", duration="1h"), settings=GUARDED)
+    _running(w2)
+    start = parse_time(w2.sj("md")["status"]["priorityStartOverTimestamp"])
+    w2.api.put(window(start + 30 * MIN))
+    w2.now = start + 10 * MIN
+    assert w2.step() == [] and w2.step(5 * MIN) == [] and _pdb(w2, "md-1") is None

@@ -132,3 +132,48 @@ def test_a_declared_checkpoint_interval_counts_only_the_work_since_the_last_mult
     unsaved = {g.ref.name: g.unsaved for g in gangs}
     assert unsaved == {"long": 5 * 60, "seg": 20 * 60}
     assert [g.ref.name for g in gangs] == ["long", "seg"]  # the long pod just checkpointed: it goes first
+
+
+def _sj_gang(name: str, node_name: str, started: float) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A ScavengerJob, its segment's Job and that Job's one 4-cpu pod on ``node_name``."""
+    owner = sj(name)
+    owner["metadata"]["uid"] = f"sj-{name}"
+    j = job(f"{name}-1")
+    j["metadata"]["ownerReferences"] = [{"apiVersion": "batchgate.io/v1alpha1", "kind": "ScavengerJob", "name": name,
+                                         "uid": f"sj-{name}", "controller": True}]
+    p = scavenger(f"{name}-1-0", node_name, "4", started)
+    p["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": f"{name}-1",
+                                         "uid": j["metadata"]["uid"], "controller": True}]
+    return owner, j, p
+
+
+def test_one_rule_with_the_simulator_a_coming_drain_charges_what_would_be_saved_before_it():
+    """scavenger.gang_loss (victims.gang_loss) is the simulator's rule too (bench/scavenger_sim.py
+    imports it; its test checks that it is the same function). Drained in 20 minutes: a gang
+    checkpointing every 30 minutes, 25 in, would save those 25 in 5 minutes, before the drain, and
+    lose 15 at the drain: taking it now costs the 10 more. One 5 minutes in reaches no checkpoint
+    before the drain: it costs nothing. A window more than an hour off changes nothing."""
+    assert victims.gang_loss(unsaved_s=1500, cores=4, restart_s=30, interval=1800, drain_in=1200) == 4 * 600
+    assert victims.gang_loss(unsaved_s=300, cores=4, restart_s=30, interval=1800, drain_in=1200) == 0
+    assert victims.gang_loss(unsaved_s=300, cores=4, restart_s=30, interval=1800, drain_in=2 * HOUR) == 4 * 330
+
+    soon, _ = parse_window({"metadata": {"name": "mw", "uid": "u"}, "spec": {
+        "start": ts(20 * 60), "end": ts(2 * HOUR), "nodes": ["a", "b"]}})
+    late, _ = parse_window({"metadata": {"name": "late", "uid": "u2"}, "spec": {
+        "start": ts(3 * HOUR), "end": ts(4 * HOUR), "nodes": ["a", "b"]}})
+    assert soon is not None and late is not None
+    (s1, j1, p1), (s2, j2, p2) = _sj_gang("near", "a", -25 * 60), _sj_gang("fresh", "b", -5 * 60)
+    snap = dataclasses.replace(
+        Snapshot.of(pods=[pod_view(p1), pod_view(p2)], jobs=[job_view(j1), job_view(j2)],
+                    nodes=[node("a", cpu="4"), node("b", cpu="4")]),
+        scavenger_jobs={("demo", "near"): sj_view(s1), ("demo", "fresh"): sj_view(s2)})
+    start_over = {"sj-near": T0 - 25 * 60, "sj-fresh": T0 - 5 * 60}
+    intervals = {"sj-near": 1800.0, "sj-fresh": 1800.0}
+    cost = {g.ref.name: g.cost for g in victims.scavenger_gangs(snap, T0, 0, [soon], start_over, intervals, intervals)}
+    assert cost == {"near": 4 * 600, "fresh": 0}
+    cost = {g.ref.name: g.cost for g in victims.scavenger_gangs(snap, T0, 0, [late], start_over, intervals, intervals)}
+    assert cost == {"near": 4 * (1500 + 30), "fresh": 4 * (300 + 30)}
+    # segments (no interval): a segment's end is its checkpoint; 25 minutes into a 30-minute segment
+    cost = {g.ref.name: g.cost for g in victims.scavenger_gangs(snap, T0, 0, [soon], start_over, None,
+                                                                 {"sj-near": 1800.0, "sj-fresh": 1800.0})}
+    assert cost == {"near": 4 * 600, "fresh": 0}
