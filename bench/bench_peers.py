@@ -612,7 +612,9 @@ def pinned(core: str) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-PYSPY = os.environ.get("PYSPY", "py-spy")
+# py-spy: $PYSPY, else the one `make bench-tools` puts beside this Python, else on PATH
+_BESIDE = Path(sys.executable).parent / "py-spy"
+PYSPY = os.environ.get("PYSPY") or (str(_BESIDE) if _BESIDE.exists() else "py-spy")
 
 
 @contextlib.contextmanager
@@ -709,7 +711,8 @@ def main() -> int:
     ap.add_argument("--fixed-seconds", type=float, default=20, help="seconds of the fixed-rate CPU measure")
     ap.add_argument("--rounds", type=int, default=3, help="rounds over all systems; medians are reported")
     ap.add_argument("--profile", type=Path, help="write a CPU profile of each server's saturation run here "
-                    "(pprof for the Go peers, py-spy - $PYSPY, else on PATH - for the Python servers); "
+                    "(pprof for the Go peers, py-spy - $PYSPY, else beside this Python (make bench-tools), else on PATH - "
+                    "for the Python servers); "
                     "profiling costs CPU: measure without it")
     ap.add_argument("--save", help="also write every round's figures, as JSON, to this file")
     ap.add_argument("--fixture", default=str(FIXTURES / "pod-create-by-namespace-user.mutate.json"))
