@@ -212,7 +212,6 @@ HISTOGRAMS = {
     "apiserver_admission_step_admission_duration_seconds": "step",
     "apiserver_admission_controller_admission_duration_seconds": "plugin",
     "apiserver_admission_webhook_admission_duration_seconds": "webhook",
-    "apiserver_validating_admission_policy_check_duration_seconds": "policy",  # each admission policy
 }
 Sample = tuple[str, tuple[tuple[str, str], ...], str]  # histogram, labels, "sum" | "count"
 
@@ -236,8 +235,7 @@ def admission_breakdown(before: dict[Sample, float], after: dict[Sample, float])
     """Per Pod create between two scrapes: the API server's time for the whole request, each
     admission step (``runs``: 2 for the mutating step when a mutation made the API server run
     its mutating plugins again), each plugin, and each webhook (``calls`` per create, ``ms`` per
-    call), each admission policy. Operation CREATE only; a peer's own writes (Events) are in the
-    steps too."""
+    call). Operation CREATE only; a peer's own writes (Events) are in the steps too."""
     sums: dict[tuple[str, str, str], list[float]] = {}
     for key, value in after.items():
         base, labels, part = key
@@ -247,8 +245,6 @@ def admission_breakdown(before: dict[Sample, float], after: dict[Sample, float])
             if (lab.get("verb"), lab.get("resource"), lab.get("subresource", "")) != ("POST", "pods", ""):
                 continue
             name = ""
-        elif kind == "policy":
-            name = lab["policy"]
         elif lab.get("operation") != "CREATE" or lab.get("rejected") != "false":
             continue
         else:
@@ -270,8 +266,7 @@ def admission_breakdown(before: dict[Sample, float], after: dict[Sample, float])
 
     webhooks = {n: {"calls": f["runs"], "ms": round(f["ms"] / f["runs"], 3)} for n, f in figures("webhook").items()}
     return {"creates": int(creates), "request_ms": figures("request")[""]["ms"], "steps": figures("step"),
-            "plugins": {n: f["ms"] for n, f in figures("plugin").items() if f["ms"] >= 0.001}, "webhooks": webhooks,
-            "policies": {n: f["ms"] for n, f in figures("policy").items()}}
+            "plugins": {n: f["ms"] for n, f in figures("plugin").items() if f["ms"] >= 0.001}, "webhooks": webhooks}
 
 
 # --------------------------------------------------------------------------
