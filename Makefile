@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 SHELL := /bin/bash
-.PHONY: setup lock test-newest serve test unit suites e2e e2e-deps lint typecheck bench manifests readme clean
+.PHONY: setup lock test-newest serve test unit suites e2e e2e-deps lint typecheck bench bench-tools manifests readme clean
 
 # Installs come from the lock (requirements/dev.txt: exact versions, sha256 hashes), never
 # from whatever PyPI serves today; `make lock` refreshes it from pyproject.toml's ranges.
@@ -69,6 +69,16 @@ bench: $(STAMP)  ## webhook throughput vs a no-op handler, the engine stage by s
 	$(BIN)/python bench/bench_engine.py
 	$(BIN)/python bench/bench_planner.py
 	$(BIN)/python bench/scavenger_sim.py
+
+# What the benchmarks use beyond the lock (bench/README.md): wrk from Debian's packages (4.1.0 on
+# Debian 12/13), and py-spy, pinned, for bench_peers.py --profile on the Python servers (the Go
+# peers serve their own pprof). Neither is a dependency of batchgate or of its tests.
+WRK_APT ?= wrk
+PY_SPY  ?= py-spy==0.4.3
+bench-tools: $(STAMP)  ## install wrk (apt) and py-spy (pip, pinned) for bench/
+	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq $(WRK_APT); }
+	$(BIN)/pip install --quiet --disable-pip-version-check $(PY_SPY)
+	@wrk --version 2>&1 | head -1; $(BIN)/py-spy --version
 
 manifests: $(STAMP)  ## regenerate manifests/ parts derived from the bundle
 	$(BIN)/batchgate manifests

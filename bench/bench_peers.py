@@ -45,7 +45,11 @@ Measured per system, in this order:
 
 ``--json`` prints only {system: {version, reviews_per_core, cpu_s_per_1000, create: {"1":
 {p50, p99, mean}, "16": {...}}}} on stdout (progress on stderr); bench/README.md's table
-reads the same numbers.
+reads the same numbers. ``admission`` (per concurrency) says where each create's time went,
+from the API server's /metrics before and after the measured creates: the whole request, each
+admission step (``runs`` 2 for the mutating step: a webhook's mutation made the API server run
+its mutating plugins again), each admission plugin, each webhook (``calls`` per create, ``ms``
+per call, as the API server timed it).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ import http.client
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -192,6 +197,76 @@ def creates(ctx: Ctx, concurrency: int, seconds: int) -> dict[str, float]:
                 path=f"{t.prefix}/api/v1/namespaces/{ctx.namespace}/pods?dryRun=All", authorization=f"Bearer {t.token}",
                 timeout=60)
     return r
+
+
+# --------------------------------------------------------------------------
+# where a create's time goes, from the API server's own metrics
+
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+# the histograms read (their _sum and _count): the whole request, each admission step (all
+# mutating plugins, then all validating ones, the reinvocation pass counted as a second run of
+# the first), each admission plugin, each webhook call (from the API server's side: writing the
+# review, the round trip, reading the answer and applying its patch)
+HISTOGRAMS = {
+    "apiserver_request_duration_seconds": "request",
+    "apiserver_admission_step_admission_duration_seconds": "step",
+    "apiserver_admission_controller_admission_duration_seconds": "plugin",
+    "apiserver_admission_webhook_admission_duration_seconds": "webhook",
+}
+Sample = tuple[str, tuple[tuple[str, str], ...], str]  # histogram, labels, "sum" | "count"
+
+
+def scrape(kube: cluster.LocalCluster) -> dict[Sample, float]:
+    """The API server's /metrics: the _sum and _count of HISTOGRAMS, by their labels."""
+    text = kube.request("GET", "/metrics", accept="text/plain")
+    out: dict[Sample, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name, _, labels = head.partition("{")
+        base, _, part = name.rpartition("_")
+        if part in ("sum", "count") and base in HISTOGRAMS:
+            out[(base, tuple(sorted(LABEL.findall(labels))), part)] = float(value)
+    return out
+
+
+def admission_breakdown(before: dict[Sample, float], after: dict[Sample, float]) -> dict[str, Any]:
+    """Per Pod create between two scrapes: the API server's time for the whole request, each
+    admission step (``runs``: 2 for the mutating step when a mutation made the API server run
+    its mutating plugins again), each plugin, and each webhook (``calls`` per create, ``ms`` per
+    call). Operation CREATE only; a peer's own writes (Events) are in the steps too."""
+    sums: dict[tuple[str, str, str], list[float]] = {}
+    for key, value in after.items():
+        base, labels, part = key
+        lab = dict(labels)
+        kind = HISTOGRAMS[base]
+        if kind == "request":
+            if (lab.get("verb"), lab.get("resource"), lab.get("subresource", "")) != ("POST", "pods", ""):
+                continue
+            name = ""
+        elif lab.get("operation") != "CREATE" or lab.get("rejected") != "false":
+            continue
+        else:
+            name = lab["type"] if kind == "step" else f"{lab['name']} ({lab['type']})"
+        acc = sums.setdefault((kind, name, part), [0.0])
+        acc[0] += value - before.get(key, 0.0)
+    creates = sums.get(("request", "", "count"), [0.0])[0]
+    if not creates:
+        return {}
+
+    def figures(kind: str) -> dict[str, dict[str, float]]:
+        names = sorted({n for k, n, _ in sums if k == kind})
+        out = {}
+        for n in names:
+            total, count = sums.get((kind, n, "sum"), [0.0])[0], sums.get((kind, n, "count"), [0.0])[0]
+            if count:
+                out[n] = {"ms": round(total / creates * 1000, 3), "runs": round(count / creates, 2)}
+        return out
+
+    webhooks = {n: {"calls": f["runs"], "ms": round(f["ms"] / f["runs"], 3)} for n, f in figures("webhook").items()}
+    return {"creates": int(creates), "request_ms": figures("request")[""]["ms"], "steps": figures("step"),
+            "plugins": {n: f["ms"] for n, f in figures("plugin").items() if f["ms"] >= 0.001}, "webhooks": webhooks}
 
 
 # --------------------------------------------------------------------------
@@ -532,7 +607,9 @@ def pinned(core: str) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-PYSPY = os.environ.get("PYSPY", "py-spy")
+# py-spy: $PYSPY, else the one `make bench-tools` puts beside this Python, else on PATH
+_BESIDE = Path(sys.executable).parent / "py-spy"
+PYSPY = os.environ.get("PYSPY") or (str(_BESIDE) if _BESIDE.exists() else "py-spy")
 
 
 @contextlib.contextmanager
@@ -570,11 +647,14 @@ def measure(ctx: Ctx, name: str, args: argparse.Namespace, client_core: str, bod
     try:
         for c in CONCURRENCY:
             creates(ctx, c, 2)  # warm-up
+            before = scrape(ctx.kube)
             r = creates(ctx, c, args.create_seconds)
+            out.setdefault("admission", {})[str(c)] = admission_breakdown(before, scrape(ctx.kube))
             # errors: creates refused (HTTP >= 400: a webhook's timeout, say) or left unanswered
             out["create"][str(c)] = {"p50": round(r["p50"], 2), "p99": round(r["p99"], 2),
                                      "mean": round(r["mean"], 2), "per_s": round(r["rps"]), "errors": r["errors"]}
             log(f"{name}: create x{c}: {out['create'][str(c)]}")
+            log(f"{name}: admission per create x{c}: {json.dumps(out['admission'][str(c)])}")
         if running.review_url is not None and running.proc is not None:
             body = body_file.read_bytes()
             answer = review_once(running.review_url, body)
@@ -626,7 +706,8 @@ def main() -> int:
     ap.add_argument("--fixed-seconds", type=float, default=20, help="seconds of the fixed-rate CPU measure")
     ap.add_argument("--rounds", type=int, default=3, help="rounds over all systems; medians are reported")
     ap.add_argument("--profile", type=Path, help="write a CPU profile of each server's saturation run here "
-                    "(pprof for the Go peers, py-spy - $PYSPY, else on PATH - for the Python servers); "
+                    "(pprof for the Go peers, py-spy - $PYSPY, else beside this Python (make bench-tools), else on PATH - "
+                    "for the Python servers); "
                     "profiling costs CPU: measure without it")
     ap.add_argument("--save", help="also write every round's figures, as JSON, to this file")
     ap.add_argument("--fixture", default=str(FIXTURES / "pod-create-by-namespace-user.mutate.json"))
@@ -706,10 +787,20 @@ def combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
                                       for c in rounds[0]["create"]}}
     for c, figures in out["create"].items():
         figures["errors"] = sum(r["create"][c].get("errors", 0) for r in rounds)
+    if all("admission" in r for r in rounds):
+        out["admission"] = median_tree([r["admission"] for r in rounds])
     if "validate_reviews_per_core" in rounds[0]:
         out["validate_reviews_per_core"] = med(lambda r: r["validate_reviews_per_core"], None)
     out["rounds"] = rounds
     return out
+
+
+def median_tree(xs: list[Any]) -> Any:
+    """The median of each number at the same place in several nested dicts (a key missing in
+    some rounds: the median of the rounds that have it)."""
+    if all(isinstance(x, dict) for x in xs):
+        return {k: median_tree([x[k] for x in xs if k in x]) for k in sorted({k for x in xs for k in x})}
+    return round(statistics.median(xs), 3)
 
 
 def report(results: dict[str, Any]) -> None:
@@ -728,6 +819,15 @@ def report(results: dict[str, Any]) -> None:
               f"{cells[0]:>23}  {cells[1]:>24}")
     print("(reviews per second on one core at p99 < 100 ms; CPU seconds per 1,000 mutating reviews at a fixed "
           "rate; Pod create through the API server in ms at 1 and 16 concurrent clients)")
+    print("\nwhere a create's time goes at 1 client, per create, from the API server's metrics (ms; x N: runs or "
+          "calls per create; webhooks: ms per call):")
+    for name, r in results.items():
+        a = (r.get("admission") or {}).get("1")
+        if not a:
+            continue
+        steps = ", ".join(f"{k} {v['ms']:.2f} (x{v['runs']:g})" for k, v in a["steps"].items())
+        hooks = ", ".join(f"{k} {v['ms']:.2f} (x{v['calls']:g})" for k, v in a["webhooks"].items())
+        print(f"{name:<11} request {a['request_ms']:.2f}; steps: {steps}" + (f"; webhooks: {hooks}" if hooks else ""))
 
 
 if __name__ == "__main__":

@@ -136,19 +136,24 @@ def test_a_skipped_update_never_reaches_the_webhook_and_a_judged_one_does(kube, 
 @pytest.fixture(scope="module")
 def admission_policies(kube: Any, webhook_server: Any, module_namespace: str) -> Iterator[list[dict[str, Any]]]:
     """manifests/admission-policies.yaml applied as `kubectl apply -k manifests/` would, until
-    they are in force (a dry-run Pod with the admin-only class is denied by one of them) and the
-    controller has type-checked them; removed after the module."""
+    they are in force (alice's dry-run forgery of a reconciler annotation on a Pod is denied by
+    one of them, before the webhook would deny it) and the controller has type-checked them;
+    removed after the module."""
     require_components(kube, "kube-controller-manager")  # type-checks them (status.typeChecking)
     objects = [o for o in yaml.safe_load_all((REPO / "manifests" / "admission-policies.yaml").read_text()) if o]
     assert {o["kind"] for o in objects} == set(PLURALS)
+    probe = unique("probe")
+    create(kube, module_namespace, pod(probe))
+    forged = {"metadata": {"annotations": {STARTED: "2030-01-01T00:00:00Z"}}}
     try:
         for o in objects:
             kube.create(f"{ADMISSION}/{PLURALS[o['kind']]}", o)
 
         def denied_by_a_policy() -> bool:
-            status, msg = attempt(lambda: create(kube, module_namespace, pod(unique("probe"), priorityClassName=URGENT),
-                                                 dry_run=True))
-            return status == 403 and "ValidatingAdmissionPolicy 'batchgate-queue-priority-pods'" in msg
+            status, msg = attempt(lambda: kube.request(
+                "PATCH", pods_path(module_namespace, probe), forged, as_user="alice",
+                content_type="application/merge-patch+json", query={"dryRun": "All"}))
+            return status == 403 and "ValidatingAdmissionPolicy 'batchgate-reconciler-annotations'" in msg
 
         wait_for(denied_by_a_policy, 30, interval=0.3, message="the admission policies to be in force")
 

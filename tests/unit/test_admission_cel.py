@@ -39,7 +39,9 @@ from webhook.engine import BadReview, Decision, decide
 from webhook.generate import (
     HOOKS,
     NAME_LABEL,
+    RESOURCES,
     admission_policies,
+    creates_decided,
     webhook_objects,
 )
 from webhook.offline import Caller, synthetic_review, with_namespace_labels
@@ -448,9 +450,12 @@ def test_admission_policies_deny_only_what_the_engine_denies_and_all_of_what_the
     """VAP denies -> the engine denies. namespace-opt-out, reconciler-annotations: the engine's
     policy denies -> the VAP denies. queue-priority: an admin-only class denied by the engine
     (not on a controller's object, whose template the webhook judged) -> the VAP denies. queue-access:
-    a Pod's or Job's queue or exclusive group changed (not on a controller's object) -> the VAP denies."""
+    a Pod's or Job's queue or exclusive group changed (not on a controller's object) -> the VAP denies.
+    "Carry" leaves out the CREATEs a fail-closed webhook always receives (generate.creates_decided):
+    no VAP judges those, batchgate does or the create fails."""
     problems: list[str] = []
     denied_by: Counter[str] = Counter()
+    decided: dict[str, set[tuple[str, str]]] = {}
     for case in corpus():
         req = case.review["request"]
         config = config_for(case.bundle_root)
@@ -463,6 +468,11 @@ def test_admission_policies_deny_only_what_the_engine_denies_and_all_of_what_the
             continue
         if vap and d.allowed:
             problems.append(f"VAP {sorted(vap)} denies what the engine allows: {_shown(case, d)}")
+        if case.bundle_root not in decided:
+            decided[case.bundle_root] = creates_decided(config.bundle)
+        if req["operation"] == "CREATE" and (req["kind"].get("group") or "", req["kind"]["kind"]) in decided[case.bundle_root]:
+            denied_by.update(vap.keys())
+            continue  # a fail-closed webhook decides it: no VAP carries it
         denied_policies = {p for p, outcome in d.outcomes if outcome == "denied"}
         for name, carried in (("namespace-opt-out", "batchgate-namespace-opt-out"),
                               ("reconciler-annotations", "batchgate-reconciler-annotations")):
@@ -478,6 +488,30 @@ def test_admission_policies_deny_only_what_the_engine_denies_and_all_of_what_the
         denied_by.update(vap.keys())
     assert not problems, "\n".join(problems[:20]) + f"\n({len(problems)} in all)"
     assert min(denied_by[n] for n in (p.name for p in config_for(str(POLICIES)).policies)) > 3, denied_by
+
+
+def test_no_admission_policy_judges_a_create_that_a_fail_closed_webhook_always_receives():
+    """Every workload CREATE goes to batchgate's mutating webhook (failurePolicy Fail, no
+    matchCondition for it; a ScavengerJob's or MaintenanceWindow's to the validating one):
+    batchgate decides it, or it fails while batchgate is unreachable, so
+    the admission policies leave those CREATEs out (each would cost every create its CEL in the
+    API server, bench/README.md). A Namespace CREATE, which the Namespace webhook's conditions
+    may skip, stays judged."""
+    bundle = config_for(str(POLICIES)).bundle
+    decided = creates_decided(bundle)
+    assert decided == {("", "Pod"), ("batch", "Job"), ("batch", "CronJob"), *(("apps", k) for k in (
+        "Deployment", "StatefulSet", "ReplicaSet", "DaemonSet")), ("batchgate.io", "ScavengerJob"),
+        ("batchgate.io", "MaintenanceWindow")}
+    plural = {(r.group, r.kind): r.plural for r in RESOURCES}
+    sent = {(r["apiGroups"][0], res) for config in webhook_objects(bundle) for w in config["webhooks"]
+            if w["failurePolicy"] == "Fail" and "matchConditions" not in w
+            for r in w["rules"] if "CREATE" in r["operations"] for res in r["resources"]}
+    assert {(g, plural[(g, k)]) for g, k in decided} == sent
+    judged = {(r["apiGroups"][0], res, op) for p in admission_policies(bundle) if p["kind"] == "ValidatingAdmissionPolicy"
+              for r in p["spec"]["matchConstraints"]["resourceRules"] for res in r["resources"] for op in r["operations"]}
+    assert not {(g, res) for g, res, op in judged if op == "CREATE"} & {(g, plural[(g, k)]) for g, k in decided}
+    assert ("", "namespaces", "CREATE") in judged
+    assert ("", "pods", "UPDATE") in judged and ("apps", "deployments", "UPDATE") in judged
 
 
 def test_webhook_rules_and_conditions_follow_the_bundle(tmp_path):

@@ -587,7 +587,7 @@ def test_admission_policies_are_bound_to_deny_and_fail_closed(objects):
     bindings = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"
                 and o["metadata"]["name"] in policies}
     assert set(policies) == set(bindings) == {
-        "batchgate-queue-priority-pods", "batchgate-queue-priority-templates", "batchgate-queue-priority-cronjobs",
+        "batchgate-queue-priority-templates", "batchgate-queue-priority-cronjobs",
         "batchgate-namespace-opt-out", "batchgate-reconciler-annotations",
         "batchgate-queue-access-pods", "batchgate-queue-access-jobs", "batchgate-queue-gate-pods", "batchgate-queue-gate-jobs"}
     for name, p in policies.items():
