@@ -347,7 +347,7 @@ class _Earliest:
         self.dirty: list[tuple[float, int]] = []  # heap of the stale ones by their old time
         self.heap = [(t, i) for i, t in enumerate(self.times) if t is not None]
         heapq.heapify(self.heap)
-        self.order = sorted(self.heap)  # (time, node) of every node with a time, sorted
+        self.order: list[tuple[float, int]] | None = None  # (time, node) of every node with one, sorted: for gangs
         self.rooms: list[dict[float, int] | None] = [None] * len(nodes)  # per node: pods that fit at a time
         self.undone = [n.undone for n in nodes]  # reservations each node had taken back when its time was found
         self.seen = len(log)
@@ -359,16 +359,17 @@ class _Earliest:
         since = old if old is not None and self.undone[i] == node.undone else now
         t = node.earliest(since, self.duration, self.cpu, self.mem, self.margin, now + HORIZON, self.hold)
         self.undone[i] = node.undone
-        if t != old:
+        if t != old:  # (the heap and ``order`` hold each node's time; an entry for an old one is skipped)
             order = self.order
-            if old is not None:
-                del order[bisect.bisect_left(order, (old, i))]
+            if order is not None:
+                if old is not None:
+                    del order[bisect.bisect_left(order, (old, i))]
+                if t is not None:
+                    bisect.insort(order, (t, i))
             if t is not None:
-                bisect.insort(order, (t, i))
+                heapq.heappush(self.heap, (t, i))
         self.times[i] = t
         self.stale[i] = False
-        if t is not None:
-            heapq.heappush(self.heap, (t, i))
         return t
 
     def _note_changes(self) -> None:
@@ -409,16 +410,13 @@ class _Earliest:
             t, i = heap[0]
             if times[i] != t:
                 heapq.heappop(heap)  # an old entry: that node was asked again since
-            elif stale[i]:
-                heapq.heappop(heap)
-                self._ask(i)
-            else:
+            elif not stale[i] or self._ask(i) == t:
                 return t, self.nodes[i]
         return None
 
     def next_first(self, after: float) -> float | None:
         """The earliest start of any node that is later than ``after``, the nodes up to it asked."""
-        order = self.order
+        order = self._order()
         while True:
             q = bisect.bisect_right(order, (after, INF))
             if q == len(order):
@@ -426,6 +424,11 @@ class _Earliest:
             t = order[q][0]
             if not self._settle(t):
                 return t
+
+    def _order(self) -> list[tuple[float, int]]:
+        if self.order is None:
+            self.order = sorted((t, i) for i, t in enumerate(self.times) if t is not None)
+        return self.order
 
     def _room(self, i: int, t: float) -> int:
         rooms = self.rooms[i]
@@ -442,7 +445,7 @@ class _Earliest:
         since): the nodes whose earliest start is ``t`` or sooner, in the candidates' order, each
         taking as many as fit there, as asking each node pod by pod does; None if they do not all
         fit."""
-        order, room = self.order, self._room
+        order, room = self._order(), self._room
         end = bisect.bisect_right(order, (t, INF))
         total = 0
         for q in range(end):
@@ -451,11 +454,10 @@ class _Earliest:
                 break
         else:
             return None
-        if end * 4 < len(self.nodes):
-            eligible: Iterable[int] = sorted(i for _, i in order[:end])
-        else:
-            times = self.times
-            eligible = (i for i, first in enumerate(times) if first is not None and first <= t)
+        # in the candidates' order: the nodes' own, where all have the same time
+        eligible = [i for _, i in order[:end]]
+        if order[0][0] != t:
+            eligible.sort()
         placed: list[tuple[_Node, int]] = []
         need = size
         for i in eligible:
