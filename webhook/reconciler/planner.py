@@ -445,13 +445,9 @@ def effective_limit(obj: JobView | PodView, settings: Settings) -> int | None:
 
 
 def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job: bool) -> None:
-    limits = _limit(obj, p.settings)
-    if limits is None:
-        return  # the webhook denies malformed limits; one that slipped by is not ours to guess
-    limit, effective, _queue, note = limits
-    capped = effective < limit
     now = p.now
-    # The hot path compares numbers only; strings are made when there is something to say.
+    # The hot path compares numbers only; strings are made when there is something to say. What
+    # has not started (most of what waits) needs no limit looked up.
     started = obj.started_at_t
     for pod in pods:
         t = pod.started
@@ -467,6 +463,11 @@ def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job:
             started = t
     if started is None:
         return  # not started: nothing counts yet
+    limits = _limit(obj, p.settings)
+    if limits is None:
+        return  # the webhook denies malformed limits; one that slipped by is not ours to guess
+    limit, effective, _queue, note = limits
+    capped = effective < limit
     started = float(int(started))
 
     settings = p.settings
