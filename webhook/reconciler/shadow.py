@@ -389,7 +389,7 @@ class _Earliest:
     def _settle(self, until: float) -> bool:
         """Ask every stale node whose old time is ``until`` or sooner; whether any was asked."""
         self._note_changes()
-        dirty, stale, times = self.dirty, self.stale, self.times
+        dirty, stale = self.dirty, self.stale
         asked = False
         while dirty and dirty[0][0] <= until:
             _, i = heapq.heappop(dirty)
@@ -690,10 +690,11 @@ def _place_gang(work: _Work, index: _Earliest, now: float, duration: float, marg
     # A node can only take a pod at t if one could start there at t or sooner (more reserved never
     # makes room): the others are not asked, with the same outcome. The first candidate times are
     # the nodes' earliest starts, in order.
-    t: float | None = -INF
-    while (t := index.next_first(t)) is not None:
-        if (done := placed_at(t)) is not None:
+    first = index.next_first(-INF)
+    while first is not None:
+        if (done := placed_at(first)) is not None:
             return done
+        first = index.next_first(first)
     times = [t for t in index.all_times() if t is not None]
     for _ in range(49 if times else 0):  # then the earliest starts after the last of those, and so on
         t0 = max(times) + 1
