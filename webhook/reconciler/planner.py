@@ -104,7 +104,7 @@ from .network import plan_network
 from .runtimes import History, Predictor, Run, finished_runs, job_key, pod_key, remember
 from .scavenger import checkpoint_period, plan_scavengers, sj_owner
 from .settings import QueuePolicy, Settings
-from .shadow import Queued, shadow_schedule
+from .shadow import Estimate, Queued, shadow_schedule
 
 
 @dataclass(slots=True)
@@ -252,6 +252,7 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
     queued: list[Queued] = []
     queue_args: dict[str, Any] = {}
     promised: dict[str, float] = {}  # a waiting workload's reservation (start-by), by uid
+    to_limits: list[Estimate] | None = None  # the queue's placement (every workload to its time limit)
     waiting: list[queue.Waiting] = []
     n, r = len(actions), len(runs)
     try:
@@ -263,7 +264,7 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
                 queue_args = {"queued": queued, "preempts_below": queue.preempts_below(queues),
                               "class_values": queues.class_values, "released": queue.released(queues)}
             if waiting:
-                placed = shadow_schedule(snapshot, now, windows, limit_of=limit_of, **queue_args)
+                placed = to_limits = shadow_schedule(snapshot, now, windows, limit_of=limit_of, **queue_args)
                 promised = {e.workload.uid: e.start for e in placed if e.queued and e.start is not None}
                 released = _release(snapshot, now, queues, windows, queue.to_release(waiting, placed, now, queues))
                 targets = {a.target.uid for a in released}
@@ -274,6 +275,7 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
     except Exception as e:
         p.undo("queue", None, e, n, r)
         queue_args = {}
+        to_limits = None
 
     if estimate and settings.expected_start and snapshot.nodes is not None:
         predictor = None
@@ -281,7 +283,11 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
         try:
             if settings.runtime_prediction:
                 predictor = Predictor.of(remember(history or {}, finished_runs(snapshot)))
-            estimates = shadow_schedule(snapshot, now, windows, runtimes=predictor, limit_of=limit_of, **queue_args)
+            if to_limits is not None and (predictor is None or (not predictor.history and not _own_runtimes(snapshot))):
+                estimates = to_limits  # nothing predicts a runtime shorter than a limit: the same placement
+            else:
+                estimates = shadow_schedule(snapshot, now, windows, runtimes=predictor, limit_of=limit_of,
+                                            **queue_args)
             # the likely start is never after the promise (predicted runtimes end no later than limits)
             estimates = [dataclasses.replace(e, start=min(e.start, promised[e.workload.uid]))
                          if e.start is not None and e.workload.uid in promised else e for e in estimates]
@@ -370,6 +376,12 @@ def _release(snapshot: Snapshot, now: float, queues: QueuePolicy, windows: Seque
     return out
 
 
+def _own_runtimes(snapshot: Snapshot) -> bool:
+    """Whether any workload says how long it runs (``batchgate.io/expected-runtime``)."""
+    return (any(j.expected_runtime is not None for j in snapshot.jobs.values())
+            or any(p.expected_runtime is not None for p in snapshot.pods.values()))
+
+
 # How much earlier than its Job a pod of it may say it was created (both timestamps come from the
 # API server, in whole seconds; several API servers' clocks may differ by a little).
 CREATION_SLACK = 5.0
@@ -433,13 +445,9 @@ def effective_limit(obj: JobView | PodView, settings: Settings) -> int | None:
 
 
 def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job: bool) -> None:
-    limits = _limit(obj, p.settings)
-    if limits is None:
-        return  # the webhook denies malformed limits; one that slipped by is not ours to guess
-    limit, effective, _queue, note = limits
-    capped = effective < limit
     now = p.now
-    # The hot path compares numbers only; strings are made when there is something to say.
+    # The hot path compares numbers only; strings are made when there is something to say. What
+    # has not started (most of what waits) needs no limit looked up.
     started = obj.started_at_t
     for pod in pods:
         t = pod.started
@@ -455,6 +463,11 @@ def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job:
             started = t
     if started is None:
         return  # not started: nothing counts yet
+    limits = _limit(obj, p.settings)
+    if limits is None:
+        return  # the webhook denies malformed limits; one that slipped by is not ours to guess
+    limit, effective, _queue, note = limits
+    capped = effective < limit
     started = float(int(started))
 
     settings = p.settings

@@ -41,6 +41,7 @@ from .runtimes import Predictor, corrected, job_key, pod_key
 
 INF = float("inf")
 HORIZON = 60 * 86400  # beyond this, "unknown"
+ROOMY = 1 << 62  # room for any number of pods (``_Node.room``)
 
 
 def _added(steps: list[tuple[float, int, int]], start: float, end: float, cpu: int,
@@ -84,6 +85,7 @@ class _Node:
     _steps: list[tuple[float, int, int]] | None = None  # (from, cpu used, mem used), sorted; cached
     _undo: list[list[tuple[float, int, int]] | None] = field(default_factory=list)  # steps before each tentative reserve
     log: list[_Node] | None = None  # where changes are told (the indexes of earliest starts read it)
+    undone: int = 0  # reservations taken back (``unreserve``): what an index saw of ``res`` may be gone
 
     def reserve(self, start: float, end: float, cpu: int, mem: int, *, tentative: bool = False) -> None:
         """Hold ``cpu``/``mem`` from ``start`` to ``end``; a ``tentative`` one can be taken back
@@ -100,6 +102,7 @@ class _Node:
     def unreserve(self) -> None:
         """Take back the last tentative reservation."""
         self.res.pop()
+        self.undone += 1
         self._steps = self._undo.pop()
         if self.log is not None:
             self.log.append(self)
@@ -175,6 +178,45 @@ class _Node:
 
     def fits(self, t: float, until: float, cpu: int, mem: int, margin: float) -> bool:
         return self.earliest(t, until - t, cpu, mem, margin) == t
+
+    def room(self, t: float, duration: float, cpu: int, mem: int, margin: float, hold: float) -> int:
+        """How many pods of this size can start here at ``t`` together: as many times as ``earliest(t,
+        ..., before=t + 1)`` answers ``t`` with each pod reserved in turn, in one look at the steps.
+        A pod fits at ``t`` when the usage over [t, t + duration) leaves it room and no window
+        clashes; each one reserved adds its size over all of that stretch. ``ROOMY``: no bound (a pod
+        that asks for nothing, or reserves no time)."""
+        if cpu > self.cpu or mem > self.mem:
+            return 0
+        for ws, we in self.blocked:
+            if ws < t + hold + margin and t < we:
+                if we:
+                    return 0
+                break  # as ``earliest``: a window ending at 0 does not count
+        steps = self.steps()
+        n = len(steps)
+        k = bisect.bisect_right(steps, (t, INF, INF))
+        uc, um = (steps[k - 1][1], steps[k - 1][2]) if k > 0 else (0, 0)
+        until = t + duration
+        while k < n:
+            st, c, m = steps[k]
+            if st >= until:
+                break
+            if c > uc:
+                uc = c
+            if m > um:
+                um = m
+            k += 1
+        free_cpu, free_mem = self.cpu - cpu, self.mem - mem
+        if uc > free_cpu or um > free_mem:
+            return 0
+        if not until > t:
+            return ROOMY  # a reservation of no time adds nothing
+        count = ROOMY
+        if cpu:
+            count = (free_cpu - uc) // cpu + 1
+        if mem:
+            count = min(count, (free_mem - um) // mem + 1)
+        return count
 
 
 def _tolerated(taints: tuple[tuple[str, str, str], ...], tolerations: tuple[tuple[str, str, str, str], ...],
@@ -281,12 +323,18 @@ class _Earliest:
     node, kept from one workload to the next, so a placement does not mean asking every node
     again. A placement only adds reservations, and that can only make a node's earliest start later
     (or none): so a node that changed (the nodes tell the shared ``log``) keeps its old time as a
-    lower bound, marked stale, and is asked again only when it comes to the top of the heap. The
+    lower bound, marked stale, and is asked again (from that time on) only when a placement needs
+    to know: when it comes to the top of the heap, or when a gang tries a time at or after it. The
     answer is what a scan of every node gives: the earliest time, and among equals the first node
-    in the candidates' order (``tests/unit/reconciler/test_shadow.py`` checks it against a scan)."""
+    in the candidates' order (``tests/unit/reconciler/test_shadow.py`` checks it against a scan,
+    ``test_shadow_gangs.py`` the gangs against asking every node pod by pod).
 
-    __slots__ = ("cpu", "dirty", "duration", "heap", "hold", "log", "margin", "mem", "nodes", "now", "pos", "seen",
-                 "stale", "times")
+    For gangs it also keeps the nodes sorted by their time (``order``) and, per node, how many pods
+    fit at a time (``rooms``, until the node changes), so trying a time asks only the nodes that
+    could take a pod then, and mostly asks none again (``fit``)."""
+
+    __slots__ = ("cpu", "dirty", "duration", "heap", "hold", "log", "margin", "mem", "nodes", "now", "order", "pos",
+                 "rooms", "seen", "stale", "times", "undone")
 
     def __init__(self, nodes: list[_Node], log: list[_Node], now: float, duration: float, cpu: int, mem: int,
                  margin: float, hold: float | None = None) -> None:
@@ -296,38 +344,63 @@ class _Earliest:
         self.pos = {n.name: i for i, n in enumerate(nodes)}
         self.times: list[float | None] = [n.earliest(now, duration, cpu, mem, margin, INF, hold) for n in nodes]
         self.stale = [False] * len(nodes)
-        self.dirty: set[int] = set()  # the stale ones, so that bringing all up to date is not a scan
+        self.dirty: list[tuple[float, int]] = []  # heap of the stale ones by their old time
         self.heap = [(t, i) for i, t in enumerate(self.times) if t is not None]
         heapq.heapify(self.heap)
+        self.order: list[tuple[float, int]] | None = None  # (time, node) of every node with one, sorted: for gangs
+        self.rooms: list[dict[float, int] | None] = [None] * len(nodes)  # per node: pods that fit at a time
+        self.undone = [n.undone for n in nodes]  # reservations each node had taken back when its time was found
         self.seen = len(log)
 
     def _ask(self, i: int) -> float | None:
-        t = self.nodes[i].earliest(self.now, self.duration, self.cpu, self.mem, self.margin, INF, self.hold)
+        node, old, now = self.nodes[i], self.times[i], self.now
+        # Nothing before the old time fits (more reserved never makes room), so the sweep may start
+        # there, within the same horizon; unless a reservation was taken back since.
+        since = old if old is not None and self.undone[i] == node.undone else now
+        t = node.earliest(since, self.duration, self.cpu, self.mem, self.margin, now + HORIZON, self.hold)
+        self.undone[i] = node.undone
+        if t != old:  # (the heap and ``order`` hold each node's time; an entry for an old one is skipped)
+            order = self.order
+            if order is not None:
+                if old is not None:
+                    del order[bisect.bisect_left(order, (old, i))]
+                if t is not None:
+                    bisect.insort(order, (t, i))
+            if t is not None:
+                heapq.heappush(self.heap, (t, i))
         self.times[i] = t
         self.stale[i] = False
-        if t is not None:
-            heapq.heappush(self.heap, (t, i))
         return t
 
     def _note_changes(self) -> None:
         log = self.log
         if self.seen < len(log):
-            pos, stale, times = self.pos, self.stale, self.times
+            pos, stale, times, rooms, dirty = self.pos, self.stale, self.times, self.rooms, self.dirty
             for n in log[self.seen:]:
                 i = pos.get(n.name)
-                if i is not None and times[i] is not None:
-                    stale[i] = True  # None stays None: more reserved never makes room
-                    self.dirty.add(i)
+                if i is not None:
+                    rooms[i] = None
+                    t = times[i]
+                    if t is not None and not stale[i]:
+                        stale[i] = True  # None stays None: more reserved never makes room
+                        heapq.heappush(dirty, (t, i))
             self.seen = len(log)
+
+    def _settle(self, until: float) -> bool:
+        """Ask every stale node whose old time is ``until`` or sooner; whether any was asked."""
+        self._note_changes()
+        dirty, stale = self.dirty, self.stale
+        asked = False
+        while dirty and dirty[0][0] <= until:
+            _, i = heapq.heappop(dirty)
+            if stale[i]:
+                self._ask(i)
+                asked = True
+        return asked
 
     def all_times(self) -> list[float | None]:
         """Every node's earliest start, up to date."""
-        self._note_changes()
-        stale = self.stale
-        for i in sorted(self.dirty):
-            if stale[i]:
-                self._ask(i)
-        self.dirty.clear()
+        self._settle(INF)
         return self.times
 
     def best(self) -> tuple[float, _Node] | None:
@@ -337,12 +410,65 @@ class _Earliest:
             t, i = heap[0]
             if times[i] != t:
                 heapq.heappop(heap)  # an old entry: that node was asked again since
-            elif stale[i]:
-                heapq.heappop(heap)
-                self._ask(i)
-            else:
+            elif not stale[i] or self._ask(i) == t:
                 return t, self.nodes[i]
         return None
+
+    def next_first(self, after: float) -> float | None:
+        """The earliest start of any node that is later than ``after``, the nodes up to it asked."""
+        order = self._order()
+        while True:
+            q = bisect.bisect_right(order, (after, INF))
+            if q == len(order):
+                return None
+            t = order[q][0]
+            if not self._settle(t):
+                return t
+
+    def _order(self) -> list[tuple[float, int]]:
+        if self.order is None:
+            self.order = sorted((t, i) for i, t in enumerate(self.times) if t is not None)
+        return self.order
+
+    def _room(self, i: int, t: float) -> int:
+        rooms = self.rooms[i]
+        if rooms is None:
+            rooms = self.rooms[i] = {}
+        k = rooms.get(t)
+        if k is None:
+            hold = self.duration if self.hold is None else self.hold
+            k = rooms[t] = self.nodes[i].room(t, self.duration, self.cpu, self.mem, self.margin, hold)
+        return k
+
+    def fit(self, t: float, size: int) -> list[tuple[_Node, int]] | None:
+        """Where ``size`` pods start together at ``t`` (the nodes up to ``t`` asked, no reservation
+        since): the nodes whose earliest start is ``t`` or sooner, in the candidates' order, each
+        taking as many as fit there, as asking each node pod by pod does; None if they do not all
+        fit."""
+        order, room = self._order(), self._room
+        end = bisect.bisect_right(order, (t, INF))
+        total = 0
+        for q in range(end):
+            total += room(order[q][1], t)
+            if total >= size:
+                break
+        else:
+            return None
+        # in the candidates' order: the nodes' own, where all have the same time
+        eligible = [i for _, i in order[:end]]
+        if order[0][0] != t:
+            eligible.sort()
+        placed: list[tuple[_Node, int]] = []
+        need = size
+        for i in eligible:
+            k = room(i, t)
+            if k:
+                take = min(k, need)
+                placed.append((self.nodes[i], take))
+                need -= take
+                if not need:
+                    return placed
+        raise AssertionError("the rooms summed to the size")  # pragma: no cover
 
 
 @dataclass(slots=True)
@@ -552,38 +678,31 @@ def _place_gang(work: _Work, index: _Earliest, now: float, duration: float, marg
     s = work.sched
     size = work.size or len(work.pods)
     nodes = index.nodes
+
+    def placed_at(t: float) -> Estimate | None:
+        placed = index.fit(t, size)
+        if placed is None:
+            return None
+        for n, k in placed:
+            n.reserve(t, t + duration, s.cpu * k, s.mem * k)
+        return est(t, "fits now, all pods together" if t <= now else f"all {size} pods of the group fit together then")
+
     # A node can only take a pod at t if one could start there at t or sooner (more reserved never
-    # makes room): the others are not asked, with the same outcome.
-    soonest = list(index.all_times())
-    t0 = now
-    for _ in range(50):
-        if t0 == now:
-            firsts = sorted({t for t in soonest if t is not None})
-        else:
-            firsts = sorted({t for n in nodes
-                             if (t := n.earliest(t0, duration, s.cpu, s.mem, margin, INF, hold)) is not None})
-        if not firsts:
+    # makes room): the others are not asked, with the same outcome. The first candidate times are
+    # the nodes' earliest starts, in order.
+    first = index.next_first(-INF)
+    while first is not None:
+        if (done := placed_at(first)) is not None:
+            return done
+        first = index.next_first(first)
+    times = [t for t in index.all_times() if t is not None]
+    for _ in range(49 if times else 0):  # then the earliest starts after the last of those, and so on
+        t0 = max(times) + 1
+        times = [t for n in nodes if (t := n.earliest(t0, duration, s.cpu, s.mem, margin, INF, hold)) is not None]
+        for t in sorted(set(times)):
+            if (done := placed_at(t)) is not None:
+                return done
+        if not times:
             break
-        log = index.log
-        for t in firsts:
-            placed: list[_Node] = []
-            mark = len(log)
-            for n, first in zip(nodes, soonest, strict=True):
-                if first is None or first > t:
-                    continue
-                while len(placed) < size and n.earliest(t, duration, s.cpu, s.mem, margin, t + 1, hold) == t:
-                    n.reserve(t, t + duration, s.cpu, s.mem, tentative=True)  # so the next pod sees it
-                    placed.append(n)
-                if len(placed) == size:
-                    break
-            if len(placed) == size:
-                for n in placed:
-                    n.keep()
-                return est(t, "fits now, all pods together" if t <= now else
-                           f"all {size} pods of the group fit together then")
-            for n in reversed(placed):  # undo
-                n.unreserve()
-            del log[mark:]  # nothing changed in the end: no index needs to ask these nodes again
-        t0 = firsts[-1] + 1
     return est(None, f"its {size} pods (one group) never fit together on the nodes they may use"
                if duration < INF else "waits for work without a time limit")
