@@ -122,7 +122,7 @@ def parse(node: Node, bundle: Bundle) -> Settings:
             dns = Proxy(_selector(where.req("namespaceSelector")), _selector(where.req("podSelector")))
         rules.append(Isolation(
             namespaces=names, proxy=proxy,
-            egress=egress.enum("open", "restricted") if egress else "open",  # type: ignore[arg-type]
+            egress=egress.enum("open", "restricted") if egress else "open",
             dns=dns,
         ))
     return Settings(
