@@ -39,7 +39,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -498,7 +498,8 @@ def settings_for(w: World, queues: QueuePolicy) -> Settings:
     gated = w.pick([(), ("batch",), ("batch", "scavenger", "no-such-queue")])
     return Settings(leader_elect=False, queues=QueuePolicy(**{
         **{f.name: getattr(queues, f.name) for f in fields(queues)},
-        "scavenger_guard": w.pick([0.0, 1.0, 3600.0]), "unschedulable_timeout": w.pick([0, 300]),
+        "scavengers": replace(queues.scavengers, guard=w.pick([0.0, 1.0, 3600.0]),
+                              unschedulable_timeout=w.pick([0, 300])),
         "gated": gated, "states": {**queues.states, **{q: w.pick(["open", "hold", "drain", "stop", "x"]) for q in gated}}}))
 
 

@@ -268,24 +268,36 @@ class FairShare:
 
 @dataclass(frozen=True, slots=True)
 class Scavengers:
-    """``spec.scavengers``: how the reconciler runs ScavengerJobs."""
+    """``spec.scavengers``: how the reconciler runs ScavengerJobs (its settings hold this, as read
+    here: durations in seconds, work in core-seconds)."""
 
     queue: str = "scavenger"  # the (scavenger) queue their Jobs run in
     max_share: float = 0.7  # of the allocatable cpu and memory of the nodes that queue may use
     unschedulable_timeout: int = 300  # seconds a started Job's pods may stay unscheduled before it waits again
     grace_period: int = 60  # seconds between SIGTERM and SIGKILL when a segment ends or it is interrupted
-    guard: float = 0.0  # core-minutes of unsaved work from which a running segment gets a PDB (0: never)
+    guard: float = 0.0  # core-seconds of unsaved work from which a running segment gets a PDB (0: never)
+
+
+def _default_scavenger_queue(queues: Mapping[str, Queue]) -> str:
+    """The queue ScavengerJobs run in when ``spec.scavengers.queue`` names none: the scavenger
+    queue named ``scavenger``, else the first scavenger queue; with none declared, ``scavenger``
+    (not a queue: a ScavengerJob is refused for it)."""
+    name = Scavengers().queue
+    if (q := queues.get(name)) is not None and q.scavenger:
+        return name
+    return next((q.name for q in queues.values() if q.scavenger), name)
 
 
 def parse_core_minutes(text: str) -> float:
-    """``20`` or ``2.5`` -> that many core-minutes; raises ValueError unless a finite number >= 0."""
+    """``20`` or ``2.5`` core-minutes -> core-seconds (1200.0, 150.0); raises ValueError unless a
+    finite number >= 0."""
     try:
         value = float(text)
     except ValueError:
         raise ValueError(f"{text!r} is not a number") from None
     if not 0 <= value < float("inf"):
         raise ValueError(f"{text!r} is not a number >= 0")
-    return value
+    return value * 60
 
 
 def parse_share(text: object) -> float:
@@ -501,7 +513,7 @@ class Bundle:
         the scavenger queue; anything else in the queue its label names (``requested``), else
         in the namespace's or the bundle's default."""
         if group == GROUP and kind == "ScavengerJob":
-            return next((q.name for q in self.queues.values() if q.scavenger), "scavenger"), True
+            return self.scavengers.queue, True
         if isinstance(requested, str):
             return requested, True
         return self.default_queue_for(namespace), requested is not None
@@ -736,10 +748,12 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
     for role in ("admins", "controllers"):
         _refuse_everyone(spec.get(role), role)
 
-    sv_settings = Scavengers()
+    # The one answer to "which queue do ScavengerJobs run in": the webhook judges a ScavengerJob for
+    # it (Bundle.queue_for) and the reconciler makes its Jobs in it.
+    dflt = Scavengers(queue=_default_scavenger_queue(queues))
+    sv_settings = dflt
     if (sv := spec.get("scavengers")) is not None:
         sv.mapping(allowed=("queue", "maxShare", "unschedulableTimeout", "gracePeriod", "guardCoreMinutes"))
-        dflt = Scavengers()
         sq = sv.get("queue")
         if sq is not None and (sq.str() not in queues or not queues[sq.str()].scavenger):
             sq.fail(f"must be a scavenger queue (scavenger: true); those: "
@@ -756,9 +770,6 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
             guard=gd.parsed(parse_core_minutes, expected="core-minutes of unsaved work, a number >= 0 (0: no guard)")
             if (gd := sv.get("guardCoreMinutes")) is not None else dflt.guard,
         )
-    elif not any(q.name == Scavengers().queue and q.scavenger for q in queues.values()):
-        first = next((q for q in queues.values() if q.scavenger), None)
-        sv_settings = Scavengers(queue=first.name if first else "")
 
     fair_share = _parse_fair_share(spec.get("fairShare"))
 

@@ -675,7 +675,7 @@ def drain_in(pods: Sequence[PodView], nodes: Mapping[str, NodeView] | None, wind
 def _guard(sj: SJView, job: JobView, seg: int, pods: Sequence[PodView], now: float, qp: QueuePolicy,
            nodes: Mapping[str, NodeView] | None, windows: Sequence[Window], actions: list[Action],
            wake: list[float]) -> None:
-    """Guard a running segment once its unsaved work reaches ``qp.scavenger_guard`` core-seconds;
+    """Guard a running segment once its unsaved work reaches ``qp.scavengers.guard`` core-seconds;
     lift the guard while one of its pods is on a node being emptied, or while a maintenance window
     will drain it before its next checkpoint (it loses its work then anyway: ``gang_loss`` is 0, so
     it is the cheapest room there is, for kube-scheduler too). Both are confirmed facts:
@@ -683,7 +683,7 @@ def _guard(sj: SJView, job: JobView, seg: int, pods: Sequence[PodView], now: flo
     budget goes with the Job anyway. With a declared ``checkpoint.interval`` the budget, once made,
     stays for the segment: its ``minAvailable`` is every pod while the interval's unsaved work is
     dear and 0 (every disruption allowed) from each checkpoint until then, one patch per change."""
-    if qp.scavenger_guard <= 0 or sj.need is None:
+    if qp.scavengers.guard <= 0 or sj.need is None:
         return
     ref = Ref(PDB.api_version, "PodDisruptionBudget", sj.ref.namespace, job.ref.name, "")
     leaving = [p.node for p in pods if p.node and nodes is not None and node_leaving(nodes.get(p.node))]
@@ -714,7 +714,7 @@ def _guard(sj: SJView, job: JobView, seg: int, pods: Sequence[PodView], now: flo
         # One long pod: its unsaved work starts over at every declared checkpoint, and so does the
         # guard (held from the same core-seconds of unsaved work in each interval, lifted at the checkpoint).
         interval = sj.checkpoint_interval
-        hold = qp.scavenger_guard / cores if cores > 0 else float("inf")
+        hold = qp.scavengers.guard / cores if cores > 0 else float("inf")
         if hold >= interval:
             return  # never that much unsaved work
         k = int(max(now - start, 0.0) // interval)
@@ -740,14 +740,14 @@ def _guard(sj: SJView, job: JobView, seg: int, pods: Sequence[PodView], now: flo
     elif guarded:
         return
     else:
-        due = guard_due(start, cores, qp.scavenger_guard)
+        due = guard_due(start, cores, qp.scavengers.guard)
     if now < due:
         wake.append(due)
         return
     create = Action(kind="sj-guard-create", target=sj.ref, reason="GuardCreated", key=f"guard/{key}", quiet=True,
                     message=f"segment {seg}: creating the PodDisruptionBudget {ref.name}",
                     create=guard_body(sj, job, seg))
-    msg = (f"segment {seg}: {qp.scavenger_guard / 60:g} core-minutes of work since its checkpoint; "
+    msg = (f"segment {seg}: {qp.scavengers.guard / 60:g} core-minutes of work since its checkpoint; "
            f"PodDisruptionBudget {ref.name} asks kube-scheduler to preempt others first")
     actions.append(_act("sj-guard", sj, "Guarded", msg, now, phase="Running", key=f"guard/{key}", quiet=True,
                         status={"guardedSegment": seg}, requires=(Requirement(ref, create),)))
@@ -773,7 +773,7 @@ def job_body(sj: SJView, segment: int, qp: QueuePolicy) -> dict[str, Any]:
     res = spec.get("resources") or {}
     limits = dict(res.get("limits") or {})
     requests = {**limits, **(res.get("requests") or {})}
-    labels = {LABEL_QUEUE: qp.scavenger_queue, LABEL_SJ: sj.ref.name, LABEL_SEGMENT: str(segment),
+    labels = {LABEL_QUEUE: qp.scavengers.queue, LABEL_SJ: sj.ref.name, LABEL_SEGMENT: str(segment),
               LABEL_MANAGED_BY: MANAGED_BY}
     tlabels = dict(labels)
     if pods > 1:
@@ -812,7 +812,7 @@ def job_body(sj: SJView, segment: int, qp: QueuePolicy) -> dict[str, Any]:
     user = spec.get("runAsUser")
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": qp.scavenger_grace,
+        "terminationGracePeriodSeconds": qp.scavengers.grace_period,
         "containers": [container],
         "securityContext": {"runAsNonRoot": True, **({"runAsUser": user} if isinstance(user, int) else {})},
         "automountServiceAccountToken": False,
@@ -940,7 +940,7 @@ def is_scavenger(pod: PodView, qp: QueuePolicy) -> bool:
     ``batchgate.io/queue`` label: whoever may update a pod may change it, and relabelling running
     scavenger pods to ``batch`` (or removing the label) took them out of the cap (issue 27)."""
     admitted = pod.admitted
-    if admitted is not None and admitted.queue == qp.scavenger_queue:
+    if admitted is not None and admitted.queue == qp.scavengers.queue:
         return True
     return bool(qp.scavenger_class) and pod.priority_class == qp.scavenger_class
 
@@ -1053,7 +1053,7 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings, *,
             where = place(need, free)
             if where is not None:
                 free = take(free, where, need)
-        for d in choose_starts(waiting, free, alloc, (used_c, used_m), qp.scavenger_share):
+        for d in choose_starts(waiting, free, alloc, (used_c, used_m), qp.scavengers.max_share):
             sj = waiting_sj[d.waiting.key]
             try:
                 a = _start(sj, now, qp, d) if d.kind == "start" else _wait(sj, now, d)
@@ -1317,10 +1317,10 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
     unbound = [p for p in cur_pods if not p.node and not p.terminal]
     if unbound or len(cur_pods) < n_pods:
         created = current.created if current.created is not None else now
-        due = created + qp.unschedulable_timeout
+        due = created + qp.scavengers.unschedulable_timeout
         if now >= due:
             msg = (f"{len(unbound) + max(n_pods - len(cur_pods), 0)} of {n_pods} pods not scheduled within "
-                   f"{format_duration(qp.unschedulable_timeout)}; Job {current.ref.name} deleted, waiting for room")
+                   f"{format_duration(qp.scavengers.unschedulable_timeout)}; Job {current.ref.name} deleted, waiting for room")
             actions.append(_act("sj-unschedulable", sj, "Unschedulable", msg, now,
                                 phase=sj.phase if sj.phase in ("Pending", "Interrupted") else "Pending",
                                 key=f"unschedulable/{seg}", warning=True, status={"jobName": None},

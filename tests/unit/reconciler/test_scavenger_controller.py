@@ -11,12 +11,13 @@ import pytest
 from fakeapi import FakeApi
 from reconbuild import T0, running, terminated, ts
 
+from webhook.bundle import Scavengers
 from webhook.reconciler.controller import Controller
 from webhook.reconciler.model import LABEL_SEGMENT, LABEL_SJ
 from webhook.reconciler.settings import QueuePolicy, Settings
 from webhook.units import format_time, parse_time
 
-SETTINGS = Settings(leader_elect=False, queues=QueuePolicy(unschedulable_timeout=300))
+SETTINGS = Settings(leader_elect=False, queues=QueuePolicy(scavengers=Scavengers(unschedulable_timeout=300)))
 MIN = 60
 
 
@@ -419,7 +420,8 @@ def test_a_gang_running_as_seen_is_not_taken_for_replaced():
     assert w.sj("md")["status"]["phase"] == "Running"
 
 
-GUARDED = Settings(leader_elect=False, queues=QueuePolicy(unschedulable_timeout=300, scavenger_guard=20 * MIN))
+GUARDED = Settings(leader_elect=False,
+                   queues=QueuePolicy(scavengers=Scavengers(unschedulable_timeout=300, guard=20 * MIN)))
 
 
 def _pdb(w: World, name: str) -> dict[str, Any] | None:
