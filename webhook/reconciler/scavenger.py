@@ -69,7 +69,7 @@ from ..contract import (
     scavengerjob_checkpoint,
 )
 from ..rules.scavengerjob import name_problem
-from ..units import DurationTooLong, format_duration, format_memory, parse_duration, shown
+from ..units import DurationTooLong, format_duration, format_memory, json_int, parse_duration, shown
 from ..windows import Window
 from .actions import Action, ActionKind, Delete, Requirement, Unplannable, unplannable
 from .model import (
@@ -509,10 +509,6 @@ class SJView:
     creation_ts: str | None  # status.creationTimestamp as written
 
 
-def _int(v: Any, default: int = 0) -> int:
-    return v if isinstance(v, int) and not isinstance(v, bool) else default
-
-
 def _strs(v: Any) -> tuple[str, ...]:
     """A status list of timestamps: the newest ``MAX_TIMESTAMPS`` (all the reconciler writes), each cut."""
     return tuple(cut(x, 64) for x in v[-MAX_TIMESTAMPS:] if isinstance(x, str)) if isinstance(v, list) else ()
@@ -548,7 +544,7 @@ def sj_view(obj: Mapping[str, Any]) -> SJView:
         pods = spec.get("pods", 1)
         if cpu <= 0 or mem <= 0:
             problems.append("spec.resources: cpu and memory limits are required")
-        elif not isinstance(pods, int) or isinstance(pods, bool) or pods < 1:
+        elif json_int(pods) is None or pods < 1:
             problems.append(f"spec.pods: must be a positive integer, got {shown(pods)}")
         # Stored while the webhook was down, or before it bounded them: the same bounds as the
         # scavengerjob policy (webhook.contract), so nothing past them reaches the arithmetic.
@@ -586,14 +582,14 @@ def sj_view(obj: Mapping[str, Any]) -> SJView:
         problems.append(f"spec: {size} bytes as JSON, more than the {MAX_SPEC_BYTES} a ScavengerJob's spec may have")
         spec = {}
     code = spec.get("checkpointExitCode")
-    if code is not None and not (isinstance(code, int) and not isinstance(code, bool) and 1 <= code <= 127):
+    if code is not None and (json_int(code) is None or not 1 <= code <= 127):
         problems.append(f"spec.checkpointExitCode: must be a whole number 1..127, got {code!r}")
         code = None
     phase = str(st.get("phase")) if st.get("phase") in PHASES else ""
     return SJView(
         ref=ref_of(SCAVENGER_JOB, md),
         resource_version=md.get("resourceVersion") or "",
-        generation=_int(md.get("generation"), 1),
+        generation=json_int(md.get("generation"), 1),
         created=parse_time(md.get("creationTimestamp")) or 0.0,
         deleting=bool(md.get("deletionTimestamp")),
         spec=spec if isinstance(spec, dict) else {},
@@ -603,12 +599,12 @@ def sj_view(obj: Mapping[str, Any]) -> SJView:
         checkpoint_code=code,
         checkpoint_interval=interval,
         phase=phase,
-        interrupted_count=_int(st.get("interruptedCount")),
-        segment=_int(st.get("segment")),
+        interrupted_count=json_int(st.get("interruptedCount"), 0),
+        segment=json_int(st.get("segment"), 0),
         job_name=cut(st["jobName"], 253) if isinstance(st.get("jobName"), str) else "",
-        running_segment=_int(st.get("runningSegment")),
+        running_segment=json_int(st.get("runningSegment"), 0),
         start_over=parse_time(st.get("priorityStartOverTimestamp")),
-        guarded_segment=_int(st.get("guardedSegment")),
+        guarded_segment=json_int(st.get("guardedSegment"), 0),
         running_ts=_strs(st.get("runningTimestamps")),
         interrupted_ts=_strs(st.get("interruptedTimestamps")),
         finished=st.get("finishedTimestamp") if isinstance(st.get("finishedTimestamp"), str) else None,
