@@ -48,11 +48,12 @@ sys.path.insert(0, str(ROOT))
 
 from webhook.reconciler import model  # noqa: E402
 from webhook.reconciler.cache import Store  # noqa: E402
-from webhook.reconciler.model import Snapshot, format_time  # noqa: E402
+from webhook.reconciler.model import Snapshot  # noqa: E402
 from webhook.reconciler.planner import plan  # noqa: E402
 from webhook.reconciler.scavenger import sj_view  # noqa: E402
 from webhook.reconciler.settings import QueuePolicy, Settings  # noqa: E402
 from webhook.rules import load_bundle  # noqa: E402
+from webhook.units import format_time  # noqa: E402
 
 # What one view may keep, counted deep (see deep_size). The views cut what users write
 # (model.MAX_KEPT per annotation and text, model.MAX_SCHED_TEXT of placement rules,

@@ -63,23 +63,32 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from ..contract import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    POD_GROUP_LABEL,
+    POD_GROUP_SIZE_LABEL,
+    QUEUE_LABEL,
+    SCAVENGERJOB_LABEL,
     SCAVENGERJOB_MAX_CPU,
     SCAVENGERJOB_MAX_MEMORY,
     SCAVENGERJOB_MAX_PODS,
+    SEGMENT_LABEL,
     scavengerjob_checkpoint,
 )
 from ..rules.scavengerjob import name_problem
-from ..units import DurationTooLong, format_duration, format_memory, json_int, parse_duration, shown
+from ..units import (
+    DurationTooLong,
+    format_duration,
+    format_memory,
+    format_time,
+    json_int,
+    parse_duration,
+    parse_time,
+    shown,
+)
 from ..windows import Window
 from .actions import Action, ActionKind, Delete, Requirement, Unplannable, unplannable
 from .model import (
-    LABEL_GROUP,
-    LABEL_GROUP_SIZE,
-    LABEL_MANAGED_BY,
-    LABEL_QUEUE,
-    LABEL_SEGMENT,
-    LABEL_SJ,
-    MANAGED_BY,
     PDB,
     SCAVENGER_JOB,
     JobView,
@@ -88,8 +97,6 @@ from .model import (
     Ref,
     Snapshot,
     cut,
-    format_time,
-    parse_time,
     quantity_ceil,
     quantity_milli,
     ref_of,
@@ -639,13 +646,13 @@ def guard_body(sj: SJView, job: JobView, segment: int) -> dict[str, Any]:
         "apiVersion": PDB.api_version, "kind": "PodDisruptionBudget",
         "metadata": {
             "name": job.ref.name, "namespace": sj.ref.namespace,
-            "labels": {LABEL_SJ: sj.ref.name, LABEL_SEGMENT: str(segment), LABEL_MANAGED_BY: MANAGED_BY},
+            "labels": {SCAVENGERJOB_LABEL: sj.ref.name, SEGMENT_LABEL: str(segment), MANAGED_BY_LABEL: MANAGED_BY},
             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job.ref.name, "uid": job.ref.uid}],
         },
         # minAvailable = every pod (not maxUnavailable 0: the disruption controller can count
         # a Job's pods only for an absolute minAvailable, it has no scale to read)
         "spec": {"minAvailable": sj.need.pods if sj.need else 1,
-                 "selector": {"matchLabels": {LABEL_SJ: sj.ref.name, LABEL_SEGMENT: str(segment)}}},
+                 "selector": {"matchLabels": {SCAVENGERJOB_LABEL: sj.ref.name, SEGMENT_LABEL: str(segment)}}},
     }
 
 
@@ -769,11 +776,11 @@ def job_body(sj: SJView, segment: int, qp: QueuePolicy) -> dict[str, Any]:
     res = spec.get("resources") or {}
     limits = dict(res.get("limits") or {})
     requests = {**limits, **(res.get("requests") or {})}
-    labels = {LABEL_QUEUE: qp.scavengers.queue, LABEL_SJ: sj.ref.name, LABEL_SEGMENT: str(segment),
-              LABEL_MANAGED_BY: MANAGED_BY}
+    labels = {QUEUE_LABEL: qp.scavengers.queue, SCAVENGERJOB_LABEL: sj.ref.name, SEGMENT_LABEL: str(segment),
+              MANAGED_BY_LABEL: MANAGED_BY}
     tlabels = dict(labels)
     if pods > 1:
-        tlabels.update({LABEL_GROUP: name, LABEL_GROUP_SIZE: str(pods)})
+        tlabels.update({POD_GROUP_LABEL: name, POD_GROUP_SIZE_LABEL: str(pods)})
     container: dict[str, Any] = {
         "name": "main", "image": spec.get("image"), "command": list(spec.get("command") or []),
         "resources": {"limits": limits, "requests": requests},

@@ -51,14 +51,17 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..contract import POD_GROUP_LABEL, POD_GROUP_SIZE_LABEL
+from ..contract import (
+    CONNECT_TO_ANNOTATION,
+    NETWORK_LABEL,
+    POD_GROUP_LABEL,
+    POD_GROUP_SIZE_LABEL,
+    SLOTS_ANNOTATION,
+)
 from ..jobnet import (
     CLUSTER_DNS,
-    CONNECT_TO_ANNOTATION,
     HOSTS_KEY,
     MAX_PEERS,
-    NETWORK_LABEL,
-    SLOTS_ANNOTATION,
     Isolation,
     Proxy,
     hostfile_name,
