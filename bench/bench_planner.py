@@ -40,6 +40,8 @@ from typing import Any
 
 from webhook.contract import (
     DEADLINE_ANNOTATION,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
     POD_GROUP_LABEL,
     POD_GROUP_SIZE_LABEL,
     STARTED_AT_ANNOTATION,
@@ -50,8 +52,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from webhook.reconciler.model import (
     LABEL_COSCHEDULING,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
     NodeView,
     Snapshot,
     job_view,
@@ -116,7 +116,7 @@ def cluster(n_pods: int, *, recorded: bool) -> tuple[list[dict[str, Any]], list[
         jobs.append(job)
         groups.append({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
                        "metadata": {"name": name, "namespace": ns, "uid": f"0000-pg-{j:08d}", "resourceVersion": "1",
-                                    "labels": {LABEL_MANAGED_BY: MANAGED_BY, POD_GROUP_LABEL: name},
+                                    "labels": {MANAGED_BY_LABEL: MANAGED_BY, POD_GROUP_LABEL: name},
                                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
                                                          "uid": f"0000-job-{j:08d}"}]},
                        "spec": {"minMember": GANG}})

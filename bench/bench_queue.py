@@ -26,10 +26,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from webhook.contract import QUEUE_GATE, QUEUED_ANNOTATION
-from webhook.reconciler.model import Snapshot, format_time, job_view, node_view, pod_view
+from webhook.reconciler.model import Snapshot, job_view, node_view, pod_view
 from webhook.reconciler.planner import plan
 from webhook.reconciler.settings import QueuePolicy, Settings
 from webhook.rules import load_bundle
+from webhook.units import format_time
 
 NOW = 1_714_600_000.0
 ROOT = Path(__file__).resolve().parent.parent

@@ -39,7 +39,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +48,12 @@ sys.path.insert(0, str(ROOT))
 
 from webhook.reconciler import model  # noqa: E402
 from webhook.reconciler.cache import Store  # noqa: E402
-from webhook.reconciler.model import Snapshot, format_time  # noqa: E402
+from webhook.reconciler.model import Snapshot  # noqa: E402
 from webhook.reconciler.planner import plan  # noqa: E402
 from webhook.reconciler.scavenger import sj_view  # noqa: E402
 from webhook.reconciler.settings import QueuePolicy, Settings  # noqa: E402
 from webhook.rules import load_bundle  # noqa: E402
+from webhook.units import format_time  # noqa: E402
 
 # What one view may keep, counted deep (see deep_size). The views cut what users write
 # (model.MAX_KEPT per annotation and text, model.MAX_SCHED_TEXT of placement rules,
@@ -498,7 +499,8 @@ def settings_for(w: World, queues: QueuePolicy) -> Settings:
     gated = w.pick([(), ("batch",), ("batch", "scavenger", "no-such-queue")])
     return Settings(leader_elect=False, queues=QueuePolicy(**{
         **{f.name: getattr(queues, f.name) for f in fields(queues)},
-        "scavenger_guard": w.pick([0.0, 1.0, 3600.0]), "unschedulable_timeout": w.pick([0, 300]),
+        "scavengers": replace(queues.scavengers, guard=w.pick([0.0, 1.0, 3600.0]),
+                              unschedulable_timeout=w.pick([0, 300])),
         "gated": gated, "states": {**queues.states, **{q: w.pick(["open", "hold", "drain", "stop", "x"]) for q in gated}}}))
 
 

@@ -1196,9 +1196,8 @@ def controller_snapshot(n_sjs: int = 1000, n_pods: int = 10_000, n_nodes: int = 
     """The same busy cluster as the reconciler's cache would hold it: 500 Nodes, 1,000
     ScavengerJobs (a third running a segment with their Jobs and pods, the rest waiting), and
     ordinary pods up to 10,000 pods in all; views built by the model's own converters."""
+    from webhook.contract import SCAVENGERJOB_LABEL, SEGMENT_LABEL
     from webhook.reconciler.model import (
-        LABEL_SEGMENT,
-        LABEL_SJ,
         Snapshot,
         job_view,
         node_view,
@@ -1246,7 +1245,7 @@ def controller_snapshot(n_sjs: int = 1000, n_pods: int = 10_000, n_nodes: int = 
             status = {"phase": "Running", "interruptedCount": count, "segment": 1, "runningSegment": 1,
                       "jobName": jn, "priorityStartOverTimestamp": format_time(now - 600),
                       "runningTimestamps": [format_time(now - 600)], "observedGeneration": 1}
-            labels = {LABEL_SJ: name, LABEL_SEGMENT: "1", "batchgate.io/queue": "scavenger"}
+            labels = {SCAVENGERJOB_LABEL: name, SEGMENT_LABEL: "1", "batchgate.io/queue": "scavenger"}
             jobs.append(job_view({"apiVersion": "batch/v1", "kind": "Job", "metadata": {
                 "name": jn, "namespace": ns, "uid": f"uid-{jn}", "labels": labels,
                 "creationTimestamp": format_time(now - 620),

@@ -23,7 +23,8 @@
 # hack/kube/README.md.
 #
 # Progress goes to stderr. A failed build prints the first error lines and
-# which module/version failed, and exits non-zero.
+# which module/version failed, and exits non-zero. The steps it shares with
+# hack/scheduler-plugins-build.sh are in hack/lib.sh.
 set -euo pipefail
 
 # Bump when the build flags below change, so cached binaries are rebuilt.
@@ -31,9 +32,9 @@ RECIPE=1
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 KUBE_MODS="$HERE/kube"
-
-log() { echo "kube-build: $*" >&2; }
-die() { echo "kube-build: ERROR: $*" >&2; exit 1; }
+PROG=kube-build
+# shellcheck source=hack/lib.sh
+source "$HERE/lib.sh"
 
 [[ $# -eq 1 ]] || die "usage: hack/kube-build.sh VERSION (e.g. 1.37 or 1.37.2); pinned: $(
   cd "$KUBE_MODS" && ls -d v*/ 2>/dev/null | tr -d / | tr '\n' ' ')"
@@ -52,8 +53,8 @@ if [[ -n "${BASH_REMATCH[3]}" && "$want" != "$pinned" ]]; then
   die "Kubernetes $want is not pinned; hack/kube/v$major.$minor pins $pinned"
 fi
 KV="v$pinned"
-CACHE_ROOT="${BATCHGATE_KUBE_CACHE_ROOT:-$HOME/.cache/batchgate}"
-DEST="$CACHE_ROOT/kube-$KV"
+NAME="kube-$KV"
+DEST="$CACHE_ROOT/$NAME"
 KUBE_BINS=(kube-apiserver kube-controller-manager kube-scheduler)
 ALL_BINS=("${KUBE_BINS[@]}" etcd kwok)
 # kwok's Stage files (sigs.k8s.io/kwok/kustomize/stage/...) copied to
@@ -65,8 +66,7 @@ KWOK_STAGES=(node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heart
 INPUTS=("$MOD_DIR/go.mod" "$MOD_DIR/go.sum"
         "$KUBE_MODS/etcd/go.mod" "$KUBE_MODS/etcd/go.sum" "$KUBE_MODS/etcd/main.go"
         "$KUBE_MODS/kwok/go.mod" "$KUBE_MODS/kwok/go.sum")
-stamp() { { echo "recipe $RECIPE"; cat "${INPUTS[@]}"; } | sha256sum | cut -d' ' -f1; }
-STAMP="$(stamp)"
+STAMP="$(inputs_stamp)"
 
 # up_to_date DIR: BUILD-INFO matches the inputs and every binary is there.
 up_to_date() {
@@ -77,33 +77,13 @@ up_to_date() {
 }
 
 # --- fast path --------------------------------------------------------------
-if up_to_date "$DEST"; then
-  echo "$DEST"
-  exit 0
-fi
+exit_if_built
 
 command -v go >/dev/null || die "no 'go' on PATH (need Go >= 1.26.0)"
-command -v flock >/dev/null || die "no 'flock' (util-linux) on PATH"
-mkdir -p "$CACHE_ROOT"
-exec 9>"$CACHE_ROOT/kube-$KV.lock"
-if ! flock -n 9; then
-  log "another kube-build.sh is building $KV; waiting for it"
-  flock 9
-fi
-if up_to_date "$DEST"; then # the other run built it
-  echo "$DEST"
-  exit 0
-fi
+lock_build "$KV"
 
 # --- build ------------------------------------------------------------------
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false"
-unset GOOS GOARCH GOBIN
-go_version="$(go env GOVERSION)"
-
-TMP="$(mktemp -d "$CACHE_ROOT/.kube-$KV.tmp.XXXXXX")"
-LOGF="$TMP/.build.log"
-cleanup() { rm -rf "$TMP"; }
-trap cleanup EXIT
+start_build
 
 # Keep the binaries of DEST that are current; build the rest.
 missing=()
@@ -123,20 +103,6 @@ fi
 # mod_version DIR MODULE: the version DIR's go.mod selects for MODULE.
 mod_version() { (cd "$1" && go list -m -f '{{.Version}}' "$2"); }
 
-# run_go WHAT DIR MODULE@VERSION go ARGS...: run in DIR, output to the log;
-# on failure show the first error lines and say what failed.
-run_go() {
-  local what=$1 dir=$2 modver=$3; shift 3
-  local t0=$SECONDS
-  if ! (cd "$dir" && "$@") >"$LOGF" 2>&1; then
-    log "FAILED: $what of $modver (module hack/${dir#"$HERE/"}, $go_version):"
-    grep -v '^go: downloading ' "$LOGF" | head -n 25 | sed 's/^/    /' >&2
-    log "(full output: $(wc -l <"$LOGF") lines; command: $*)"
-    exit 1
-  fi
-  log "$what of $modver: $((SECONDS - t0)) s"
-}
-
 # buildDate: $SOURCE_DATE_EPOCH if set, else the release time of
 # k8s.io/kubernetes@$KV on the module proxy, so that a rebuild gives the same
 # bytes (with the same Go).
@@ -151,16 +117,7 @@ for b in "${KUBE_BINS[@]}"; do
   [[ " ${missing[*]} " == *" $b "* ]] && want_kube+=("k8s.io/kubernetes/cmd/$b")
 done
 if ((${#want_kube[@]})); then
-  # What kubernetes' own build (hack/lib/version.sh, hack/lib/golang.sh) sets.
-  # gitVersion also makes the binary version (component-base/compatibility)
-  # $KV, so emulation and compatibility versions default to it and the
-  # feature gates are those of $KV; without it the binary is v0.0.0-master.
-  # gitCommit is not known from a module; left empty.
-  kldf="-s -w"
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    kldf+=" -X $pkg.gitVersion=$KV -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
-    kldf+=" -X $pkg.gitCommit= -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date"
-  done
+  kldf="$(kube_ldflags "$KV" "$major" "$minor" "$build_date")"
   run_go "download" "$MOD_DIR" "k8s.io/kubernetes@$KV" \
     go list -deps -tags selinux,notest,grpcnotrace -f '' "${want_kube[@]}"
   run_go "go build ${want_kube[*]##*/}" "$MOD_DIR" "k8s.io/kubernetes@$KV" \
@@ -194,7 +151,6 @@ for f in "${KWOK_STAGES[@]}"; do
   [[ -f "$f" ]] || die "kwok stage file $f is missing (sigs.k8s.io/kwok layout changed?)"
   install -m 644 "$f" "$TMP/kwok-stages/"
 done
-rm -f "$LOGF"
 {
   echo "kubernetes $KV (hack/kube/v$major.$minor)"
   echo "etcd $(mod_version "$KUBE_MODS/etcd" go.etcd.io/etcd/server/v3)"
@@ -203,17 +159,4 @@ rm -f "$LOGF"
   echo "updated $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "inputs $STAMP"
 } >"$TMP/BUILD-INFO"
-chmod 755 "$TMP"
-
-# --- install: swap the finished dir in ---------------------------------------
-if [[ -e "$DEST" ]]; then
-  old="$(mktemp -d "$CACHE_ROOT/.kube-$KV.old.XXXXXX")"
-  mv "$DEST" "$old/"
-  mv "$TMP" "$DEST"
-  rm -rf "$old"
-else
-  mv "$TMP" "$DEST"
-fi
-trap - EXIT
-log "installed in $DEST"
-echo "$DEST"
+install_build

@@ -24,7 +24,8 @@
 # 18 s; cached 0.1 s. Disk: ~540 MB of modules, ~1.8 GB of GOCACHE.
 #
 # Progress goes to stderr. A failed build prints the first error lines and which
-# module/version failed, and exits non-zero.
+# module/version failed, and exits non-zero. The steps it shares with hack/kube-build.sh are in
+# hack/lib.sh.
 set -euo pipefail
 
 # Bump when the build flags below change, so a cached binary is rebuilt.
@@ -36,9 +37,9 @@ MODULE=sigs.k8s.io/scheduler-plugins
 CRD=scheduling.x-k8s.io_podgroups.yaml
 # where the module keeps the CRD, first found wins
 CRD_SOURCES=("config/crd/bases/$CRD" "manifests/coscheduling/crd.yaml")
-
-log() { echo "scheduler-plugins-build: $*" >&2; }
-die() { echo "scheduler-plugins-build: ERROR: $*" >&2; exit 1; }
+PROG=scheduler-plugins-build
+# shellcheck source=hack/lib.sh
+source "$HERE/lib.sh"
 
 [[ $# -eq 0 ]] || die "usage: hack/scheduler-plugins-build.sh (no arguments; the version is pinned in $MOD_DIR/go.mod)"
 [[ -f "$MOD_DIR/go.mod" && -f "$MOD_DIR/go.sum" ]] || die "$MOD_DIR/go.mod or go.sum is missing"
@@ -52,10 +53,10 @@ KV="$(sed -n 's|^\s*k8s\.io/kubernetes => k8s\.io/kubernetes \(v[0-9][0-9.]*\)$|
   || die "$MOD_DIR/go.mod has no 'k8s.io/kubernetes => k8s.io/kubernetes vX.Y.Z' replace line"
 kmajor="${BASH_REMATCH[1]}" kminor="${BASH_REMATCH[2]}"
 
-CACHE_ROOT="${BATCHGATE_KUBE_CACHE_ROOT:-$HOME/.cache/batchgate}"
-DEST="$CACHE_ROOT/scheduler-plugins-$SV"
+NAME="scheduler-plugins-$SV"
+DEST="$CACHE_ROOT/$NAME"
 INPUTS=("$MOD_DIR/go.mod" "$MOD_DIR/go.sum")
-STAMP="$({ echo "recipe $RECIPE"; cat "${INPUTS[@]}"; } | sha256sum | cut -d' ' -f1)"
+STAMP="$(inputs_stamp)"
 
 up_to_date() {
   local d=$1
@@ -63,50 +64,16 @@ up_to_date() {
 }
 
 # --- fast path --------------------------------------------------------------
-if up_to_date "$DEST"; then
-  echo "$DEST"
-  exit 0
-fi
+exit_if_built
 
 if [[ "${BATCHGATE_NO_BUILD:-}" == 1 ]]; then
   die "$MODULE@$SV is not built in $DEST (BATCHGATE_NO_BUILD=1); run hack/scheduler-plugins-build.sh (cold: 6.5 CPU-minutes, once)"
 fi
 command -v go >/dev/null || die "no 'go' on PATH (need Go >= 1.26.0) to build $MODULE@$SV"
-command -v flock >/dev/null || die "no 'flock' (util-linux) on PATH"
-mkdir -p "$CACHE_ROOT"
-exec 9>"$CACHE_ROOT/scheduler-plugins-$SV.lock"
-if ! flock -n 9; then
-  log "another scheduler-plugins-build.sh is building $SV; waiting for it"
-  flock 9
-fi
-if up_to_date "$DEST"; then # the other run built it
-  echo "$DEST"
-  exit 0
-fi
+lock_build "$SV"
 
 # --- build ------------------------------------------------------------------
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false"
-unset GOOS GOARCH GOBIN
-go_version="$(go env GOVERSION)"
-
-TMP="$(mktemp -d "$CACHE_ROOT/.scheduler-plugins-$SV.tmp.XXXXXX")"
-LOGF="$TMP/.build.log"
-cleanup() { rm -rf "$TMP"; }
-trap cleanup EXIT
-
-# run_go WHAT go ARGS...: run in MOD_DIR, output to the log; on failure show the first
-# error lines and say what failed.
-run_go() {
-  local what=$1; shift
-  local t0=$SECONDS
-  if ! (cd "$MOD_DIR" && "$@") >"$LOGF" 2>&1; then
-    log "FAILED: $what of $MODULE@$SV (module hack/kube/scheduler-plugins, $go_version):"
-    grep -v '^go: downloading ' "$LOGF" | head -n 25 | sed 's/^/    /' >&2
-    log "(full output: $(wc -l <"$LOGF") lines; command: $*)"
-    exit 1
-  fi
-  log "$what of $MODULE@$SV: $((SECONDS - t0)) s"
-}
+start_build
 
 log "building $MODULE@$SV cmd/scheduler (kube-scheduler $KV) with $go_version into $DEST"
 log "(cold: 6.5 CPU-minutes, 17 min measured on a busy 2-core machine; see the head of this script)"
@@ -115,13 +82,9 @@ build_date="$(date -u ${SOURCE_DATE_EPOCH:+--date=@$SOURCE_DATE_EPOCH} +%Y-%m-%d
 # (Upstream's Makefile sets gitVersion to the scheduler-plugins tag, v0.33.5; component-base
 # takes the binary version, and so the emulation version and which feature gates are on,
 # from gitVersion, and 0.33 is no Kubernetes version.)
-ldf="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ldf+=" -X $pkg.gitVersion=$KV -X $pkg.gitMajor=$kmajor -X $pkg.gitMinor=$kminor"
-  ldf+=" -X $pkg.gitCommit= -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date"
-done
-run_go "download" go list -deps -f '' "$MODULE/cmd/scheduler"
-run_go "go build cmd/scheduler" \
+ldf="$(kube_ldflags "$KV" "$kmajor" "$kminor" "$build_date")"
+run_go "download" "$MOD_DIR" "$MODULE@$SV" go list -deps -f '' "$MODULE/cmd/scheduler"
+run_go "go build cmd/scheduler" "$MOD_DIR" "$MODULE@$SV" \
   go build -trimpath -ldflags "$ldf" -o "$TMP/kube-scheduler" "$MODULE/cmd/scheduler"
 
 src="$(cd "$MOD_DIR" && go list -m -f '{{.Dir}}' "$MODULE")"
@@ -135,7 +98,6 @@ done
 grep -q '^  name: podgroups.scheduling.x-k8s.io$' "$TMP/$CRD" \
   || die "$src/$f is not the PodGroup CRD (no 'name: podgroups.scheduling.x-k8s.io')"
 
-rm -f "$LOGF"
 {
   echo "scheduler-plugins $SV (hack/kube/scheduler-plugins)"
   echo "kubernetes $KV"
@@ -143,17 +105,4 @@ rm -f "$LOGF"
   echo "built $build_date"
   echo "inputs $STAMP"
 } >"$TMP/BUILD-INFO"
-chmod 755 "$TMP"
-
-# --- install: swap the finished dir in ---------------------------------------
-if [[ -e "$DEST" ]]; then
-  old="$(mktemp -d "$CACHE_ROOT/.scheduler-plugins-$SV.old.XXXXXX")"
-  mv "$DEST" "$old/"
-  mv "$TMP" "$DEST"
-  rm -rf "$old"
-else
-  mv "$TMP" "$DEST"
-fi
-trap - EXIT
-log "installed in $DEST"
-echo "$DEST"
+install_build

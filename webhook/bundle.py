@@ -19,19 +19,20 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from .contract import API_VERSION, GROUP
 from .globs import matches, matches_any
 from .nsfacts import NO_FACTS, OPERATORS, NamespaceSelector, NamespaceView, selector_keys
 from .units import parse_duration
 from .wire import OPERATIONS
+from .workloads import WORKLOAD_KINDS, Shape
 from .yamlsrc import BundleError, Node, read_file
 
 if TYPE_CHECKING:
     from .draft import Draft
 
-__all__ = ["Bundle", "BundleError", "PolicyType", "default_policies", "load_bundle"]
+__all__ = ["Bundle", "BundleError", "Ctx", "Finding", "RuleType", "default_policies", "load_bundle"]
 _REPO = Path(__file__).resolve().parent.parent
 
 
@@ -52,6 +53,7 @@ LABEL_KEY = r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za
 FailurePolicy = Literal["Ignore", "Fail"]
 K = TypeVar("K")
 V = TypeVar("V")
+S = TypeVar("S")  # a policy type's settings
 
 
 def default_policies() -> str:
@@ -59,37 +61,78 @@ def default_policies() -> str:
     return os.environ.get(POLICIES_ENV) or str(DEFAULT_POLICIES)
 
 
-class PolicyType(Protocol):
-    """What the bundle needs to know of a policy type (``spec.type``) to load a policy of it.
+# -- policy types: what a policy is of (``spec.type``) -----------------------
+# Defined here, where a policy holds its type; the types themselves (one module each under
+# webhook/rules/, on rules/base.py) live a layer up, with the engine that runs them, and
+# webhook.rules.load_bundle loads a bundle with all of them.
+@dataclass(frozen=True, slots=True)
+class Finding:
+    severity: Literal["warn", "deny"]
+    message: str
 
-    The types themselves (:class:`webhook.rules.base.RuleType`) live a layer up, with the
-    engine; :func:`webhook.rules.load_bundle` loads a bundle with all of them.
-    """
+
+@dataclass(slots=True)  # not frozen: built on every request, and frozen __init__ is slow
+class Ctx:
+    """Everything about one request that a rule may look at."""
+
+    operation: str
+    group: str
+    version: str
+    kind: str
+    namespace: str
+    name: str  # may be empty: controllers create Pods with only generateName
+    username: str
+    groups: tuple[str, ...]
+    dry_run: bool
+    bundle: Bundle
+    shape: Shape | None  # None for kinds without a pod template (e.g. ScavengerJob)
+    queue_name: str  # the queue asked for (label) or defaulted
+    queue: Queue | None  # None when queue_name is not declared in the bundle
+    queue_explicit: bool  # the user set the queue label
+    namespace_rule: NamespaceRule | None  # the bundle's rule for this namespace, if any
+    admin: bool  # in the bundle's admins
+    from_controller: bool  # a Pod (or ReplicaSet, Job) that a listed controller made from its owner
+    old_object: dict[str, Any] | None
+    # Made by a controller from a template this webhook judged as its writer (the seal verifies,
+    # or an owner batchgate does not seal): checks that depend on who asks are not made again.
+    # A controller's object whose template is not sealed is judged with no one's grants
+    # (``unsealed``: username "" in group system:authenticated, not an admin).
+    trusted: bool = False
+    unsealed: bool = False
+    # UPDATE: the old object's pod template was judged (its seal verifies); an UPDATE of one that
+    # was not is judged whole, as a CREATE, not only for what it adds.
+    old_judged: bool = True
 
     @property
-    def name(self) -> str: ...
-    @property
-    def parse(self) -> Callable[[Node, Bundle], Any]: ...  # spec.settings -> settings, at load
-    @property
-    def mutate(self) -> Callable[[Any, Draft, Any], list[Any]] | None: ...
-    @property
-    def validate(self) -> Callable[[Any, dict[str, Any], Any], list[Any]] | None: ...
-    @property
-    def default_kinds(self) -> tuple[tuple[str, str, str], ...]: ...
-    @property
-    def default_operations(self) -> tuple[str, ...]: ...
-    @property
-    def mutate_operations(self) -> tuple[str, ...]: ...
-    @property
-    def default_failure_policy(self) -> FailurePolicy: ...
-    @property
-    def decides_pod(self) -> bool: ...  # on UPDATE, only where a pod template changed
-    @property
-    def sealed_check(self) -> bool: ...  # passes before a template is sealed (webhook.seal)
-    @property
-    def namespace_label_keys(self) -> Callable[[Any], tuple[str, ...]] | None: ...  # see RuleType
-    @property
-    def order(self) -> int: ...
+    def subject(self) -> str:
+        """How messages name the object: ``Job demo/mpi-sim2``."""
+        return f"{self.kind} {self.namespace}/{self.name or '(generated name)'}"
+
+
+@dataclass(frozen=True, slots=True)
+class RuleType(Generic[S]):
+    """A policy type: a settings parser (run once, at bundle load: ``spec.settings`` -> ``S``)
+    and a ``mutate`` and/or ``validate`` function (run per request) that get those settings."""
+
+    name: str
+    doc: str
+    parse: Callable[[Node, Bundle], S]
+    mutate: Callable[[S, Draft, Ctx], list[Finding]] | None = None
+    validate: Callable[[S, dict[str, Any], Ctx], list[Finding]] | None = None
+    default_kinds: tuple[tuple[str, str, str], ...] = WORKLOAD_KINDS
+    default_operations: tuple[str, ...] = ("CREATE",)
+    mutate_operations: tuple[str, ...] = ("CREATE",)
+    # Decides the pod (or pod template): runs on every kind that makes pods, and on UPDATE only
+    # where the pod template may change and did (the engine skips it otherwise).
+    decides_pod: bool = False
+    default_failure_policy: FailurePolicy = "Ignore"
+    # Its validate skips objects a controller made from a sealed template (``ctx.trusted``): the
+    # webhook seals a template only when this check passes on it (webhook.seal).
+    sealed_check: bool = False
+    order: int = 50  # mutating policies run in this order (then by name)
+    # The namespace label keys its settings select namespaces by (job-network's isolation proxy):
+    # namespace-opt-out keeps them admins' to set, as it does the keys queue grants read.
+    namespace_label_keys: Callable[[S], tuple[str, ...]] | None = None
 
 
 # -- the data ---------------------------------------------------------------
@@ -225,24 +268,36 @@ class FairShare:
 
 @dataclass(frozen=True, slots=True)
 class Scavengers:
-    """``spec.scavengers``: how the reconciler runs ScavengerJobs."""
+    """``spec.scavengers``: how the reconciler runs ScavengerJobs (its settings hold this, as read
+    here: durations in seconds, work in core-seconds)."""
 
     queue: str = "scavenger"  # the (scavenger) queue their Jobs run in
     max_share: float = 0.7  # of the allocatable cpu and memory of the nodes that queue may use
     unschedulable_timeout: int = 300  # seconds a started Job's pods may stay unscheduled before it waits again
     grace_period: int = 60  # seconds between SIGTERM and SIGKILL when a segment ends or it is interrupted
-    guard: float = 0.0  # core-minutes of unsaved work from which a running segment gets a PDB (0: never)
+    guard: float = 0.0  # core-seconds of unsaved work from which a running segment gets a PDB (0: never)
+
+
+def _default_scavenger_queue(queues: Mapping[str, Queue]) -> str:
+    """The queue ScavengerJobs run in when ``spec.scavengers.queue`` names none: the scavenger
+    queue named ``scavenger``, else the first scavenger queue; with none declared, ``scavenger``
+    (not a queue: a ScavengerJob is refused for it)."""
+    name = Scavengers().queue
+    if (q := queues.get(name)) is not None and q.scavenger:
+        return name
+    return next((q.name for q in queues.values() if q.scavenger), name)
 
 
 def parse_core_minutes(text: str) -> float:
-    """``20`` or ``2.5`` -> that many core-minutes; raises ValueError unless a finite number >= 0."""
+    """``20`` or ``2.5`` core-minutes -> core-seconds (1200.0, 150.0); raises ValueError unless a
+    finite number >= 0."""
     try:
         value = float(text)
     except ValueError:
         raise ValueError(f"{text!r} is not a number") from None
     if not 0 <= value < float("inf"):
         raise ValueError(f"{text!r} is not a number >= 0")
-    return value
+    return value * 60
 
 
 def parse_share(text: object) -> float:
@@ -334,8 +389,8 @@ class Policy:
     name: str
     version: int
     description: str
-    rule: PolicyType
-    settings: Any
+    rule: RuleType[Any]
+    settings: Any  # what rule.parse made of spec.settings
     match: Match
     exclude: Match | None
     failure_policy: FailurePolicy
@@ -458,7 +513,7 @@ class Bundle:
         the scavenger queue; anything else in the queue its label names (``requested``), else
         in the namespace's or the bundle's default."""
         if group == GROUP and kind == "ScavengerJob":
-            return next((q.name for q in self.queues.values() if q.scavenger), "scavenger"), True
+            return self.scavengers.queue, True
         if isinstance(requested, str):
             return requested, True
         return self.default_queue_for(namespace), requested is not None
@@ -471,7 +526,7 @@ class Bundle:
 
 
 # -- loading ----------------------------------------------------------------
-def load_bundle(directory: str | os.PathLike[str], types: Mapping[str, PolicyType], *,
+def load_bundle(directory: str | os.PathLike[str], types: Mapping[str, RuleType[Any]], *,
                 deployable: bool = True) -> Bundle:
     """Load and validate a bundle directory whose policies are of ``types`` (by name);
     raises BundleError naming file:line: field. ``deployable=False`` skips the checks that
@@ -693,10 +748,12 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
     for role in ("admins", "controllers"):
         _refuse_everyone(spec.get(role), role)
 
-    sv_settings = Scavengers()
+    # The one answer to "which queue do ScavengerJobs run in": the webhook judges a ScavengerJob for
+    # it (Bundle.queue_for) and the reconciler makes its Jobs in it.
+    dflt = Scavengers(queue=_default_scavenger_queue(queues))
+    sv_settings = dflt
     if (sv := spec.get("scavengers")) is not None:
         sv.mapping(allowed=("queue", "maxShare", "unschedulableTimeout", "gracePeriod", "guardCoreMinutes"))
-        dflt = Scavengers()
         sq = sv.get("queue")
         if sq is not None and (sq.str() not in queues or not queues[sq.str()].scavenger):
             sq.fail(f"must be a scavenger queue (scavenger: true); those: "
@@ -713,9 +770,6 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
             guard=gd.parsed(parse_core_minutes, expected="core-minutes of unsaved work, a number >= 0 (0: no guard)")
             if (gd := sv.get("guardCoreMinutes")) is not None else dflt.guard,
         )
-    elif not any(q.name == Scavengers().queue and q.scavenger for q in queues.values()):
-        first = next((q for q in queues.values() if q.scavenger), None)
-        sv_settings = Scavengers(queue=first.name if first else "")
 
     fair_share = _parse_fair_share(spec.get("fairShare"))
 
@@ -1001,7 +1055,7 @@ def _label_map(node: Node) -> dict[str, str]:
     return out
 
 
-def _parse_policy(doc: Node, bundle: Bundle, folder: str, types: Mapping[str, PolicyType]) -> Policy:
+def _parse_policy(doc: Node, bundle: Bundle, folder: str, types: Mapping[str, RuleType[Any]]) -> Policy:
     meta = doc.req("metadata").mapping(allowed=("name", "version", "description"))
     spec = doc.req("spec").mapping(allowed=("type", "match", "exclude", "failurePolicy", "settings"))
     type_node = spec.req("type")
@@ -1031,7 +1085,7 @@ def _sub(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _parse_match(node: Node, rule: PolicyType, *, exclude: bool = False) -> Match:
+def _parse_match(node: Node, rule: RuleType[Any], *, exclude: bool = False) -> Match:
     node.mapping(allowed=("kinds", "operations", "namespaces", "selector", "users", "groups", "serviceAccounts"))
     kinds = rule.default_kinds
     if (k := node.get("kinds")) is not None:

@@ -32,6 +32,15 @@ USAGE_NAMESPACE_HELP = ("the namespace batchgate runs in, where the reconciler s
                         "batchgate-usage (its --lease-namespace; default batchgate-system)")
 
 
+def _cluster_flags(p: argparse.ArgumentParser, *, usage: bool = False) -> None:
+    """The flags of a command that reads the cluster with the bundle: --kubeconfig and --policies,
+    and (``usage``: queue, share, usage) --batchgate-namespace, where the usage ConfigMap is."""
+    p.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
+    p.add_argument("--policies", default=None, help=POLICIES_HELP)
+    if usage:
+        p.add_argument("--batchgate-namespace", default=None, metavar="NAMESPACE", help=USAGE_NAMESPACE_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="batchgate",
@@ -154,8 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("reconcile", help="run the reconciler (deadlines, gangs, maintenance, scavengers)")
     r.add_argument("--once", action="store_true", help="one planning pass, then exit")
     r.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
-    r.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
-    r.add_argument("--policies", default=None, help=POLICIES_HELP)
+    _cluster_flags(r)
     r.add_argument("--namespace", default=None, help="watch and act in this namespace only (default: all)")
     r.add_argument("--warning-lead", default=None, metavar="DURATION",
                    help="warn users this long before their deadline (default 10m)")
@@ -185,9 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--namespace", "-n", default=None, help="show this namespace only (default: all)")
     q.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table",
                    help="table (default), wide (adds kind and pods) or json")
-    q.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
-    q.add_argument("--policies", default=None, help=POLICIES_HELP)
-    q.add_argument("--batchgate-namespace", default=None, metavar="NAMESPACE", help=USAGE_NAMESPACE_HELP)
+    _cluster_flags(q, usage=True)
 
     sh = sub.add_parser("share", help="fair share per account: shares, usage, factor (like sshare)",
                         description="For each account (a namespace, or the bundle's spec.fairShare.accounts): its "
@@ -199,9 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "the ConfigMap batchgate-usage, and lists the cluster for the waiting work.")
     sh.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table",
                     help="table (default), wide (adds each account's namespaces) or json")
-    sh.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
-    sh.add_argument("--policies", default=None, help=POLICIES_HELP)
-    sh.add_argument("--batchgate-namespace", default=None, metavar="NAMESPACE", help=USAGE_NAMESPACE_HELP)
+    _cluster_flags(sh, usage=True)
 
     us = sub.add_parser("usage", help="core-hours and GPU-hours per account and queue (like a short sreport)",
                         description="Sum the undecayed daily figures the reconciler stores in the ConfigMap "
@@ -211,9 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="from this long ago (UTC days, today included), e.g. 1d, 30d (default 7d)")
     us.add_argument("-o", "--output", choices=("table", "json"), default="table",
                     help="table (default, with a TOTAL row) or json")
-    us.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
-    us.add_argument("--policies", default=None, help=POLICIES_HELP)
-    us.add_argument("--batchgate-namespace", default=None, metavar="NAMESPACE", help=USAGE_NAMESPACE_HELP)
+    _cluster_flags(us, usage=True)
 
     mt = sub.add_parser("maintenance", help="maintenance windows and what each one will stop or hold back",
                         description="List MaintenanceWindows (start, end, state, nodes, reason) with the running "
@@ -221,8 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "back (they would start sooner without it); -o wide names them, -o json gives all.")
     mt.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table",
                     help="table (default), wide (also names the jobs each window stops or holds back) or json")
-    mt.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
-    mt.add_argument("--policies", default=None, help=POLICIES_HELP)
+    _cluster_flags(mt)
 
     a = sub.add_parser("audit", help="what the bundle would deny or change in every live workload (like Gatekeeper's audit)",
                        description="List the live Pods, Jobs, CronJobs, Deployments, StatefulSets, DaemonSets and "
@@ -237,8 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("-o", "--output", choices=("text", "json"), default="text",
                    help="text (default: one line per denial and change) or json (every object that differs, "
                    "with its warnings)")
-    a.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
-    a.add_argument("--policies", default=None, help=POLICIES_HELP)
+    _cluster_flags(a)
     a.add_argument("--user", default="batchgate-audit",
                    help="who creates the objects no controller made, for the checks that depend on who asks "
                    "(default batchgate-audit)")

@@ -73,7 +73,6 @@ COUNTDOWN_LABEL = f"{GROUP}/maintenance-in-minutes"
 # ServiceAccount write Services, ConfigMaps, NetworkPolicies and PodDisruptionBudgets only with it.
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "batchgate"
-NODE_MAINTENANCE_ANNOTATION = MAINTENANCE_ANNOTATION  # on a Node a MaintenanceWindow cordoned
 # What only the reconciler (and admins) may set, change or remove on workloads (policy
 # reconciler-annotations): its memory (a forged started-at or a removed deadline would buy time),
 # the gang restart it dealt with (a forged one on a colleague's pod hides a failure), and what it
@@ -81,6 +80,10 @@ NODE_MAINTENANCE_ANNOTATION = MAINTENANCE_ANNOTATION  # on a Node a MaintenanceW
 RECONCILER_ANNOTATIONS = (STARTED_AT_ANNOTATION, DEADLINE_ANNOTATION, WARNED_FOR_ANNOTATION,
                           NEXT_MAINTENANCE_ANNOTATION, GANG_RESTART_ANNOTATION, EXPECTED_START_ANNOTATION,
                           EXPECTED_START_REASON_ANNOTATION, START_BY_ANNOTATION)
+# On a ScavengerJob's Jobs and pods (and its guard's selector), written by the reconciler: the
+# ScavengerJob's name and the segment number.
+SCAVENGERJOB_LABEL = f"{GROUP}/scavengerjob"
+SEGMENT_LABEL = f"{GROUP}/segment"
 # A ScavengerJob's size, per pod and in pods (policy scavengerjob refuses more, the reconciler's view
 # fails such an object stored while the webhook was down): far beyond any node and any gang, and
 # small enough that the controller's arithmetic and the Job it makes stay what Kubernetes takes.

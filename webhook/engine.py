@@ -22,10 +22,9 @@ from typing import Any, Literal, NoReturn
 
 import orjson
 
-from .bundle import Bundle, Policy
+from .bundle import Bundle, Ctx, Finding, Policy
 from .contract import SEAL_ANNOTATION
 from .draft import Draft, Path
-from .rules.base import Ctx, Finding
 from .seal import OFFLINE, Keyring, projection, seal, sealed
 from .wire import OPERATIONS, AdmissionRequest, AdmissionResponse, AdmissionReview
 from .workloads import Shape, dig, made_from_template, requested_queue, shape_of

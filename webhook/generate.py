@@ -64,10 +64,10 @@ from .contract import (
     EXCLUSIVE_LABEL,
     EXPECTED_RUNTIME_ANNOTATION,
     GROUP,
+    MAINTENANCE_ANNOTATION,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     NETWORK_LABEL,
-    NODE_MAINTENANCE_ANNOTATION,
     OPT_OUT_LABEL,
     OPT_OUT_VALUE,
     QUEUE_GATE,
@@ -1279,7 +1279,7 @@ def _node_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], ..
     """Nodes: the countdown label, the cordon and the annotation that remembers it."""
     spec_paths = [("spec", f) for f in ("taints", "podCIDR", "podCIDRs", "providerID", "configSource", "externalID")]
     return ("nodes", [_rule("", ["nodes"], ["UPDATE"])], _METADATA_VARIABLES, [
-        _metadata_kept((NODE_MAINTENANCE_ANNOTATION,), (COUNTDOWN_LABEL,)),
+        _metadata_kept((MAINTENANCE_ANNOTATION,), (COUNTDOWN_LABEL,)),
         {"expression": _unchanged(*spec_paths),
          "message": "the batchgate reconciler changes nothing in a node's spec but spec.unschedulable"},
     ])

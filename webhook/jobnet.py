@@ -14,16 +14,11 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from .contract import CONNECT_TO_ANNOTATION, NETWORK_LABEL, SLOTS_ANNOTATION
-
 __all__ = [
-    "CONNECT_TO_ANNOTATION",
     "HOSTFILE_KEY",
     "HOSTS_KEY",
     "MAX_PEERS",
-    "NETWORK_LABEL",
     "PEERS_KEY",
-    "SLOTS_ANNOTATION",
     "Egress",
     "Isolation",
     "Proxy",

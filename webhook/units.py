@@ -18,6 +18,9 @@ derives from one (a start plus a limit) stays a date it can print. The bound is 
 parser's, so admission (the ``time-limit``, ``time-limit-extension`` and
 ``scavengerjob`` policies, the bundle) and the reconciler's views refuse the same
 values in the same words.
+
+Whole numbers as JSON decodes them (a Job's ``spec.parallelism``, a status counter) are
+:func:`json_int`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import time
 from datetime import datetime
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any
+from typing import Any, overload
 
 _SUFFIX = {
     "": Fraction(1),
@@ -53,6 +56,16 @@ _QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|T
 MAX_TEXT = 64  # characters; the longest quantity Kubernetes prints is ~30
 MAX_EXPONENT = 30  # |e| in 1e30; Exa (1e18) is the largest suffix, a node has < 1e15 bytes
 _LIMIT = Fraction(10) ** MAX_EXPONENT
+
+
+@overload
+def json_int(value: Any) -> int | None: ...
+@overload
+def json_int(value: Any, default: int) -> int: ...
+def json_int(value: Any, default: int | None = None) -> int | None:
+    """A whole number as JSON decodes it, else ``default``: ``true`` decodes to a Python int, and
+    is not one here."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def shown(text: object) -> str:

@@ -21,6 +21,7 @@ from .contract import (
     RECORD_TIME_LIMIT_ENV,
 )
 from .draft import Path
+from .units import json_int
 
 Kind = tuple[str, str, str]  # group, version ("*": any), kind
 
@@ -336,10 +337,6 @@ class FailurePolicy:
 DEFAULT_FAILURE_POLICY = FailurePolicy()
 
 
-def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
 _DECLARED_FAILURE_FIELDS = frozenset({"podFailurePolicy", "backoffLimitPerIndex", "maxFailedIndexes", "successPolicy"})
 
 
@@ -363,7 +360,7 @@ def failure_policy(job_spec: Any) -> FailurePolicy:
             continue
         on_exit = r.get("onExitCodes")
         if isinstance(on_exit, dict):
-            codes = frozenset(c for c in _list(on_exit.get("values"))[:MAX_EXIT_CODES] if _int(c) is not None)
+            codes = frozenset(c for c in _list(on_exit.get("values"))[:MAX_EXIT_CODES] if json_int(c) is not None)
             name = on_exit.get("containerName")
             rules.append(PodFailureRule(r["action"], container=name[:63] if isinstance(name, str) else None,
                                         exit_in=on_exit.get("operator") != "NotIn", exit_codes=codes))
@@ -371,12 +368,12 @@ def failure_policy(job_spec: Any) -> FailurePolicy:
             conds = tuple((str(c.get("type") or "")[:316], str(c.get("status") or "True")[:16])
                           for c in _list(r.get("onPodConditions"))[:MAX_FAILURE_RULES] if isinstance(c, dict))
             rules.append(PodFailureRule(r["action"], conditions=conds))
-    backoff = _int(job_spec.get("backoffLimit"))
+    backoff = json_int(job_spec.get("backoffLimit"))
     restart = dig(job_spec, ("template", "spec", "restartPolicy"))
     policy = FailurePolicy(
         backoff_limit=BACKOFF_LIMIT_DEFAULT if backoff is None else backoff,
-        backoff_limit_per_index=_int(job_spec.get("backoffLimitPerIndex")),
-        max_failed_indexes=_int(job_spec.get("maxFailedIndexes")),
+        backoff_limit_per_index=json_int(job_spec.get("backoffLimitPerIndex")),
+        max_failed_indexes=json_int(job_spec.get("maxFailedIndexes")),
         success_policy=isinstance(job_spec.get("successPolicy"), dict),
         rules=tuple(rules),
         restart_policy=restart if restart == "OnFailure" else "Never",
@@ -388,9 +385,9 @@ def pods_at_once(job_spec: Any) -> int:
     """Pods a Job runs at once: parallelism (1 when unset), unless fewer completions are wanted."""
     if not isinstance(job_spec, dict):
         return 1
-    n = _int(job_spec.get("parallelism"))
+    n = json_int(job_spec.get("parallelism"))
     n = 1 if n is None else n
-    completions = _int(job_spec.get("completions"))
+    completions = json_int(job_spec.get("completions"))
     return min(n, completions) if completions is not None else n
 
 
@@ -428,7 +425,7 @@ def job_gang(job_spec: Any, *, request: GangRequest, names_group: bool, queue: s
         return Gang(size, True, f"queue {queue} runs every multi-pod Job as a gang", tolerates, by_queue=True)
     spec = job_spec if isinstance(job_spec, dict) else {}
     indexed = spec.get("completionMode") == "Indexed"
-    if indexed and _int(spec.get("completions")) == _int(spec.get("parallelism")) and not tolerates:
+    if indexed and json_int(spec.get("completions")) == json_int(spec.get("parallelism")) and not tolerates:
         return Gang(size, True, "it is an Indexed Job whose indexes all run at once", tolerates)
     if tolerates:
         return Gang(size, False, f"it tolerates a pod failing ({', '.join(tolerates)})", tolerates)

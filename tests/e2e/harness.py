@@ -23,7 +23,6 @@ batchgate fields the offline dry run predicts), :func:`expect_denied`.
 from __future__ import annotations
 
 import base64
-import calendar
 import contextlib
 import copy
 import http.client
@@ -59,7 +58,7 @@ from webhook.engine import Decision
 from webhook.generate import webhook_configurations
 from webhook.offline import Caller, check_object
 from webhook.seal import Keyring, parse_keyring
-from webhook.units import parse_quantity
+from webhook.units import parse_quantity, parse_time
 
 PAUSE = "registry.k8s.io/pause:3.2"
 QUEUE_LABEL = "batchgate.io/queue"
@@ -692,8 +691,11 @@ def events(kube: Any, ns: str, *, uid: str | None = None, reason: str | None = N
 
 
 def epoch(ts: str) -> float:
-    """Seconds since the epoch of an RFC 3339 UTC timestamp as the API server writes it."""
-    return float(calendar.timegm(time.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")))
+    """Seconds since the epoch of an RFC 3339 timestamp as the API server writes it (webhook.units'
+    parser, the reconciler's)."""
+    t = parse_time(ts)
+    assert t is not None, f"not a timestamp: {ts!r}"
+    return t
 
 
 # -- a module's own validating server ------------------------------------------------------------

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from harness import (
     Reconciler,
     container,
     create,
+    epoch,
     job,
     pod,
     pods_path,
@@ -274,7 +274,7 @@ def test_a_window_cordons_drains_and_gives_the_nodes_back_as_they_were(
     first = reconciler("--drain-timeout", f"{drain}s", "--no-leader-elect").wait_ready()
     mw = unique("mw")
     stored = windows(window_obj(mw, start=15, end=100, nodes=[a, b], reason="firmware"))
-    start, end = (datetime.fromisoformat(stored["spec"][k].replace("Z", "+00:00")).timestamp() for k in ("start", "end"))
+    start, end = (epoch(stored["spec"][k]) for k in ("start", "end"))
     wait_for(lambda: MAINT_ANN in (kube.get(f"/api/v1/nodes/{a}")["metadata"].get("annotations") or {}), 45,
              message="node a cordoned by the window")
     # A restart in the middle of the drain: the new process finishes it, repeating nothing.
@@ -558,10 +558,6 @@ def test_an_expected_start_goes_by_the_users_own_expected_runtime(
             with contextlib.suppress(Exception):
                 kube.delete(f"{jobs}/{name}", body={"apiVersion": "v1", "kind": "DeleteOptions",
                                                     "propagationPolicy": "Background"})
-
-
-def epoch(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def cli(kube: Any, *args: str, raw: bool = False) -> Any:

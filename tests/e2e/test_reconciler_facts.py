@@ -213,7 +213,7 @@ def test_an_old_pod_re_parented_to_a_colleagues_job_does_not_make_it_old(kube, n
 
 
 def _seconds(ts: str) -> float:
-    from webhook.reconciler.model import parse_time
+    from webhook.units import parse_time
 
     t = parse_time(ts)
     assert t is not None

@@ -19,6 +19,40 @@ def test_shipped_bundle_scavenger_settings(bundle):
     assert (sv.queue, sv.max_share, sv.unschedulable_timeout, sv.grace_period) == ("scavenger", 0.7, 300, 60)
 
 
+def test_the_guard_is_read_once_into_core_seconds_and_the_reconciler_takes_the_bundles_settings(bundle):
+    from webhook.reconciler.settings import QueuePolicy
+
+    assert bundle.scavengers.guard == 20 * 60  # guardCoreMinutes: 20
+    assert QueuePolicy.from_bundle(bundle).scavengers is bundle.scavengers
+
+
+ANOTHER_SCAVENGER_QUEUE = """    - name: leftovers
+      priorityClass: batchgate-scavenger
+      scavenger: true
+"""
+
+
+@pytest.mark.parametrize(("edits", "queue"), [
+    ((), "scavenger"),  # named in spec.scavengers.queue
+    ((("    queue: scavenger\n", "    queue: leftovers\n"),), "leftovers"),  # the first scavenger queue
+    # not named: the scavenger queue called so, not the first one (which the webhook took, alone)
+    ((("  scavengers:\n    queue: scavenger\n", "  scavengers:\n"),), "scavenger"),
+])
+def test_the_webhook_and_the_reconciler_put_scavengerjobs_in_the_same_queue(tmp_bundle, edits, queue):
+    """One answer, Bundle.scavengers.queue: the webhook judges a ScavengerJob for it and the
+    reconciler makes its Jobs in it."""
+    from webhook.reconciler.settings import QueuePolicy
+
+    path = tmp_bundle / "bundle.yaml"
+    _edit(path, "    - name: scavenger\n", ANOTHER_SCAVENGER_QUEUE + "    - name: scavenger\n")
+    for old, new in edits:
+        _edit(path, old, new)
+    b = load_bundle(tmp_bundle, deployable=False)
+    assert [q.name for q in b.queues.values() if q.scavenger] == ["leftovers", "scavenger"]
+    assert b.queue_for("batchgate.io", "ScavengerJob", None, "demo") == (queue, True)
+    assert QueuePolicy.from_bundle(b).scavengers.queue == queue
+
+
 def test_shipped_bundle_loads(bundle):
     assert set(bundle.queues) >= {"interactive", "batch", "scavenger"}
     assert bundle.default_queue == "batch"

@@ -219,3 +219,14 @@ def test_a_gang_queue_takes_failure_tolerant_jobs_and_says_which():
                  queue_gangs=True)
     assert g.is_gang and g.by_queue and g.tolerates == ("backoffLimitPerIndex: 1",)
     assert not job_gang(CURRENT_JOB_SPEC, request="false", names_group=False, queue="mpi", queue_gangs=True).is_gang
+
+
+@pytest.mark.parametrize(("value", "default", "expected"), [
+    (3, None, 3), (0, 7, 0), (-2, None, -2),
+    (True, None, None), (False, 0, 0),  # JSON true decodes to a Python int, and is not a number here
+    ("3", None, None), (3.0, 1, 1), (None, 1, 1),
+])
+def test_json_int_is_the_one_reading_of_a_whole_number_in_json(value: Any, default: int | None, expected: int | None) -> None:
+    from webhook.units import json_int
+
+    assert (json_int(value) if default is None else json_int(value, default)) == expected

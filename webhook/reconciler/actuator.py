@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from ..contract import POD_GROUP_LABEL
+from ..contract import MANAGED_BY, MANAGED_BY_LABEL, POD_GROUP_LABEL
 from ..units import format_time
 from . import metrics
 from .actions import Action, Delete, Mark
@@ -50,8 +50,6 @@ from .model import (
     EVENT,
     JOB,
     KINDS,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
     POD,
     POD_GROUP,
     Kind,
@@ -158,7 +156,7 @@ class Actuator:
         body = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": name, "namespace": t.namespace or "default",
-                         "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+                         "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
             "involvedObject": {"apiVersion": t.api_version, "kind": t.kind, "namespace": t.namespace,
                                "name": t.name, "uid": t.uid},
             "reason": a.reason,
@@ -342,7 +340,7 @@ class Actuator:
         assert w is not None
         if w.op == "create":
             md: dict[str, Any] = {"name": w.name, "namespace": w.namespace,
-                                  "labels": {LABEL_MANAGED_BY: MANAGED_BY, POD_GROUP_LABEL: w.group}}
+                                  "labels": {MANAGED_BY_LABEL: MANAGED_BY, POD_GROUP_LABEL: w.group}}
             if w.owner is not None:
                 md["ownerReferences"] = [{"apiVersion": w.owner.api_version, "kind": w.owner.kind,
                                           "name": w.owner.name, "uid": w.owner.uid}]
@@ -382,7 +380,7 @@ class Actuator:
             except AlreadyExists:
                 have = self.api.get(kind, w.namespace, w.name)
                 md = have.get("metadata") or {}
-                if (md.get("labels") or {}).get(LABEL_MANAGED_BY) != MANAGED_BY:
+                if (md.get("labels") or {}).get(MANAGED_BY_LABEL) != MANAGED_BY:
                     self._foreign[(w.kind, w.namespace, w.name)] = None
                     if len(self._foreign) > 10_000:
                         self._foreign.popitem(last=False)

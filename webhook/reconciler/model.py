@@ -12,44 +12,40 @@ from plain dicts.
 
 from __future__ import annotations
 
-import calendar
 import hashlib
 import re
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from typing import Any
 
 from ..contract import (
+    API_VERSION,
+    CONNECT_TO_ANNOTATION,
     DEADLINE_ANNOTATION,
     EXPECTED_RUNTIME_ANNOTATION,
     EXPECTED_START_ANNOTATION,
     GANG_RESTART_ANNOTATION,
-    GROUP,
     MAINTENANCE_ANNOTATION,
+    MANAGED_BY,
     MANAGED_BY_LABEL,
+    NETWORK_LABEL,
     NEXT_MAINTENANCE_ANNOTATION,
     POD_GROUP_LABEL,
     POD_GROUP_SIZE_LABEL,
     QUEUE_GATE,
     QUEUE_LABEL,
     QUEUED_ANNOTATION,
+    SEGMENT_LABEL,
+    SLOTS_ANNOTATION,
     SPEC_HASH_ANNOTATION,
     START_BY_ANNOTATION,
     STARTED_AT_ANNOTATION,
     TIME_LIMIT_ANNOTATION,
     WARNED_FOR_ANNOTATION,
 )
-from ..contract import (
-    MANAGED_BY as MANAGED_BY,
-)
-from ..jobnet import CONNECT_TO_ANNOTATION, MAX_LABEL, NETWORK_LABEL, SLOTS_ANNOTATION, peers_view
-from ..units import MAX_TEXT, parse_duration, parse_quantity
-from ..units import (
-    format_time as format_time,  # re-exported: reconciler/scavenger.py imports it from here
-)
-from ..units import parse_time as parse_time  # likewise
+from ..jobnet import MAX_LABEL, peers_view
+from ..units import MAX_TEXT, parse_duration, parse_quantity, parse_time
 from ..windows import Window, parse_window
 from ..workloads import (
     DEFAULT_FAILURE_POLICY,
@@ -61,11 +57,7 @@ from ..workloads import (
 
 # -- the names on objects --------------------------------------------------
 LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # annotation (and, 1.28+, label)
-LABEL_QUEUE = QUEUE_LABEL
-LABEL_GROUP = POD_GROUP_LABEL  # for reconciler/scavenger.py
-LABEL_GROUP_SIZE = POD_GROUP_SIZE_LABEL  # for reconciler/scavenger.py
 LABEL_COSCHEDULING = "scheduling.x-k8s.io/pod-group"
-LABEL_MANAGED_BY = MANAGED_BY_LABEL
 
 # Pod ``status.reason`` values that mean the pod was stopped from outside (its
 # node went away, the kubelet evicted or shut it down, the scheduler preempted
@@ -117,17 +109,17 @@ NODE = Kind("v1", "Node", "nodes", namespaced=False)
 POD_GROUP = Kind("scheduling.x-k8s.io/v1alpha1", "PodGroup", "podgroups")
 EVENT = Kind("v1", "Event", "events")
 LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
-MAINTENANCE_WINDOW = Kind("batchgate.io/v1alpha1", "MaintenanceWindow", "maintenancewindows", namespaced=False)
+MAINTENANCE_WINDOW = Kind(API_VERSION, "MaintenanceWindow", "maintenancewindows", namespaced=False)
 NAMESPACE = Kind("v1", "Namespace", "namespaces", namespaced=False)
-SCAVENGER_JOB = Kind("batchgate.io/v1alpha1", "ScavengerJob", "scavengerjobs")
+SCAVENGER_JOB = Kind(API_VERSION, "ScavengerJob", "scavengerjobs")
 CONFIG_MAP = Kind("v1", "ConfigMap", "configmaps")
 PVC = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
 # Job networking (see ``network``): only the objects batchgate made are cached (ConfigMaps too,
 # while reads of a ScavengerJob's ConfigMaps go to CONFIG_MAP directly).
-SERVICE = Kind("v1", "Service", "services", selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}")
-NET_CONFIG_MAP = Kind("v1", "ConfigMap", "configmaps", selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}")
+SERVICE = Kind("v1", "Service", "services", selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}")
+NET_CONFIG_MAP = Kind("v1", "ConfigMap", "configmaps", selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}")
 NETWORK_POLICY = Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies",
-                      selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}")
+                      selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}")
 NET_KINDS = (SERVICE, NET_CONFIG_MAP, NETWORK_POLICY)
 # A ScavengerJob segment's guard (see ``scavenger``).
 PDB = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
@@ -137,8 +129,6 @@ AUDITED = (POD, JOB, CRON_JOB, *(Kind("apps/v1", k, k.lower() + "s") for k in ("
            SCAVENGER_JOB)
 KINDS = {k.kind: k for k in (POD, JOB, NODE, POD_GROUP, EVENT, LEASE, MAINTENANCE_WINDOW, NAMESPACE,
                              SCAVENGER_JOB, CONFIG_MAP, PVC, SERVICE, NETWORK_POLICY, PDB)}
-LABEL_SJ = f"{GROUP}/scavengerjob"  # on a ScavengerJob's Jobs and pods: its name
-LABEL_SEGMENT = f"{GROUP}/segment"  # on a ScavengerJob's Jobs and pods: the segment number
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,12 +143,6 @@ class Ref:
 
     def __str__(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
-
-
-# -- time ------------------------------------------------------------------
-def epoch(text: str) -> int:
-    """``2024-05-01T10:00:00Z`` -> epoch seconds; for tests and fixtures (raises on bad input)."""
-    return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ"))
 
 
 # -- views -----------------------------------------------------------------
@@ -643,7 +627,7 @@ def quantity_ceil(v: Any) -> int:
 
 
 def _segment(labels: Mapping[str, Any]) -> int | None:
-    return _count(labels.get(LABEL_SEGMENT))
+    return _count(labels.get(SEGMENT_LABEL))
 
 
 def pod_view(obj: Mapping[str, Any]) -> PodView:
@@ -739,7 +723,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         group=group,
         group_size=_size(labels.get(POD_GROUP_SIZE_LABEL)),
         pod_group_name=(labels.get(LABEL_COSCHEDULING) or group) if group else None,
-        queue=labels.get(LABEL_QUEUE),
+        queue=labels.get(QUEUE_LABEL),
         time_limit=kept(ann.get(TIME_LIMIT_ANNOTATION)),
         limit=limit_seconds(ann.get(TIME_LIMIT_ANNOTATION)),
         **_state(ann),
@@ -872,7 +856,7 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         finished=finished,
         time_limit=kept(time_limit),
         limit=limit_seconds(time_limit),
-        queue=labels.get(LABEL_QUEUE) or t_labels.get(LABEL_QUEUE),
+        queue=labels.get(QUEUE_LABEL) or t_labels.get(QUEUE_LABEL),
         **_state(ann),
         group=group,
         group_size=_size(t_labels.get(POD_GROUP_SIZE_LABEL)),
@@ -974,7 +958,7 @@ def pod_group_view(obj: Mapping[str, Any]) -> PodGroupView:
         ref=ref_of(POD_GROUP, md),
         resource_version=md.get("resourceVersion") or "",
         min_member=mm if isinstance(mm, int) and not isinstance(mm, bool) else None,
-        managed=labels.get(LABEL_MANAGED_BY) == MANAGED_BY,
+        managed=labels.get(MANAGED_BY_LABEL) == MANAGED_BY,
         group=labels.get(POD_GROUP_LABEL),
         owner=owner,
         deleting=bool(md.get("deletionTimestamp")),
@@ -987,7 +971,7 @@ def net_object_view(obj: Mapping[str, Any], kind: Kind = SERVICE) -> NetObjectVi
     return NetObjectView(
         ref=ref_of(kind, md),
         resource_version=md.get("resourceVersion") or "",
-        managed=(md.get("labels") or {}).get(LABEL_MANAGED_BY) == MANAGED_BY,
+        managed=(md.get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY,
         digest=(md.get("annotations") or {}).get(SPEC_HASH_ANNOTATION) or "",
         deleting=bool(md.get("deletionTimestamp")),
     )

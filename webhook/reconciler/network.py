@@ -39,13 +39,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..contract import SPEC_HASH_ANNOTATION
-from ..jobnet import HOSTFILE_KEY, HOSTS_KEY, NETWORK_LABEL, PEERS_KEY, Isolation, hostfile_name
+from ..contract import MANAGED_BY, MANAGED_BY_LABEL, NETWORK_LABEL, SPEC_HASH_ANNOTATION
+from ..jobnet import HOSTFILE_KEY, HOSTS_KEY, PEERS_KEY, Isolation, hostfile_name
 from .actions import Action, NetWrite, Unplannable, unplannable
 from .model import (
     CONFIG_MAP,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
     NETWORK_POLICY,
     SERVICE,
     Kind,
@@ -121,7 +119,7 @@ def connected(w: Workload, all_: Mapping[NetKey, Workload]) -> tuple[Workload, .
 def _meta(w: Workload, name: str) -> dict[str, Any]:
     return {
         "name": name, "namespace": w.namespace,
-        "labels": {LABEL_MANAGED_BY: MANAGED_BY, NETWORK_LABEL: w.service},
+        "labels": {MANAGED_BY_LABEL: MANAGED_BY, NETWORK_LABEL: w.service},
         "ownerReferences": [{"apiVersion": o.api_version, "kind": o.kind, "name": o.name, "uid": o.uid}
                             for o in w.owners],
     }

@@ -29,12 +29,13 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import nsfacts
+from ..contract import MANAGED_BY, MANAGED_BY_LABEL
 from ..units import format_time
 from . import metrics
 from .cache import Store
 from .errors import AlreadyExists, Conflict, KubeError, NotFound
 from .kube import KubeApi
-from .model import CONFIG_MAP, EVENT, LABEL_MANAGED_BY, MANAGED_BY
+from .model import CONFIG_MAP, EVENT
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -163,7 +164,7 @@ class LabelPublisher:
         now = format_time(self.clock())
         event = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": name, "namespace": self.namespace, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+            "metadata": {"name": name, "namespace": self.namespace, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
             "involvedObject": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": self.namespace,
                                "name": self.name},
             "reason": "NamespaceLabelsTooLarge", "message": message[:1024], "type": "Warning",

@@ -63,23 +63,32 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from ..contract import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    POD_GROUP_LABEL,
+    POD_GROUP_SIZE_LABEL,
+    QUEUE_LABEL,
+    SCAVENGERJOB_LABEL,
     SCAVENGERJOB_MAX_CPU,
     SCAVENGERJOB_MAX_MEMORY,
     SCAVENGERJOB_MAX_PODS,
+    SEGMENT_LABEL,
     scavengerjob_checkpoint,
 )
 from ..rules.scavengerjob import name_problem
-from ..units import DurationTooLong, format_duration, format_memory, parse_duration, shown
+from ..units import (
+    DurationTooLong,
+    format_duration,
+    format_memory,
+    format_time,
+    json_int,
+    parse_duration,
+    parse_time,
+    shown,
+)
 from ..windows import Window
 from .actions import Action, ActionKind, Delete, Requirement, Unplannable, unplannable
 from .model import (
-    LABEL_GROUP,
-    LABEL_GROUP_SIZE,
-    LABEL_MANAGED_BY,
-    LABEL_QUEUE,
-    LABEL_SEGMENT,
-    LABEL_SJ,
-    MANAGED_BY,
     PDB,
     SCAVENGER_JOB,
     JobView,
@@ -88,8 +97,6 @@ from .model import (
     Ref,
     Snapshot,
     cut,
-    format_time,
-    parse_time,
     quantity_ceil,
     quantity_milli,
     ref_of,
@@ -509,10 +516,6 @@ class SJView:
     creation_ts: str | None  # status.creationTimestamp as written
 
 
-def _int(v: Any, default: int = 0) -> int:
-    return v if isinstance(v, int) and not isinstance(v, bool) else default
-
-
 def _strs(v: Any) -> tuple[str, ...]:
     """A status list of timestamps: the newest ``MAX_TIMESTAMPS`` (all the reconciler writes), each cut."""
     return tuple(cut(x, 64) for x in v[-MAX_TIMESTAMPS:] if isinstance(x, str)) if isinstance(v, list) else ()
@@ -548,7 +551,7 @@ def sj_view(obj: Mapping[str, Any]) -> SJView:
         pods = spec.get("pods", 1)
         if cpu <= 0 or mem <= 0:
             problems.append("spec.resources: cpu and memory limits are required")
-        elif not isinstance(pods, int) or isinstance(pods, bool) or pods < 1:
+        elif json_int(pods) is None or pods < 1:
             problems.append(f"spec.pods: must be a positive integer, got {shown(pods)}")
         # Stored while the webhook was down, or before it bounded them: the same bounds as the
         # scavengerjob policy (webhook.contract), so nothing past them reaches the arithmetic.
@@ -586,14 +589,14 @@ def sj_view(obj: Mapping[str, Any]) -> SJView:
         problems.append(f"spec: {size} bytes as JSON, more than the {MAX_SPEC_BYTES} a ScavengerJob's spec may have")
         spec = {}
     code = spec.get("checkpointExitCode")
-    if code is not None and not (isinstance(code, int) and not isinstance(code, bool) and 1 <= code <= 127):
+    if code is not None and (json_int(code) is None or not 1 <= code <= 127):
         problems.append(f"spec.checkpointExitCode: must be a whole number 1..127, got {code!r}")
         code = None
     phase = str(st.get("phase")) if st.get("phase") in PHASES else ""
     return SJView(
         ref=ref_of(SCAVENGER_JOB, md),
         resource_version=md.get("resourceVersion") or "",
-        generation=_int(md.get("generation"), 1),
+        generation=json_int(md.get("generation"), 1),
         created=parse_time(md.get("creationTimestamp")) or 0.0,
         deleting=bool(md.get("deletionTimestamp")),
         spec=spec if isinstance(spec, dict) else {},
@@ -603,12 +606,12 @@ def sj_view(obj: Mapping[str, Any]) -> SJView:
         checkpoint_code=code,
         checkpoint_interval=interval,
         phase=phase,
-        interrupted_count=_int(st.get("interruptedCount")),
-        segment=_int(st.get("segment")),
+        interrupted_count=json_int(st.get("interruptedCount"), 0),
+        segment=json_int(st.get("segment"), 0),
         job_name=cut(st["jobName"], 253) if isinstance(st.get("jobName"), str) else "",
-        running_segment=_int(st.get("runningSegment")),
+        running_segment=json_int(st.get("runningSegment"), 0),
         start_over=parse_time(st.get("priorityStartOverTimestamp")),
-        guarded_segment=_int(st.get("guardedSegment")),
+        guarded_segment=json_int(st.get("guardedSegment"), 0),
         running_ts=_strs(st.get("runningTimestamps")),
         interrupted_ts=_strs(st.get("interruptedTimestamps")),
         finished=st.get("finishedTimestamp") if isinstance(st.get("finishedTimestamp"), str) else None,
@@ -643,13 +646,13 @@ def guard_body(sj: SJView, job: JobView, segment: int) -> dict[str, Any]:
         "apiVersion": PDB.api_version, "kind": "PodDisruptionBudget",
         "metadata": {
             "name": job.ref.name, "namespace": sj.ref.namespace,
-            "labels": {LABEL_SJ: sj.ref.name, LABEL_SEGMENT: str(segment), LABEL_MANAGED_BY: MANAGED_BY},
+            "labels": {SCAVENGERJOB_LABEL: sj.ref.name, SEGMENT_LABEL: str(segment), MANAGED_BY_LABEL: MANAGED_BY},
             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job.ref.name, "uid": job.ref.uid}],
         },
         # minAvailable = every pod (not maxUnavailable 0: the disruption controller can count
         # a Job's pods only for an absolute minAvailable, it has no scale to read)
         "spec": {"minAvailable": sj.need.pods if sj.need else 1,
-                 "selector": {"matchLabels": {LABEL_SJ: sj.ref.name, LABEL_SEGMENT: str(segment)}}},
+                 "selector": {"matchLabels": {SCAVENGERJOB_LABEL: sj.ref.name, SEGMENT_LABEL: str(segment)}}},
     }
 
 
@@ -675,7 +678,7 @@ def drain_in(pods: Sequence[PodView], nodes: Mapping[str, NodeView] | None, wind
 def _guard(sj: SJView, job: JobView, seg: int, pods: Sequence[PodView], now: float, qp: QueuePolicy,
            nodes: Mapping[str, NodeView] | None, windows: Sequence[Window], actions: list[Action],
            wake: list[float]) -> None:
-    """Guard a running segment once its unsaved work reaches ``qp.scavenger_guard`` core-seconds;
+    """Guard a running segment once its unsaved work reaches ``qp.scavengers.guard`` core-seconds;
     lift the guard while one of its pods is on a node being emptied, or while a maintenance window
     will drain it before its next checkpoint (it loses its work then anyway: ``gang_loss`` is 0, so
     it is the cheapest room there is, for kube-scheduler too). Both are confirmed facts:
@@ -683,7 +686,7 @@ def _guard(sj: SJView, job: JobView, seg: int, pods: Sequence[PodView], now: flo
     budget goes with the Job anyway. With a declared ``checkpoint.interval`` the budget, once made,
     stays for the segment: its ``minAvailable`` is every pod while the interval's unsaved work is
     dear and 0 (every disruption allowed) from each checkpoint until then, one patch per change."""
-    if qp.scavenger_guard <= 0 or sj.need is None:
+    if qp.scavengers.guard <= 0 or sj.need is None:
         return
     ref = Ref(PDB.api_version, "PodDisruptionBudget", sj.ref.namespace, job.ref.name, "")
     leaving = [p.node for p in pods if p.node and nodes is not None and node_leaving(nodes.get(p.node))]
@@ -714,7 +717,7 @@ def _guard(sj: SJView, job: JobView, seg: int, pods: Sequence[PodView], now: flo
         # One long pod: its unsaved work starts over at every declared checkpoint, and so does the
         # guard (held from the same core-seconds of unsaved work in each interval, lifted at the checkpoint).
         interval = sj.checkpoint_interval
-        hold = qp.scavenger_guard / cores if cores > 0 else float("inf")
+        hold = qp.scavengers.guard / cores if cores > 0 else float("inf")
         if hold >= interval:
             return  # never that much unsaved work
         k = int(max(now - start, 0.0) // interval)
@@ -740,14 +743,14 @@ def _guard(sj: SJView, job: JobView, seg: int, pods: Sequence[PodView], now: flo
     elif guarded:
         return
     else:
-        due = guard_due(start, cores, qp.scavenger_guard)
+        due = guard_due(start, cores, qp.scavengers.guard)
     if now < due:
         wake.append(due)
         return
     create = Action(kind="sj-guard-create", target=sj.ref, reason="GuardCreated", key=f"guard/{key}", quiet=True,
                     message=f"segment {seg}: creating the PodDisruptionBudget {ref.name}",
                     create=guard_body(sj, job, seg))
-    msg = (f"segment {seg}: {qp.scavenger_guard / 60:g} core-minutes of work since its checkpoint; "
+    msg = (f"segment {seg}: {qp.scavengers.guard / 60:g} core-minutes of work since its checkpoint; "
            f"PodDisruptionBudget {ref.name} asks kube-scheduler to preempt others first")
     actions.append(_act("sj-guard", sj, "Guarded", msg, now, phase="Running", key=f"guard/{key}", quiet=True,
                         status={"guardedSegment": seg}, requires=(Requirement(ref, create),)))
@@ -773,11 +776,11 @@ def job_body(sj: SJView, segment: int, qp: QueuePolicy) -> dict[str, Any]:
     res = spec.get("resources") or {}
     limits = dict(res.get("limits") or {})
     requests = {**limits, **(res.get("requests") or {})}
-    labels = {LABEL_QUEUE: qp.scavenger_queue, LABEL_SJ: sj.ref.name, LABEL_SEGMENT: str(segment),
-              LABEL_MANAGED_BY: MANAGED_BY}
+    labels = {QUEUE_LABEL: qp.scavengers.queue, SCAVENGERJOB_LABEL: sj.ref.name, SEGMENT_LABEL: str(segment),
+              MANAGED_BY_LABEL: MANAGED_BY}
     tlabels = dict(labels)
     if pods > 1:
-        tlabels.update({LABEL_GROUP: name, LABEL_GROUP_SIZE: str(pods)})
+        tlabels.update({POD_GROUP_LABEL: name, POD_GROUP_SIZE_LABEL: str(pods)})
     container: dict[str, Any] = {
         "name": "main", "image": spec.get("image"), "command": list(spec.get("command") or []),
         "resources": {"limits": limits, "requests": requests},
@@ -812,7 +815,7 @@ def job_body(sj: SJView, segment: int, qp: QueuePolicy) -> dict[str, Any]:
     user = spec.get("runAsUser")
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": qp.scavenger_grace,
+        "terminationGracePeriodSeconds": qp.scavengers.grace_period,
         "containers": [container],
         "securityContext": {"runAsNonRoot": True, **({"runAsUser": user} if isinstance(user, int) else {})},
         "automountServiceAccountToken": False,
@@ -940,7 +943,7 @@ def is_scavenger(pod: PodView, qp: QueuePolicy) -> bool:
     ``batchgate.io/queue`` label: whoever may update a pod may change it, and relabelling running
     scavenger pods to ``batch`` (or removing the label) took them out of the cap (issue 27)."""
     admitted = pod.admitted
-    if admitted is not None and admitted.queue == qp.scavenger_queue:
+    if admitted is not None and admitted.queue == qp.scavengers.queue:
         return True
     return bool(qp.scavenger_class) and pod.priority_class == qp.scavenger_class
 
@@ -1053,7 +1056,7 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings, *,
             where = place(need, free)
             if where is not None:
                 free = take(free, where, need)
-        for d in choose_starts(waiting, free, alloc, (used_c, used_m), qp.scavenger_share):
+        for d in choose_starts(waiting, free, alloc, (used_c, used_m), qp.scavengers.max_share):
             sj = waiting_sj[d.waiting.key]
             try:
                 a = _start(sj, now, qp, d) if d.kind == "start" else _wait(sj, now, d)
@@ -1317,10 +1320,10 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
     unbound = [p for p in cur_pods if not p.node and not p.terminal]
     if unbound or len(cur_pods) < n_pods:
         created = current.created if current.created is not None else now
-        due = created + qp.unschedulable_timeout
+        due = created + qp.scavengers.unschedulable_timeout
         if now >= due:
             msg = (f"{len(unbound) + max(n_pods - len(cur_pods), 0)} of {n_pods} pods not scheduled within "
-                   f"{format_duration(qp.unschedulable_timeout)}; Job {current.ref.name} deleted, waiting for room")
+                   f"{format_duration(qp.scavengers.unschedulable_timeout)}; Job {current.ref.name} deleted, waiting for room")
             actions.append(_act("sj-unschedulable", sj, "Unschedulable", msg, now,
                                 phase=sj.phase if sj.phase in ("Pending", "Interrupted") else "Pending",
                                 key=f"unschedulable/{seg}", warning=True, status={"jobName": None},

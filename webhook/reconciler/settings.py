@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..bundle import FairShare
+from ..bundle import FairShare, Scavengers
 from ..globs import matches
 from ..jobnet import Isolation
 
@@ -27,14 +27,11 @@ class QueuePolicy:
     # without a default queue means the bundle's default, not the next rule's)
     namespace_defaults: tuple[tuple[tuple[str, ...], str | None], ...] = ()
     excluded_namespaces: tuple[str, ...] = ()
-    # ScavengerJobs (bundle spec.scavengers and its queue)
-    scavenger_queue: str = "scavenger"
+    # ScavengerJobs: the bundle's spec.scavengers as the bundle read it, and what their queue's
+    # declaration gives their Jobs
+    scavengers: Scavengers = field(default_factory=Scavengers)
     scavenger_class: str = "batchgate-scavenger"
     scavenger_node_selector: tuple[tuple[str, str], ...] = ()
-    scavenger_share: float = 0.7
-    unschedulable_timeout: int = 300
-    scavenger_grace: int = 60
-    scavenger_guard: float = 0.0  # core-seconds of unsaved work from which a running segment gets a PDB (0: off)
     # the job-network policy's namespace rules: which namespaces get NetworkPolicies (none: off)
     isolation: tuple[Isolation, ...] = ()
     # the namespace label keys queue grants select by (publish.py publishes those), and the bundle
@@ -54,13 +51,9 @@ class QueuePolicy:
         sv = bundle.scavengers
         sq = bundle.queues.get(sv.queue)
         return QueuePolicy(
-            scavenger_queue=sv.queue,
+            scavengers=sv,
             scavenger_class=sq.priority_class if sq else "",
             scavenger_node_selector=tuple(sorted(sq.node_selector.items())) if sq else (),
-            scavenger_share=sv.max_share,
-            unschedulable_timeout=sv.unschedulable_timeout,
-            scavenger_grace=sv.grace_period,
-            scavenger_guard=sv.guard * 60,
             max_time_limit={q.name: q.max_time_limit for q in bundle.queues.values()},
             default_queue=bundle.default_queue,
             namespace_defaults=tuple((r.names, r.default_queue) for r in bundle.namespaces),

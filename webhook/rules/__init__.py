@@ -9,6 +9,7 @@ A new type is a module with a ``TYPE`` and a line here.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from ..bundle import Bundle
 from ..bundle import load_bundle as _load_bundle_of
@@ -33,7 +34,7 @@ from . import (
 )
 from .base import RuleType
 
-REGISTRY: dict[str, RuleType] = {m.TYPE.name: m.TYPE for m in (
+REGISTRY: dict[str, RuleType[Any]] = {m.TYPE.name: m.TYPE for m in (
     job_network,
     kata_cpu,
     maintenance_affinity,

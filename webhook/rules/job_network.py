@@ -51,14 +51,17 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..contract import POD_GROUP_LABEL, POD_GROUP_SIZE_LABEL
+from ..contract import (
+    CONNECT_TO_ANNOTATION,
+    NETWORK_LABEL,
+    POD_GROUP_LABEL,
+    POD_GROUP_SIZE_LABEL,
+    SLOTS_ANNOTATION,
+)
 from ..jobnet import (
     CLUSTER_DNS,
-    CONNECT_TO_ANNOTATION,
     HOSTS_KEY,
     MAX_PEERS,
-    NETWORK_LABEL,
-    SLOTS_ANNOTATION,
     Isolation,
     Proxy,
     hostfile_name,
@@ -122,7 +125,7 @@ def parse(node: Node, bundle: Bundle) -> Settings:
             dns = Proxy(_selector(where.req("namespaceSelector")), _selector(where.req("podSelector")))
         rules.append(Isolation(
             namespaces=names, proxy=proxy,
-            egress=egress.enum("open", "restricted") if egress else "open",  # type: ignore[arg-type]
+            egress=egress.enum("open", "restricted") if egress else "open",
             dns=dns,
         ))
     return Settings(

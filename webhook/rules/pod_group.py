@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..contract import GANG_LABEL, POD_GROUP_LABEL, POD_GROUP_SIZE_LABEL
+from ..units import json_int
 from ..workloads import Gang, job_gang
 from .base import Ctx, Finding, Path, RuleType, deny, dig, warn
 
@@ -241,15 +242,11 @@ def _make_indexed(draft: Draft, subject: str) -> list[Finding]:
     mode = spec.get("completionMode")
     if mode == "Indexed" or mode not in (None, "NonIndexed"):
         return []
-    completions, parallelism = _count(spec.get("completions")), _count(spec.get("parallelism"))
+    completions, parallelism = json_int(spec.get("completions")), json_int(spec.get("parallelism"))
     if completions is None or completions != parallelism:
         return []  # documented: its pods get no stable hostname
     draft.set("spec", "completionMode", "Indexed")
     return []
-
-def _count(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
 
 # The podFailurePolicy rule a gang Job gets: a pod stopped from outside (Kubernetes' preemption,
 # eviction, taint manager, PodGC; batchgate taking the members down when the gang starts over) is

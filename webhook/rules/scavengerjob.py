@@ -20,7 +20,7 @@ from ..contract import (
     SCAVENGERJOB_MAX_PODS,
     scavengerjob_checkpoint,
 )
-from ..units import DurationTooLong, format_memory, parse_duration, shown
+from ..units import DurationTooLong, format_memory, json_int, parse_duration, shown
 from .base import QOS_RESOURCES, Ctx, Finding, RuleType, deny, no_settings, quantity_or_none
 
 SPEC_FIELDS = ("image", "command", "args", "env", "resources", "volumes", "pods", "runAsUser", "duration",
@@ -32,10 +32,6 @@ DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
 MOST = {"cpu": (SCAVENGERJOB_MAX_CPU, str(SCAVENGERJOB_MAX_CPU)),
         "memory": (SCAVENGERJOB_MAX_MEMORY, format_memory(SCAVENGERJOB_MAX_MEMORY))}
-
-
-def _int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _string_list(errors: list[str], value: Any, path: str, *, required: bool) -> None:
@@ -182,14 +178,14 @@ def scavengerjob_problems(obj: dict[str, Any]) -> list[str]:
     _check_resources(errors, spec.get("resources"))
     _check_volumes(errors, spec.get("volumes"))
     pods = spec.get("pods")
-    if pods is not None and (not _int(pods) or pods < 1):
+    if pods is not None and (json_int(pods) is None or pods < 1):
         errors.append(f"spec.pods: must be a whole number >= 1, got {shown(pods)}")
     elif pods is not None and pods > SCAVENGERJOB_MAX_PODS:
         errors.append(f"spec.pods: {pods} is more than {SCAVENGERJOB_MAX_PODS}, the most pods a ScavengerJob may have")
     uid = spec.get("runAsUser")
     if uid is None:
         errors.append("spec.runAsUser: required, a non-root user id >= 1, e.g. 1000")
-    elif not _int(uid) or uid < 1:
+    elif json_int(uid) is None or uid < 1:
         errors.append(f"spec.runAsUser: must be a user id >= 1 (scavengers never run as root), got {uid!r}")
     duration = spec.get("duration")
     if duration is None and spec.get("checkpoint") is None:
@@ -205,7 +201,7 @@ def scavengerjob_problems(obj: dict[str, Any]) -> list[str]:
         except ValueError:
             errors.append(f"spec.duration: {shown(duration)} is not a duration, write e.g. 30m, 2h or 1h30m")
     code = spec.get("checkpointExitCode")
-    if code is not None and (not _int(code) or not 1 <= code <= 127):
+    if code is not None and (json_int(code) is None or not 1 <= code <= 127):
         errors.append(f"spec.checkpointExitCode: must be a whole number 1..127 (the code the workload exits with "
                       f"right after a checkpoint, to end its segment; 128 and up mean killed by a signal), got {code!r}")
     errors += scavengerjob_checkpoint(spec)[1]

@@ -10,6 +10,8 @@ from typing import Any, cast
 
 from webhook.contract import (
     DEADLINE_ANNOTATION,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
     POD_GROUP_LABEL,
     POD_GROUP_SIZE_LABEL,
     STARTED_AT_ANNOTATION,
@@ -18,18 +20,15 @@ from webhook.contract import (
 )
 from webhook.reconciler.model import (
     LABEL_COSCHEDULING,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
     NodeView,
     Snapshot,
-    epoch,
     job_view,
     pod_group_view,
     pod_view,
 )
-from webhook.units import format_time
+from webhook.units import format_time, parse_time
 
-T0 = epoch("2024-05-01T10:00:00Z")
+T0 = int(parse_time("2024-05-01T10:00:00Z") or 0)
 HOUR = 3600
 
 
@@ -166,7 +165,7 @@ def job(name: str, *, ns: str = "demo", uid: str | None = None, annotations: dic
 
 def pod_group(name: str, *, ns: str = "demo", min_member: int = 2, managed: bool = True,
               group: str | None = None, owner: dict[str, Any] | None = None, rv: str = "30") -> dict[str, Any]:
-    labels = {LABEL_MANAGED_BY: MANAGED_BY} if managed else {}
+    labels = {MANAGED_BY_LABEL: MANAGED_BY} if managed else {}
     labels[POD_GROUP_LABEL] = group or name
     md = _meta(name, ns, None, rv, None, labels, False)
     if owner is not None:

@@ -11,12 +11,13 @@ import pytest
 from fakeapi import FakeApi
 from reconbuild import T0, running, terminated, ts
 
+from webhook.bundle import Scavengers
+from webhook.contract import SCAVENGERJOB_LABEL, SEGMENT_LABEL
 from webhook.reconciler.controller import Controller
-from webhook.reconciler.model import LABEL_SEGMENT, LABEL_SJ
 from webhook.reconciler.settings import QueuePolicy, Settings
 from webhook.units import format_time, parse_time
 
-SETTINGS = Settings(leader_elect=False, queues=QueuePolicy(unschedulable_timeout=300))
+SETTINGS = Settings(leader_elect=False, queues=QueuePolicy(scavengers=Scavengers(unschedulable_timeout=300)))
 MIN = 60
 
 
@@ -359,7 +360,7 @@ def test_segment_labels_on_pods():
     w = World(sj("md"))
     _running(w)
     p = w.pods("md-1")[0]
-    assert p["metadata"]["labels"][LABEL_SJ] == "md" and p["metadata"]["labels"][LABEL_SEGMENT] == "1"
+    assert p["metadata"]["labels"][SCAVENGERJOB_LABEL] == "md" and p["metadata"]["labels"][SEGMENT_LABEL] == "1"
 
 
 def test_a_forged_owner_reference_from_another_namespace_confirms_nothing():
@@ -368,7 +369,7 @@ def test_a_forged_owner_reference_from_another_namespace_confirms_nothing():
     j = w.jobs()["md-1"]
     # a pod in another namespace claims to belong to md-1 and "fails": md must not care
     w.api.put({"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "name": "evil", "namespace": "other", "labels": {LABEL_SJ: "md", LABEL_SEGMENT: "1"},
+        "name": "evil", "namespace": "other", "labels": {SCAVENGERJOB_LABEL: "md", SEGMENT_LABEL: "1"},
         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "md-1", "controller": True,
                              "uid": j["metadata"]["uid"]}]},
         "spec": {"nodeName": "n0", "containers": [{"name": "main", "image": "x"}]},
@@ -419,7 +420,8 @@ def test_a_gang_running_as_seen_is_not_taken_for_replaced():
     assert w.sj("md")["status"]["phase"] == "Running"
 
 
-GUARDED = Settings(leader_elect=False, queues=QueuePolicy(unschedulable_timeout=300, scavenger_guard=20 * MIN))
+GUARDED = Settings(leader_elect=False,
+                   queues=QueuePolicy(scavengers=Scavengers(unschedulable_timeout=300, guard=20 * MIN)))
 
 
 def _pdb(w: World, name: str) -> dict[str, Any] | None:
@@ -439,7 +441,7 @@ def test_a_segment_is_guarded_once_its_unsaved_work_reaches_the_guard_and_lifted
     assert w.step(MIN) == ["sj-guard-create"]
     pdb = _pdb(w, "md-1")
     assert pdb is not None and pdb["spec"] == {
-        "minAvailable": 2, "selector": {"matchLabels": {LABEL_SJ: "md", LABEL_SEGMENT: "1"}}}
+        "minAvailable": 2, "selector": {"matchLabels": {SCAVENGERJOB_LABEL: "md", SEGMENT_LABEL: "1"}}}
     (owner,) = pdb["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("Job", "md-1", w.jobs()["md-1"]["metadata"]["uid"])
     assert "guardedSegment" not in w.sj("md")["status"]
@@ -601,7 +603,7 @@ def test_left_over_pods_are_deleted_by_the_controller_not_left_to_the_garbage_co
     assert not w.pods()
     late = {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": "md-1-late", "namespace": "demo", "creationTimestamp": format_time(w.now),
-        "labels": {LABEL_SJ: "md", LABEL_SEGMENT: "1", "job-name": "md-1"},
+        "labels": {SCAVENGERJOB_LABEL: "md", SEGMENT_LABEL: "1", "job-name": "md-1"},
         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "md-1", "uid": old_uid,
                              "controller": True}]},
         "spec": {"nodeName": "n0", "containers": [{"name": "main", "image": "x"}]},
@@ -617,7 +619,7 @@ def test_left_over_pods_are_deleted_by_the_controller_not_left_to_the_garbage_co
     # a pod of the current segment (md-2) is not a leftover; one of a later segment than the status is not either
     w.run_job("md-2")
     future = {**late, "metadata": {**late["metadata"], "name": "md-3-x", "uid": "u-md-3-x",
-                                   "labels": {LABEL_SJ: "md", LABEL_SEGMENT: "3", "job-name": "md-3"},
+                                   "labels": {SCAVENGERJOB_LABEL: "md", SEGMENT_LABEL: "3", "job-name": "md-3"},
                                    "ownerReferences": [{**late["metadata"]["ownerReferences"][0],
                                                         "name": "md-3", "uid": "u-md-3"}]}}
     w.api.put(future)
@@ -631,7 +633,7 @@ def test_leftovers_rule():
 
     def p(name: str, seg: int, owner: str, **kw: Any) -> Any:
         md: dict[str, Any] = {"name": name, "namespace": "demo", "uid": f"u-{name}",
-                              "labels": {LABEL_SJ: "md", LABEL_SEGMENT: str(seg)},
+                              "labels": {SCAVENGERJOB_LABEL: "md", SEGMENT_LABEL: str(seg)},
                               "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": f"md-{seg}",
                                                    "uid": owner, "controller": True}]}
         if kw.get("deleting"):

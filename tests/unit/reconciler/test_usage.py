@@ -159,6 +159,19 @@ class Clock:
 
 
 POLICY = QueuePolicy(gated=("batch",))
+NS = "batchgate-system"  # where the ledger keeps its ConfigMap
+
+
+def ledger_at_t0(api: FakeApi | None = None) -> tuple[FakeApi, Clock, Ledger]:
+    """A ledger on ``api`` (a new FakeApi by default) whose clock starts at T0."""
+    api, clock = api or FakeApi(), Clock()
+    return api, clock, Ledger(api, NS, clock)
+
+
+def put_document(api: FakeApi, text: str) -> None:
+    """The ConfigMap batchgate-usage holding ``text``, as an admin would write it."""
+    api.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": NAME, "namespace": NS},
+             "data": {u.KEY: text}})
 
 
 def step(ledger: Ledger, *pods: PodView) -> str:
@@ -166,12 +179,11 @@ def step(ledger: Ledger, *pods: PodView) -> str:
 
 
 def stored(api: FakeApi) -> Usage:
-    return parse(api.get(CONFIG_MAP, "batchgate-system", NAME)["data"][u.KEY])
+    return parse(api.get(CONFIG_MAP, NS, NAME)["data"][u.KEY])
 
 
 def test_the_ledger_creates_the_configmap_and_writes_every_interval_only() -> None:
-    api, clock = FakeApi(), Clock()
-    ledger = Ledger(api, "batchgate-system", clock)
+    api, clock, ledger = ledger_at_t0()
     p = bound("a", started=-HOUR)
     assert step(ledger, p) == "written" and stored(api).sampled_at == T0
     clock.t += 30
@@ -179,39 +191,36 @@ def test_the_ledger_creates_the_configmap_and_writes_every_interval_only() -> No
     clock.t += 30
     assert step(ledger, p) == "written"
     assert stored(api).billing["demo"] == pytest.approx(60 * 1.25)
-    cm = api.get(CONFIG_MAP, "batchgate-system", NAME)
+    cm = api.get(CONFIG_MAP, NS, NAME)
     assert cm["metadata"]["labels"]["app.kubernetes.io/component"] == "usage"
 
 
 def test_a_new_leader_goes_on_from_the_stored_figures() -> None:
-    api, clock = FakeApi(), Clock()
-    first = Ledger(api, "batchgate-system", clock)
+    api, clock, first = ledger_at_t0()
     p = bound("a", started=-HOUR)
     step(first, p)
     clock.t += 60
     step(first, p)
     clock.t += 60  # the first leader dies (kill -9) before its next write
-    second = Ledger(api, "batchgate-system", clock)
+    second = Ledger(api, NS, clock)
     assert step(second, p) == "written"
     assert stored(api).billing["demo"] == pytest.approx(120 * 1.25, rel=1e-3)
 
 
 def test_an_unreadable_document_is_never_overwritten() -> None:
-    api, clock = FakeApi(), Clock()
-    api.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": NAME, "namespace": "batchgate-system"},
-             "data": {u.KEY: "{oops"}})
-    ledger = Ledger(api, "batchgate-system", clock)
+    api = FakeApi()
+    put_document(api, "{oops")
+    _, _, ledger = ledger_at_t0(api)
     assert step(ledger, bound("a")) == "broken" and ledger.broken
     assert api.writes() == []
     assert ledger.billing(T0, POLICY) == {}
 
 
 def test_a_conflict_reads_again_and_folds_on_top_of_what_is_stored() -> None:
-    api, clock = FakeApi(), Clock()
-    ledger = Ledger(api, "batchgate-system", clock)
+    api, clock, ledger = ledger_at_t0()
     step(ledger)
     restored = Usage(sampled_at=T0, billing={"restored": 500.0})
-    cm = api.get(CONFIG_MAP, "batchgate-system", NAME)
+    cm = api.get(CONFIG_MAP, NS, NAME)
     cm["data"][u.KEY] = render(restored, FAIR)
     api.put(cm)  # an admin restores a backup
     clock.t += 60
@@ -221,18 +230,16 @@ def test_a_conflict_reads_again_and_folds_on_top_of_what_is_stored() -> None:
 
 
 def test_a_configmap_deleted_by_an_admin_starts_usage_from_zero() -> None:
-    api, clock = FakeApi(), Clock()
-    ledger = Ledger(api, "batchgate-system", clock)
+    api, clock, ledger = ledger_at_t0()
     p = bound("a", started=-HOUR)
     step(ledger, p)
     clock.t += 60
     step(ledger, p)
-    api.delete(CONFIG_MAP, "batchgate-system", NAME)
+    api.delete(CONFIG_MAP, NS, NAME)
     clock.t += 60
     results = [step(ledger, p) for _ in range(2)]
     assert results[-1] == "written", results
     assert stored(api).billing == {} and stored(api).sampled_at == clock.t
-
 
 
 def test_a_new_leaders_first_pass_orders_by_the_stored_usage() -> None:
@@ -248,8 +255,7 @@ def test_a_new_leaders_first_pass_orders_by_the_stored_usage() -> None:
              "status": {"allocatable": {"cpu": "4", "memory": "16Gi"}, "conditions": [{"type": "Ready", "status": "True"}]}})
     api.put(gated("heavy-1", ns="heavy", cpu="4", created=-2 * HOUR))
     api.put(gated("light-1", ns="light", cpu="4", created=-60))
-    api.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": NAME, "namespace": "batchgate-system"},
-             "data": {u.KEY: render(Usage(sampled_at=T0 - 30, billing={"heavy": 1e6}), FAIR)}})
+    put_document(api, render(Usage(sampled_at=T0 - 30, billing={"heavy": 1e6}), FAIR))
     settings = Settings(leader_elect=False, queues=QueuePolicy.from_bundle(shipped_bundle()))
     c = Controller(api, settings, clock=lambda: T0)
     c.cache.list_once()
