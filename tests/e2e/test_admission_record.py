@@ -77,7 +77,8 @@ def test_relabelled_or_removed_limits_are_still_enforced_from_the_record(
     create(kube, ns, pod("lone", labels={QUEUE_LABEL: "interactive"}, annotations={TIME_LIMIT: "15s"}, **on_node))
     jpath, ppath = jobs_path(ns, "train"), pods_path(ns, "lone")
     stored_job, stored_pod = kube.get(jpath), kube.get(ppath)
-    want = {"BATCHGATE_QUEUE": "interactive", "BATCHGATE_TIME_LIMIT": "15s"}
+    # BATCHGATE_JOB_UID: empty (no value) on a Job's template and on a Pod no Job's controller made
+    want = {"BATCHGATE_QUEUE": "interactive", "BATCHGATE_TIME_LIMIT": "15s", "BATCHGATE_JOB_UID": None}
     assert record(stored_job, "spec", "template", "spec") == want
     assert record(stored_pod, "spec") == want
 
