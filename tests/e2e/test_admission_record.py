@@ -115,7 +115,9 @@ def test_relabelled_or_removed_limits_are_still_enforced_from_the_record(
     job_uid = stored_job["metadata"]["uid"]
     (jp,) = kube.wait_for_pods(ns, label_selector=f"controller-uid={job_uid}", count=1,
                                predicate=lambda p: p["spec"].get("nodeName") == node, timeout=60)
-    assert record(jp, "spec") == want  # the Job's pod, mutated at its CREATE, keeps the template's record
+    # the Job's pod, mutated at its CREATE, keeps the template's record, with the uid of the Job
+    # whose controller made it
+    assert record(jp, "spec") == {**want, "BATCHGATE_JOB_UID": job_uid}
     assert_pod_sealed(webhook_server, jp, ns)  # the Job's own relabel does not touch its template's seal
     kube.wait_for(lambda: kube.get(ppath)["spec"].get("nodeName") == node, 60, message="lone scheduled")
     for name in (jp["metadata"]["name"], "lone"):

@@ -1044,11 +1044,11 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings, *,
             if st is not None and o.name == job_name(st.sj.ref.name, p.segment):
                 st.pods.append(p)
     if snapshot.mount_failures:
-        told: dict[str, list[MountFailure]] = {}
+        reported: dict[str, list[MountFailure]] = {}
         for f in snapshot.mount_failures.values():
-            told.setdefault(f.pod_uid, []).append(f)
+            reported.setdefault(f.pod_uid, []).append(f)
         for st in by_uid.values():
-            st.mount_failures = [(p, f) for p in st.pods for f in told.get(p.ref.uid, ())]
+            st.mount_failures = [(p, f) for p in st.pods for f in reported.get(p.ref.uid, ())]
     # Pods of the terminal phases were skipped above; the classification needs them too.
     for p in snapshot.pods.values():
         o = p.owner

@@ -9,7 +9,13 @@ import pytest
 from reconbuild import T0, running
 from test_scavenger_controller import World, sj
 
-from webhook.reconciler.mounts import EVENT_FIELDS, MAX_MESSAGE, MountFailure, missing_secret, mount_failure_view
+from webhook.reconciler.mounts import (
+    EVENT_FIELDS,
+    MAX_MESSAGE,
+    MountFailure,
+    missing_secret,
+    mount_failure_view,
+)
 
 PREFIX = 'MountVolume.SetUp failed for volume "creds" : '
 
