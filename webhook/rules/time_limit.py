@@ -340,7 +340,8 @@ TYPE = RuleType(
     doc=(
         "`batchgate.io/time-limit` defaulted per queue, denied above the queue maximum or when "
         "malformed; kubelet backstop via `activeDeadlineSeconds`; the admitted queue and limit "
-        "recorded in the containers' env (`BATCHGATE_QUEUE`, `BATCHGATE_TIME_LIMIT`); an optional "
+        "recorded in the containers' env (`BATCHGATE_QUEUE`, `BATCHGATE_TIME_LIMIT`, and on a Job "
+        "controller's Pod its Job's uid, `BATCHGATE_JOB_UID`); an optional "
         "`batchgate.io/expected-runtime` checked to be a duration within the limit."
     ),
     parse=parse,
