@@ -277,8 +277,9 @@ class Reflector(threading.Thread):
 
     def _watch(self, rv: str) -> None:
         query = {k: v for k, v in (("labelSelector", self.kind.selector), ("fieldSelector", self.kind.fields)) if v}
+        selected = {"query": query} if query else {}
         stream = self.api.watch(self.kind.path(self.namespace), resource_version=rv,
-                                timeout_seconds=self.settings.watch_timeout, query=query or None)
+                                timeout_seconds=self.settings.watch_timeout, **selected)
         self._stream = stream
         try:
             if self.stop_event.is_set():
