@@ -47,8 +47,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from webhook.reconciler import model  # noqa: E402
-from webhook.reconciler.cache import Store  # noqa: E402
+from webhook.reconciler.cache import FAILED_MOUNT_EVENT, Store  # noqa: E402
 from webhook.reconciler.model import Snapshot  # noqa: E402
+from webhook.reconciler.mounts import mount_failure_view  # noqa: E402
 from webhook.reconciler.planner import plan  # noqa: E402
 from webhook.reconciler.scavenger import sj_view  # noqa: E402
 from webhook.reconciler.settings import QueuePolicy, Settings  # noqa: E402
@@ -230,6 +231,9 @@ def container(w: World, *, record: bool) -> dict[str, Any]:
     if record:
         c["env"] = [{"name": "BATCHGATE_QUEUE", "value": w.pick(w.queues)},
                     {"name": "BATCHGATE_TIME_LIMIT", "value": w.duration()}]
+        if w.chance(0.6):  # which Job's controller made it: a real uid, none, or anything
+            c["env"].append({"name": "BATCHGATE_JOB_UID", **({"value": w.pick([w.uid(), w.text()])}
+                                                            if w.chance(0.7) else {})})
     return c
 
 
@@ -381,6 +385,21 @@ def make_pod_group(w: World) -> dict[str, Any]:
             "spec": {"minMember": w.int()}}
 
 
+def make_event(w: World) -> dict[str, Any]:
+    """A FailedMount Event, as the kubelet writes it or as anyone could (mounts.py)."""
+    volume, secret = w.pick(["creds", "x" * 63, w.name()]), w.pick(["md-creds", "creds", w.name(), "x" * 300])
+    message = w.pick([f'MountVolume.SetUp failed for volume "{volume}" : secret "{secret}" not found',
+                      f'MountVolume.SetUp failed for volume "{volume}" : [configmap "a" not found, secrets "{secret}" '
+                      'not found]', w.text()])
+    node = w.pick(w.nodes)
+    return {"apiVersion": "v1", "kind": "Event", "metadata": meta(w),
+            "involvedObject": {"apiVersion": "v1", "kind": w.pick(["Pod", "Pod", "Node"]), "name": w.name(),
+                               "uid": w.uid()},
+            "reason": "FailedMount", "type": w.pick(["Warning", "Warning", "Normal"]), "message": message,
+            "source": {"component": w.pick(["kubelet", "kubelet", w.name()]), "host": node},
+            "reportingComponent": "kubelet", "reportingInstance": node}
+
+
 @dataclass(frozen=True)
 class Gen:
     """One kind: its Kind (the cache's Store), its view, the Snapshot field its views go to, a maker."""
@@ -399,6 +418,7 @@ GENS = [
     Gen(model.NODE, model.node_view, "nodes", make_node, weight=2),
     Gen(model.MAINTENANCE_WINDOW, model.window_view, "windows", make_window),
     Gen(model.POD_GROUP, model.pod_group_view, "pod_groups", make_pod_group),
+    Gen(FAILED_MOUNT_EVENT, mount_failure_view, "mount_failures", make_event),
 ]
 
 
@@ -542,7 +562,8 @@ def run(cases: int, seed: int, *, max_view: int = MAX_VIEW_BYTES) -> dict[str, A
                 views[g.field][Store(g.kind, g.view)._key(obj)] = view  # keyed as the cache keys it
             snapshot = Snapshot(pods=views["pods"], jobs=views["jobs"], nodes=views["nodes"],
                                 pod_groups=views["pod_groups"], windows=views["windows"],
-                                scavenger_jobs=views["scavenger_jobs"], net_objects={})
+                                scavenger_jobs=views["scavenger_jobs"], net_objects={},
+                                mount_failures={k: v for k, v in views["mount_failures"].items() if v is not None})
             settings = settings_for(w, queues)
             for name, planned in PASSES.items():
                 try:

@@ -363,6 +363,8 @@ def main() -> int:
           f"statuses {result['statuses']}, slowest case {result['slowest_s']} s, {what}")
     for line in result["failures"][:20]:
         print("  " + line)
+    for line in result.get("logged", [])[:20]:  # what the server logged at WARNING or above
+        print("  logged: " + line)
     return 1 if result["failures"] else 0
 
 

@@ -41,6 +41,11 @@ NEXT_MAINTENANCE_ANNOTATION = f"{GROUP}/next-maintenance"
 # SLURM_JOB_PARTITION; an extension of the limit shows in the annotation, not here.
 RECORD_QUEUE_ENV = "BATCHGATE_QUEUE"
 RECORD_TIME_LIMIT_ENV = "BATCHGATE_TIME_LIMIT"
+# ... and which Job's controller made the pod: the Job's uid on a Pod the Job controller created
+# for it (its controlling ownerReference, written by that controller at CREATE), empty on every
+# other Pod and on a Job's pod template. An ownerReference can be rewritten by anyone who may
+# update the pod; this cannot: a pod counts for a Job (its start, its gang) only with its uid here.
+RECORD_JOB_UID_ENV = "BATCHGATE_JOB_UID"
 # Written by the reconciler on a gang member whose failure restarted its gang, with the pod's own
 # uid as value (a copy from a template or another pod means nothing): the failure was dealt with.
 GANG_RESTART_ANNOTATION = f"{GROUP}/gang-restart"

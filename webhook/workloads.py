@@ -17,6 +17,7 @@ from .contract import (
     POD_GROUP_LABEL,
     POD_GROUP_SIZE_LABEL,
     QUEUE_LABEL,
+    RECORD_JOB_UID_ENV,
     RECORD_QUEUE_ENV,
     RECORD_TIME_LIMIT_ENV,
 )
@@ -154,30 +155,36 @@ def label_maps(obj: Any, shape: Shape | None) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """What a workload was admitted with: its queue and time limit (as written, e.g. ``4h``)."""
+    """What a workload was admitted with: its queue and time limit (as written, e.g. ``4h``), and
+    on a Pod the uid of the Job whose controller made it ("" for any other Pod, and in a Job's pod
+    template; None in a record written before batchgate recorded it)."""
 
     queue: str
     time_limit: str
+    job: str | None = ""
 
     def env(self) -> list[dict[str, str]]:
+        # An empty value is written as Kubernetes stores it (no "value"): a second pass changes nothing.
         return [{"name": RECORD_QUEUE_ENV, "value": self.queue},
-                {"name": RECORD_TIME_LIMIT_ENV, "value": self.time_limit}]
+                {"name": RECORD_TIME_LIMIT_ENV, "value": self.time_limit},
+                {"name": RECORD_JOB_UID_ENV, "value": self.job} if self.job else {"name": RECORD_JOB_UID_ENV}]
 
 
-RECORD_ENV = (RECORD_QUEUE_ENV, RECORD_TIME_LIMIT_ENV)
+RECORD_ENV = (RECORD_QUEUE_ENV, RECORD_TIME_LIMIT_ENV, RECORD_JOB_UID_ENV)
 
 
 def admission_record(obj: Any, shape: Shape | None) -> Record | None:
     """The queue and time limit recorded when the workload was admitted; None when this kind
     keeps no record or this object has none (created before batchgate recorded admissions, or
-    while the webhook was bypassed). The webhook writes both into every container at CREATE,
-    replacing what the user wrote there; the first container that has both holds the record
-    (containers a later mutating webhook adds may lack it)."""
+    while the webhook was bypassed). The webhook writes the record into every container at CREATE,
+    replacing what the user wrote there; the first container that has a queue and a limit holds
+    it (containers a later mutating webhook adds may lack it), with its Job uid entry (``job``
+    None when that container has none: a record written before batchgate recorded it)."""
     spec = dig(obj, shape.record_at) if shape is not None and shape.record_at is not None else None
     containers = spec.get("containers") if isinstance(spec, dict) else None
     for c in containers if isinstance(containers, list) else ():
         env = c.get("env") if isinstance(c, dict) else None
-        queue = limit = None
+        queue = limit = job = None
         for e in env if isinstance(env, list) else ():
             if isinstance(e, dict) and "valueFrom" not in e:
                 name, value = e.get("name"), e.get("value")
@@ -185,8 +192,10 @@ def admission_record(obj: Any, shape: Shape | None) -> Record | None:
                     queue = value
                 elif name == RECORD_TIME_LIMIT_ENV:
                     limit = value
+                elif name == RECORD_JOB_UID_ENV:
+                    job = value if isinstance(value, str) else ""
         if isinstance(queue, str) and queue and isinstance(limit, str) and limit:
-            return Record(queue, limit)
+            return Record(queue, limit, job)
     return None
 
 

@@ -77,7 +77,8 @@ def test_relabelled_or_removed_limits_are_still_enforced_from_the_record(
     create(kube, ns, pod("lone", labels={QUEUE_LABEL: "interactive"}, annotations={TIME_LIMIT: "15s"}, **on_node))
     jpath, ppath = jobs_path(ns, "train"), pods_path(ns, "lone")
     stored_job, stored_pod = kube.get(jpath), kube.get(ppath)
-    want = {"BATCHGATE_QUEUE": "interactive", "BATCHGATE_TIME_LIMIT": "15s"}
+    # BATCHGATE_JOB_UID: empty (no value) on a Job's template and on a Pod no Job's controller made
+    want = {"BATCHGATE_QUEUE": "interactive", "BATCHGATE_TIME_LIMIT": "15s", "BATCHGATE_JOB_UID": None}
     assert record(stored_job, "spec", "template", "spec") == want
     assert record(stored_pod, "spec") == want
 
@@ -114,7 +115,9 @@ def test_relabelled_or_removed_limits_are_still_enforced_from_the_record(
     job_uid = stored_job["metadata"]["uid"]
     (jp,) = kube.wait_for_pods(ns, label_selector=f"controller-uid={job_uid}", count=1,
                                predicate=lambda p: p["spec"].get("nodeName") == node, timeout=60)
-    assert record(jp, "spec") == want  # the Job's pod, mutated at its CREATE, keeps the template's record
+    # the Job's pod, mutated at its CREATE, keeps the template's record, with the uid of the Job
+    # whose controller made it
+    assert record(jp, "spec") == {**want, "BATCHGATE_JOB_UID": job_uid}
     assert_pod_sealed(webhook_server, jp, ns)  # the Job's own relabel does not touch its template's seal
     kube.wait_for(lambda: kube.get(ppath)["spec"].get("nodeName") == node, 60, message="lone scheduled")
     for name in (jp["metadata"]["name"], "lone"):

@@ -11,6 +11,7 @@ shows what it plans about it. docs/admin/security.md names these tests for its c
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -258,7 +259,7 @@ def test_6a_a_pod_claiming_a_made_up_daemonset_is_a_job_and_is_drained(kube, web
     obj = owned_by(pod(name, labels={QUEUE_LABEL: "interactive"}, nodeName=n), "nope.example.com/v1", "DaemonSet")
     stored = create_and_read(kube, namespace, obj)
     assert stored["metadata"]["annotations"][TIME_LIMIT] == "2h"  # interactive's default
-    assert env_of(stored) == {"BATCHGATE_QUEUE": "interactive", "BATCHGATE_TIME_LIMIT": "2h"}
+    assert env_of(stored) == {"BATCHGATE_QUEUE": "interactive", "BATCHGATE_TIME_LIMIT": "2h", "BATCHGATE_JOB_UID": None}
     assert stored["spec"]["activeDeadlineSeconds"] > 0
     terms = stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert "batchgate.io/maintenance-in-minutes" in str(terms)
@@ -306,3 +307,50 @@ def test_6b_a_job_claiming_a_made_up_scavengerjob_gets_its_deadline_and_gang(kub
     planned = one_pass(c, namespace, execute=False)
     assert ("gang-restart", name) in [(a.kind, a.target.name) for a in planned], [a.line() for a in planned]
 
+
+
+# -- 8. re-parenting one's own pod to a colleague's Job ------------------------------------------
+def test_8_a_new_pod_re_parented_to_a_colleagues_job_neither_dates_nor_stops_it(kube, webhook_server, namespace,
+                                                                                controller):
+    """bob's Job (time limit 3s) waits with its pod unscheduled. alice creates a pod after it, runs
+    it, and gives it (an UPDATE the API server allows: ownerReferences are hers to write) a
+    controlling ownerReference to bob's Job. It used to date the Job from her pod's start and stop
+    it 3 s later; the admission record says the Job controller did not make her pod (its
+    BATCHGATE_JOB_UID is empty, the Job's own pod carries the Job's uid), so the Job is neither
+    dated nor stopped."""
+    require_components(kube, "kube-controller-manager")
+    name = unique("train")
+    stored = create_and_read(kube, namespace, job(name, labels={QUEUE_LABEL: "interactive"},
+                                                  annotations={TIME_LIMIT: "3s"},
+                                                  nodeSelector={"batchgate.io/e2e": "nowhere"}), as_user="bob")
+    uid = stored["metadata"]["uid"]
+    (own,) = kube.wait_for_pods(namespace, label_selector=f"controller-uid={uid}", count=1, timeout=60)
+    assert env_of(own)["BATCHGATE_JOB_UID"] == uid
+    mine = unique("mine")
+    create(kube, namespace, pod(mine, labels={QUEUE_LABEL: "interactive"}, nodeSelector={"batchgate.io/e2e": "nowhere"}))
+    kube.set_pod_phase(namespace, mine, "Running")
+    kube.patch(pods_path(namespace, mine), {"metadata": {"ownerReferences": [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid, "controller": True}]}}, as_user="alice")
+    got = kube.get(pods_path(namespace, mine))
+    assert got["metadata"]["ownerReferences"][0]["uid"] == uid
+    assert got["metadata"]["creationTimestamp"] >= stored["metadata"]["creationTimestamp"]
+    assert env_of(got)["BATCHGATE_JOB_UID"] is None  # recorded empty at her CREATE; env cannot change
+    # her pod has run for longer than the Job's limit
+    created = _epoch(got["metadata"]["creationTimestamp"])
+    wait_for(lambda: time.time() > created + 5, 30, interval=0.5, message="5 s past her pod's creation")
+    planned = one_pass(controller(namespace), namespace)
+    on_job = [a.line() for a in planned if a.target.uid == uid or any(d.ref.uid == uid for d in a.deletes)]
+    assert not any("TimeLimitExceeded" in line or "DeadlineSet" in line or "TimeLimitApproaching" in line
+                   for line in on_job), on_job
+    assert not any(d.ref.uid == uid for a in planned for d in a.deletes)
+    after = kube.get(jobs_path(namespace, name))
+    assert after["metadata"]["uid"] == uid and not after["metadata"].get("deletionTimestamp")
+    assert not {"batchgate.io/started-at", "batchgate.io/deadline"} & set(after["metadata"].get("annotations") or {})
+
+
+def _epoch(ts: str) -> float:
+    from webhook.reconciler.model import parse_time
+
+    t = parse_time(ts)
+    assert t is not None
+    return t

@@ -533,6 +533,46 @@ def test_missing_configmap_fails_it_naming_the_object(kube, webhook_server, name
     assert not kube.exists(jobs_path(ns, "md-1"))
 
 
+def kubelet_failed_mount(pod: dict[str, Any], message: str) -> dict[str, Any]:
+    """The Event a kubelet writes when it cannot mount a pod's volume (kwok mounts nothing)."""
+    md, node = pod["metadata"], pod["spec"]["nodeName"]
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{md['name']}.{unique('mount')[-8:]}", "namespace": md["namespace"]},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": md["name"], "namespace": md["namespace"],
+                               "uid": md["uid"], "resourceVersion": md["resourceVersion"]},
+            "reason": "FailedMount", "message": message, "type": "Warning", "count": 1,
+            "firstTimestamp": now, "lastTimestamp": now,
+            "source": {"component": "kubelet", "host": node},
+            "reportingComponent": "kubelet", "reportingInstance": node}
+
+
+def test_a_missing_secret_fails_it_naming_the_secret_the_kubelet_could_not_mount(
+        kube, webhook_server, namespace, pool, reconciler):
+    """The reconciler may not read Secrets, so it does not look a ScavengerJob's up before a start;
+    the kubelet, which cannot mount a missing one, says so in a Warning Event FailedMount on the pod.
+    The ScavengerJob then fails, naming the Secret, and its Job goes (PRODUCT.md: a missing Secret
+    fails it with a message saying which)."""
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns, (_, node) = namespace, pool
+    node()
+    r = reconciler()
+    kube.create(sj_path(ns), scavengerjob("md", volumes=[
+        {"name": "creds", "mountPath": "/etc/creds", "secret": {"secretName": "md-creds"}}]))
+    wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-1", "its segment started", r=r)
+    (pod,) = kube.wait_for(lambda: [p for p in seg_pods(kube, ns, "md-1") if p["spec"].get("nodeName")] or None,
+                           60, message="its pod bound")
+    kube.create(f"/api/v1/namespaces/{ns}/events", kubelet_failed_mount(
+        pod, 'MountVolume.SetUp failed for volume "creds" : secret "md-creds" not found'))
+    st = wait_status(kube, ns, "md", lambda s: s.get("phase") == "Failed", "Failed", r=r)
+    assert f"Secret {ns}/md-creds does not exist" in st["message"], st["message"]
+    assert "volume 'creds'" in st["message"] and pod["metadata"]["name"] in st["message"], st["message"]
+    assert any(c.get("reason") == "MissingVolumeSource" for c in st.get("conditions") or []), st
+    kube.wait_for(lambda: not kube.exists(jobs_path(ns, "md-1"))
+                  or kube.get(jobs_path(ns, "md-1"))["metadata"].get("deletionTimestamp"), 60,
+                  message="its Job deleted")
+
+
 def test_a_name_too_long_to_label_its_jobs_is_refused(kube, webhook_server, namespace):
     """Its name labels its Jobs and pods (63 characters at most): 64 used to be stored, and its Job's
     creation failed on every pass, forever. The policy refuses it (and the CRD's rule would, the

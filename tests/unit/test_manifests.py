@@ -43,7 +43,7 @@ RECONCILER_RIGHTS = {
     ("", "pods/eviction"): {"create"},
     ("batchgate.io", "maintenancewindows"): {"get", "list", "watch"},
     ("batchgate.io", "maintenancewindows/status"): {"patch"},
-    ("", "events"): {"create"},
+    ("", "events"): {"create", "list", "watch"},  # list, watch: the kubelet's FailedMount
     ("batchgate.io", "scavengerjobs"): {"get", "list", "watch"},
     ("batchgate.io", "scavengerjobs/status"): {"patch"},
     ("", "persistentvolumeclaims"): {"get"},  # a ScavengerJob's volumes; no Secrets at all

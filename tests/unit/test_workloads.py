@@ -57,9 +57,13 @@ def test_the_template_gets_what_the_pods_get(kind):
     pod = check(pod_from(d.obj, OWNER[kind]), user=CM, groups=("system:authenticated",))
     assert pod.allowed and not pod.warnings, (pod.message, pod.warnings)
     # (a CronJob's pods come from its Job, whose CREATE records the admission: here the pod
-    # is made from the CronJob's template directly, so the record is written on the pod)
-    record = {"/spec/containers/0/env"} if kind == "CronJob" else set()
+    # is made from the CronJob's template directly, so the record is written on the pod; a Job's
+    # pod gets its Job's uid into the record's empty BATCHGATE_JOB_UID entry)
+    record = {"/spec/containers/0/env"} if kind == "CronJob" else {"/spec/containers/0/env/2/value"} \
+        if kind == "Job" else set()
     assert {op["path"] for op in pod.patch} <= {"/spec/priority", "/spec/preemptionPolicy", *record}, pod.patch
+    if kind == "Job":
+        assert {"op": "add", "path": "/spec/containers/0/env/2/value", "value": "u"} in pod.patch
 
 
 @pytest.mark.parametrize("kind", TEMPLATE_KINDS)

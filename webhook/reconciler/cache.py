@@ -45,6 +45,7 @@ from .model import (
     Kind,
     Snapshot,
 )
+from .mounts import EVENT_FIELDS, mount_failure_view
 from .scavenger import sj_view
 from .settings import Settings
 
@@ -55,6 +56,9 @@ V = TypeVar("V")
 def _rv_int(rv: str) -> int | None:
     return int(rv) if rv.isdigit() else None
 
+
+# The Events the cache keeps: the kubelet's Warning FailedMount on pods (mounts.py)
+FAILED_MOUNT_EVENT = Kind("v1", "Event", "events", fields=EVENT_FIELDS)
 
 TOMBSTONES = 10_000  # uids of removed objects a store remembers (the newest this many)
 
@@ -216,8 +220,8 @@ class Reflector(threading.Thread):
         def pages() -> Iterator[list[Mapping[str, Any]]]:
             cont: str | None = None
             while True:
-                selected = {"label_selector": self.kind.selector} if self.kind.selector else {}
-                page = self.api.list(self.kind, self.namespace, limit=500, continue_=cont, **selected)
+                page = self.api.list(self.kind, self.namespace, limit=500, continue_=cont,
+                                     label_selector=self.kind.selector or None, field_selector=self.kind.fields or None)
                 meta.clear()
                 meta.update(page.get("metadata") or {})
                 yield page.get("items") or []
@@ -272,7 +276,8 @@ class Reflector(threading.Thread):
                 backoff = min(backoff * 2, 30.0)
 
     def _watch(self, rv: str) -> None:
-        selected = {"query": {"labelSelector": self.kind.selector}} if self.kind.selector else {}
+        query = {k: v for k, v in (("labelSelector", self.kind.selector), ("fieldSelector", self.kind.fields)) if v}
+        selected = {"query": query} if query else {}
         stream = self.api.watch(self.kind.path(self.namespace), resource_version=rv,
                                 timeout_seconds=self.settings.watch_timeout, **selected)
         self._stream = stream
@@ -326,10 +331,14 @@ class Cache:
         self.pod_groups: Store[Any] = Store(POD_GROUP, VIEW_OF["PodGroup"])
         self.windows: Store[Any] = Store(MAINTENANCE_WINDOW, VIEW_OF["MaintenanceWindow"])
         self.scavenger_jobs: Store[Any] = Store(SCAVENGER_JOB, sj_view)
+        # the kubelet's FailedMount Events naming a missing Secret (optional: list and watch of Events)
+        self.mount_failures: Store[Any] = Store(FAILED_MOUNT_EVENT, mount_failure_view)
         # Job networking: batchgate's own Services, ConfigMaps, NetworkPolicies (label-selected)
         self.net: dict[str, Store[Any]] = {k.kind: Store(k, VIEW_OF[k.kind]) for k in NET_KINDS}
         self.stores = {"Pod": self.pods, "Job": self.jobs, "Node": self.nodes, "PodGroup": self.pod_groups,
-                       "MaintenanceWindow": self.windows, "ScavengerJob": self.scavenger_jobs, **self.net}
+                       "MaintenanceWindow": self.windows, "ScavengerJob": self.scavenger_jobs, **self.net,
+                       # not "Event": the Events the reconciler writes are none of these
+                       "FailedMount": self.mount_failures}
         # Namespaces' labels, for publish.py (optional: 403 without cluster-wide read)
         self.namespaces: Store[dict[str, str]] = Store(NAMESPACE, namespace_labels)
         if namespaces:
@@ -344,6 +353,8 @@ class Cache:
                       optional=True),
             *(Reflector(api, st, settings=settings, on_change=self._changed, stop=self._stop, optional=True)
               for st in self.net.values()),
+            Reflector(api, self.mount_failures, settings=settings, on_change=self._changed, stop=self._stop,
+                      optional=True),
         ]
         if namespaces:
             self.reflectors.append(Reflector(api, self.namespaces, settings=settings, on_change=self._changed,
@@ -387,6 +398,7 @@ class Cache:
             scavenger_jobs=None if self.scavenger_jobs.absent else self.scavenger_jobs.items(),
             net_objects=None if any(st.absent for st in self.net.values()) else {
                 (kind, ns, name): v for kind, st in self.net.items() for (ns, name), v in st.items().items()},
+            mount_failures=None if self.mount_failures.absent else self.mount_failures.items(),
         )
 
     def observe(self, obj: Mapping[str, Any] | None) -> None:

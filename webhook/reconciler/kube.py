@@ -205,10 +205,12 @@ class KubeApi:
                                    accept="application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json")
 
     def list(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
-             limit: int = 500, continue_: str | None = None) -> dict[str, Any]:
+             field_selector: str | None = None, limit: int = 500, continue_: str | None = None) -> dict[str, Any]:
         q: dict[str, Any] = {"limit": str(limit)}
         if label_selector:
             q["labelSelector"] = label_selector
+        if field_selector:
+            q["fieldSelector"] = field_selector
         if continue_:
             q["continue"] = continue_
         return self.request_object("GET", kind.path(namespace), query=q)

@@ -92,6 +92,7 @@ class Kind:
     plural: str
     namespaced: bool = True
     selector: str = ""  # the cache lists and watches only objects matching this label selector
+    fields: str = ""  # ... and this field selector
 
     def path(self, namespace: str | None = None, name: str | None = None) -> str:
         """The REST path: all namespaces when ``namespace`` is None."""
@@ -198,11 +199,20 @@ class Admitted:
     limit: int | None  # seconds; None when malformed
 
 
-def _admitted(obj: Mapping[str, Any], shape_key: tuple[str, str]) -> Admitted | None:
+MAX_UID = 36  # characters of a uid (Kubernetes makes them as RFC 4122 text)
+
+
+def _admitted(obj: Mapping[str, Any], shape_key: tuple[str, str]) -> tuple[Admitted | None, str | None]:
+    """The admission record's queue and limit, and its Job uid entry (None: none, a record
+    written before batchgate recorded it, or no record)."""
     record = admission_record(obj, SHAPES[shape_key])
-    # cut (a queue name is a label value, a limit at most units.MAX_TEXT): what is past the cut
-    # names no queue and parses as no limit, as before, without keeping or memoising it whole
-    return None if record is None else _admitted_of(record.queue[:MAX_LABEL + 1], record.time_limit[:MAX_TEXT + 1])
+    if record is None:
+        return None, None
+    # cut (a queue name is a label value, a limit at most units.MAX_TEXT, a uid 36 characters):
+    # what is past the cut names no queue, parses as no limit, equals no uid, as before, without
+    # keeping or memoising it whole
+    return (_admitted_of(record.queue[:MAX_LABEL + 1], record.time_limit[:MAX_TEXT + 1]),
+            None if record.job is None else record.job[:MAX_UID + 1])
 
 
 def admitted_queue(obj: JobView | PodView) -> str | None:
@@ -246,6 +256,9 @@ class PodView:
     expected_start: str | None = None  # batchgate.io/expected-start as written
     segment: int | None = None  # batchgate.io/segment label (ScavengerJob pods)
     admitted: Admitted | None = None  # what the webhook recorded at CREATE (webhook.workloads)
+    # ... and the uid of the Job whose controller made it, recorded at the same CREATE ("": not made
+    # by a Job's controller; None: no record, or one written before batchgate recorded this)
+    made_for: str | None = None
     program: str = ""  # the containers' images, comma-separated: what runs (runtime history's key)
     finished: float | None = None  # Succeeded: when its last container finished (node clock)
     expected_runtime: int | None = None  # batchgate.io/expected-runtime in seconds (None: absent or malformed)
@@ -308,6 +321,9 @@ class JobView:
     created: float | None = None
     segment: int | None = None  # batchgate.io/segment label
     admitted: Admitted | None = None  # what the webhook recorded at CREATE, in the pod template
+    # that record has the Job uid entry: the webhook that admitted it records in each of its pods
+    # which Job's controller made it (PodView.made_for), and only those the Job's own are its pods
+    records_maker: bool = False
     program: str = ""  # the pod template's images, comma-separated
     completed: float | None = None  # status.completionTime, when condition Complete is True
     expected_runtime: int | None = None  # batchgate.io/expected-runtime (its own, else its template's), seconds
@@ -385,6 +401,8 @@ class Snapshot:
     scavenger_jobs: Mapping[Key, Any] | None = None  # scavenger.SJView; None: the CRD is not installed
     # batchgate's Services, ConfigMaps and NetworkPolicies by (kind, namespace, name); None: not known
     net_objects: Mapping[tuple[str, str, str], NetObjectView] | None = None
+    # the kubelet's FailedMount Events naming a missing Secret (mounts.MountFailure); None: not known
+    mount_failures: Mapping[Key, Any] | None = None
 
     @staticmethod
     def of(
@@ -708,6 +726,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
                                for c in (st.get("conditions") or ())[:32] if isinstance(c, dict))
 
     group = _str(labels.get(POD_GROUP_LABEL)) or None
+    admitted, made_for = _admitted(obj, ("", "Pod"))
     return PodView(
         ref=ref_of(POD, md),
         resource_version=md.get("resourceVersion") or "",
@@ -733,7 +752,8 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         segment=_segment(labels),
         exit_code=exit_code,
         network=_net_member(labels, ann, spec),
-        admitted=_admitted(obj, ("", "Pod")),
+        admitted=admitted,
+        made_for=made_for,
         program=_program(obj.get("spec") or {}),
         finished=finished,
         expected_runtime=limit_seconds(ann.get(EXPECTED_RUNTIME_ANNOTATION)),
@@ -849,6 +869,7 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
     t_spec = template.get("spec") or {}
     suspended = spec.get("suspend") is True
     unfinished = not finished and not md.get("deletionTimestamp")
+    admitted, made_for = _admitted(obj, ("batch", "Job"))
     return JobView(
         ref=ref_of(JOB, md),
         resource_version=md.get("resourceVersion") or "",
@@ -866,7 +887,8 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         owner=_controller(md),
         created=parse_time(md.get("creationTimestamp")),
         segment=_segment(labels),
-        admitted=_admitted(obj, ("batch", "Job")),
+        admitted=admitted,
+        records_maker=made_for is not None,
         program=_program(((obj.get("spec") or {}).get("template") or {}).get("spec") or {}),
         completed=parse_time(status.get("completionTime")) if complete else None,
         expected_runtime=limit_seconds(ann.get(EXPECTED_RUNTIME_ANNOTATION) or t_ann.get(EXPECTED_RUNTIME_ANNOTATION)),

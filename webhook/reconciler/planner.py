@@ -390,14 +390,21 @@ CREATION_SLACK = 5.0
 def _owns(job: JobView | None, pod: PodView) -> bool:
     """Whether ``job`` is the controller ``pod`` names: same uid, and the pod's own namespace
     and the name in its ownerReference (Kubernetes owners are never in another namespace; a
-    reference that says otherwise is forged or broken, and confirms nothing), and the pod made
-    after the Job. An ownerReference can be rewritten by whoever may update the pod; its
-    creationTimestamp cannot: a pod older than the Job is someone's own old pod re-parented to it
-    (issue 27: it made a colleague's Job look ten days old, and stopped it), never the Job's."""
+    reference that says otherwise is forged or broken, and confirms nothing), and the Job's
+    controller made the pod. An ownerReference can be rewritten by whoever may update the pod, and
+    the Job controller adopts a pod anyone labelled for it; the admission record cannot be: the
+    webhook records in every pod, at its CREATE, the uid of the Job whose controller made it (issue
+    27: a pod re-parented to a colleague's Job dated the Job, and stopped it). A Job admitted before
+    batchgate recorded that (its template's record has no such entry) has pods recorded the old
+    way: for it, a pod made after the Job is taken for its own, and one older than the Job (someone's
+    own old pod re-parented to it) never."""
     owner = pod.owner
-    return (job is not None and owner is not None and job.ref.uid == owner.uid
-            and job.ref.namespace == pod.ref.namespace and job.ref.name == owner.name
-            and (job.created is None or pod.created is None or pod.created >= job.created - CREATION_SLACK))
+    if not (job is not None and owner is not None and job.ref.uid == owner.uid
+            and job.ref.namespace == pod.ref.namespace and job.ref.name == owner.name):
+        return False
+    if job.records_maker:
+        return pod.made_for == job.ref.uid
+    return job.created is None or pod.created is None or pod.created >= job.created - CREATION_SLACK
 
 
 # -- deadlines -------------------------------------------------------------

@@ -58,7 +58,7 @@ import bisect
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -101,6 +101,7 @@ from .model import (
     quantity_milli,
     ref_of,
 )
+from .mounts import MountFailure
 from .settings import QueuePolicy, Settings
 from .shadow import matches
 
@@ -838,11 +839,47 @@ def job_body(sj: SJView, segment: int, qp: QueuePolicy) -> dict[str, Any]:
     }
 
 
+def missing_message(kind: str, namespace: str, name: str, how: str = "") -> str:
+    """What a ScavengerJob failed for a missing volume source says (reason MissingVolumeSource)."""
+    return (f"{kind} {namespace}/{name} does not exist{f' ({how})' if how else ''}; the ScavengerJob cannot "
+            "run without it")
+
+
+def secret_volumes(sj: SJView) -> set[tuple[str, str]]:
+    """(volume, Secret) of each Secret volume in its spec: its pods' volumes have the same names."""
+    out = set()
+    for v in sj.spec.get("volumes") or ():
+        src = v.get("secret") if isinstance(v, dict) else None
+        if isinstance(src, dict) and isinstance(v.get("name"), str) and isinstance(src.get("secretName"), str):
+            out.add((v["name"], src["secretName"]))
+    return out
+
+
+def missing_secret_of(sj: SJView, pods: Sequence[PodView], told: Sequence[tuple[PodView, MountFailure]],
+                      ) -> tuple[MountFailure, PodView] | None:
+    """The kubelet's word that a Secret this ScavengerJob mounts does not exist: a FailedMount Event
+    about one of ``pods`` (its current segment's) still waiting to start on its node, from that
+    node's kubelet, naming a Secret the spec mounts on that very volume. Anyone who may write Events
+    in the namespace can write one; so it can only ever name a Secret the ScavengerJob mounts,
+    about a pod that is not running."""
+    if not told:
+        return None
+    wanted = secret_volumes(sj)
+    current = {p.ref.uid for p in pods}
+    for p, f in sorted(told, key=lambda t: (t[0].ref.name, t[1].secret)):
+        if (p.ref.uid in current and p.node and f.host == p.node and f.namespace == p.ref.namespace
+                and not p.terminal and not p.deleting and p.started is None and p.phase == "Pending"
+                and (f.volume, f.secret) in wanted):
+            return f, p
+    return None
+
+
 def required_objects(sj: SJView) -> list[tuple[str, str]]:
     """(kind, name) of the PVCs and ConfigMaps its volumes need, looked up before a start. Not its
     Secrets: the reconciler holds no right to read Secrets (a ``get`` would read their data too,
     in every namespace, the seal key's included); a missing one keeps the pods in
-    ContainerCreating, with the kubelet's FailedMount Event naming it, as a missing image does."""
+    ContainerCreating, and the kubelet's FailedMount Event naming it fails the ScavengerJob
+    (``missing_secret_of``, mounts.py)."""
     out = []
     for v in sj.spec.get("volumes") or ():
         if not isinstance(v, dict):
@@ -910,6 +947,8 @@ class _SJState:
     sj: SJView
     jobs: list[JobView]
     pods: list[PodView]
+    # the kubelet's FailedMount Events about its pods naming a missing Secret (mounts.py)
+    mount_failures: list[tuple[PodView, MountFailure]] = field(default_factory=list)
 
 
 def eligible_nodes(nodes: Mapping[str, NodeView], selector: Iterable[tuple[str, str]]) -> list[NodeView]:
@@ -1007,6 +1046,12 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings, *,
             st = names.get((p.ref.namespace, o.name.rsplit("-", 1)[0]))
             if st is not None and o.name == job_name(st.sj.ref.name, p.segment):
                 st.pods.append(p)
+    if snapshot.mount_failures:
+        reported: dict[str, list[MountFailure]] = {}
+        for f in snapshot.mount_failures.values():
+            reported.setdefault(f.pod_uid, []).append(f)
+        for st in by_uid.values():
+            st.mount_failures = [(p, f) for p in st.pods for f in reported.get(p.ref.uid, ())]
     # Pods of the terminal phases were skipped above; the classification needs them too.
     for p in snapshot.pods.values():
         o = p.owner
@@ -1122,7 +1167,7 @@ def _start(sj: SJView, now: float, qp: QueuePolicy, d: Decision) -> Action:
     msg = f"starting{again}: Job {name}, {describe(sj.need or Need(1, 0, 0))}; room on {where}"
     requires = []
     for kind, obj in required_objects(sj):
-        why = f"{kind} {sj.ref.namespace}/{obj} does not exist; the ScavengerJob cannot run without it"
+        why = missing_message(kind, sj.ref.namespace, obj)
         requires.append(Requirement(
             Ref("v1", kind, sj.ref.namespace, obj, ""),
             _act("sj-failed", sj, "MissingVolumeSource", why, now, phase="Failed", key=f"missing/{kind}/{obj}",
@@ -1317,6 +1362,15 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
             wake.append(due)
         return None
     # starting: pods not all running yet
+    missing = missing_secret_of(sj, cur_pods, st.mount_failures)
+    if missing is not None:
+        f, p = missing
+        why = missing_message("Secret", sj.ref.namespace, f.secret,
+                              f"the kubelet cannot mount volume {f.volume!r} of pod {p.ref.name}: FailedMount")
+        actions.append(_act("sj-failed", sj, "MissingVolumeSource", why, now, phase="Failed",
+                            key=f"missing/Secret/{f.secret}", warning=True, event_reason="Failed",
+                            status={"finishedTimestamp": format_time(now)}, deletes=job_del))
+        return None
     unbound = [p for p in cur_pods if not p.node and not p.terminal]
     if unbound or len(cur_pods) < n_pods:
         created = current.created if current.created is not None else now

@@ -7,12 +7,13 @@ pods inherit nothing from the Job's own annotations), sets a kubelet-enforced
 backstop, and denies malformed or over-long limits. Later changes of the limit
 are :mod:`webhook.rules.time_limit_extension`'s business.
 
-It also records what the workload was admitted with - the queue and the limit - where
-nobody can change it afterwards (``BATCHGATE_QUEUE`` and ``BATCHGATE_TIME_LIMIT`` in every
-container of a Pod or a Job's template; where, per kind, is :mod:`webhook.workloads`'s
-knowledge). Labels and annotations stay editable by whoever may update the object, and
-UPDATE validation fails open; the record is what the reconciler and the extension check
-trust: relabelling the queue or removing the annotation cannot raise the limit.
+It also records what the workload was admitted with - the queue and the limit, and on a Pod
+which Job's controller made it - where nobody can change it afterwards (``BATCHGATE_QUEUE``,
+``BATCHGATE_TIME_LIMIT`` and ``BATCHGATE_JOB_UID`` in every container of a Pod or a Job's
+template; where, per kind, is :mod:`webhook.workloads`'s knowledge). Labels, annotations and
+ownerReferences stay editable by whoever may update the object, and UPDATE validation fails
+open; the record is what the reconciler and the extension check trust: relabelling the queue or
+removing the annotation cannot raise the limit, re-parenting a pod cannot make it a Job's.
 
 The backstop is the pod's ``activeDeadlineSeconds`` at the queue's *maximum*
 plus a margin, not at the job's own limit: the kubelet enforces it even while
@@ -27,7 +28,7 @@ there. Expected start times count on it (the reconciler's shadow schedule).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..contract import EXPECTED_RUNTIME_ANNOTATION, TIME_LIMIT_ANNOTATION
@@ -39,7 +40,9 @@ from ..workloads import (
     Record,
     Shape,
     admission_record,
+    controller_group_kind,
     controller_kind,
+    controller_of,
     meta_entry,
     owned_by_custom_resource,
     service_owned,
@@ -149,6 +152,18 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
         # (Kubernetes 1.23+), are not a better source. (A CronJob's Jobs, by contrast, are
         # recorded afresh: a CronJob's template is anyone's to edit.)
         record = admission_record(draft.root, shape) or record
+    if record is not None:
+        # Which Job's controller made the pod: the Job uid its controller wrote as the controlling
+        # ownerReference, on a Pod that controller creates; "" on any other Pod (a user's claiming
+        # a Job owner included) and in a Job's template. The reconciler counts a pod for a Job only
+        # with the Job's uid here: an ownerReference anyone may rewrite later, or the Job
+        # controller's adoption of a pod someone labelled, confirms nothing (issue 27).
+        job = ""
+        if shape.is_pod and ctx.from_controller and controller_group_kind(draft.root) == ("batch", "Job"):
+            made_by = controller_of(draft.root)
+            job = str(made_by.get("uid") or "") if made_by is not None else ""
+        if record.job != job:
+            record = replace(record, job=job)
     pod = _record(draft, shape, record)
     if settings.backstop and queue.max_time_limit is not None:
         findings += _backstop(settings, draft, ctx, queue, pod if shape.record_at == shape.pod_spec else None)
@@ -325,7 +340,8 @@ TYPE = RuleType(
     doc=(
         "`batchgate.io/time-limit` defaulted per queue, denied above the queue maximum or when "
         "malformed; kubelet backstop via `activeDeadlineSeconds`; the admitted queue and limit "
-        "recorded in the containers' env (`BATCHGATE_QUEUE`, `BATCHGATE_TIME_LIMIT`); an optional "
+        "recorded in the containers' env (`BATCHGATE_QUEUE`, `BATCHGATE_TIME_LIMIT`, and on a Job "
+        "controller's Pod its Job's uid, `BATCHGATE_JOB_UID`); an optional "
         "`batchgate.io/expected-runtime` checked to be a duration within the limit."
     ),
     parse=parse,

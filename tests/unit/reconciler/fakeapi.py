@@ -72,7 +72,7 @@ class FakeApi:
             raise NotFound(f"{kind.plural} {name!r} not found", status=404) from None
 
     def list(self, kind: Kind, namespace: str | None = None, *, label_selector: str | None = None,
-             limit: int = 500, continue_: str | None = None) -> dict[str, Any]:
+             field_selector: str | None = None, limit: int = 500, continue_: str | None = None) -> dict[str, Any]:
         self.calls.append(("list", kind.plural, namespace or "", ""))
         self._maybe_fail("list")
         if kind.plural == "podgroups" and not self.pod_group_crd:
@@ -82,6 +82,10 @@ class FakeApi:
         if label_selector:
             k, _, v = label_selector.partition("=")
             items = [o for o in items if (o["metadata"].get("labels") or {}).get(k) == v]
+        for term in (field_selector or "").split(","):
+            if term:  # path=value, as the API server's field selectors on Events
+                path, _, v = term.partition("=")
+                items = [o for o in items if _field(o, path) == v]
         return {"metadata": {"resourceVersion": str(next(self._rv))}, "items": items}
 
     def watch(self, path: str, *, resource_version: str, timeout_seconds: int,
@@ -201,3 +205,11 @@ def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
         else:
             target[k] = copy.deepcopy(v)
     return target
+
+
+def _field(obj: Any, path: str) -> Any:
+    if path == "source":  # an Event's: source.component, else reportingComponent
+        return (obj.get("source") or {}).get("component") or obj.get("reportingComponent")
+    for part in path.split("."):
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj

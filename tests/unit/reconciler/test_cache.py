@@ -217,7 +217,34 @@ def test_cache_waits_for_every_store_before_a_snapshot() -> None:
     c.net["Service"].replace([])
     c.net["ConfigMap"].replace([])
     c.net["NetworkPolicy"].mark_absent()  # e.g. not allowed to list them
+    assert not c.wait_synced(timeout=0.01)
+    c.mount_failures.mark_absent()  # not allowed to list Events
     assert c.wait_synced(timeout=0.01)
     snap = c.snapshot()
     assert snap.nodes is None and snap.pod_groups == {} and snap.windows is None and snap.scavenger_jobs is None
+    assert snap.mount_failures is None, "no Events: a missing Secret is not known, rather than known absent"
     assert snap.net_objects is None, "one kind unknown: the network is not planned at all"
+
+
+def test_the_events_it_lists_and_watches_are_the_kubelets_failed_mounts_only() -> None:
+    """The API server filters the Events (RBAC cannot): list and watch carry the field selector."""
+    from webhook.reconciler.cache import FAILED_MOUNT_EVENT
+    from webhook.reconciler.mounts import EVENT_FIELDS, mount_failure_view
+
+    seen: list[tuple[str, Any]] = []
+
+    class Api:
+        def list(self, kind: Kind, namespace: str | None = None, **kw: Any) -> dict[str, Any]:
+            seen.append(("list", kw.get("field_selector")))
+            return {"metadata": {"resourceVersion": "5"}, "items": []}
+
+        def watch(self, path: str, **kw: Any) -> Iterator[dict[str, Any]]:
+            seen.append(("watch", (kw.get("query") or {}).get("fieldSelector")))
+            stop.set()
+            return iter(())
+
+    stop = threading.Event()
+    store: Store[Any] = Store(FAILED_MOUNT_EVENT, mount_failure_view)
+    Reflector(Api(), store, settings=Settings(), on_change=lambda: None, stop=stop).run()  # type: ignore[arg-type]
+    assert seen == [("list", EVENT_FIELDS), ("watch", EVENT_FIELDS)]
+

@@ -82,6 +82,49 @@ def test_an_old_pod_re_parented_to_a_colleagues_job_neither_ages_it_nor_tears_it
     assert a.annotations[DEADLINE_ANNOTATION] == ts(-HOUR + 3 + 4 * HOUR)
 
 
+def _made_for(obj: dict, job_uid: str) -> dict:
+    """The webhook's record of which Job's controller made the pod ("": none; on a Job: the empty
+    entry of its template, which says the record is kept)."""
+    spec = obj["spec"]["template"]["spec"] if obj["kind"] == "Job" else obj["spec"]
+    for c in spec["containers"]:
+        c.setdefault("env", []).append({"name": "BATCHGATE_JOB_UID", **({"value": job_uid} if job_uid else {})})
+    return obj
+
+
+def test_a_new_pod_re_parented_to_a_colleagues_job_neither_dates_it_nor_joins_its_gang() -> None:
+    """Issue 27: alice's pod, created after bob's Job (so its creationTimestamp proves nothing),
+    running since then, is re-parented to the Job by an UPDATE. Its admission record says no Job's
+    controller made it: it does not date the Job (whose own pod started 50 minutes later), and a
+    failed one does not restart the Job's gang. The Job's own pod, which its controller made, does."""
+    victim = _made_for(_created(job("train", annotations=deadline_ann("4h"), template_labels=G), -HOUR), "")
+    uid = victim["metadata"]["uid"]
+    real = _made_for(_created(pod("train-0", owner=victim, started=-600, labels=G, admitted=("batch", "4h")),
+                              -700), uid)
+    mine = _made_for(_created(pod("mine", owner=victim, started=-HOUR + 60, labels=G,
+                                  admitted=("batch", "4h")), -HOUR + 30), "")
+    def on_job(*objs: dict) -> list:
+        return [a for a in plan(snapshot(victim, *objs), T0, Settings()).actions if a.target.uid == uid]
+
+    (a,) = on_job(real, mine)  # (her pod, admitted with a limit and no Job's, gets its own deadline)
+    assert (a.kind, a.reason) == ("record-deadline", "DeadlineSet")
+    assert a.annotations[DEADLINE_ANNOTATION] == ts(-600 + 4 * HOUR)
+    assert pod_view(real).made_for == uid and pod_view(mine).made_for == ""
+    # its uid written by hand is no record: the webhook replaces it at CREATE (test_time_limit.py);
+    # a pod with no Job uid entry at all is no Job's either
+    unrecorded = _created(pod("bare", owner=victim, started=-HOUR + 60, labels=G, admitted=("batch", "4h")),
+                          -HOUR + 30)
+    (a,) = on_job(real, unrecorded)
+    assert a.annotations[DEADLINE_ANNOTATION] == ts(-600 + 4 * HOUR)
+    failed = _made_for(_created(pod("mine-failed", owner=victim, labels=G, admitted=("batch", "4h"), **FAILED),
+                                -HOUR + 30), "")
+    actions = plan(snapshot(victim, real, failed), T0, Settings()).actions
+    assert not any(a.kind.startswith("gang") for a in actions), [a.kind for a in actions]
+    # A Job admitted before the webhook recorded the maker: a pod made after it counts, as before.
+    legacy = _created(job("train", annotations=deadline_ann("4h"), template_labels=G, uid=uid), -HOUR)
+    (a,) = plan(snapshot(legacy, real, mine), T0, Settings()).actions
+    assert a.target.uid == uid and a.annotations[DEADLINE_ANNOTATION] == ts(-HOUR + 60 + 4 * HOUR)
+
+
 def test_a_node_clock_behind_cannot_make_a_pod_older_than_it_is() -> None:
     # Created 10 minutes ago by the API server's clock; the node says its container started 5h ago.
     p = _created(pod("p", started=-5 * HOUR, annotations=deadline_ann("1h")), -600)

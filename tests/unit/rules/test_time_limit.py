@@ -171,7 +171,8 @@ def test_the_patch_is_what_the_api_server_gets(tl):
     assert d.patch == [
         {"op": "add", "path": "/spec/template/metadata/annotations", "value": {ANN: "6h", "batchgate.io/admitted": seal}},
         {"op": "add", "path": "/spec/template/spec/containers/0/env", "value": [
-            {"name": "BATCHGATE_QUEUE", "value": "batch"}, {"name": "BATCHGATE_TIME_LIMIT", "value": "6h"}]},
+            {"name": "BATCHGATE_QUEUE", "value": "batch"}, {"name": "BATCHGATE_TIME_LIMIT", "value": "6h"},
+            {"name": "BATCHGATE_JOB_UID"}]},
         {"op": "add", "path": "/spec/template/spec/activeDeadlineSeconds", "value": BATCH_BACKSTOP},
     ]
 
@@ -340,16 +341,52 @@ def test_a_record_in_the_request_is_replaced_not_trusted(tl):
     d = run(tl, obj)
     assert d.obj["spec"]["containers"][0]["env"] == [
         {"name": "BATCHGATE_QUEUE", "value": "batch"}, {"name": "A", "value": "a"},
-        {"name": "BATCHGATE_TIME_LIMIT", "value": "2h"}]
+        {"name": "BATCHGATE_TIME_LIMIT", "value": "2h"}, {"name": "BATCHGATE_JOB_UID"}]
 
 
-def test_a_pod_from_an_admitted_template_is_not_changed_by_the_record(tl):
+def test_a_pod_from_an_admitted_template_gets_only_its_jobs_uid_from_the_record(tl):
     admitted = run(tl, job({ANN: "6h"})).obj
+    assert admitted["spec"]["template"]["spec"]["containers"][0]["env"][-1] == {"name": "BATCHGATE_JOB_UID"}
     pod_obj = pod({ANN: "6h"}, owner="Job")
     pod_obj["spec"]["containers"] = copy.deepcopy(admitted["spec"]["template"]["spec"]["containers"])
     pod_obj["spec"]["activeDeadlineSeconds"] = BATCH_BACKSTOP
     d = run(tl, pod_obj, user=CONTROLLER, phase="mutate")
-    assert d.patch == []
+    assert d.patch == [{"op": "add", "path": "/spec/containers/0/env/2/value", "value": JOB_UID}]
+
+
+JOB_UID = "0b6f1e2a-3c4d-4e5f-8a9b-0c1d2e3f4a5b"  # pod(owner=...)'s owner
+
+
+@pytest.mark.parametrize(("user", "owner", "api_version", "written", "want"), [
+    (CONTROLLER, "Job", "batch/v1", None, JOB_UID),
+    ("system:serviceaccount:kube-system:job-controller", "Job", "batch/v1", "forged", JOB_UID),
+    ("alice", "Job", "batch/v1", None, None),  # a user's Pod claiming a colleague's Job
+    ("alice", "Job", "batch/v1", JOB_UID, None),  # ... and writing its uid into the record
+    ("alice", None, None, JOB_UID, None),  # ... to re-parent it later
+    (CONTROLLER, "Job", "nope.example.com/v1", None, None),  # a Job of another group
+    (CONTROLLER, "ReplicaSet", "apps/v1", JOB_UID, "no record"),
+], ids=["job-controller", "job-controller-replaces-a-forged-one", "user-claiming-a-job", "user-forging-the-uid",
+        "user-forging-it-unowned", "other-group", "replicaset"])
+def test_the_record_names_the_job_only_on_the_job_controllers_pods(tl, user, owner, api_version, written, want):
+    """Issue 27: which Job's controller made a pod is recorded where nobody can change it (its
+    env, at CREATE): the uid from the controlling ownerReference when the Job controller creates
+    it, empty for anyone else, whatever the request carried; a Job's template holds the empty
+    entry its controller's pods copy."""
+    obj = pod({ANN: "1h"}, owner=owner)
+    if owner is not None and api_version != "batch/v1":
+        obj["metadata"]["ownerReferences"][0]["apiVersion"] = api_version
+    if written is not None:
+        obj["spec"]["containers"][0]["env"] = [{"name": "BATCHGATE_JOB_UID", "value": written}]
+    d = run(tl, obj, user=user)
+    env = env_of(d.obj["spec"]["containers"][0])
+    if want == "no record":
+        assert "BATCHGATE_JOB_UID" not in env
+    else:
+        assert "BATCHGATE_JOB_UID" in env and env["BATCHGATE_JOB_UID"] == want
+        record = admission_record(d.obj, SHAPES[("", "Pod")])
+        assert record is not None and record.job == (want or "")
+    # the reinvocation changes nothing
+    assert run(tl, d.obj, user=user, phase="mutate").patch == []
 
 
 def test_service_pods_lose_a_record_someone_wrote(tl):
