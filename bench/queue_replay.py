@@ -18,8 +18,9 @@ The same arrivals are replayed on the same cluster by two systems:
            reservations of those ahead, and ``queue.to_release`` releases those whose reservation
            starts now, whole (conservative backfill: nothing starts that delays a reservation ahead
            of it); their pods are bound first fit, as kube-scheduler binds released pods here.
-           ``--placement simple`` uses the earlier re-implementation of the placement instead (at
-           most --depth workloads reserved per pass, as Slurm's bf_max_job_test), ``greedy`` none
+           ``--depth N`` places only the first N per pass (as Slurm's bf_max_job_test; the product
+           places all). ``--placement simple`` uses the earlier re-implementation of the placement
+           instead (cpu only, first fit; slow without a depth), ``greedy`` none
            (whatever fits now starts, in queue order: no reservations, no promises), to measure what
            each costs. Usage is accrued here: each account's allocated core-seconds, decayed with
            the half-life (``usage.Usage.at``), as the controller's ``accrue`` would with cpu weight
@@ -97,7 +98,7 @@ class Params:
     light: int = 4
     light_load: float = 0.22
     gang_share: float = 0.5
-    depth: int = 60  # simple placement only: at most this many workloads reserved per pass
+    depth: int = 0  # at most this many workloads placed per pass (as Slurm's bf_max_job_test); 0: all
     placement: str = "shadow"  # the queue's: shadow (the product's), simple, greedy (no reservations)
 
 
@@ -334,7 +335,7 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
         if system == "kube":
             idle_cores = _kube_pass(cluster, pending, now, run)
         elif p.placement == "shadow":
-            _shadow_pass(cluster, pending, now, run, usage, policy, res)
+            _shadow_pass(cluster, pending, now, run, usage, policy, p, res)
         else:
             _queue_pass(cluster, pending, now, run, usage, fair, p, res)
         res.max_over = max(res.max_over, max(-f for f in cluster.free))
@@ -398,7 +399,7 @@ def _waiting(w: Work) -> Waiting:
 
 
 def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, usage: Usage,
-                 policy: QueuePolicy, res: Result) -> None:
+                 policy: QueuePolicy, p: Params, res: Result) -> None:
     """The product's pass: ``queue.order``, ``shadow.shadow_schedule`` over what runs and every
     waiting workload, ``queue.to_release``; the released pods bound first fit."""
     if _nothing_to_do(cluster, pending):
@@ -408,7 +409,8 @@ def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, u
     at = EPOCH + now
     ranked = order([_waiting(w) for w in pending], at, usage.at(now, fair.half_life), fair)
     assert run.views is not None
-    estimates = shadow_schedule(run.views.snapshot(), at, (), queued=as_queued(ranked, policy))
+    placed = ranked[:p.depth] if p.depth else ranked  # beyond the depth: neither reserved nor released
+    estimates = shadow_schedule(run.views.snapshot(), at, (), queued=as_queued(placed, policy))
     by_id = {w.wid: w for w in pending}
     for e in estimates:
         w = by_id[int(e.workload.uid)]
@@ -416,7 +418,7 @@ def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, u
             w.seen = True
             w.start_by = e.start - EPOCH if e.start > at else None
     started: set[int] = set()
-    for item, _ in to_release(ranked, estimates, at, policy):
+    for item, _ in to_release(placed, estimates, at, policy):
         w = by_id[int(item.ref.uid)]
         nodes = _first_fit(cluster, w)
         if nodes is None:
@@ -446,7 +448,7 @@ def _queue_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, us
     for depth, item in enumerate(ranked):
         w = by_id[int(item.ref.uid)]
         full = max(cluster.free) < smallest
-        if depth >= p.depth or (full and not unseen):
+        if (p.depth and depth >= p.depth) or (full and not unseen):
             break  # beyond the depth nothing is reserved; with no room now, only new promises are left to make
         if p.placement == "greedy":
             nodes = _first_fit(cluster, w)
@@ -558,8 +560,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gang-share", type=float, default=Params.gang_share)
     ap.add_argument("--placement", choices=PLACEMENTS, default=Params.placement,
                     help="the queue's: shadow (the product's shadow_schedule), simple (a re-implementation with "
-                         "at most --depth reservations), greedy (no reservations)")
-    ap.add_argument("--depth", type=int, default=Params.depth, help="--placement simple only")
+                         "--depth reservations, first fit), greedy (no reservations)")
+    ap.add_argument("--depth", type=int, default=Params.depth,
+                    help="at most this many workloads placed per pass (0: all, as the product does)")
     dflt = FairShare()
     ap.add_argument("--half-life-h", type=float, default=dflt.half_life / HOUR, help="fairShare.halfLife")
     ap.add_argument("--age-weight", type=float, default=dflt.age_weight, help="fairShare.ageWeight")
