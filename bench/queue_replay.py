@@ -185,6 +185,8 @@ class Result:
         self.works = works
         self.accounts = accounts
         self.used: dict[str, float] = {a: 0.0 for a in accounts}  # core-s while every account waited
+        # of those, the core-s of pods started while every account waited (not carried into the window)
+        self.used_contended: dict[str, float] = {a: 0.0 for a in accounts}
         self.all_waiting = 0.0  # seconds
         self.alloc_window = 0.0  # core-s within the arrival window
         self.idle_window = 0.0  # of those, held idle by a gang's pods waiting for the rest of it (kube)
@@ -284,6 +286,21 @@ class _Run:
     events: list[tuple[float, int, int, int]]  # (time, kind 0 end / 1 arrival, wid, pod index or -1: all pods)
     running_cores: dict[str, float]
     views: _Views | None
+    all_waiting: bool = False  # at this pass, every account has work waiting
+    contended: set[tuple[int, int]] = field(default_factory=set)  # (wid, pod) started while every account waited
+    contended_cores: dict[str, float] = field(default_factory=dict)
+
+    def started(self, w: Work, i: int) -> None:
+        self.running_cores[w.account] += w.cores
+        if self.all_waiting:
+            self.contended.add((w.wid, i))
+            self.contended_cores[w.account] = self.contended_cores.get(w.account, 0.0) + w.cores
+
+    def ended(self, w: Work, i: int) -> None:
+        self.running_cores[w.account] -= w.cores
+        if (w.wid, i) in self.contended:
+            self.contended.discard((w.wid, i))
+            self.contended_cores[w.account] -= w.cores
 
 
 def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare | None = None) -> Result:
@@ -312,6 +329,7 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
                 res.all_waiting += dt
                 for a in accounts:
                     res.used[a] += running_cores[a] * dt
+                    res.used_contended[a] += run.contended_cores.get(a, 0.0) * dt
             lo, hi = min(now, window), min(t, window)
             if hi > lo:
                 res.alloc_window += sum(running_cores.values()) * (hi - lo)
@@ -329,9 +347,10 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
                 continue
             for i in range(w.pods) if pod < 0 else (pod,):
                 cluster.unbind(w.nodes[i], w.cores, w.starts[i] + w.limit if system == "queue" else math.inf)
-                running_cores[w.account] -= w.cores
+                run.ended(w, i)
                 if run.views is not None:
                     run.views.unbind(w, i)
+        run.all_waiting = len({w.account for w in pending}) == len(accounts)
         if system == "kube":
             idle_cores = _kube_pass(cluster, pending, now, run)
         elif p.placement == "shadow":
@@ -359,7 +378,7 @@ def _kube_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run) -> 
             cluster.bind(n, w.cores, math.inf)
             w.starts.append(now)
             w.nodes.append(n)
-            run.running_cores[w.account] += w.cores
+            run.started(w, len(w.starts) - 1)
             if not w.gang:  # a pod of its own: computes from its own start
                 w.ends.append(now + w.runtime)
                 heapq.heappush(run.events, (now + w.runtime, 0, w.wid, len(w.starts) - 1))
@@ -381,9 +400,9 @@ def _start(cluster: Cluster, w: Work, nodes: list[int], now: float, run: _Run) -
     w.end = now + w.runtime
     w.ends = [w.end] * w.pods
     heapq.heappush(run.events, (w.end, 0, w.wid, -1))
-    run.running_cores[w.account] += w.pods * w.cores
-    if run.views is not None:
-        for i in range(w.pods):
+    for i in range(w.pods):
+        run.started(w, i)
+        if run.views is not None:
             run.views.bind(w, i)
 
 
@@ -485,6 +504,9 @@ def figures(res: Result, p: Params, fair: FairShare) -> dict[str, Any]:
     shares = sum(fair.shares_of(a) for a in res.accounts)
     share = {a: (res.used[a] / total if total else 0.0) for a in res.accounts}
     dev = {a: share[a] / (fair.shares_of(a) / shares) - 1 for a in res.accounts}
+    total_c = sum(res.used_contended.values())
+    dev_c = {a: res.used_contended[a] / total_c / (fair.shares_of(a) / shares) - 1 if total_c else 0.0
+             for a in res.accounts}
     waits = [(w.started or 0.0) - w.arrival for w in res.works]
     gang_waits = [(w.started or 0.0) - w.arrival for w in res.works if w.gang]
     out: dict[str, Any] = {
@@ -493,6 +515,9 @@ def figures(res: Result, p: Params, fair: FairShare) -> dict[str, Any]:
         "share": share,
         "deviation": dev,
         "max_abs_deviation": max(abs(d) for d in dev.values()) if total else None,
+        "carried_in": 1 - total_c / total if total else None,  # of the window's core-hours, pods started before it
+        "contended_deviation": dev_c,
+        "max_abs_contended_deviation": max(abs(d) for d in dev_c.values()) if total_c else None,
         "window_share": {a: v / (sum(res.used_window.values()) or 1.0) for a, v in res.used_window.items()},
         "utilisation": res.alloc_window / (p.nodes * p.node_cpu * p.hours * HOUR),
         "useful_utilisation": (res.alloc_window - res.idle_window) / (p.nodes * p.node_cpu * p.hours * HOUR),

@@ -105,3 +105,4 @@ def test_share_counts_only_while_every_account_waits() -> None:
     assert f["all_waiting_h"] == pytest.approx(99 / 3600)
     assert f["share"] == {"a": 1.0, "b": 0.0}
     assert f["deviation"] == {"a": pytest.approx(1.0), "b": pytest.approx(-1.0)}
+    assert f["carried_in"] == 1.0  # a's first job started at 0, before b waited
