@@ -45,6 +45,9 @@ Figures, per system:
   core-hours allocated (bound, idle or not) in that window, against its entitled share (its shares
   over all shares). deviation = share / entitled - 1, relative to the entitled share (+10 % of a
   20 % share is 22 %); goal: every account within +-10 %.
+  carried_in: the part of the window's core-hours held by pods that started before the window
+  (when some account had nothing waiting); contended_deviation: the deviation counting only the
+  pods started inside the window (what the order decided while everyone waited).
 - utilisation: allocated core-hours over capacity during the arrival window (goal: the queue
   no more than 2 points below kube alone); useful utilisation: the same without the cores a
   gang's pods hold idle while they wait for the rest of the gang (kube only: the queue starts a
