@@ -6,21 +6,25 @@
 The same arrivals are replayed on the same cluster by two systems:
 
   kube     kube-scheduler alone: at every arrival or completion, the pending pods in priority then
-           creation order, each bound to the first node with room (first fit); the pods of a gang
-           start one by one as room appears, and the gang computes from its last pod's start (its
-           first pods hold their cores idle until then, as MPI ranks wait for their peers).
-  queue    batchgate's queue (webhook/reconciler/queue.py): at every arrival or completion, the
-           waiting workloads ordered by the real ``queue.order()`` (priority, then the real
-           ``usage.factors`` fair-share factor over the decayed usage plus the age factor), then
-           placed in that order, each reserving all its pods at once at its earliest start for its
-           time limit, around what runs (to its time limit) and the reservations of those ahead;
-           those whose reservation starts now are released whole (conservative backfill: nothing
-           starts that delays a reservation ahead of it). The placement is a simplified
-           re-implementation of shadow.py (cpu only, no selectors, taints or windows; first fit
-           on nodes; at most --depth workloads reserved per pass, as Slurm's bf_max_job_test), not
-           shadow_schedule itself, for speed. Usage is accrued here: each account's allocated
-           core-seconds, decayed with the bundle's half-life (``usage.Usage.at``), as the
-           controller's ``accrue`` would with cpu weight 1 and no memory weight.
+           creation order, each bound to the first node with room (first fit). A gang's pods start
+           one by one as room appears, and the gang computes from its last pod's start (its first
+           pods hold their cores idle until then, as MPI ranks wait for their peers); the pods of a
+           workload that is not a gang each compute from their own start.
+  queue    batchgate's queue, by the product's own code: at every arrival or completion,
+           ``queue.order()`` ranks the waiting workloads (priority, then the ``usage.factors``
+           fair-share factor over the decayed usage plus the age factor), ``queue.as_queued`` and
+           ``shadow.shadow_schedule`` place them in that order, each reserving all its pods at once
+           at its earliest start for its time limit, around what runs (to its time limit) and the
+           reservations of those ahead, and ``queue.to_release`` releases those whose reservation
+           starts now, whole (conservative backfill: nothing starts that delays a reservation ahead
+           of it); their pods are bound first fit, as kube-scheduler binds released pods here.
+           ``--depth N`` places only the first N per pass (as Slurm's bf_max_job_test; the product
+           places all). ``--placement simple`` uses the earlier re-implementation of the placement
+           instead (cpu only, first fit; slow without a depth), ``greedy`` none
+           (whatever fits now starts, in queue order: no reservations, no promises), to measure what
+           each costs. Usage is accrued here: each account's allocated core-seconds, decayed with
+           the half-life (``usage.Usage.at``), as the controller's ``accrue`` would with cpu weight
+           1 and no memory weight, but continuously (the controller samples every minute).
 
 The model (each number a flag where it matters):
 
@@ -36,11 +40,18 @@ The model (each number a flag where it matters):
 
 Figures, per system:
 
-- share: over the period when every account has work waiting (not yet all started), each
-  account's share of the core-hours allocated in that period against its entitled share (its
-  shares over all shares); deviation = share / entitled - 1 (goal: within +-10 %).
+- share: the window is every moment (arrival window and drain alike) at which each account has at
+  least one workload waiting (not all of its pods started); per account, its share of the
+  core-hours allocated (bound, idle or not) in that window, against its entitled share (its shares
+  over all shares). deviation = share / entitled - 1, relative to the entitled share (+10 % of a
+  20 % share is 22 %); goal: every account within +-10 %.
+  carried_in: the part of the window's core-hours held by pods that started before the window
+  (when some account had nothing waiting); contended_deviation: the deviation counting only the
+  pods started inside the window (what the order decided while everyone waited).
 - utilisation: allocated core-hours over capacity during the arrival window (goal: the queue
-  no more than 2 points below kube alone).
+  no more than 2 points below kube alone); useful utilisation: the same without the cores a
+  gang's pods hold idle while they wait for the rest of the gang (kube only: the queue starts a
+  gang whole).
 - wait: from arrival to the start of the workload's last pod; mean, p95, and the longest wait
   of a gang.
 - promise (queue only, issue 24): a workload's start-by is its reservation's start at the
@@ -67,11 +78,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from webhook.bundle import FairShare
-from webhook.reconciler.model import PodSched, Ref
-from webhook.reconciler.queue import START_BY_SLACK, Waiting, order
+from webhook.reconciler.model import NodeView, PodSched, PodView, Ref, Snapshot
+from webhook.reconciler.queue import START_BY_SLACK, Waiting, as_queued, order, to_release
+from webhook.reconciler.settings import QueuePolicy
+from webhook.reconciler.shadow import shadow_schedule
 from webhook.reconciler.usage import Usage
 
 HOUR = 3600.0
+EPOCH = 1_800_000_000.0  # the replay's time 0, as the product's clock (its code reads 0.0 as "no time")
+PLACEMENTS = ("shadow", "simple", "greedy")
 LIMITS_H = (1, 2, 4, 8, 12)
 CORES = (1, 2, 4, 8, 16)
 
@@ -86,7 +101,8 @@ class Params:
     light: int = 4
     light_load: float = 0.22
     gang_share: float = 0.5
-    depth: int = 60
+    depth: int = 0  # at most this many workloads placed per pass (as Slurm's bf_max_job_test); 0: all
+    placement: str = "shadow"  # the queue's: shadow (the product's), simple, greedy (no reservations)
 
 
 @dataclass
@@ -99,9 +115,10 @@ class Work:
     limit: float
     runtime: float
     gang: bool
-    starts: list[float] = field(default_factory=list)
-    nodes: list[int] = field(default_factory=list)
-    end: float | None = None
+    starts: list[float] = field(default_factory=list)  # per pod, in the order they started
+    nodes: list[int] = field(default_factory=list)  # per pod
+    ends: list[float] = field(default_factory=list)  # per pod (kube: a gang's together, other pods each on its own)
+    end: float | None = None  # when its last pod ends
     start_by: float | None = None  # queue: first reservation start (None: started at first pass)
     seen: bool = False
 
@@ -171,11 +188,16 @@ class Result:
         self.works = works
         self.accounts = accounts
         self.used: dict[str, float] = {a: 0.0 for a in accounts}  # core-s while every account waited
+        # of those, the core-s of pods started while every account waited (not carried into the window)
+        self.used_contended: dict[str, float] = {a: 0.0 for a in accounts}
         self.all_waiting = 0.0  # seconds
         self.alloc_window = 0.0  # core-s within the arrival window
+        self.idle_window = 0.0  # of those, held idle by a gang's pods waiting for the rest of it (kube)
         self.used_window: dict[str, float] = {a: 0.0 for a in accounts}  # core-s per account, same window
         self.max_over = 0  # most cores ever bound on one node beyond its capacity (must stay 0)
         self.partial_gang_starts = 0  # gangs some of whose pods started at another time than the rest
+        self.passes = 0  # queue passes that placed (those skipped as nothing could start are not counted)
+        self.bind_misses = 0  # shadow: released by the placement, but its pods did not all fit by first fit
 
 
 def _accrue(u: Usage, running: dict[str, float], now: float, half_life: int) -> Usage:
@@ -224,6 +246,66 @@ def _place(cluster: Cluster, reserved: list[list[tuple[float, float, int]]], now
     return None  # never fits (bigger than the cluster)
 
 
+def _first_fit(cluster: Cluster, w: Work) -> list[int] | None:
+    """Nodes for all of ``w``'s pods now, first fit (as kube-scheduler binds released pods here)."""
+    free = cluster.free[:]
+    chosen: list[int] = []
+    for n in range(len(free)):
+        while free[n] >= w.cores and len(chosen) < w.pods:
+            chosen.append(n)
+            free[n] -= w.cores
+        if len(chosen) == w.pods:
+            return chosen
+    return None
+
+
+class _Views:
+    """The running pods and the nodes as the product's shadow schedule reads them (times from EPOCH)."""
+
+    def __init__(self, p: Params) -> None:
+        self.nodes = {f"n{i}": NodeView(f"n{i}", "True", cpu=p.node_cpu * 1000) for i in range(p.nodes)}
+        self.pods: dict[tuple[str, str], PodView] = {}
+
+    def bind(self, w: Work, i: int) -> None:
+        name = f"w{w.wid}-{i}"
+        self.pods[(w.account, name)] = PodView(
+            ref=Ref("v1", "Pod", w.account, name, name), resource_version="", owner=None, phase="Running",
+            node=f"n{w.nodes[i]}", deleting=False, started=EPOCH + w.starts[i], failure=None, failed_at=None,
+            interrupted=None, group=None, group_size=None, pod_group_name=None, queue="batch", time_limit=None,
+            limit=int(w.limit), started_at=None, deadline=None, warned_for=None, started_at_t=None,
+            deadline_t=None, warned_t=None, sched=PodSched(w.cores * 1000, 0, 0, EPOCH + w.arrival, (), (), ()))
+
+    def unbind(self, w: Work, i: int) -> None:
+        del self.pods[(w.account, f"w{w.wid}-{i}")]
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(pods=self.pods, jobs={}, nodes=self.nodes)
+
+
+@dataclass
+class _Run:
+    """What a pass changes besides the cluster."""
+
+    events: list[tuple[float, int, int, int]]  # (time, kind 0 end / 1 arrival, wid, pod index or -1: all pods)
+    running_cores: dict[str, float]
+    views: _Views | None
+    all_waiting: bool = False  # at this pass, every account has work waiting
+    contended: set[tuple[int, int]] = field(default_factory=set)  # (wid, pod) started while every account waited
+    contended_cores: dict[str, float] = field(default_factory=dict)
+
+    def started(self, w: Work, i: int) -> None:
+        self.running_cores[w.account] += w.cores
+        if self.all_waiting:
+            self.contended.add((w.wid, i))
+            self.contended_cores[w.account] = self.contended_cores.get(w.account, 0.0) + w.cores
+
+    def ended(self, w: Work, i: int) -> None:
+        self.running_cores[w.account] -= w.cores
+        if (w.wid, i) in self.contended:
+            self.contended.discard((w.wid, i))
+            self.contended_cores[w.account] -= w.cores
+
+
 def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare | None = None) -> Result:
     fair = fair or FairShare()
     works = [Work(w.wid, w.account, w.arrival, w.pods, w.cores, w.limit, w.runtime, w.gang) for w in works_in]
@@ -231,16 +313,17 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
     res = Result(system, works, accounts)
     cluster = Cluster(p)
     window = p.hours * HOUR
-    arrivals = sorted(works, key=lambda w: (w.arrival, w.wid))
-    events: list[tuple[float, int, int]] = []  # (time, kind 0 end / 1 arrival, wid)
-    for w in arrivals:
-        heapq.heappush(events, (w.arrival, 1, w.wid))
+    run = _Run([], {a: 0.0 for a in accounts}, _Views(p) if system == "queue" and p.placement == "shadow" else None)
+    for w in sorted(works, key=lambda w: (w.arrival, w.wid)):
+        heapq.heappush(run.events, (w.arrival, 1, w.wid, -1))
     pending: list[Work] = []  # waiting (some pods not started)
-    running_cores: dict[str, float] = {a: 0.0 for a in accounts}
+    running_cores = run.running_cores
+    idle_cores = 0.0  # held by the pods of gangs not all started (kube)
     usage = Usage()
+    policy = QueuePolicy(gated=("batch",), fair_share=fair)
     now = 0.0
-    while events:
-        t = events[0][0]
+    while run.events:
+        t = run.events[0][0]
         # integrate over (now, t]
         dt = t - now
         if dt > 0:
@@ -249,27 +332,34 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
                 res.all_waiting += dt
                 for a in accounts:
                     res.used[a] += running_cores[a] * dt
+                    res.used_contended[a] += run.contended_cores.get(a, 0.0) * dt
             lo, hi = min(now, window), min(t, window)
             if hi > lo:
                 res.alloc_window += sum(running_cores.values()) * (hi - lo)
+                res.idle_window += idle_cores * (hi - lo)
                 for a in accounts:
                     res.used_window[a] += running_cores[a] * (hi - lo)
         if system == "queue":
             usage = _accrue(usage, running_cores, t, fair.half_life)
         now = t
-        while events and events[0][0] == now:
-            _, kind, wid = heapq.heappop(events)
+        while run.events and run.events[0][0] == now:
+            _, kind, wid, pod = heapq.heappop(run.events)
             w = works[wid]
             if kind == 1:
                 pending.append(w)
-            else:
-                for n in w.nodes:
-                    cluster.unbind(n, w.cores, w.starts[0] + w.limit if system == "queue" else _kube_limit_end(w, n))
-                running_cores[w.account] -= w.pods * w.cores
+                continue
+            for i in range(w.pods) if pod < 0 else (pod,):
+                cluster.unbind(w.nodes[i], w.cores, w.starts[i] + w.limit if system == "queue" else math.inf)
+                run.ended(w, i)
+                if run.views is not None:
+                    run.views.unbind(w, i)
+        run.all_waiting = len({w.account for w in pending}) == len(accounts)
         if system == "kube":
-            _kube_pass(cluster, pending, now, running_cores, events)
+            idle_cores = _kube_pass(cluster, pending, now, run)
+        elif p.placement == "shadow":
+            _shadow_pass(cluster, pending, now, run, usage, policy, p, res)
         else:
-            _queue_pass(cluster, pending, now, running_cores, events, usage, fair, p)
+            _queue_pass(cluster, pending, now, run, usage, fair, p, res)
         res.max_over = max(res.max_over, max(-f for f in cluster.free))
     for w in works:
         assert w.end is not None, f"workload {w.wid} never ran"
@@ -278,12 +368,8 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
     return res
 
 
-def _kube_limit_end(w: Work, n: int) -> float:
-    return math.inf  # kube-scheduler knows no time limits: kept as a key only
-
-
-def _kube_pass(cluster: Cluster, pending: list[Work], now: float, running_cores: dict[str, float],
-               events: list[tuple[float, int, int]]) -> None:
+def _kube_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run) -> float:
+    """kube-scheduler alone; returns the cores now held idle by gangs' pods waiting for the rest."""
     smallest = min((w.cores for w in pending), default=0)
     for w in sorted(pending, key=lambda w: (w.arrival, w.wid)):  # one priority: creation order
         if max(cluster.free) < smallest:
@@ -295,17 +381,83 @@ def _kube_pass(cluster: Cluster, pending: list[Work], now: float, running_cores:
             cluster.bind(n, w.cores, math.inf)
             w.starts.append(now)
             w.nodes.append(n)
-            running_cores[w.account] += w.cores
+            run.started(w, len(w.starts) - 1)
+            if not w.gang:  # a pod of its own: computes from its own start
+                w.ends.append(now + w.runtime)
+                heapq.heappush(run.events, (now + w.runtime, 0, w.wid, len(w.starts) - 1))
         if w.started is not None:
-            w.end = now + w.runtime  # computes from its last pod's start (a gang's earlier pods idle)
-            heapq.heappush(events, (w.end, 0, w.wid))
+            if w.gang:  # computes from its last pod's start (its earlier pods held their cores idle)
+                w.ends = [now + w.runtime] * w.pods
+                heapq.heappush(run.events, (now + w.runtime, 0, w.wid, -1))
+            w.end = max(w.ends)
     pending[:] = [w for w in pending if w.started is None]
+    return float(sum(len(w.starts) * w.cores for w in pending if w.gang))
 
 
-def _queue_pass(cluster: Cluster, pending: list[Work], now: float, running_cores: dict[str, float],
-                events: list[tuple[float, int, int]], usage: Usage, fair: FairShare, p: Params) -> None:
-    if not pending:
+def _start(cluster: Cluster, w: Work, nodes: list[int], now: float, run: _Run) -> None:
+    """Release ``w`` whole: all its pods bound now, on ``nodes``, ending together."""
+    for n in nodes:
+        cluster.bind(n, w.cores, now + w.limit)
+    w.starts = [now] * w.pods
+    w.nodes = list(nodes)
+    w.end = now + w.runtime
+    w.ends = [w.end] * w.pods
+    heapq.heappush(run.events, (w.end, 0, w.wid, -1))
+    for i in range(w.pods):
+        run.started(w, i)
+        if run.views is not None:
+            run.views.bind(w, i)
+
+
+def _nothing_to_do(cluster: Cluster, pending: list[Work]) -> bool:
+    """No pod of any waiting workload fits now, and every one has been given its start-by."""
+    return not pending or (max(cluster.free) < min(w.cores for w in pending) and all(w.seen for w in pending))
+
+
+def _waiting(w: Work) -> Waiting:
+    sched = PodSched(w.cores * 1000, 0, 0, EPOCH + w.arrival, (), (), ())
+    return Waiting(Ref("batch/v1", "Job", w.account, f"w{w.wid}", str(w.wid)), "batch", w.account, 0,
+                   EPOCH + w.arrival, w.pods, sched, int(w.limit))
+
+
+def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, usage: Usage,
+                 policy: QueuePolicy, p: Params, res: Result) -> None:
+    """The product's pass: ``queue.order``, ``shadow.shadow_schedule`` over what runs and every
+    waiting workload, ``queue.to_release``; the released pods bound first fit."""
+    if _nothing_to_do(cluster, pending):
         return
+    res.passes += 1
+    fair = policy.fair_share
+    at = EPOCH + now
+    ranked = order([_waiting(w) for w in pending], at, usage.at(now, fair.half_life), fair)
+    assert run.views is not None
+    placed = ranked[:p.depth] if p.depth else ranked  # beyond the depth: neither reserved nor released
+    estimates = shadow_schedule(run.views.snapshot(), at, (), queued=as_queued(placed, policy))
+    by_id = {w.wid: w for w in pending}
+    for e in estimates:
+        w = by_id[int(e.workload.uid)]
+        if not w.seen and e.start is not None:
+            w.seen = True
+            w.start_by = e.start - EPOCH if e.start > at else None
+    started: set[int] = set()
+    for item, _ in to_release(placed, estimates, at, policy):
+        w = by_id[int(item.ref.uid)]
+        nodes = _first_fit(cluster, w)
+        if nodes is None:
+            res.bind_misses += 1
+            continue
+        _start(cluster, w, nodes, now, run)
+        started.add(w.wid)
+    pending[:] = [w for w in pending if w.wid not in started]
+
+
+def _queue_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, usage: Usage, fair: FairShare,
+                p: Params, res: Result) -> None:
+    """The simplified placement (``simple``: reservations, at most ``depth``; ``greedy``: none, whatever
+    fits now starts, in queue order)."""
+    if _nothing_to_do(cluster, pending):
+        return
+    res.passes += 1
     sched = PodSched(0, 0, 0, 0.0, (), (), ())
     items = [Waiting(Ref("batch/v1", "Job", w.account, f"w{w.wid}", str(w.wid)), "batch", w.account, 0,
                      w.arrival, w.pods, sched, int(w.limit)) for w in pending]
@@ -315,13 +467,19 @@ def _queue_pass(cluster: Cluster, pending: list[Work], now: float, running_cores
     started: set[int] = set()
     smallest = min(w.cores for w in pending)
     unseen = sum(1 for w in pending if not w.seen)
-    full = max(cluster.free) < smallest
     for depth, item in enumerate(ranked):
         w = by_id[int(item.ref.uid)]
-        if depth >= p.depth or (full and not unseen):
+        full = max(cluster.free) < smallest
+        if (p.depth and depth >= p.depth) or (full and not unseen):
             break  # beyond the depth nothing is reserved; with no room now, only new promises are left to make
-        placed = _place(cluster, reserved, now, w)
+        if p.placement == "greedy":
+            nodes = _first_fit(cluster, w)
+            placed = (now, nodes) if nodes is not None else None
+        else:
+            placed = _place(cluster, reserved, now, w)
         if placed is None:
+            if p.placement == "greedy" and not w.seen:
+                w.seen, unseen = True, unseen - 1  # no reservations: no promise either
             continue
         t, nodes = placed
         if not w.seen:
@@ -329,13 +487,7 @@ def _queue_pass(cluster: Cluster, pending: list[Work], now: float, running_cores
             unseen -= 1
             w.start_by = t if t > now else None
         if t <= now:
-            for n in nodes:
-                cluster.bind(n, w.cores, now + w.limit)
-            w.starts = [now] * w.pods
-            w.nodes = nodes
-            w.end = now + w.runtime
-            heapq.heappush(events, (w.end, 0, w.wid))
-            running_cores[w.account] += w.pods * w.cores
+            _start(cluster, w, nodes, now, run)
             started.add(w.wid)
         else:
             for n in nodes:
@@ -355,6 +507,9 @@ def figures(res: Result, p: Params, fair: FairShare) -> dict[str, Any]:
     shares = sum(fair.shares_of(a) for a in res.accounts)
     share = {a: (res.used[a] / total if total else 0.0) for a in res.accounts}
     dev = {a: share[a] / (fair.shares_of(a) / shares) - 1 for a in res.accounts}
+    total_c = sum(res.used_contended.values())
+    dev_c = {a: res.used_contended[a] / total_c / (fair.shares_of(a) / shares) - 1 if total_c else 0.0
+             for a in res.accounts}
     waits = [(w.started or 0.0) - w.arrival for w in res.works]
     gang_waits = [(w.started or 0.0) - w.arrival for w in res.works if w.gang]
     out: dict[str, Any] = {
@@ -363,14 +518,20 @@ def figures(res: Result, p: Params, fair: FairShare) -> dict[str, Any]:
         "share": share,
         "deviation": dev,
         "max_abs_deviation": max(abs(d) for d in dev.values()) if total else None,
+        "carried_in": 1 - total_c / total if total else None,  # of the window's core-hours, pods started before it
+        "contended_deviation": dev_c,
+        "max_abs_contended_deviation": max(abs(d) for d in dev_c.values()) if total_c else None,
         "window_share": {a: v / (sum(res.used_window.values()) or 1.0) for a, v in res.used_window.items()},
         "utilisation": res.alloc_window / (p.nodes * p.node_cpu * p.hours * HOUR),
+        "useful_utilisation": (res.alloc_window - res.idle_window) / (p.nodes * p.node_cpu * p.hours * HOUR),
         "mean_wait_h": statistics.fmean(waits) / HOUR,
         "p95_wait_h": _pct(waits, 0.95) / HOUR,
         "longest_gang_wait_h": max(gang_waits, default=0.0) / HOUR,
         "workloads": len(res.works),
         "max_over_capacity": res.max_over,
         "gangs_started_in_parts": res.partial_gang_starts,
+        "passes": res.passes,
+        "bind_misses": res.bind_misses,
     }
     if res.name == "queue":
         promised = [w for w in res.works if w.start_by is not None]
@@ -384,10 +545,11 @@ def figures(res: Result, p: Params, fair: FairShare) -> dict[str, Any]:
     return out
 
 
-def run(seed: int, p: Params, fair: FairShare | None = None) -> list[dict[str, Any]]:
+def run(seed: int, p: Params, fair: FairShare | None = None,
+        systems: Sequence[str] = ("kube", "queue")) -> list[dict[str, Any]]:
     fair = fair or FairShare()
     works = generate(seed, p)
-    return [dict(figures(simulate(works, p, s, fair), p, fair), seed=seed) for s in ("kube", "queue")]
+    return [dict(figures(simulate(works, p, s, fair), p, fair), seed=seed) for s in systems]
 
 
 def _f(r: dict[str, Any], k: str, fmt: str) -> str:
@@ -399,6 +561,7 @@ def row(r: dict[str, Any]) -> str:
     """One line of the table: a seed under one system."""
     return (f"{r['seed']:>4} {r['system']:6} {r['all_waiting_h']:>10.1f} {format(r['deviation']['heavy'], '+9.0%') if r['all_waiting_h'] else '-':>9} "
             f"{_f(r, 'max_abs_deviation', '8.0%'):>8} {r['window_share']['heavy']:>9.0%} {r['utilisation']:>6.1%} "
+            f"{r['useful_utilisation']:>6.1%} "
             f"{r['mean_wait_h']:>8.2f} {r['p95_wait_h']:>8.2f} {r['longest_gang_wait_h']:>10.2f} "
             f"{_f(r, 'kept_among_promised', '9.0%'):>9} {_f(r, 'kept_among_all', '8.0%'):>8} "
             f"{_f(r, 'tightness_median', '6.2f'):>6}")
@@ -423,21 +586,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--light", type=int, default=Params.light)
     ap.add_argument("--light-load", type=float, default=Params.light_load)
     ap.add_argument("--gang-share", type=float, default=Params.gang_share)
-    ap.add_argument("--depth", type=int, default=Params.depth)
-    ap.add_argument("--half-life-h", type=float, default=FairShare().half_life / HOUR)
+    ap.add_argument("--placement", choices=PLACEMENTS, default=Params.placement,
+                    help="the queue's: shadow (the product's shadow_schedule), simple (a re-implementation with "
+                         "--depth reservations, first fit), greedy (no reservations)")
+    ap.add_argument("--depth", type=int, default=Params.depth,
+                    help="at most this many workloads placed per pass (0: all, as the product does)")
+    dflt = FairShare()
+    ap.add_argument("--half-life-h", type=float, default=dflt.half_life / HOUR, help="fairShare.halfLife")
+    ap.add_argument("--age-weight", type=float, default=dflt.age_weight, help="fairShare.ageWeight")
+    ap.add_argument("--max-age-h", type=float, default=dflt.max_age / HOUR, help="fairShare.maxAge")
+    ap.add_argument("--systems", default="kube,queue", help="kube, queue or both")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    p = Params(a.nodes, a.node_cpu, a.hours, a.heavy_load, a.heavy_backlog, a.light, a.light_load,
-               a.gang_share, a.depth)
-    fair = FairShare(half_life=int(a.half_life_h * HOUR))
-    rows = [r for s in _seeds(a.seeds) for r in run(s, p, fair)]
+    p = Params(nodes=a.nodes, node_cpu=a.node_cpu, hours=a.hours, heavy_load=a.heavy_load,
+               heavy_backlog=a.heavy_backlog, light=a.light, light_load=a.light_load, gang_share=a.gang_share,
+               depth=a.depth, placement=a.placement)
+    fair = FairShare(half_life=int(a.half_life_h * HOUR), age_weight=a.age_weight, max_age=int(a.max_age_h * HOUR))
+    rows = [r for s in _seeds(a.seeds) for r in run(s, p, fair, a.systems.split(","))]
     if a.json:
         print(json.dumps(rows, indent=1))
         return 0
     print(f"{p.nodes} nodes x {p.node_cpu} cores, {p.hours:g} h of arrivals; heavy {p.heavy_load:g} "
-          f"(+{p.heavy_backlog} at 0), {p.light} light x {p.light_load:g}; half-life {a.half_life_h:g} h")
+          f"(+{p.heavy_backlog} at 0), {p.light} light x {p.light_load:g}; placement {p.placement}; half-life "
+          f"{a.half_life_h:g} h, age weight {a.age_weight:g} over {a.max_age_h:g} h")
     hdr = (f"{'seed':>4} {'system':6} {'all-wait h':>10} {'heavy dev':>9} {'max|dev|':>8} {'heavy win':>9} {'util':>6} "
-           f"{'mean w h':>8} {'p95 w h':>8} {'gang max h':>10} {'kept/prom':>9} {'kept/all':>8} {'tight':>6}")
+           f"{'useful':>6} {'mean w h':>8} {'p95 w h':>8} {'gang max h':>10} {'kept/prom':>9} {'kept/all':>8} {'tight':>6}")
     print(hdr)
     for r in rows:
         print(row(r))

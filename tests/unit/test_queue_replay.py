@@ -17,6 +17,7 @@ sys.modules["queue_replay"] = sim  # dataclasses look their module up
 _spec.loader.exec_module(sim)
 
 P = sim.Params(hours=2.0, heavy_backlog=10, depth=30)
+PLACEMENTS = ["shadow", "simple", "greedy"]
 
 
 @pytest.fixture(scope="module")
@@ -26,15 +27,17 @@ def day() -> list[Any]:
     return works
 
 
-@pytest.mark.parametrize("system", ["kube", "queue"])
-def test_no_node_over_capacity_and_all_work_runs(day: list[Any], system: str) -> None:
-    res = sim.simulate(day, P, system)
+@pytest.mark.parametrize(("system", "placement"), [("kube", "shadow")] + [("queue", p) for p in PLACEMENTS])
+def test_no_node_over_capacity_and_all_work_runs(day: list[Any], system: str, placement: str) -> None:
+    p = sim.Params(hours=2.0, heavy_backlog=10, depth=30, placement=placement)
+    res = sim.simulate(day, p, system)
     assert res.max_over == 0
     assert all(w.end is not None and w.started is not None and w.started >= w.arrival for w in res.works)
+    assert all(w.end == max(w.ends) and len(w.ends) == w.pods for w in res.works)
     # replay the intervals: at no time does a node hold more cores than it has
     for n in range(P.nodes):
         edges = sorted([(s, w.cores) for w in res.works for s, m in zip(w.starts, w.nodes, strict=True) if m == n]
-                       + [(w.end, -w.cores) for w in res.works for m in w.nodes if m == n],
+                       + [(e, -w.cores) for w in res.works for e, m in zip(w.ends, w.nodes, strict=True) if m == n],
                        key=lambda e: (e[0], e[1]))
         level = 0
         for _, c in edges:
@@ -42,15 +45,35 @@ def test_no_node_over_capacity_and_all_work_runs(day: list[Any], system: str) ->
             assert level <= P.node_cpu
 
 
-def test_queue_starts_every_workload_whole(day: list[Any]) -> None:
-    res = sim.simulate(day, P, "queue")
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_queue_starts_every_workload_whole(day: list[Any], placement: str) -> None:
+    res = sim.simulate(day, sim.Params(hours=2.0, heavy_backlog=10, depth=30, placement=placement), "queue")
     assert all(len(set(w.starts)) == 1 and len(w.starts) == w.pods for w in res.works)
-    assert res.partial_gang_starts == 0
+    assert res.partial_gang_starts == 0 and res.idle_window == 0.0
+    assert res.bind_misses == 0  # the product's placement and first-fit binding agree on what fits now
 
 
-def test_kube_starts_gangs_in_parts_on_a_full_cluster() -> None:
-    """The comparison means something: kube-scheduler alone does start a gang piece by piece."""
+def test_kube_pods_of_a_workload_that_is_no_gang_each_run_from_their_own_start() -> None:
     p = sim.Params(nodes=1, node_cpu=4, hours=1.0)
+    works = [sim.Work(0, "a", 0.0, 1, 2, 3600.0, 600.0, False), sim.Work(1, "b", 1.0, 2, 2, 3600.0, 900.0, False)]
+    b = sim.simulate(works, p, "kube").works[1]
+    assert b.starts == [1.0, 600.0] and b.ends == [901.0, 1500.0] and b.end == 1500.0
+
+
+def test_useful_utilisation_leaves_out_a_gangs_idle_pods() -> None:
+    """A gang's first pod holds 2 cores idle from 1 to 600 while the second waits for room."""
+    p = sim.Params(nodes=1, node_cpu=4, hours=1.0)
+    works = [sim.Work(0, "a", 0.0, 1, 2, 3600.0, 600.0, False), sim.Work(1, "b", 1.0, 2, 2, 3600.0, 600.0, True)]
+    kube = sim.simulate(works, p, "kube")
+    assert kube.idle_window == pytest.approx(2 * 599.0)
+    f = sim.figures(kube, p, sim.FairShare())
+    assert f["utilisation"] - f["useful_utilisation"] == pytest.approx(2 * 599.0 / (4 * 3600))
+
+
+@pytest.mark.parametrize("placement", ["shadow", "simple"])
+def test_kube_starts_gangs_in_parts_on_a_full_cluster(placement: str) -> None:
+    """The comparison means something: kube-scheduler alone does start a gang piece by piece."""
+    p = sim.Params(nodes=1, node_cpu=4, hours=1.0, placement=placement)
     works = [sim.Work(0, "a", 0.0, 1, 2, 3600.0, 600.0, False), sim.Work(1, "b", 1.0, 2, 2, 3600.0, 600.0, True)]
     kube = sim.simulate(works, p, "kube")
     assert kube.works[1].starts == [1.0, 600.0] and kube.partial_gang_starts == 1
@@ -58,9 +81,10 @@ def test_kube_starts_gangs_in_parts_on_a_full_cluster() -> None:
     assert queue.works[1].starts == [600.0, 600.0] and queue.works[1].start_by == 3600.0
 
 
-def test_backfill_never_delays_a_reservation() -> None:
+@pytest.mark.parametrize("placement", ["shadow", "simple"])
+def test_backfill_never_delays_a_reservation(placement: str) -> None:
     """A short job fitting now starts ahead of a waiting gang; a long one that would delay it waits."""
-    p = sim.Params(nodes=1, node_cpu=4, hours=1.0)
+    p = sim.Params(nodes=1, node_cpu=4, hours=1.0, placement=placement)
     works = [sim.Work(0, "a", 0.0, 1, 2, 3600.0, 3600.0, False),  # runs to its limit: 2 cores until 3600
              sim.Work(1, "b", 1.0, 2, 2, 3600.0, 60.0, True),  # needs all 4: reserved at 3600
              sim.Work(2, "c", 2.0, 1, 2, 7200.0, 60.0, False),  # fits now, but its limit runs past 3600
@@ -69,3 +93,16 @@ def test_backfill_never_delays_a_reservation() -> None:
     assert res.works[3].starts == [3.0]
     assert res.works[1].starts == [3600.0, 3600.0]
     assert res.works[2].starts[0] >= 3600.0
+
+
+def test_share_counts_only_while_every_account_waits() -> None:
+    """a's first job runs 0-100 while a's second and b's job wait (both accounts waiting: 99 s); then
+    only b waits. So a holds all the core-hours of the window: +100 % of its half, b -100 %."""
+    p = sim.Params(nodes=1, node_cpu=4, hours=1.0)
+    works = [sim.Work(0, "a", 0.0, 1, 4, 3600.0, 100.0, False), sim.Work(1, "a", 0.0, 1, 4, 3600.0, 100.0, False),
+             sim.Work(2, "b", 1.0, 1, 4, 3600.0, 100.0, False)]
+    f = sim.figures(sim.simulate(works, p, "kube"), p, sim.FairShare())
+    assert f["all_waiting_h"] == pytest.approx(99 / 3600)
+    assert f["share"] == {"a": 1.0, "b": 0.0}
+    assert f["deviation"] == {"a": pytest.approx(1.0), "b": pytest.approx(-1.0)}
+    assert f["carried_in"] == 1.0  # a's first job started at 0, before b waited

@@ -671,6 +671,18 @@ def _why(node: _Node, t: float) -> str:
     return f"resources on node {node.name} are free then"
 
 
+def _next_freed(node: _Node, t: float) -> float | None:
+    """The first time after ``t`` at which room on ``node`` grows: some of what is reserved there, or a
+    maintenance window, ends."""
+    steps = node.steps()
+    ends = [e for _, e in node.blocked if e > t]
+    for i in range(max(bisect.bisect_right(steps, (t, INF, INF)), 1), len(steps)):
+        if steps[i][1] < steps[i - 1][1] or steps[i][2] < steps[i - 1][2]:
+            ends.append(steps[i][0])
+            break
+    return min(ends, default=None)
+
+
 def _place_gang(work: _Work, index: _Earliest, now: float, duration: float, margin: float,
                 est: Callable[..., Estimate], hold: float) -> Estimate:
     """All pods of the group at one time: the candidate times are when single pods could start
@@ -697,7 +709,13 @@ def _place_gang(work: _Work, index: _Earliest, now: float, duration: float, marg
         first = index.next_first(first)
     times = [t for t in index.all_times() if t is not None]
     for _ in range(49 if times else 0):  # then the earliest starts after the last of those, and so on
-        t0 = max(times) + 1
+        # from when room grows next (something reserved or a window ends): a node with room for one
+        # pod all along answers every later time with that time itself, so one second past the last
+        # time tried would crawl while the room the group waits for frees later on
+        later = [c for n in nodes if (c := _next_freed(n, max(times))) is not None]
+        if not later:
+            break  # no room grows after the last time tried: nothing later fits either
+        t0 = min(later)
         times = [t for n in nodes if (t := n.earliest(t0, duration, s.cpu, s.mem, margin, INF, hold)) is not None]
         for t in sorted(set(times)):
             if (done := placed_at(t)) is not None:

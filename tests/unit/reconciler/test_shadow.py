@@ -119,6 +119,18 @@ def test_a_gang_starts_all_together() -> None:
     assert (e.workload.kind, e.workload.name, e.start, e.pods) == ("Job", "mpi", T0 + HOUR, 3)
 
 
+def test_a_gang_waits_for_room_on_a_node_that_has_room_for_part_of_it() -> None:
+    """Room for one of its pods now, for both when r1's limit runs out: the group's start is then (the
+    search once stepped a second at a time past the time one pod fits, and gave up before)."""
+    j = job("mpi", uid="uid-mpi", annotations={"batchgate.io/time-limit": "1h"})
+    members = [with_spec(pod(f"mpi-{i}", owner=j, phase="Pending", node="", started=None,
+                             labels={"batchgate.io/pod-group": "mpi", "batchgate.io/pod-group-size": "2"}), cpu="2")
+               for i in range(2)]
+    s = snap(j, *members, running("r1", "n1", limit="2h", cpu="2"), nodes=[node("n1")])
+    (e,) = shadow_schedule(s, T0, [])
+    assert (e.workload.name, e.start) == ("mpi", T0 + HOUR)
+
+
 def test_estimates_are_written_once_and_moves_over_five_minutes_are_told() -> None:
     s = snap(running("r1", "n1", limit="2h", cpu="4"), waiting("w", cpu="4"), nodes=[node("n1")])
     (a,) = plan_expected(s, shadow_schedule(s, T0, []), S)

@@ -61,7 +61,10 @@ def by_scan(work: Any, index: Any, now: float, duration: float, margin: float,
             for n in reversed(placed):
                 n.unreserve()
             del log[mark:]
-        t0 = firsts[-1] + 1
+        later = [c for n in nodes if (c := shadow._next_freed(n, firsts[-1])) is not None]  # room grows next
+        if not later:
+            break
+        t0 = min(later)
     return est(None, f"its {size} pods (one group) never fit together on the nodes they may use"
                if duration < INF else "waits for work without a time limit")
 
