@@ -92,8 +92,11 @@ def _gather(snapshot: Snapshot, policy: QueuePolicy, limit_of: Callable[[JobView
             excluded: bool) -> list[Waiting]:
     """The waiting workloads of the namespaces batchgate manages (``excluded`` False) or of those the
     bundle excludes (True), unordered."""
+    # A namespace's exclusion and account are glob matches against the bundle's patterns: asked once
+    # per namespace in this call, not once per pod and per workload.
     fair = policy.fair_share
     seen: dict[str, bool] = {}
+    accounts: dict[str, str] = {}
 
     def other_side(ns: str) -> bool:
         v = seen.get(ns)
@@ -101,12 +104,18 @@ def _gather(snapshot: Snapshot, policy: QueuePolicy, limit_of: Callable[[JobView
             seen[ns] = v = policy.excluded(ns) != excluded
         return v
 
+    def account_of(ns: str) -> str:
+        a = accounts.get(ns)
+        if a is None:
+            accounts[ns] = a = fair.account_of(ns)
+        return a
+
     out: list[Waiting] = []
     for job in snapshot.jobs.values():
         if not job.queued or job.deleting or job.finished or job.template is None or other_side(job.ref.namespace):
             continue
         prio = policy.class_values.get(job.priority_class, job.template.priority)
-        out.append(Waiting(job.ref, queue_of(job, policy), fair.account_of(job.ref.namespace), prio,
+        out.append(Waiting(job.ref, queue_of(job, policy), account_of(job.ref.namespace), prio,
                            job.created or 0.0, job.wanted, replace(job.template, priority=prio), limit_of(job), job=job))
     groups: dict[tuple[str, str], list[PodView]] = {}
     out_of_gate: dict[tuple[str, str, str], int] = {}  # (namespace, group, queue) -> its bare pods not gated
@@ -116,12 +125,16 @@ def _gather(snapshot: Snapshot, policy: QueuePolicy, limit_of: Callable[[JobView
             out_of_gate[key3] = out_of_gate.get(key3, 0) + 1
         if not pod.gated or pod.node or pod.deleting or pod.terminal or pod.sched is None:
             continue
-        if other_side(pod.ref.namespace):
+        side = seen.get(pod.ref.namespace)  # other_side, without a call per pod
+        if side is None:
+            side = other_side(pod.ref.namespace)
+        if side:
             continue
         key = (pod.ref.namespace, pod.group) if pod.group else (pod.ref.namespace, "\0" + pod.ref.uid)
         groups.setdefault(key, []).append(pod)
     for members in groups.values():
-        members.sort(key=lambda p: (p.created or 0.0, p.ref.name))
+        if len(members) > 1:
+            members.sort(key=lambda p: (p.created or 0.0, p.ref.name))
         first = members[0]
         assert first.sched is not None
         want = first.group_size if first.group and first.group_size else len(members)
@@ -129,8 +142,9 @@ def _gather(snapshot: Snapshot, policy: QueuePolicy, limit_of: Callable[[JobView
         have = len(members) + loose
         incomplete = (f"waits for all {want} pods of its group {first.group!r} to exist ({have} do)"
                       if have < want else "")
-        sched = max((m.sched for m in members if m.sched is not None), key=lambda s: (s.cpu, s.mem))
-        out.append(Waiting(first.ref, queue_of(first, policy), fair.account_of(first.ref.namespace),
+        sched = first.sched if len(members) == 1 else max(
+            (m.sched for m in members if m.sched is not None), key=lambda s: (s.cpu, s.mem))
+        out.append(Waiting(first.ref, queue_of(first, policy), account_of(first.ref.namespace),
                            first.sched.priority, first.created or 0.0, max(len(members), 1), sched,
                            limit_of(first), pods=tuple(members), incomplete=incomplete,
                            rest=loose > 0 and not incomplete))
