@@ -116,22 +116,27 @@ def _gather(snapshot: Snapshot, policy: QueuePolicy, limit_of: Callable[[JobView
             continue
         prio = policy.class_values.get(job.priority_class, job.template.priority)
         out.append(Waiting(job.ref, queue_of(job, policy), account_of(job.ref.namespace), prio,
-                           job.created or 0.0, job.wanted, replace(job.template, priority=prio), limit_of(job), job=job))
+                           job.created or 0.0, job.wanted,
+                           job.template if job.template.priority == prio else replace(job.template, priority=prio),
+                           limit_of(job), job=job))
     groups: dict[tuple[str, str], list[PodView]] = {}
     out_of_gate: dict[tuple[str, str, str], int] = {}  # (namespace, group, queue) -> its bare pods not gated
+    seen_get, add = seen.get, groups.setdefault
     for pod in snapshot.pods.values():
-        if pod.group and not pod.gated and pod.owner is None and not pod.deleting and not pod.terminal:
-            key3 = (pod.ref.namespace, pod.group, queue_of(pod, policy))
-            out_of_gate[key3] = out_of_gate.get(key3, 0) + 1
-        if not pod.gated or pod.node or pod.deleting or pod.terminal or pod.sched is None:
+        ns = pod.ref.namespace
+        if not pod.gated:
+            if pod.group and pod.owner is None and not pod.deleting and not pod.terminal:
+                key3 = (ns, pod.group, queue_of(pod, policy))
+                out_of_gate[key3] = out_of_gate.get(key3, 0) + 1
             continue
-        side = seen.get(pod.ref.namespace)  # other_side, without a call per pod
+        if pod.node or pod.deleting or pod.terminal or pod.sched is None:
+            continue
+        side = seen_get(ns)  # other_side, without a call per pod
         if side is None:
-            side = other_side(pod.ref.namespace)
+            side = other_side(ns)
         if side:
             continue
-        key = (pod.ref.namespace, pod.group) if pod.group else (pod.ref.namespace, "\0" + pod.ref.uid)
-        groups.setdefault(key, []).append(pod)
+        add((ns, pod.group) if pod.group else (ns, "\0" + pod.ref.uid), []).append(pod)
     for members in groups.values():
         if len(members) > 1:
             members.sort(key=lambda p: (p.created or 0.0, p.ref.name))
