@@ -282,6 +282,7 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float) -
     counted on is gone: a node lost or cordoned, a maintenance window declared)."""
     placed = {e.workload.uid: e for e in estimates}
     ranks = {w.ref.uid: i for i, w in enumerate(items)}
+    unpromised_ahead: list[int] = []  # per rank, how many ranked ahead have no promise: counted once, when first asked
     out = []
     etype: EventType
     for w in items:
@@ -305,8 +306,13 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float) -
         else:
             # every waiting workload gets its promise at the first pass that sees it: one ranked ahead
             # without one arrived since
-            ahead = [x for x in items[:ranks[w.ref.uid]] if _promise_of(x) is None]
-            cause = (f"{len(ahead)} workload{'s' if len(ahead) != 1 else ''} ranked ahead of it arrived (higher "
+            if not unpromised_ahead:
+                count = 0
+                for x in items:
+                    unpromised_ahead.append(count)
+                    count += _promise_of(x) is None
+            ahead = unpromised_ahead[ranks[w.ref.uid]]
+            cause = (f"{ahead} workload{'s' if ahead != 1 else ''} ranked ahead of it arrived (higher "
                      "priority, or a lighter fair-share account)" if ahead
                      else "room it counted on is gone (a node lost or cordoned, a maintenance window declared, or "
                           "work ahead of it ran longer than its time limit allowed for)")
