@@ -297,12 +297,13 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float) -
         want = max(e.start, now)
         if have is not None and abs(want - have) <= START_BY_SLACK:
             continue
+        want_text = format_time(want)
         if have is None:
             reason, etype, message = "StartBy", "Normal", (
-                f"will start by {format_time(want)} at the latest (its reservation in queue {w.queue!r}), unless "
+                f"will start by {want_text} at the latest (its reservation in queue {w.queue!r}), unless "
                 "higher-priority work arrives, a node is lost or a maintenance window is declared")
         elif want < have:
-            reason, etype, message = "StartBy", "Normal", f"will start by {format_time(want)}, earlier than promised"
+            reason, etype, message = "StartBy", "Normal", f"will start by {want_text}, earlier than promised"
         else:
             # every waiting workload gets its promise at the first pass that sees it: one ranked ahead
             # without one arrived since
@@ -317,9 +318,9 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float) -
                      else "room it counted on is gone (a node lost or cordoned, a maintenance window declared, or "
                           "work ahead of it ran longer than its time limit allowed for)")
             reason, etype, message = "StartByMoved", "Warning", (
-                f"its promised start {format_time(have)} moved to {format_time(want)}: {cause}; {e.reason}")
+                f"its promised start {format_time(have)} moved to {want_text}: {cause}; {e.reason}")
         out.append(Action(kind="start-by", target=target.ref, reason=reason, event_type=etype, message=message,
-                          key=format_time(want), annotations={START_BY_ANNOTATION: format_time(want)},
+                          key=want_text, annotations={START_BY_ANNOTATION: want_text},
                           resource_version=target.resource_version))
     return out
 
