@@ -92,8 +92,11 @@ def _gather(snapshot: Snapshot, policy: QueuePolicy, limit_of: Callable[[JobView
             excluded: bool) -> list[Waiting]:
     """The waiting workloads of the namespaces batchgate manages (``excluded`` False) or of those the
     bundle excludes (True), unordered."""
+    # A namespace's exclusion and account are glob matches against the bundle's patterns: asked once
+    # per namespace in this call, not once per pod and per workload.
     fair = policy.fair_share
     seen: dict[str, bool] = {}
+    accounts: dict[str, str] = {}
 
     def other_side(ns: str) -> bool:
         v = seen.get(ns)
@@ -101,27 +104,42 @@ def _gather(snapshot: Snapshot, policy: QueuePolicy, limit_of: Callable[[JobView
             seen[ns] = v = policy.excluded(ns) != excluded
         return v
 
+    def account_of(ns: str) -> str:
+        a = accounts.get(ns)
+        if a is None:
+            accounts[ns] = a = fair.account_of(ns)
+        return a
+
     out: list[Waiting] = []
     for job in snapshot.jobs.values():
         if not job.queued or job.deleting or job.finished or job.template is None or other_side(job.ref.namespace):
             continue
         prio = policy.class_values.get(job.priority_class, job.template.priority)
-        out.append(Waiting(job.ref, queue_of(job, policy), fair.account_of(job.ref.namespace), prio,
-                           job.created or 0.0, job.wanted, replace(job.template, priority=prio), limit_of(job), job=job))
+        out.append(Waiting(job.ref, queue_of(job, policy), account_of(job.ref.namespace), prio,
+                           job.created or 0.0, job.wanted,
+                           job.template if job.template.priority == prio else replace(job.template, priority=prio),
+                           limit_of(job), job=job))
     groups: dict[tuple[str, str], list[PodView]] = {}
     out_of_gate: dict[tuple[str, str, str], int] = {}  # (namespace, group, queue) -> its bare pods not gated
+    seen_get, add = seen.get, groups.setdefault
     for pod in snapshot.pods.values():
-        if pod.group and not pod.gated and pod.owner is None and not pod.deleting and not pod.terminal:
-            key3 = (pod.ref.namespace, pod.group, queue_of(pod, policy))
-            out_of_gate[key3] = out_of_gate.get(key3, 0) + 1
-        if not pod.gated or pod.node or pod.deleting or pod.terminal or pod.sched is None:
+        ns = pod.ref.namespace
+        if not pod.gated:
+            if pod.group and pod.owner is None and not pod.deleting and not pod.terminal:
+                key3 = (ns, pod.group, queue_of(pod, policy))
+                out_of_gate[key3] = out_of_gate.get(key3, 0) + 1
             continue
-        if other_side(pod.ref.namespace):
+        if pod.node or pod.deleting or pod.terminal or pod.sched is None:
             continue
-        key = (pod.ref.namespace, pod.group) if pod.group else (pod.ref.namespace, "\0" + pod.ref.uid)
-        groups.setdefault(key, []).append(pod)
+        side = seen_get(ns)  # other_side, without a call per pod
+        if side is None:
+            side = other_side(ns)
+        if side:
+            continue
+        add((ns, pod.group) if pod.group else (ns, "\0" + pod.ref.uid), []).append(pod)
     for members in groups.values():
-        members.sort(key=lambda p: (p.created or 0.0, p.ref.name))
+        if len(members) > 1:
+            members.sort(key=lambda p: (p.created or 0.0, p.ref.name))
         first = members[0]
         assert first.sched is not None
         want = first.group_size if first.group and first.group_size else len(members)
@@ -129,8 +147,9 @@ def _gather(snapshot: Snapshot, policy: QueuePolicy, limit_of: Callable[[JobView
         have = len(members) + loose
         incomplete = (f"waits for all {want} pods of its group {first.group!r} to exist ({have} do)"
                       if have < want else "")
-        sched = max((m.sched for m in members if m.sched is not None), key=lambda s: (s.cpu, s.mem))
-        out.append(Waiting(first.ref, queue_of(first, policy), fair.account_of(first.ref.namespace),
+        sched = first.sched if len(members) == 1 else max(
+            (m.sched for m in members if m.sched is not None), key=lambda s: (s.cpu, s.mem))
+        out.append(Waiting(first.ref, queue_of(first, policy), account_of(first.ref.namespace),
                            first.sched.priority, first.created or 0.0, max(len(members), 1), sched,
                            limit_of(first), pods=tuple(members), incomplete=incomplete,
                            rest=loose > 0 and not incomplete))
@@ -263,6 +282,7 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float) -
     counted on is gone: a node lost or cordoned, a maintenance window declared)."""
     placed = {e.workload.uid: e for e in estimates}
     ranks = {w.ref.uid: i for i, w in enumerate(items)}
+    unpromised_ahead: list[int] = []  # per rank, how many ranked ahead have no promise: counted once, when first asked
     out = []
     etype: EventType
     for w in items:
@@ -277,24 +297,30 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float) -
         want = max(e.start, now)
         if have is not None and abs(want - have) <= START_BY_SLACK:
             continue
+        want_text = format_time(want)
         if have is None:
             reason, etype, message = "StartBy", "Normal", (
-                f"will start by {format_time(want)} at the latest (its reservation in queue {w.queue!r}), unless "
+                f"will start by {want_text} at the latest (its reservation in queue {w.queue!r}), unless "
                 "higher-priority work arrives, a node is lost or a maintenance window is declared")
         elif want < have:
-            reason, etype, message = "StartBy", "Normal", f"will start by {format_time(want)}, earlier than promised"
+            reason, etype, message = "StartBy", "Normal", f"will start by {want_text}, earlier than promised"
         else:
             # every waiting workload gets its promise at the first pass that sees it: one ranked ahead
             # without one arrived since
-            ahead = [x for x in items[:ranks[w.ref.uid]] if _promise_of(x) is None]
-            cause = (f"{len(ahead)} workload{'s' if len(ahead) != 1 else ''} ranked ahead of it arrived (higher "
+            if not unpromised_ahead:
+                count = 0
+                for x in items:
+                    unpromised_ahead.append(count)
+                    count += _promise_of(x) is None
+            ahead = unpromised_ahead[ranks[w.ref.uid]]
+            cause = (f"{ahead} workload{'s' if ahead != 1 else ''} ranked ahead of it arrived (higher "
                      "priority, or a lighter fair-share account)" if ahead
                      else "room it counted on is gone (a node lost or cordoned, a maintenance window declared, or "
                           "work ahead of it ran longer than its time limit allowed for)")
             reason, etype, message = "StartByMoved", "Warning", (
-                f"its promised start {format_time(have)} moved to {format_time(want)}: {cause}; {e.reason}")
+                f"its promised start {format_time(have)} moved to {want_text}: {cause}; {e.reason}")
         out.append(Action(kind="start-by", target=target.ref, reason=reason, event_type=etype, message=message,
-                          key=format_time(want), annotations={START_BY_ANNOTATION: format_time(want)},
+                          key=want_text, annotations={START_BY_ANNOTATION: want_text},
                           resource_version=target.resource_version))
     return out
 

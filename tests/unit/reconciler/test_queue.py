@@ -306,3 +306,28 @@ def test_a_release_that_conflicts_sends_no_released_event_the_one_that_goes_thro
     assert release_now() == ["done", "done"]
     assert sorted(e["involvedObject"]["name"] for e in api.events() if e["reason"] == "Released") == ["j", "p"]
     assert api.objects[("jobs", "demo", "j")]["spec"]["suspend"] is False
+
+
+def test_the_gathering_asks_each_namespace_once_and_answers_as_asking_per_workload() -> None:
+    """``waiting`` matches a namespace's exclusion and account once per pass (cached per namespace):
+    the same workloads, accounts and order as matching the bundle's patterns per workload."""
+    accounts = (*POLICY.fair_share.accounts, Account("physics", ("phys-*",), 3.0), Account("chemistry", ("chem",), 1.0))
+    policy = dataclasses.replace(POLICY, excluded_namespaces=(*POLICY.excluded_namespaces, "legacy-*"),
+                                 fair_share=dataclasses.replace(POLICY.fair_share, accounts=accounts))
+    gang = [gated(f"g-{i}", ns="phys-b", cpu="1", labels=group_labels("g", 2)) for i in range(2)]
+    s = snap(gated("p1", ns="phys-a", created=-3 * HOUR), gated("p2", ns="phys-a", created=-HOUR),
+             queued_job("j1", ns="phys-a", created=-2 * HOUR), gated("c1", ns="chem"), gated("o1", ns="other"),
+             gated("x1", ns="legacy-a"), queued_job("x2", ns="legacy-a"), *gang, nodes=ONE)
+    usage = {"physics": 200.0, "chemistry": 100.0}
+    got = queue.waiting(s, T0, policy, usage, lambda o: None)
+    # the plain answer: every gated pod's / queued Job's namespace matched against the patterns itself
+    plain = {o.ref.name: policy.fair_share.account_of(o.ref.namespace)
+             for o in (*s.pods.values(), *s.jobs.values()) if not policy.excluded(o.ref.namespace)}
+    assert {w.ref.name: w.account for w in got} == {n: a for n, a in plain.items() if n != "g-1"} == {
+        "p1": "physics", "p2": "physics", "j1": "physics", "g-0": "physics", "c1": "chemistry", "o1": "other"}
+    assert [w.ref.name for w in got] == ["o1", "p1", "j1", "p2", "g-0", "c1"]  # by fair share (physics under its share), then age
+    assert {w.ref.name for w in queue.unmanaged(s, policy, lambda o: None)} == {"x1", "x2"}
+    # nothing carries over from one call (one bundle) to the next
+    assert {w.ref.name: w.account for w in queue.waiting(s, T0, POLICY, usage, lambda o: None)} == {
+        "p1": "phys-a", "p2": "phys-a", "j1": "phys-a", "g-0": "phys-b", "c1": "chem", "o1": "other",
+        "x1": "legacy-a", "x2": "legacy-a"}

@@ -143,3 +143,17 @@ def test_the_waiting_metric_counts_what_the_pass_gathered_per_queue_and_account(
     got = {(s.labels["queue"], s.labels["account"]): s.value
            for s in metrics.QUEUE_WAITING.collect()[0].samples}
     assert got == {("batch", "heavy"): 2.0, ("batch", "light"): 1.0}
+
+
+def test_each_moved_promise_counts_the_unpromised_work_ranked_ahead_of_it():
+    """The count of new work ranked ahead (made once a pass, not once per moved promise) is, for every
+    moved promise, the workloads above it in the order without a promise."""
+    urgent = [gated(f"urgent-{i}", "4", "1h", created=-1) for i in range(2)]
+    for u in urgent:
+        u["spec"]["priority"] = 10_000
+    acts = run(busy("b", "2", HOUR), *urgent, gated("big-1", "4", "1h", created=-900, start_by=HOUR),
+               gated("mid", "4", "1h", created=-800), gated("big-2", "4", "1h", created=-700, start_by=2 * HOUR))
+    (one,), (two,) = of(acts, "start-by", "big-1"), of(acts, "start-by", "big-2")
+    assert one.reason == two.reason == "StartByMoved"
+    assert "2 workloads ranked ahead of it arrived" in one.message
+    assert "3 workloads ranked ahead of it arrived" in two.message  # urgent-0, urgent-1, mid (big-1 has one)
