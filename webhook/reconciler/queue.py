@@ -14,7 +14,9 @@ suspended and marked ``batchgate.io/queued``, a bare Pod behind the scheduling g
    (shadow.py): every workload reserves room at its earliest start, all its pods at once, around
    the reservations of those ahead of it; what can start now without moving any of those
    reservations is released (conservative backfill): the gate comes off every pod, or the Job
-   resumes. kube-scheduler binds them.
+   resumes. kube-scheduler binds them. A queue with ``backfill: easy`` reserves only for its head
+   (the first of its workloads that cannot start now): what fits now starts unless it delays the
+   head, and only the head gets a start-by.
 
 Queues on ``hold`` or ``stop`` release nothing; a queue no longer gated (or gone from the bundle)
 releases what still waits in it at once, and so does a namespace the bundle now excludes
@@ -153,7 +155,7 @@ def as_queued(items: list[Waiting], policy: QueuePolicy) -> list[Queued]:
     for rank, w in enumerate(items):
         state = policy.states.get(w.queue, "open")
         held = (f"queue {w.queue!r} {HELD[state]}" if state in HELD else w.incomplete)
-        out.append(Queued(w.ref, w.sched, w.size, w.limit, rank, job=w.job, pods=w.pods, held=held))
+        out.append(Queued(w.ref, w.sched, w.size, w.limit, rank, job=w.job, pods=w.pods, held=held, queue=w.queue))
     return out
 
 
@@ -267,8 +269,8 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float) -
     etype: EventType
     for w in items:
         e = placed.get(w.ref.uid)
-        if e is None or e.start is None or e.start <= now:
-            continue  # not placed (held, never fits) or released now
+        if e is None or e.start is None or e.start <= now or not e.reserved:
+            continue  # not placed (held, never fits), released now, or behind the head of an EASY queue
         target = w.job if w.job is not None else w.pods[0] if w.pods else None
         if target is None:
             continue

@@ -185,6 +185,47 @@ def test_conservative_backfill_a_short_job_before_a_big_ones_reservation_a_long_
     assert released(snap(*base, long, nodes=ONE)) == []
 
 
+TWO = [node("n1", cpu="4"), node("n2", cpu="4")]
+EASY = dataclasses.replace(POLICY, easy=frozenset({"batch"}))
+
+
+def _head_second_and_a_late_job() -> Snapshot:
+    """n1 is full until +1h, n2 half full until +90m. The head (oldest, the whole of a node for an
+    hour) is reserved n1 from +1h; the second (the same shape) n2 from +90m; the late job fits now
+    on n2 for 2 hours: it would delay the second's reservation, not the head's."""
+    return snap(busy("r1", "4"), busy("r2", "2", node_name="n2", started=-30 * 60),
+                gated("head", cpu="4", created=-DAY), gated("second", cpu="4", created=-2 * HOUR),
+                gated("late", cpu="2", limit="2h", created=-60), nodes=TWO)
+
+
+def test_easy_backfill_releases_a_job_that_delays_only_the_second_reservation() -> None:
+    s = _head_second_and_a_late_job()
+    assert released(s) == []  # conservative: it would delay the second
+    assert names(released(s, EASY)) == ["late"]
+
+
+def test_under_easy_only_the_head_is_promised_and_the_estimates_still_come() -> None:
+    for policy, promised in ((POLICY, ["head", "late", "second"]), (EASY, ["head"])):
+        acts = plan(_head_second_and_a_late_job(), T0, Settings(queues=policy), estimate=True).actions
+        assert names([a for a in acts if a.kind == "start-by"]) == promised
+        assert {"head", "second"} <= {a.target.name for a in acts if a.kind == "expected-start"}
+    (head,) = [a for a in plan(_head_second_and_a_late_job(), T0, Settings(queues=EASY)).actions
+               if a.kind == "start-by"]
+    assert head.annotations == {"batchgate.io/start-by": ts(HOUR)}
+
+
+def test_easy_is_per_queue_and_a_gang_behind_the_head_reserves_nothing() -> None:
+    """A two-pod gang behind the head is reserved both nodes from +2h, when the head is done; the
+    late job (3 hours on n2) would delay it; under EASY the gang reserves nothing, so the late job
+    starts; a queue not named easy is still conservative."""
+    gang = [gated(f"g-{i}", cpu="4", created=-2 * HOUR, labels=group_labels("g", 2)) for i in range(2)]
+    s = snap(busy("r1", "4"), busy("r2", "2", node_name="n2", started=-30 * 60),
+             gated("head", cpu="4", created=-DAY), *gang, gated("late", cpu="2", limit="3h", created=-60), nodes=TWO)
+    assert released(s) == []
+    assert names(released(s, EASY)) == ["late"]
+    assert released(s, dataclasses.replace(POLICY, easy=frozenset({"gpu"}))) == []
+
+
 def test_running_scavengers_hold_no_room_the_queue_counts_on() -> None:
     s = snap(busy("scav", "4", priority=SCAVENGER, limit=None), gated("p", cpu="4"), nodes=ONE)
     assert queue.preempts_below(POLICY) == BATCH
