@@ -57,6 +57,17 @@ def test_a_later_arrival_ranked_ahead_marks_the_promise_overtaken() -> None:
     assert m["kept_clean"] == 1.0 and m["kept_promised"] == 0.5 and m["broken_overtaken"] == 1
 
 
+def test_under_keep_a_later_arrival_ranked_ahead_does_not_break_the_promise() -> None:
+    p = sim.Params(nodes=1, node_cpu=4, hours=1.0)
+    W = sim.Work
+    works = [W(0, "a", 0.0, 1, 4, 3600.0, 3600.0, False), W(1, "a", 1.0, 1, 4, 3600.0, 3600.0, False),
+             W(2, "b", 100.0, 1, 4, 3600.0, 3600.0, False)]
+    res = sim.simulate(works, p, "keep")
+    older, newer = res.works[1], res.works[2]
+    assert older.start_by == 3600.0 and older.started == 3600.0 and not older.overtaken
+    assert newer.start_by == 7200.0 and newer.started == 7200.0
+
+
 def test_expected_start_comes_from_predicted_runtimes_and_never_after_the_promise() -> None:
     """The second run of a program is expected to end as the first did, not at its limit."""
     p = sim.Params(nodes=1, node_cpu=4, hours=1.0)

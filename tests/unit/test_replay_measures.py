@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -64,6 +65,8 @@ def test_estimates_calibration_error_and_share_within_ten_minutes() -> None:
     e = rm.estimates(records)
     assert e["estimated"] == 4
     assert e["calibration"] == 0.5
+    overtaken = [records[2], records[3], dataclasses.replace(records[0], overtaken=True)]
+    assert rm.estimates(overtaken)["calibration_clean"] == 0.0  # the one early estimate was overtaken
     assert e["mae"] == 250.0  # 0, 200, 300, 900
     assert e["mae_to_limit"] == 1000.0  # 0, 0, 2000, 4000
     assert e["within_near"] == 0.75 and e["within_near_to_limit"] == 0.5
