@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("queue_replay", ROOT / "bench" / "queue_replay.py")
-assert _spec and _spec.loader
-sim: Any = importlib.util.module_from_spec(_spec)
-sys.modules["queue_replay"] = sim  # dataclasses look their module up
-_spec.loader.exec_module(sim)
+from tests.unit.test_queue_replay import sim
 
 ONE = sim.Params(nodes=1, node_cpu=8, hours=1.0)
 
@@ -43,12 +35,17 @@ def test_easy_releases_it_when_only_the_head_is_delayed_by_nothing() -> None:
     assert second.to_limit == 3600.0  # what the to-the-limit start said when it came
 
 
+def _outranked() -> tuple[Any, list[Any]]:
+    """Account a's second workload is promised 3600; b's, arriving later, outranks it on fair share."""
+    W = sim.Work
+    return sim.Params(nodes=1, node_cpu=4, hours=1.0), [
+        W(0, "a", 0.0, 1, 4, 3600.0, 3600.0, False), W(1, "a", 1.0, 1, 4, 3600.0, 3600.0, False),
+        W(2, "b", 100.0, 1, 4, 3600.0, 3600.0, False)]
+
+
 def test_a_later_arrival_ranked_ahead_marks_the_promise_overtaken() -> None:
     """A light account's new work outranks the heavy account's older work on fair share."""
-    p = sim.Params(nodes=1, node_cpu=4, hours=1.0)
-    W = sim.Work
-    works = [W(0, "a", 0.0, 1, 4, 3600.0, 3600.0, False), W(1, "a", 1.0, 1, 4, 3600.0, 3600.0, False),
-             W(2, "b", 100.0, 1, 4, 3600.0, 3600.0, False)]
+    p, works = _outranked()
     res = sim.simulate(works, p, "queue")
     older, newer = res.works[1], res.works[2]
     assert older.start_by == 3600.0 and older.started == 7200.0 and older.overtaken
@@ -58,10 +55,7 @@ def test_a_later_arrival_ranked_ahead_marks_the_promise_overtaken() -> None:
 
 
 def test_under_keep_a_later_arrival_ranked_ahead_does_not_break_the_promise() -> None:
-    p = sim.Params(nodes=1, node_cpu=4, hours=1.0)
-    W = sim.Work
-    works = [W(0, "a", 0.0, 1, 4, 3600.0, 3600.0, False), W(1, "a", 1.0, 1, 4, 3600.0, 3600.0, False),
-             W(2, "b", 100.0, 1, 4, 3600.0, 3600.0, False)]
+    p, works = _outranked()
     res = sim.simulate(works, p, "keep")
     older, newer = res.works[1], res.works[2]
     assert older.start_by == 3600.0 and older.started == 3600.0 and not older.overtaken
