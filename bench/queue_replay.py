@@ -92,7 +92,7 @@ from replay_measures import Record, measures
 
 from webhook.bundle import FairShare
 from webhook.reconciler.model import PodSched, Ref
-from webhook.reconciler.queue import START_BY_SLACK, Waiting, order
+from webhook.reconciler.queue import START_BY_SLACK, Waiting, order, promised_first
 from webhook.reconciler.runtimes import corrected
 from webhook.reconciler.usage import Usage
 
@@ -405,6 +405,8 @@ def _queue_pass(cluster: Cluster, pending: list[Work], now: float, running_cores
     ranked_works = [by_id[int(item.ref.uid)] for item in ranked]
     if keep:  # promised work first, in the order of its promises; then the rest in fair-share order
         ranked_works.sort(key=lambda w: (-w.prio, w.start_by is None, w.start_by or 0.0))
+    else:  # as queue.waiting: one promise never ranked past another
+        ranked_works = promised_first(ranked_works, lambda w: w.start_by, lambda w: w.prio)
     latest = -math.inf  # the latest arrival ranked ahead so far: a promise made before it is overtaken
     for w in ranked_works:
         if w.promised_at is not None and latest > w.promised_at:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from ..bundle import FairShare
 from ..contract import QUEUED_ANNOTATION, START_BY_ANNOTATION
@@ -38,6 +38,7 @@ from .settings import QueuePolicy
 from .shadow import Estimate, Queued
 from .usage import factors
 
+W = TypeVar("W")
 HELD = {"hold": "is on hold: it releases nothing until an admin opens it",
         "stop": "is stopped: it releases nothing until an admin opens it"}
 
@@ -72,7 +73,9 @@ def queue_of(obj: JobView | PodView, policy: QueuePolicy) -> str:
 def waiting(snapshot: Snapshot, now: float, policy: QueuePolicy, usage: Mapping[str, float],
             limit_of: Callable[[JobView | PodView], int | None]) -> list[Waiting]:
     """Every waiting workload, in queue order."""
-    return order(_gather(snapshot, policy, limit_of, excluded=False), now, usage, policy.fair_share)
+    # behind the head of an EASY queue nothing is promised (a start-by there is an old one)
+    return promised_first(order(_gather(snapshot, policy, limit_of, excluded=False), now, usage, policy.fair_share),
+                          lambda w: _promised_at(w) if w.queue not in policy.easy else None, lambda w: w.priority)
 
 
 def unmanaged(snapshot: Snapshot, policy: QueuePolicy,
@@ -136,6 +139,24 @@ def _gather(snapshot: Snapshot, policy: QueuePolicy, limit_of: Callable[[JobView
                            first.sched.priority, first.created or 0.0, max(len(members), 1), sched,
                            limit_of(first), pods=tuple(members), incomplete=incomplete,
                            rest=loose > 0 and not incomplete))
+    return out
+
+
+def promised_first(items: list[W], promise: Callable[[W], float | None], priority: Callable[[W], int]) -> list[W]:
+    """Among workloads of one priority that hold a promise (``promise``: its start-by), the earlier
+    promise first, in the places they already hold. Fair share and age still rank the work not yet
+    promised, so a newcomer may go ahead of a promise (a higher-ranked arrival: ``StartByMoved`` says
+    so); but usage drifting between passes never ranks one promised workload past another, which
+    would move its promise later with no arrival at all (bench/queue_replay.py found it)."""
+    out = list(items)
+    groups: dict[int, list[int]] = {}
+    for i, w in enumerate(items):
+        if promise(w) is not None:
+            groups.setdefault(priority(w), []).append(i)
+    for places in groups.values():
+        ranked = sorted(places, key=lambda i: (promise(items[i]) or 0.0, i))
+        for place, i in zip(places, ranked, strict=True):
+            out[place] = items[i]
     return out
 
 
@@ -299,6 +320,11 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float) -
                           key=format_time(want), annotations={START_BY_ANNOTATION: format_time(want)},
                           resource_version=target.resource_version))
     return out
+
+
+def _promised_at(w: Waiting) -> float | None:
+    text = _promise_of(w)
+    return parse_time(text) if text else None
 
 
 def _promise_of(w: Waiting) -> str | None:

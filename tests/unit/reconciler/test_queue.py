@@ -12,7 +12,7 @@ from tests.unit.reconciler.fakeapi import FakeApi
 from tests.unit.reconciler.reconbuild import HOUR, T0, group_labels, record_env, ts
 from tests.unit.reconciler.test_shadow import node, running, snap, waiting
 from webhook.bundle import Account
-from webhook.contract import QUEUE_GATE, QUEUED_ANNOTATION
+from webhook.contract import QUEUE_GATE, QUEUED_ANNOTATION, START_BY_ANNOTATION
 from webhook.reconciler import queue
 from webhook.reconciler.actions import Action
 from webhook.reconciler.actuator import Actuator
@@ -90,6 +90,29 @@ def test_a_light_accounts_workload_goes_before_a_heavy_ones_submitted_earlier() 
     assert order(s, usage) == ["light-1", "heavy-1"]
     assert names(released(s, usage=usage)) == ["light-1"]
     assert order(s) == ["heavy-1", "light-1"], "without usage the older goes first"
+
+
+def test_usage_drifting_never_ranks_one_promise_past_another() -> None:
+    """Both were promised, the heavy account's the earlier start. Usage that now favours the light
+    account would rank its promised workload ahead of the heavy one's, moving that promise later
+    with nothing having arrived: the two promised ones keep the order of their promises, in the
+    places fair share gave them, and the newcomer keeps its place between them."""
+    def promised(name: str, ns: str, start_by: float, created: float) -> dict[str, Any]:
+        p = gated(name, ns=ns, cpu="4", created=created)
+        p["metadata"]["annotations"] = {**p["metadata"].get("annotations", {}), START_BY_ANNOTATION: ts(start_by)}
+        return p
+    s = snap(promised("heavy-1", "heavy", HOUR, -2 * HOUR), promised("light-1", "light", 2 * HOUR, -HOUR),
+             gated("light-2", ns="light", cpu="4", created=-60), nodes=ONE)
+    usage = {"heavy": 1000.0}
+    assert order(s, usage) == ["heavy-1", "light-2", "light-1"]
+    assert [w.ref.name for w in queue.order(queue.waiting(s, T0, POLICY, {}, lambda o: None), T0, usage,
+                                            POLICY.fair_share)][:2] == ["light-1", "light-2"], "fair share alone"
+
+
+def test_promised_first_reorders_only_promised_places_within_a_priority() -> None:
+    items = [("a", None, 1), ("b", 30.0, 1), ("c", None, 1), ("d", 10.0, 1), ("e", 5.0, 0)]
+    out = queue.promised_first(items, lambda w: w[1], lambda w: w[2])
+    assert [w[0] for w in out] == ["a", "d", "c", "b", "e"]
 
 
 def test_shares_from_the_bundle_weigh_usage() -> None:
