@@ -134,6 +134,7 @@ class Work:
     to_limit: float | None = None  # the start at the first placement (every job to its time limit)
     expected: float | None = None  # the start at the first placement with predicted runtimes
     promised_at: float | None = None  # when start_by was given
+    current: float | None = None  # its start-by as the reconciler rewrites it (moved by more than the slack)
     overtaken: bool = False  # a workload that arrived after its promise was ranked ahead of it
 
     @property
@@ -405,8 +406,8 @@ def _queue_pass(cluster: Cluster, pending: list[Work], now: float, running_cores
     ranked_works = [by_id[int(item.ref.uid)] for item in ranked]
     if keep:  # promised work first, in the order of its promises; then the rest in fair-share order
         ranked_works.sort(key=lambda w: (-w.prio, w.start_by is None, w.start_by or 0.0))
-    else:  # as queue.waiting: one promise never ranked past another
-        ranked_works = promised_first(ranked_works, lambda w: w.start_by, lambda w: w.prio)
+    elif not easy:  # as queue.waiting: one promise (as it stands now) never ranked past another
+        ranked_works = promised_first(ranked_works, lambda w: w.current, lambda w: w.prio)
     latest = -math.inf  # the latest arrival ranked ahead so far: a promise made before it is overtaken
     for w in ranked_works:
         if w.promised_at is not None and latest > w.promised_at:
@@ -454,6 +455,8 @@ def _queue_pass(cluster: Cluster, pending: list[Work], now: float, running_cores
         else:
             for n in nodes:
                 reserved[n].append((t, t + w.limit, w.cores))
+            if w.start_by is not None and (w.current is None or abs(t - w.current) > START_BY_SLACK):
+                w.current = t
     pending[:] = [w for w in pending if w.wid not in started]
 
 

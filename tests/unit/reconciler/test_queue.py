@@ -237,6 +237,18 @@ def test_under_easy_only_the_head_is_promised_and_the_estimates_still_come() -> 
     assert head.annotations == {"batchgate.io/start-by": ts(HOUR)}
 
 
+def test_under_easy_an_old_start_by_behind_the_head_does_not_make_it_the_head() -> None:
+    """Start-bys written earlier (the second's before the head's) do not reorder an EASY queue (in a
+    conservative one they would: the promises keep their order): the head stays the head, and the
+    late job is still released."""
+    s = _head_second_and_a_late_job()
+    for name, at in (("head", HOUR), ("second", HOUR / 2), ("late", 2 * HOUR)):
+        key, pod = next((k, p) for k, p in s.pods.items() if p.ref.name == name)
+        s.pods[key] = dataclasses.replace(pod, start_by=ts(at))
+    assert names(released(s, EASY)) == ["late"]
+    assert released(s) == []
+
+
 def test_easy_is_per_queue_and_a_gang_behind_the_head_reserves_nothing() -> None:
     """A two-pod gang behind the head is reserved both nodes from +2h, when the head is done; the
     late job (3 hours on n2) would delay it; under EASY the gang reserves nothing, so the late job
