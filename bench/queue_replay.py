@@ -2,6 +2,7 @@
 
     python bench/queue_replay.py                       # seeds 1-5, 24 h of arrivals
     python bench/queue_replay.py --seeds 1-2 --hours 12 --json
+    python bench/queue_replay.py --model repeat --load 0.8    # bench_shadow.py's workload models
 
 The same arrivals are replayed on the same cluster by two systems:
 
@@ -25,6 +26,12 @@ The same arrivals are replayed on the same cluster by two systems:
            each costs. Usage is accrued here: each account's allocated core-seconds, decayed with
            the half-life (``usage.Usage.at``), as the controller's ``accrue`` would with cpu weight
            1 and no memory weight, but continuously (the controller samples every minute).
+  easy     the same, but the queue has backfill: easy (``shadow_schedule(easy=...)``): only the head
+           of the queue (the first workload that cannot start now) reserves; the others start if
+           they fit now without delaying the head's reservation; only the head gets a start-by.
+  keep     the queue, but a promise holds against later work of the same priority: workloads with
+           a start-by are placed first (in the order of their start-bys), then the rest in queue
+           order (what issue 24's wording asks; fair share then orders only the promises to come).
 
 The model (each number a flag where it matters):
 
@@ -37,6 +44,12 @@ The model (each number a flag where it matters):
   once); pods of 1, 2, 4, 8 or 16 cores; time limit 1, 2, 4, 8 or 12 h; runtime lognormal
   (median 40 % of the limit, sigma 0.6), clipped to 2 %..100 % of the limit. One priority.
   Under the queue every workload is released whole (a Job's pods at once, as queue.py does).
+
+Workload models (--model): ``accounts`` is the model above (fair share between one heavy and a
+few light accounts); ``repeat`` and ``iid`` are bench_shadow.py's (30 users with weights 1/rank, one-pod
+jobs of 1-32 cores, a third of them high priority; ``repeat``: users run their programs again,
+runtimes scattered around the program's share of the limit; ``iid``: each runtime 50-100 % of the
+limit afresh), offering --load of the cluster (bench_shadow.py's 0.6 and 0.8), on 20 x 64 cores.
 
 Figures, per system:
 
@@ -57,8 +70,15 @@ Figures, per system:
 - promise (queue only, issue 24): a workload's start-by is its reservation's start at the
   first pass that saw it (those released at their first pass get none: they started on
   arrival). kept: the share of workloads that started by their start-by (+60 s, the
-  START_BY_SLACK), among those given one and among all (immediate starts count as kept);
+  START_BY_SLACK), among those given one and among all (a start within 60 s of arrival counts as
+  kept; a workload that waited without a promise, e.g. beyond the depth, does not);
   tightness: the median of (start-by - arrival) / actual wait over those given one.
+- issue 24's measures (bench/replay_measures.py, every definition there): promises kept among the
+  clean (no later arrival ranked ahead while waiting) and among all, tightness beside the
+  to-the-limit start (the first placement: every job to its time limit), the expected start's
+  calibration and error (predicted runtimes: the mean of the last two runs of the same program,
+  else of the account, clamped to the limit and corrected once outlived, as runtimes.py does),
+  utilisation, mean bounded slowdown (10 s), the longest wait of a gang.
 """
 
 from __future__ import annotations
@@ -76,10 +96,21 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from replay_measures import Record, measures
 
 from webhook.bundle import FairShare
 from webhook.reconciler.model import NodeView, PodSched, PodView, Ref, Snapshot
-from webhook.reconciler.queue import START_BY_SLACK, Waiting, as_queued, order, to_release
+from webhook.reconciler.queue import (
+    START_BY_SLACK,
+    Waiting,
+    as_queued,
+    order,
+    promised_first,
+    to_release,
+)
+from webhook.reconciler.runtimes import corrected
 from webhook.reconciler.settings import QueuePolicy
 from webhook.reconciler.shadow import shadow_schedule
 from webhook.reconciler.usage import Usage
@@ -121,6 +152,13 @@ class Work:
     end: float | None = None  # when its last pod ends
     start_by: float | None = None  # queue: first reservation start (None: started at first pass)
     seen: bool = False
+    prio: int = 0
+    program: str = ""  # what runtimes are predicted by (with the account)
+    to_limit: float | None = None  # the start at the first placement (every job to its time limit)
+    expected: float | None = None  # the start at the first placement with predicted runtimes
+    promised_at: float | None = None  # when start_by was given
+    current: float | None = None  # its start-by as the reconciler rewrites it (moved by more than the slack)
+    overtaken: bool = False  # a workload that arrived after its promise was ranked ahead of it
 
     @property
     def started(self) -> float | None:
@@ -162,6 +200,17 @@ def generate(seed: int, p: Params) -> list[Work]:
     for i, w in enumerate(out):
         w.wid = i
     return out
+
+
+def generate_model(seed: int, model: str, load: float, p: Params) -> list[Work]:
+    """bench_shadow.py's ``repeat`` or ``iid`` day (one-pod jobs, a third high priority), as Works:
+    each user is an account."""
+    import bench_shadow
+
+    jobs = bench_shadow.workload(random.Random(seed), model=model, hours=p.hours, load=load,
+                                 capacity=p.nodes * p.node_cpu, sigma=bench_shadow.SIGMA)
+    return [Work(j.id, j.user, j.arrive - bench_shadow.NOW, 1, j.cpu, j.limit, j.runtime, False, prio=j.prio,
+                 program=j.program) for j in jobs]
 
 
 class Cluster:
@@ -209,15 +258,16 @@ def _accrue(u: Usage, running: dict[str, float], now: float, half_life: int) -> 
 
 
 def _place(cluster: Cluster, reserved: list[list[tuple[float, float, int]]], now: float,
-           w: Work) -> tuple[float, list[int]] | None:
-    """Earliest start at or after ``now`` when all of ``w``'s pods fit for its time limit, first fit
-    on nodes, around what runs (to its limit) and ``reserved`` (per node: start, end, cores)."""
+           w: Work, length: float | None = None) -> tuple[float, list[int]] | None:
+    """Earliest start at or after ``now`` when all of ``w``'s pods fit for its time limit (or
+    ``length``), first fit on nodes, around what runs (to its limit) and ``reserved`` (per node:
+    start, end, cores)."""
     times = {now}
     for n in range(len(cluster.free)):
         times.update(e for e, _ in cluster.running[n] if e > now)
         times.update(e for _, e, _ in reserved[n] if e > now)
     for t in sorted(times):
-        t_end = t + w.limit
+        t_end = t + (w.limit if length is None else length)
         chosen: list[int] = []
         for n in range(len(cluster.free)):
             # the most cores in use on n during [t, t_end): running (to its limit) then reservations
@@ -292,6 +342,8 @@ class _Run:
     all_waiting: bool = False  # at this pass, every account has work waiting
     contended: set[tuple[int, int]] = field(default_factory=set)  # (wid, pod) started while every account waited
     contended_cores: dict[str, float] = field(default_factory=dict)
+    live: dict[int, Work] = field(default_factory=dict)  # running (for predicted ends)
+    runs: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # the last runtimes, per (account, program) and (account, "")
 
     def started(self, w: Work, i: int) -> None:
         self.running_cores[w.account] += w.cores
@@ -308,19 +360,20 @@ class _Run:
 
 def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare | None = None) -> Result:
     fair = fair or FairShare()
-    works = [Work(w.wid, w.account, w.arrival, w.pods, w.cores, w.limit, w.runtime, w.gang) for w in works_in]
+    works = [Work(w.wid, w.account, w.arrival, w.pods, w.cores, w.limit, w.runtime, w.gang, prio=w.prio,
+                  program=w.program) for w in works_in]
     accounts = sorted({w.account for w in works})
     res = Result(system, works, accounts)
     cluster = Cluster(p)
     window = p.hours * HOUR
-    run = _Run([], {a: 0.0 for a in accounts}, _Views(p) if system == "queue" and p.placement == "shadow" else None)
+    run = _Run([], {a: 0.0 for a in accounts}, _Views(p) if system != "kube" and p.placement == "shadow" else None)
     for w in sorted(works, key=lambda w: (w.arrival, w.wid)):
         heapq.heappush(run.events, (w.arrival, 1, w.wid, -1))
     pending: list[Work] = []  # waiting (some pods not started)
     running_cores = run.running_cores
     idle_cores = 0.0  # held by the pods of gangs not all started (kube)
     usage = Usage()
-    policy = QueuePolicy(gated=("batch",), fair_share=fair)
+    policy = QueuePolicy(gated=("batch",), fair_share=fair, easy=frozenset({"batch"}) if system == "easy" else frozenset())
     now = 0.0
     while run.events:
         t = run.events[0][0]
@@ -339,7 +392,7 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
                 res.idle_window += idle_cores * (hi - lo)
                 for a in accounts:
                     res.used_window[a] += running_cores[a] * (hi - lo)
-        if system == "queue":
+        if system != "kube":
             usage = _accrue(usage, running_cores, t, fair.half_life)
         now = t
         while run.events and run.events[0][0] == now:
@@ -349,17 +402,21 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
                 pending.append(w)
                 continue
             for i in range(w.pods) if pod < 0 else (pod,):
-                cluster.unbind(w.nodes[i], w.cores, w.starts[i] + w.limit if system == "queue" else math.inf)
+                cluster.unbind(w.nodes[i], w.cores, w.starts[i] + w.limit if system != "kube" else math.inf)
                 run.ended(w, i)
                 if run.views is not None:
                     run.views.unbind(w, i)
+            if pod < 0:  # the whole workload ended
+                run.live.pop(w.wid, None)
+                for key in ((w.account, _program(w)), (w.account, "")):
+                    run.runs[key] = [*run.runs.get(key, [])[-1:], w.runtime]
         run.all_waiting = len({w.account for w in pending}) == len(accounts)
         if system == "kube":
             idle_cores = _kube_pass(cluster, pending, now, run)
         elif p.placement == "shadow":
-            _shadow_pass(cluster, pending, now, run, usage, policy, p, res)
+            _shadow_pass(cluster, pending, now, run, usage, policy, p, res, keep=system == "keep")
         else:
-            _queue_pass(cluster, pending, now, run, usage, fair, p, res)
+            _queue_pass(cluster, pending, now, run, usage, fair, p, res, easy=system == "easy", keep=system == "keep")
         res.max_over = max(res.max_over, max(-f for f in cluster.free))
     for w in works:
         assert w.end is not None, f"workload {w.wid} never ran"
@@ -371,7 +428,7 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
 def _kube_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run) -> float:
     """kube-scheduler alone; returns the cores now held idle by gangs' pods waiting for the rest."""
     smallest = min((w.cores for w in pending), default=0)
-    for w in sorted(pending, key=lambda w: (w.arrival, w.wid)):  # one priority: creation order
+    for w in sorted(pending, key=lambda w: (-w.prio, w.arrival, w.wid)):  # priority, then creation order
         if max(cluster.free) < smallest:
             break
         while len(w.starts) < w.pods:
@@ -394,6 +451,74 @@ def _kube_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run) -> 
     return float(sum(len(w.starts) * w.cores for w in pending if w.gang))
 
 
+def _program(w: Work) -> str:
+    return w.program or f"limit {w.limit:g}"  # the accounts model has no programs: its limit stands for one
+
+
+def _predicted(w: Work, runs: dict[tuple[str, str], list[float]]) -> float:
+    """runtimes.Predictor's rule: the mean of the last two runs of the same program, else of the
+    account's, clamped to the limit; without runs, the limit."""
+    seen = runs.get((w.account, _program(w))) or runs.get((w.account, ""))
+    return min(sum(seen) / len(seen), w.limit) if seen else w.limit
+
+
+def _expected(cluster: Cluster, ranked: list[Work], now: float, live: dict[int, Work],
+              runs: dict[tuple[str, str], list[float]]) -> None:
+    """The expected start of each workload not yet seen: the placement in queue order with predicted
+    runtimes (a running job that outlived its prediction: ``runtimes.corrected``), as the reconciler's
+    second shadow schedule (estimate=True) does."""
+    view = Cluster.__new__(Cluster)
+    view.free, view.cap = cluster.free, cluster.cap
+    view.running = [[] for _ in cluster.free]
+    for r in live.values():
+        start = r.starts[0]
+        end = start + corrected(_predicted(r, runs), now - start, r.limit)
+        for n in r.nodes:
+            view.running[n].append((max(end, now), r.cores))
+    reserved: list[list[tuple[float, float, int]]] = [[] for _ in cluster.free]
+    last = max((i for i, w in enumerate(ranked) if not w.seen), default=-1)
+    for w in ranked[:last + 1]:
+        length = _predicted(w, runs)
+        placed = _place(view, reserved, now, w, length)
+        if placed is None:
+            continue
+        t, nodes = placed
+        if not w.seen:
+            w.expected = t
+        for n in nodes:
+            reserved[n].append((t, t + length, w.cores))
+
+
+def _rank(ranked_works: list[Work], *, easy: bool, keep: bool) -> list[Work]:
+    """The queue's order as each system keeps promises, and which promises a later arrival overtook."""
+    if keep:  # promised work first, in the order of its promises; then the rest in fair-share order
+        ranked_works = sorted(ranked_works, key=lambda w: (-w.prio, w.start_by is None, w.start_by or 0.0))
+    elif not easy:  # as queue.waiting: one promise (as it stands now) never ranked past another
+        ranked_works = promised_first(ranked_works, lambda w: w.current, lambda w: w.prio)
+    latest = -math.inf  # the latest arrival ranked ahead so far: a promise made before it is overtaken
+    for w in ranked_works:
+        if w.promised_at is not None and latest > w.promised_at:
+            w.overtaken = True
+        latest = max(latest, w.arrival)
+    return ranked_works
+
+
+def _first_seen(w: Work, t: float, now: float, *, easy: bool, reserved: bool) -> None:
+    """Record a placement's start ``t`` of ``w``: the first (to the limit, the promise) and, under EASY,
+    the promise the head gets; the start-by as the reconciler rewrites it."""
+    if not w.seen:
+        w.seen = True
+        w.to_limit = t
+        if not easy:
+            w.start_by = t if t > now else None
+            w.promised_at = now if t > now else None
+        w.expected = now if t <= now else min(w.expected if w.expected is not None else t, t)
+    if easy and t > now and reserved and w.start_by is None:
+        w.start_by, w.promised_at = t, now
+    if t > now and w.start_by is not None and (w.current is None or abs(t - w.current) > START_BY_SLACK):
+        w.current = t
+
+
 def _start(cluster: Cluster, w: Work, nodes: list[int], now: float, run: _Run) -> None:
     """Release ``w`` whole: all its pods bound now, on ``nodes``, ending together."""
     for n in nodes:
@@ -403,6 +528,7 @@ def _start(cluster: Cluster, w: Work, nodes: list[int], now: float, run: _Run) -
     w.end = now + w.runtime
     w.ends = [w.end] * w.pods
     heapq.heappush(run.events, (w.end, 0, w.wid, -1))
+    run.live[w.wid] = w
     for i in range(w.pods):
         run.started(w, i)
         if run.views is not None:
@@ -416,12 +542,12 @@ def _nothing_to_do(cluster: Cluster, pending: list[Work]) -> bool:
 
 def _waiting(w: Work) -> Waiting:
     sched = PodSched(w.cores * 1000, 0, 0, EPOCH + w.arrival, (), (), ())
-    return Waiting(Ref("batch/v1", "Job", w.account, f"w{w.wid}", str(w.wid)), "batch", w.account, 0,
+    return Waiting(Ref("batch/v1", "Job", w.account, f"w{w.wid}", str(w.wid)), "batch", w.account, w.prio,
                    EPOCH + w.arrival, w.pods, sched, int(w.limit))
 
 
 def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, usage: Usage,
-                 policy: QueuePolicy, p: Params, res: Result) -> None:
+                 policy: QueuePolicy, p: Params, res: Result, *, keep: bool = False) -> None:
     """The product's pass: ``queue.order``, ``shadow.shadow_schedule`` over what runs and every
     waiting workload, ``queue.to_release``; the released pods bound first fit."""
     if _nothing_to_do(cluster, pending):
@@ -429,16 +555,21 @@ def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, u
     res.passes += 1
     fair = policy.fair_share
     at = EPOCH + now
-    ranked = order([_waiting(w) for w in pending], at, usage.at(now, fair.half_life), fair)
+    easy = bool(policy.easy)
+    items = {w.wid: _waiting(w) for w in pending}
+    ranked = order(list(items.values()), at, usage.at(now, fair.half_life), fair)
+    by_id = {w.wid: w for w in pending}
+    ranked_works = _rank([by_id[int(item.ref.uid)] for item in ranked], easy=easy, keep=keep)
+    ranked = [items[w.wid] for w in ranked_works]
     assert run.views is not None
     placed = ranked[:p.depth] if p.depth else ranked  # beyond the depth: neither reserved nor released
-    estimates = shadow_schedule(run.views.snapshot(), at, (), queued=as_queued(placed, policy))
-    by_id = {w.wid: w for w in pending}
+    if any(not w.seen for w in pending):
+        _expected(cluster, ranked_works[:len(placed)], now, run.live, run.runs)
+    estimates = shadow_schedule(run.views.snapshot(), at, (), queued=as_queued(placed, policy), easy=policy.easy)
     for e in estimates:
         w = by_id[int(e.workload.uid)]
-        if not w.seen and e.start is not None:
-            w.seen = True
-            w.start_by = e.start - EPOCH if e.start > at else None
+        if e.start is not None:
+            _first_seen(w, e.start - EPOCH, now, easy=easy, reserved=e.reserved)
     started: set[int] = set()
     for item, _ in to_release(placed, estimates, at, policy):
         w = by_id[int(item.ref.uid)]
@@ -452,23 +583,26 @@ def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, u
 
 
 def _queue_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, usage: Usage, fair: FairShare,
-                p: Params, res: Result) -> None:
+                p: Params, res: Result, *, easy: bool = False, keep: bool = False) -> None:
     """The simplified placement (``simple``: reservations, at most ``depth``; ``greedy``: none, whatever
     fits now starts, in queue order)."""
     if _nothing_to_do(cluster, pending):
         return
     res.passes += 1
     sched = PodSched(0, 0, 0, 0.0, (), (), ())
-    items = [Waiting(Ref("batch/v1", "Job", w.account, f"w{w.wid}", str(w.wid)), "batch", w.account, 0,
+    items = [Waiting(Ref("batch/v1", "Job", w.account, f"w{w.wid}", str(w.wid)), "batch", w.account, w.prio,
                      w.arrival, w.pods, sched, int(w.limit)) for w in pending]
     ranked = order(items, now, usage.at(now, fair.half_life), fair)
     by_id = {w.wid: w for w in pending}
+    ranked_works = _rank([by_id[int(item.ref.uid)] for item in ranked], easy=easy, keep=keep)
     reserved: list[list[tuple[float, float, int]]] = [[] for _ in cluster.free]
     started: set[int] = set()
     smallest = min(w.cores for w in pending)
     unseen = sum(1 for w in pending if not w.seen)
-    for depth, item in enumerate(ranked):
-        w = by_id[int(item.ref.uid)]
+    if unseen and p.placement != "greedy":
+        _expected(cluster, ranked_works[:p.depth] if p.depth else ranked_works, now, run.live, run.runs)
+    head = False  # easy: the head has reserved
+    for depth, w in enumerate(ranked_works):
         full = max(cluster.free) < smallest
         if (p.depth and depth >= p.depth) or (full and not unseen):
             break  # beyond the depth nothing is reserved; with no room now, only new promises are left to make
@@ -483,13 +617,15 @@ def _queue_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, us
             continue
         t, nodes = placed
         if not w.seen:
-            w.seen = True
             unseen -= 1
-            w.start_by = t if t > now else None
+        _first_seen(w, t, now, easy=easy, reserved=not head)
         if t <= now:
             _start(cluster, w, nodes, now, run)
             started.add(w.wid)
+        elif easy and head:
+            continue  # not the head: no reservation, no promise
         else:
+            head = True
             for n in nodes:
                 reserved[n].append((t, t + w.limit, w.cores))
     pending[:] = [w for w in pending if w.wid not in started]
@@ -533,23 +669,44 @@ def figures(res: Result, p: Params, fair: FairShare) -> dict[str, Any]:
         "passes": res.passes,
         "bind_misses": res.bind_misses,
     }
-    if res.name == "queue":
-        promised = [w for w in res.works if w.start_by is not None]
-        kept = [w for w in promised if (w.started or 0.0) <= w.start_by + START_BY_SLACK]  # type: ignore[operator]
-        tight = [(w.start_by - w.arrival) / ((w.started or 0.0) - w.arrival)  # type: ignore[operator]
-                 for w in promised if (w.started or 0.0) > w.arrival]
-        out["promised"] = len(promised)
-        out["kept_among_promised"] = len(kept) / len(promised) if promised else None
-        out["kept_among_all"] = (len(kept) + len(res.works) - len(promised)) / len(res.works)
-        out["tightness_median"] = statistics.median(tight) if tight else None
+    m = measures(records(res), capacity=p.nodes * p.node_cpu, window=p.hours * HOUR, slack=START_BY_SLACK)
+    out.update({k: v for k, v in m.items() if k not in out})  # utilisation: the simulation's (kube's pods end each on their own)
+    if res.name != "kube":  # the names the table has always had
+        out["kept_among_promised"] = m["kept_promised"]
+        out["kept_among_all"] = m["kept_all"]
+        out["tightness_median"] = m["tightness"]
     return out
 
 
-def run(seed: int, p: Params, fair: FairShare | None = None,
-        systems: Sequence[str] = ("kube", "queue")) -> list[dict[str, Any]]:
+def records(res: Result) -> list[Record]:
+    """What replay_measures reads of each workload."""
+    return [Record(arrival=w.arrival, start=w.started or 0.0, end=w.end or 0.0, gang=w.gang,
+                   pieces=tuple((s, w.cores) for s in w.starts), start_by=w.start_by, to_limit=w.to_limit,
+                   expected=w.expected, overtaken=w.overtaken) for w in res.works]
+
+
+SYSTEMS = ("kube", "queue", "easy", "keep")
+
+
+def run(seed: int, p: Params, fair: FairShare | None = None, *, model: str = "accounts", load: float = 0.6,
+        systems: Sequence[str] = ("kube", "queue"),
+        keep: dict[str, list[Record]] | None = None) -> list[dict[str, Any]]:
+    """One seed under each system; ``keep`` collects each system's records (for ``pooled_rows``)."""
     fair = fair or FairShare()
-    works = generate(seed, p)
-    return [dict(figures(simulate(works, p, s, fair), p, fair), seed=seed) for s in systems]
+    works = generate(seed, p) if model == "accounts" else generate_model(seed, model, load, p)
+    rows = []
+    for s in systems:
+        res = simulate(works, p, s, fair)
+        if keep is not None:
+            keep.setdefault(s, []).extend(records(res))
+        rows.append(dict(figures(res, p, fair), seed=seed, model=model, load=load if model != "accounts" else None))
+    return rows
+
+
+def pooled_rows(keep: dict[str, list[Record]], seeds: int, p: Params) -> list[dict[str, Any]]:
+    """Issue 24's measures over the records of every seed together (utilisation: the mean of the seeds)."""
+    return [dict(measures(rs, capacity=p.nodes * p.node_cpu * seeds, window=p.hours * HOUR, slack=START_BY_SLACK),
+                 seed="all", system=s) for s, rs in keep.items()]
 
 
 def _f(r: dict[str, Any], k: str, fmt: str) -> str:
@@ -557,10 +714,35 @@ def _f(r: dict[str, Any], k: str, fmt: str) -> str:
     return format(v, fmt) if isinstance(v, float) else "-"
 
 
+def measures_row(r: dict[str, Any]) -> str:
+    """One line of issue 24's measures: a seed under one system."""
+    def pct(k: str) -> str:
+        return _f(r, k, ".0%")
+
+    def num(k: str, fmt: str = ".2f") -> str:
+        return _f(r, k, fmt)
+
+    def mins(k: str) -> str:
+        v = r.get(k)
+        return f"{v / 60:.0f}" if isinstance(v, float) else "-"
+
+    return (f"{r['seed']:>4} {r['system']:6} {pct('kept_clean'):>6} {pct('kept_promised'):>6} {pct('kept_all'):>6} "
+            f"{pct('promised_share'):>5} {num('tightness'):>6} {num('tightness_to_limit'):>6} "
+            f"{pct('calibration'):>5} {mins('mae'):>6} {mins('mae_to_limit'):>6} {pct('within_near'):>5} "
+            f"{pct('within_near_to_limit'):>5} {r['utilisation']:>6.1%} {num('mean_bounded_slowdown', '.1f'):>7} "
+            f"{r['longest_gang_wait'] / HOUR:>6.1f}")
+
+
+MEASURES_HEADER = (f"{'seed':>4} {'system':6} {'k/cln':>6} {'k/prm':>6} {'k/all':>6} {'prm':>5} {'tight':>6} "
+                   f"{'t/lim':>6} {'calib':>5} {'mae m':>6} {'lim m':>6} {'<10m':>5} {'l<10m':>5} {'util':>6} "
+                   f"{'bsld':>7} {'gang h':>6}")
+
+
 def row(r: dict[str, Any]) -> str:
     """One line of the table: a seed under one system."""
-    return (f"{r['seed']:>4} {r['system']:6} {r['all_waiting_h']:>10.1f} {format(r['deviation']['heavy'], '+9.0%') if r['all_waiting_h'] else '-':>9} "
-            f"{_f(r, 'max_abs_deviation', '8.0%'):>8} {r['window_share']['heavy']:>9.0%} {r['utilisation']:>6.1%} "
+    heavy = "heavy" in r["deviation"]
+    return (f"{r['seed']:>4} {r['system']:6} {r['all_waiting_h']:>10.1f} {format(r['deviation']['heavy'], '+9.0%') if r['all_waiting_h'] and heavy else '-':>9} "
+            f"{_f(r, 'max_abs_deviation', '8.0%'):>8} {format(r['window_share']['heavy'], '9.0%') if heavy else '-':>9} {r['utilisation']:>6.1%} "
             f"{r['useful_utilisation']:>6.1%} "
             f"{r['mean_wait_h']:>8.2f} {r['p95_wait_h']:>8.2f} {r['longest_gang_wait_h']:>10.2f} "
             f"{_f(r, 'kept_among_promised', '9.0%'):>9} {_f(r, 'kept_among_all', '8.0%'):>8} "
@@ -580,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="1-5")
     ap.add_argument("--hours", type=float, default=24.0)
     ap.add_argument("--nodes", type=int, default=Params.nodes)
-    ap.add_argument("--node-cpu", type=int, default=Params.node_cpu)
+    ap.add_argument("--node-cpu", type=int, default=None, help="32 for the accounts model, else 64 (bench_shadow's)")
     ap.add_argument("--heavy-load", type=float, default=Params.heavy_load)
     ap.add_argument("--heavy-backlog", type=int, default=Params.heavy_backlog)
     ap.add_argument("--light", type=int, default=Params.light)
@@ -595,25 +777,43 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--half-life-h", type=float, default=dflt.half_life / HOUR, help="fairShare.halfLife")
     ap.add_argument("--age-weight", type=float, default=dflt.age_weight, help="fairShare.ageWeight")
     ap.add_argument("--max-age-h", type=float, default=dflt.max_age / HOUR, help="fairShare.maxAge")
-    ap.add_argument("--systems", default="kube,queue", help="kube, queue or both")
+    ap.add_argument("--model", choices=("accounts", "repeat", "iid"), default="accounts",
+                    help="workload model: the fair-share accounts, or bench_shadow.py's repeat / iid")
+    ap.add_argument("--load", type=float, default=0.6, help="offered load, repeat and iid models (0.6, 0.8)")
+    ap.add_argument("--systems", default="kube,queue", help=f"comma-separated, of {', '.join(SYSTEMS)}")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    p = Params(nodes=a.nodes, node_cpu=a.node_cpu, hours=a.hours, heavy_load=a.heavy_load,
+    node_cpu = a.node_cpu or (Params.node_cpu if a.model == "accounts" else 64)
+    p = Params(nodes=a.nodes, node_cpu=node_cpu, hours=a.hours, heavy_load=a.heavy_load,
                heavy_backlog=a.heavy_backlog, light=a.light, light_load=a.light_load, gang_share=a.gang_share,
                depth=a.depth, placement=a.placement)
     fair = FairShare(half_life=int(a.half_life_h * HOUR), age_weight=a.age_weight, max_age=int(a.max_age_h * HOUR))
-    rows = [r for s in _seeds(a.seeds) for r in run(s, p, fair, a.systems.split(","))]
+    systems = [x for x in a.systems.split(",") if x]
+    if any(x not in SYSTEMS for x in systems):
+        ap.error(f"--systems: of {', '.join(SYSTEMS)}")
+    keep: dict[str, list[Record]] = {}
+    seeds = _seeds(a.seeds)
+    rows = [r for s in seeds for r in run(s, p, fair, model=a.model, load=a.load, systems=systems, keep=keep)]
+    pooled = pooled_rows(keep, len(seeds), p)
     if a.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps(rows + pooled, indent=1))
         return 0
-    print(f"{p.nodes} nodes x {p.node_cpu} cores, {p.hours:g} h of arrivals; heavy {p.heavy_load:g} "
-          f"(+{p.heavy_backlog} at 0), {p.light} light x {p.light_load:g}; placement {p.placement}; half-life "
-          f"{a.half_life_h:g} h, age weight {a.age_weight:g} over {a.max_age_h:g} h")
+    print(f"{p.nodes} nodes x {p.node_cpu} cores, {p.hours:g} h of arrivals; " + (
+          f"heavy {p.heavy_load:g} (+{p.heavy_backlog} at 0), {p.light} light x {p.light_load:g}"
+          if a.model == "accounts" else f"model {a.model}, load {a.load:g}") + f"; placement {p.placement}; "
+          f"half-life {a.half_life_h:g} h, age weight {a.age_weight:g} over {a.max_age_h:g} h")
     hdr = (f"{'seed':>4} {'system':6} {'all-wait h':>10} {'heavy dev':>9} {'max|dev|':>8} {'heavy win':>9} {'util':>6} "
            f"{'useful':>6} {'mean w h':>8} {'p95 w h':>8} {'gang max h':>10} {'kept/prom':>9} {'kept/all':>8} {'tight':>6}")
     print(hdr)
     for r in rows:
         print(row(r))
+    print("issue 24's measures (bench/replay_measures.py): kept among the clean / the promised / all, share "
+          "promised, tightness of the promise / of the to-the-limit start, calibration, median abs error (min) "
+          "of the expected / to-the-limit start, within 10 min of each, utilisation, mean bounded slowdown "
+          "(10 s), longest gang wait (h)")
+    print(MEASURES_HEADER)
+    for r in rows + pooled:
+        print(measures_row(r))
     return 0
 
 

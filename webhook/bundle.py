@@ -231,9 +231,13 @@ class Queue:
     gated: bool = True
     state: str = "open"
     state_reason: str = ""
+    # how its waiting work is backfilled (docs/admin/queues.md): conservative, every waiting workload
+    # reserves room and nothing starts that delays any reservation; easy, only the head reserves
+    backfill: str = "conservative"
 
 
 QUEUE_STATES = ("open", "hold", "drain", "stop")
+BACKFILLS = ("conservative", "easy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -659,7 +663,7 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
     queues: dict[str, Queue] = {}
     for node in spec.req("queues").seq():
         node.mapping(allowed=("name", "priorityClass", "scavenger", "timeLimit", "nodeSelector", "access",
-                              "exclusiveAccess", "gang", "gated", "state", "stateReason"))
+                              "exclusiveAccess", "gang", "gated", "state", "stateReason", "backfill"))
         name = node.req("name").str(pattern=NAME, hint="a lowercase DNS name")
         if name in queues:
             node.req("name").fail("duplicate queue")
@@ -693,6 +697,7 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
             gated=node.opt("gated", Node.bool, not scavenger),
             state=st.enum(*QUEUE_STATES) if (st := node.get("state")) is not None else "open",
             state_reason=node.opt("stateReason", lambda n: n.str(), ""),
+            backfill=bf.enum(*BACKFILLS) if (bf := node.get("backfill")) is not None else "conservative",
         )
     if not queues:
         spec.req("queues").fail("declare at least one queue")

@@ -265,3 +265,57 @@ def test_work_gated_before_its_namespace_was_excluded_is_released(kube, namespac
         assert len(why) == 2 and all("is excluded from batchgate now" in m for m in why), why
     finally:
         stop_reconcilers(started)
+
+
+def test_easy_backfill_releases_a_job_that_delays_only_the_second_reservation(
+        kube, namespace, queue_node, tmp_path, policies):
+    """A queue with ``backfill: easy`` (docs/admin/queues.md): the 4-CPU node holds busy1 (2 CPUs,
+    6 minutes) and busy2 (1 CPU, 20 minutes). The head needs the whole node: its start-by is busy2's
+    deadline. The second (3 CPUs for 5 minutes) fits from busy1's deadline, before the head. The late
+    job (1 CPU for 10 minutes) fits now and ends before the head's start, but runs into the second's
+    reservation: conservative backfill holds it; under easy (a reconciler restarted on that bundle)
+    it is released, and the head's promise is unchanged."""
+    ns = namespace
+    easy = tmp_path / "easy"
+    shutil.copytree(policies, easy)
+    text = (easy / "bundle.yaml").read_text()
+    queue = f"    - name: {QUEUED}\n      priorityClass: batchgate-batch\n      timeLimit: {{default: 24h, max: 7d}}\n"
+    assert queue + "      state: open\n" in text
+    (easy / "bundle.yaml").write_text(text.replace(queue + "      state: open\n",
+                                                   queue + "      state: open\n      backfill: easy\n"))
+    started: list = []
+    limit = "batchgate.io/time-limit"
+
+    def timed(name: str, cpu: str, minutes: int) -> dict:
+        j = queued_job(name, queue_node, cpu)
+        j["metadata"]["annotations"] = {limit: f"{minutes}m"}
+        return j
+
+    def deadline(name: str) -> str | None:
+        return (kube.get(jobs_path(ns, name))["metadata"].get("annotations") or {}).get("batchgate.io/deadline")
+
+    try:
+        create(kube, ns, timed("busy1", "2", 6))
+        create(kube, ns, timed("busy2", "1", 20))
+        reconcile(kube, ns, tmp_path, policies, "conservative", started)
+        for name in ("busy1", "busy2"):
+            wait_for(lambda name=name: not suspended(kube, ns, name), 60, message=f"{name} released")
+            run_pods_of(kube, ns, name, 1)
+            wait_for(lambda name=name: deadline(name), 60, message=f"{name}'s deadline recorded")
+        create(kube, ns, timed("head", "4", 60))
+        promise = wait_for(lambda: start_by(kube, ns, "head"), 60, message="the head's start-by")
+        assert promise == deadline("busy2"), (promise, deadline("busy2"))
+        create(kube, ns, timed("second", "3", 5))
+        second = wait_for(lambda: start_by(kube, ns, "second"), 60, message="the second's start-by")
+        assert second == deadline("busy1"), (second, deadline("busy1"))  # before the head's
+        create(kube, ns, timed("late", "1", 10))
+        wait_for(lambda: start_by(kube, ns, "late"), 60, message="the late job placed (after the second)")
+        assert suspended(kube, ns, "late"), "conservative backfill released a job that delays the second"
+
+        started[0].kill()
+        reconcile(kube, ns, tmp_path, easy, "easy", started)
+        wait_for(lambda: not suspended(kube, ns, "late"), 60, message="under easy, the late job released")
+        assert suspended(kube, ns, "head") and suspended(kube, ns, "second")
+        assert start_by(kube, ns, "head") == promise
+    finally:
+        stop_reconcilers(started)

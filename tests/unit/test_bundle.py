@@ -125,6 +125,8 @@ BUNDLE_ERRORS = [
     # the batch queue: queue states, gating, fair share
     ("queue-bad-state", "timeLimit: {default: 24h, max: 7d}", "timeLimit: {default: 24h, max: 7d}\n      state: paused",
      "state: paused", r"spec\.queues\[1\]\.state: expected one of open, hold, drain, stop"),
+    ("queue-bad-backfill", "timeLimit: {default: 24h, max: 7d}", "timeLimit: {default: 24h, max: 7d}\n      backfill: greedy",
+     "backfill: greedy", r"spec\.queues\[1\]\.backfill: expected one of conservative, easy"),
     ("queue-gated-not-bool", "      gated: false", "      gated: maybe", "gated: maybe", r"spec\.queues\[0\]\.gated: expected true or false"),
     ("fair-share-bad-weight", "weights: {cpu: 1,", "weights: {cpu: -1,", "weights:",
      r"spec\.fairShare\.weights\.cpu: .*a number from 0 to"),
@@ -264,6 +266,16 @@ def test_aliases_within_bounds_still_load(tmp_bundle):
           "      timeLimit: &tl {default: 2h, max: 12h}")
     _edit(tmp_bundle / "bundle.yaml", "      timeLimit: {default: 24h, max: 7d}", "      timeLimit: *tl")
     assert load_bundle(tmp_bundle).queues["batch"].max_time_limit == 12 * 3600
+
+
+def test_backfill_is_conservative_unless_a_queue_says_easy(tmp_bundle):
+    from webhook.reconciler.settings import QueuePolicy
+
+    assert {q.backfill for q in load_bundle(tmp_bundle).queues.values()} == {"conservative"}
+    _edit(tmp_bundle / "bundle.yaml", "      timeLimit: {default: 24h, max: 7d}",
+          "      timeLimit: {default: 24h, max: 7d}\n      backfill: easy")
+    b = load_bundle(tmp_bundle)
+    assert b.queues["batch"].backfill == "easy" and QueuePolicy.from_bundle(b).easy == frozenset({"batch"})
 
 
 def test_an_error_no_check_anticipated_still_names_the_file(tmp_bundle, monkeypatch):

@@ -264,8 +264,10 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
                 queue_args = {"queued": queued, "preempts_below": queue.preempts_below(queues),
                               "class_values": queues.class_values, "released": queue.released(queues)}
             if waiting:
-                placed = to_limits = shadow_schedule(snapshot, now, windows, limit_of=limit_of, **queue_args)
-                promised = {e.workload.uid: e.start for e in placed if e.queued and e.start is not None}
+                placed = shadow_schedule(snapshot, now, windows, limit_of=limit_of, easy=queues.easy, **queue_args)
+                # under EASY the placement is no estimate of the rest: the estimate pass places them all
+                to_limits = placed if not queues.easy else None
+                promised = {e.workload.uid: e.start for e in placed if e.queued and e.reserved and e.start is not None}
                 released = _release(snapshot, now, queues, windows, queue.to_release(waiting, placed, now, queues))
                 targets = {a.target.uid for a in released}
                 gone = targets | {w.ref.uid for w in waiting if w.pods and w.pods[0].ref.uid in targets}

@@ -14,7 +14,9 @@ suspended and marked ``batchgate.io/queued``, a bare Pod behind the scheduling g
    (shadow.py): every workload reserves room at its earliest start, all its pods at once, around
    the reservations of those ahead of it; what can start now without moving any of those
    reservations is released (conservative backfill): the gate comes off every pod, or the Job
-   resumes. kube-scheduler binds them.
+   resumes. kube-scheduler binds them. A queue with ``backfill: easy`` reserves only for its head
+   (the first of its workloads that cannot start now): what fits now starts unless it delays the
+   head, and only the head gets a start-by.
 
 Queues on ``hold`` or ``stop`` release nothing; a queue no longer gated (or gone from the bundle)
 releases what still waits in it at once, and so does a namespace the bundle now excludes
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from ..bundle import FairShare
 from ..contract import QUEUED_ANNOTATION, START_BY_ANNOTATION
@@ -36,6 +38,7 @@ from .settings import QueuePolicy
 from .shadow import Estimate, Queued
 from .usage import factors
 
+W = TypeVar("W")
 HELD = {"hold": "is on hold: it releases nothing until an admin opens it",
         "stop": "is stopped: it releases nothing until an admin opens it"}
 
@@ -70,7 +73,9 @@ def queue_of(obj: JobView | PodView, policy: QueuePolicy) -> str:
 def waiting(snapshot: Snapshot, now: float, policy: QueuePolicy, usage: Mapping[str, float],
             limit_of: Callable[[JobView | PodView], int | None]) -> list[Waiting]:
     """Every waiting workload, in queue order."""
-    return order(_gather(snapshot, policy, limit_of, excluded=False), now, usage, policy.fair_share)
+    # behind the head of an EASY queue nothing is promised (a start-by there is an old one)
+    return promised_first(order(_gather(snapshot, policy, limit_of, excluded=False), now, usage, policy.fair_share),
+                          lambda w: _promised_at(w) if w.queue not in policy.easy else None, lambda w: w.priority)
 
 
 def unmanaged(snapshot: Snapshot, policy: QueuePolicy,
@@ -156,6 +161,24 @@ def _gather(snapshot: Snapshot, policy: QueuePolicy, limit_of: Callable[[JobView
     return out
 
 
+def promised_first(items: list[W], promise: Callable[[W], float | None], priority: Callable[[W], int]) -> list[W]:
+    """Among workloads of one priority that hold a promise (``promise``: its start-by), the earlier
+    promise first, in the places they already hold. Fair share and age still rank the work not yet
+    promised, so a newcomer may go ahead of a promise (a higher-ranked arrival: ``StartByMoved`` says
+    so); but usage drifting between passes never ranks one promised workload past another, which
+    would move its promise later with no arrival at all (bench/queue_replay.py found it)."""
+    out = list(items)
+    groups: dict[int, list[int]] = {}
+    for i, w in enumerate(items):
+        if promise(w) is not None:
+            groups.setdefault(priority(w), []).append(i)
+    for places in groups.values():
+        ranked = sorted(places, key=lambda i: (promise(items[i]) or 0.0, i))
+        for place, i in zip(places, ranked, strict=True):
+            out[place] = items[i]
+    return out
+
+
 def order(items: list[Waiting], now: float, usage: Mapping[str, float], fair: FairShare) -> list[Waiting]:
     """Priority, then fair share plus age, then age (then name, for a stable order)."""
     f = factors(usage, {w.account for w in items}, fair)
@@ -172,7 +195,7 @@ def as_queued(items: list[Waiting], policy: QueuePolicy) -> list[Queued]:
     for rank, w in enumerate(items):
         state = policy.states.get(w.queue, "open")
         held = (f"queue {w.queue!r} {HELD[state]}" if state in HELD else w.incomplete)
-        out.append(Queued(w.ref, w.sched, w.size, w.limit, rank, job=w.job, pods=w.pods, held=held))
+        out.append(Queued(w.ref, w.sched, w.size, w.limit, rank, job=w.job, pods=w.pods, held=held, queue=w.queue))
     return out
 
 
@@ -287,8 +310,8 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float) -
     etype: EventType
     for w in items:
         e = placed.get(w.ref.uid)
-        if e is None or e.start is None or e.start <= now:
-            continue  # not placed (held, never fits) or released now
+        if e is None or e.start is None or e.start <= now or not e.reserved:
+            continue  # not placed (held, never fits), released now, or behind the head of an EASY queue
         target = w.job if w.job is not None else w.pods[0] if w.pods else None
         if target is None:
             continue
@@ -323,6 +346,11 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float) -
                           key=want_text, annotations={START_BY_ANNOTATION: want_text},
                           resource_version=target.resource_version))
     return out
+
+
+def _promised_at(w: Waiting) -> float | None:
+    text = _promise_of(w)
+    return parse_time(text) if text else None
 
 
 def _promise_of(w: Waiting) -> str | None:

@@ -41,6 +41,7 @@ class QueuePolicy:
     # (a queued Job's pods have none yet), and fair share
     gated: tuple[str, ...] = ()
     states: dict[str, str] = field(default_factory=dict)
+    easy: frozenset[str] = frozenset()  # queues with backfill: easy (only the head reserves)
     class_values: dict[str, int] = field(default_factory=dict)
     queue_classes: dict[str, str] = field(default_factory=dict)  # queue -> its priority class
     fair_share: FairShare = field(default_factory=FairShare)
@@ -63,6 +64,7 @@ class QueuePolicy:
             namespace_label_keys=bundle.selector_keys,
             gated=tuple(q.name for q in bundle.queues.values() if q.gated),
             states={q.name: q.state for q in bundle.queues.values()},
+            easy=frozenset(q.name for q in bundle.queues.values() if q.backfill == "easy"),
             class_values={c.name: c.value for c in bundle.priority_classes.values()},
             queue_classes={q.name: q.priority_class for q in bundle.queues.values()},
             fair_share=bundle.fair_share,

@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import heapq
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -71,6 +71,7 @@ class Estimate:
     position: int = 0  # 1-based place in kube-scheduler's order among pending workloads
     pods: int = 1
     queued: bool = False  # waits in batchgate's queue (its start is when the queue releases it)
+    reserved: bool = True  # its start is held for it (not so behind the head of an EASY queue: a guess)
 
 
 @dataclass(slots=True)
@@ -302,6 +303,7 @@ class _Work:
     size: int = 0  # pods, when they do not exist yet (a queued or just released Job); else len(pods)
     rank: int = -1  # its place in batchgate's queue (queue.py); -1: kube-scheduler's to serve
     held: str = ""  # why it is not placed at all (its queue is on hold or stopped)
+    queue: str = ""  # batchgate's queue it waits in
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +318,7 @@ class Queued:
     job: JobView | None = None
     pods: tuple[PodView, ...] = ()  # a bare pod or a group of them
     held: str = ""
+    queue: str = ""
 
 
 class _Earliest:
@@ -495,7 +498,8 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
                     limit_of: Callable[[JobView | PodView], int | None] = recorded_limit,
                     queued: Iterable[Queued] = (), preempts_below: int | None = None,
                     class_values: Mapping[str, int] | None = None,
-                    released: Callable[[JobView], bool] | None = None) -> list[Estimate]:
+                    released: Callable[[JobView], bool] | None = None,
+                    easy: Collection[str] = ()) -> list[Estimate]:
     """Estimates for every pending workload, in kube-scheduler's order. With ``runtimes``, work
     is expected to run as long as predicted from earlier runs (never past its limit), not to its
     limit; see runtimes.py. ``limit_of``: a workload's time limit as the reconciler enforces it
@@ -509,7 +513,10 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
     holds room for the missing ones (its controller is making them), with its class's value from
     ``class_values``.
     ``preempts_below``: running pods of lower priority hold no room (kube-scheduler preempts them
-    for the queue's work: scavengers)."""
+    for the queue's work: scavengers).
+    ``easy``: queues backfilled EASY: behind the first of their workloads that cannot start now (the
+    head), a workload that cannot start now reserves nothing (its estimate says ``reserved=False``),
+    so later work may start if it delays no reservation but the head's."""
     if snapshot.nodes is None:
         return []
     ws = list(windows)
@@ -593,13 +600,23 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
         if runtimes is not None and q.limit is not None and (q.job is not None or q.pods):
             predicted = _predicted(runtimes, q.job, q.pods[0] if q.pods else None, q.limit)
         works.append(_Work(q.ref, list(q.pods), q.sched, q.limit, gang=True, predicted=predicted, size=q.size,
-                           rank=q.rank, held=q.held))
+                           rank=q.rank, held=q.held, queue=q.queue))
     order = sorted(works, key=lambda w: (-w.sched.priority, w.rank, w.sched.created, w.ref.namespace, w.ref.name))
     log: list[_Node] = []  # from here on, each node tells its changes
     for node in nodes.values():
         node.log = log
     placer = _Placer(nodes, now, margin, log)
-    return [_place(work, placer, position) for position, work in enumerate(order, 1)]
+    out: list[Estimate] = []
+    headed: set[str] = set()  # EASY queues whose head has reserved
+    for position, work in enumerate(order, 1):
+        behind = work.rank >= 0 and work.queue in headed
+        e = _place(work, placer, position, reserve_later=not behind)
+        if e.start is not None and e.start > now and work.rank >= 0 and work.queue in easy:
+            if behind:
+                e = dataclasses.replace(e, reserved=False)
+            headed.add(work.queue)
+        out.append(e)
+    return out
 
 
 def _with_priority(sched: PodSched, priority_class: str, class_values: Mapping[str, int] | None) -> PodSched:
@@ -620,7 +637,8 @@ def _predicted(runtimes: Predictor, job: JobView | None, pod: PodView | None, li
     return runtimes.predict(job_key(job) if job is not None else pod_key(pod), limit)  # type: ignore[arg-type]
 
 
-def _place(work: _Work, placer: _Placer, position: int) -> Estimate:
+def _place(work: _Work, placer: _Placer, position: int, *, reserve_later: bool = True) -> Estimate:
+    """Its earliest start, reserved (one that starts after now only with ``reserve_later``)."""
     s = work.sched
     size = work.size or len(work.pods)
     now, margin = placer.now, placer.margin
@@ -651,7 +669,7 @@ def _place(work: _Work, placer: _Placer, position: int) -> Estimate:
                           f"may use ({largest.name}) has cpu {_fmt_cpu(largest.cpu)}, memory {_fmt_mem(largest.mem)}"),
                    never=True)
     if (work.gang or work.rank >= 0) and size > 1:
-        return _place_gang(work, index, now, duration, margin, est, hold)
+        return _place_gang(work, index, now, duration, margin, est, hold, reserve_later)
     best = index.best()
     if best is None:
         if duration == INF:
@@ -659,7 +677,7 @@ def _place(work: _Work, placer: _Placer, position: int) -> Estimate:
                              "node it may use")
         return est(None, "waits for work without a time limit on every node it may use")
     t, n = best
-    for _ in range(size):
+    for _ in range(size if t <= now or reserve_later else 0):
         n.reserve(t, t + duration, s.cpu, s.mem)
     return est(t, "fits now" if t <= now else _why(n, t))
 
@@ -684,7 +702,7 @@ def _next_freed(node: _Node, t: float) -> float | None:
 
 
 def _place_gang(work: _Work, index: _Earliest, now: float, duration: float, margin: float,
-                est: Callable[..., Estimate], hold: float) -> Estimate:
+                est: Callable[..., Estimate], hold: float, reserve_later: bool = True) -> Estimate:
     """All pods of the group at one time: the candidate times are when single pods could start
     on each node; at each, count how many fit together (several per node if room)."""
     s = work.sched
@@ -695,7 +713,7 @@ def _place_gang(work: _Work, index: _Earliest, now: float, duration: float, marg
         placed = index.fit(t, size)
         if placed is None:
             return None
-        for n, k in placed:
+        for n, k in placed if t <= now or reserve_later else ():  # EASY: behind the head, a guess only
             n.reserve(t, t + duration, s.cpu * k, s.mem * k)
         return est(t, "fits now, all pods together" if t <= now else f"all {size} pods of the group fit together then")
 

@@ -12,7 +12,7 @@ from tests.unit.reconciler.fakeapi import FakeApi
 from tests.unit.reconciler.reconbuild import HOUR, T0, group_labels, record_env, ts
 from tests.unit.reconciler.test_shadow import node, running, snap, waiting
 from webhook.bundle import Account
-from webhook.contract import QUEUE_GATE, QUEUED_ANNOTATION
+from webhook.contract import QUEUE_GATE, QUEUED_ANNOTATION, START_BY_ANNOTATION
 from webhook.reconciler import queue
 from webhook.reconciler.actions import Action
 from webhook.reconciler.actuator import Actuator
@@ -90,6 +90,29 @@ def test_a_light_accounts_workload_goes_before_a_heavy_ones_submitted_earlier() 
     assert order(s, usage) == ["light-1", "heavy-1"]
     assert names(released(s, usage=usage)) == ["light-1"]
     assert order(s) == ["heavy-1", "light-1"], "without usage the older goes first"
+
+
+def test_usage_drifting_never_ranks_one_promise_past_another() -> None:
+    """Both were promised, the heavy account's the earlier start. Usage that now favours the light
+    account would rank its promised workload ahead of the heavy one's, moving that promise later
+    with nothing having arrived: the two promised ones keep the order of their promises, in the
+    places fair share gave them, and the newcomer keeps its place between them."""
+    def promised(name: str, ns: str, start_by: float, created: float) -> dict[str, Any]:
+        p = gated(name, ns=ns, cpu="4", created=created)
+        p["metadata"]["annotations"] = {**p["metadata"].get("annotations", {}), START_BY_ANNOTATION: ts(start_by)}
+        return p
+    s = snap(promised("heavy-1", "heavy", HOUR, -2 * HOUR), promised("light-1", "light", 2 * HOUR, -HOUR),
+             gated("light-2", ns="light", cpu="4", created=-60), nodes=ONE)
+    usage = {"heavy": 1000.0}
+    assert order(s, usage) == ["heavy-1", "light-2", "light-1"]
+    assert [w.ref.name for w in queue.order(queue.waiting(s, T0, POLICY, {}, lambda o: None), T0, usage,
+                                            POLICY.fair_share)][:2] == ["light-1", "light-2"], "fair share alone"
+
+
+def test_promised_first_reorders_only_promised_places_within_a_priority() -> None:
+    items = [("a", None, 1), ("b", 30.0, 1), ("c", None, 1), ("d", 10.0, 1), ("e", 5.0, 0)]
+    out = queue.promised_first(items, lambda w: w[1], lambda w: w[2])
+    assert [w[0] for w in out] == ["a", "d", "c", "b", "e"]
 
 
 def test_shares_from_the_bundle_weigh_usage() -> None:
@@ -183,6 +206,59 @@ def test_conservative_backfill_a_short_job_before_a_big_ones_reservation_a_long_
     long = gated("long", cpu="2", limit="2h", created=-60)
     assert names(released(snap(*base, short, nodes=ONE))) == ["short"]
     assert released(snap(*base, long, nodes=ONE)) == []
+
+
+TWO = [node("n1", cpu="4"), node("n2", cpu="4")]
+EASY = dataclasses.replace(POLICY, easy=frozenset({"batch"}))
+
+
+def _head_second_and_a_late_job() -> Snapshot:
+    """n1 is full until +1h, n2 half full until +90m. The head (oldest, the whole of a node for an
+    hour) is reserved n1 from +1h; the second (the same shape) n2 from +90m; the late job fits now
+    on n2 for 2 hours: it would delay the second's reservation, not the head's."""
+    return snap(busy("r1", "4"), busy("r2", "2", node_name="n2", started=-30 * 60),
+                gated("head", cpu="4", created=-DAY), gated("second", cpu="4", created=-2 * HOUR),
+                gated("late", cpu="2", limit="2h", created=-60), nodes=TWO)
+
+
+def test_easy_backfill_releases_a_job_that_delays_only_the_second_reservation() -> None:
+    s = _head_second_and_a_late_job()
+    assert released(s) == []  # conservative: it would delay the second
+    assert names(released(s, EASY)) == ["late"]
+
+
+def test_under_easy_only_the_head_is_promised_and_the_estimates_still_come() -> None:
+    for policy, promised in ((POLICY, ["head", "late", "second"]), (EASY, ["head"])):
+        acts = plan(_head_second_and_a_late_job(), T0, Settings(queues=policy), estimate=True).actions
+        assert names([a for a in acts if a.kind == "start-by"]) == promised
+        assert {"head", "second"} <= {a.target.name for a in acts if a.kind == "expected-start"}
+    (head,) = [a for a in plan(_head_second_and_a_late_job(), T0, Settings(queues=EASY)).actions
+               if a.kind == "start-by"]
+    assert head.annotations == {"batchgate.io/start-by": ts(HOUR)}
+
+
+def test_under_easy_an_old_start_by_behind_the_head_does_not_make_it_the_head() -> None:
+    """Start-bys written earlier (the second's before the head's) do not reorder an EASY queue (in a
+    conservative one they would: the promises keep their order): the head stays the head, and the
+    late job is still released."""
+    s = _head_second_and_a_late_job()
+    for name, at in (("head", HOUR), ("second", HOUR / 2), ("late", 2 * HOUR)):
+        key, pod = next((k, p) for k, p in s.pods.items() if p.ref.name == name)
+        s.pods[key] = dataclasses.replace(pod, start_by=ts(at))
+    assert names(released(s, EASY)) == ["late"]
+    assert released(s) == []
+
+
+def test_easy_is_per_queue_and_a_gang_behind_the_head_reserves_nothing() -> None:
+    """A two-pod gang behind the head is reserved both nodes from +2h, when the head is done; the
+    late job (3 hours on n2) would delay it; under EASY the gang reserves nothing, so the late job
+    starts; a queue not named easy is still conservative."""
+    gang = [gated(f"g-{i}", cpu="4", created=-2 * HOUR, labels=group_labels("g", 2)) for i in range(2)]
+    s = snap(busy("r1", "4"), busy("r2", "2", node_name="n2", started=-30 * 60),
+             gated("head", cpu="4", created=-DAY), *gang, gated("late", cpu="2", limit="3h", created=-60), nodes=TWO)
+    assert released(s) == []
+    assert names(released(s, EASY)) == ["late"]
+    assert released(s, dataclasses.replace(POLICY, easy=frozenset({"gpu"}))) == []
 
 
 def test_running_scavengers_hold_no_room_the_queue_counts_on() -> None:

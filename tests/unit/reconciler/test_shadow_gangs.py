@@ -26,8 +26,10 @@ INF = float("inf")
 
 
 def by_scan(work: Any, index: Any, now: float, duration: float, margin: float,
-            est: Callable[..., Any], hold: float) -> Any:
-    """The straightforward placement (the shadow schedule's before the index learnt ``fit``)."""
+            est: Callable[..., Any], hold: float, reserve_later: bool = True) -> Any:
+    """The straightforward placement (the shadow schedule's before the index learnt ``fit``); no
+    EASY queue here, so everything placed is reserved."""
+    assert reserve_later
     s = work.sched
     size = work.size or len(work.pods)
     nodes = index.nodes

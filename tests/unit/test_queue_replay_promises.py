@@ -1,0 +1,93 @@
+"""The queue replay's promises, estimates and EASY backfill (bench/queue_replay.py, issue 24)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.unit.test_queue_replay import sim
+
+ONE = sim.Params(nodes=1, node_cpu=8, hours=1.0)
+
+
+def _day() -> list[Any]:
+    W = sim.Work
+    return [W(0, "a", 0.0, 1, 4, 3600.0, 3600.0, False),  # 4 cores until 3600
+            W(1, "a", 0.0, 1, 2, 7200.0, 7200.0, False),  # 2 cores until 7200: 2 free
+            W(2, "a", 1.0, 1, 8, 3600.0, 3600.0, False),  # the head: the whole node, at 7200
+            W(3, "a", 2.0, 1, 6, 1800.0, 1800.0, False),  # second: fits 3600..5400, before the head
+            W(4, "a", 3.0, 1, 2, 5400.0, 5000.0, False)]  # fits now, ends before 7200, but runs into 3600..5400
+
+
+def test_conservative_holds_a_job_that_would_delay_the_second_reservation() -> None:
+    res = sim.simulate(_day(), ONE, "queue")
+    head, second, late = res.works[2], res.works[3], res.works[4]
+    assert head.start_by == 7200.0 and head.started == 7200.0
+    assert second.start_by == 3600.0 and second.started == 3600.0
+    assert late.started is not None and late.started >= 5400.0
+
+
+def test_easy_releases_it_when_only_the_head_is_delayed_by_nothing() -> None:
+    res = sim.simulate(_day(), ONE, "easy")
+    head, second, late = res.works[2], res.works[3], res.works[4]
+    assert late.starts == [3.0]  # backfilled: it delays the second, not the head
+    assert head.start_by == 7200.0 and head.started == 7200.0  # the head's promise holds
+    assert second.start_by is None and second.started == 5003.0  # no promise: it was never the head
+    assert second.to_limit == 3600.0  # what the to-the-limit start said when it came
+
+
+def _outranked() -> tuple[Any, list[Any]]:
+    """Account a's second workload is promised 3600; b's, arriving later, outranks it on fair share."""
+    W = sim.Work
+    return sim.Params(nodes=1, node_cpu=4, hours=1.0), [
+        W(0, "a", 0.0, 1, 4, 3600.0, 3600.0, False), W(1, "a", 1.0, 1, 4, 3600.0, 3600.0, False),
+        W(2, "b", 100.0, 1, 4, 3600.0, 3600.0, False)]
+
+
+def test_a_later_arrival_ranked_ahead_marks_the_promise_overtaken() -> None:
+    """A light account's new work outranks the heavy account's older work on fair share."""
+    p, works = _outranked()
+    res = sim.simulate(works, p, "queue")
+    older, newer = res.works[1], res.works[2]
+    assert older.start_by == 3600.0 and older.started == 7200.0 and older.overtaken
+    assert newer.start_by == 3600.0 and newer.started == 3600.0 and not newer.overtaken
+    m = sim.figures(res, p, sim.FairShare())
+    assert m["kept_clean"] == 1.0 and m["kept_promised"] == 0.5 and m["broken_overtaken"] == 1
+
+
+def test_under_keep_a_later_arrival_ranked_ahead_does_not_break_the_promise() -> None:
+    p, works = _outranked()
+    res = sim.simulate(works, p, "keep")
+    older, newer = res.works[1], res.works[2]
+    assert older.start_by == 3600.0 and older.started == 3600.0 and not older.overtaken
+    assert newer.start_by == 7200.0 and newer.started == 7200.0
+
+
+def test_expected_start_comes_from_predicted_runtimes_and_never_after_the_promise() -> None:
+    """The second run of a program is expected to end as the first did, not at its limit."""
+    p = sim.Params(nodes=1, node_cpu=4, hours=1.0)
+    W = sim.Work
+    works = [W(0, "a", 0.0, 1, 4, 7200.0, 600.0, False, program="x"),  # a first run: 600 s of 7200
+             W(1, "a", 700.0, 1, 4, 7200.0, 600.0, False, program="x"),  # runs 700..1300
+             W(2, "a", 710.0, 1, 4, 7200.0, 600.0, False, program="x")]
+    res = sim.simulate(works, p, "queue")
+    third = res.works[2]
+    assert third.start_by == 700.0 + 7200.0  # the promise: the one ahead runs to its limit
+    assert third.expected == 1300.0 and third.started == 1300.0  # the estimate: as the first run did
+
+
+def test_the_replay_measures_utilisation_as_the_simulation_does() -> None:
+    p = sim.Params(hours=2.0, heavy_backlog=10, depth=30)
+    works = sim.generate(1, p)
+    for system in ("kube", "queue", "easy"):
+        res = sim.simulate(works, p, system)
+        f = sim.figures(res, p, sim.FairShare())
+        assert abs(f["utilisation"] - res.alloc_window / (p.nodes * p.node_cpu * p.hours * 3600)) < 1e-9
+        assert f["kept_all"] is not None and 0 <= f["kept_all"] <= 1
+
+
+def test_bench_shadow_models_replay_with_priorities() -> None:
+    p = sim.Params(nodes=4, node_cpu=64, hours=2.0)
+    works = sim.generate_model(1, "repeat", 0.8, p)
+    assert works and {w.prio for w in works} == {0, 1000} and all(w.pods == 1 for w in works)
+    rows = sim.run(1, p, model="repeat", load=0.8, systems=("kube", "easy"))
+    assert [r["system"] for r in rows] == ["kube", "easy"] and rows[1]["model"] == "repeat"
