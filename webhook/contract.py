@@ -99,6 +99,8 @@ SCAVENGERJOB_MAX_PODS = 10_000
 SCAVENGERJOB_MAX_NAME = 63
 SCAVENGERJOB_MAX_CPU = 10_000  # cores per pod
 SCAVENGERJOB_MAX_MEMORY = 2**50  # bytes per pod: 1Pi
+# spec.checkpointExitCode is 1..this: 128 and up mean killed by a signal (the CRD's schema says the same)
+SCAVENGERJOB_MAX_CHECKPOINT_EXIT_CODE = 127
 # spec.checkpoint.interval: the workload checkpoints every interval, counted from its container's
 # start, and runs as one long pod (no segments); at least this many seconds.
 SCAVENGERJOB_MIN_CHECKPOINT_INTERVAL = 60

@@ -675,6 +675,18 @@ def test_crd_spec_fields_are_the_webhooks(crd):
     assert spec["x-kubernetes-preserve-unknown-fields"] is True, "typos reach the webhook's message"
 
 
+def test_the_crds_bounds_are_the_parsers(crd):
+    """The CRD is written by hand; its bounds (checked by the API server, before the webhook and
+    while it is down) are the contract's constants the parser (rules.scavengerjob) uses."""
+    from webhook.contract import SCAVENGERJOB_MAX_CHECKPOINT_EXIT_CODE, SCAVENGERJOB_MAX_NAME
+
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert [v["rule"] for v in schema["x-kubernetes-validations"]] == [
+        f"size(self.metadata.name) <= {SCAVENGERJOB_MAX_NAME}"]
+    code = schema["properties"]["spec"]["properties"]["checkpointExitCode"]
+    assert (code["minimum"], code["maximum"]) == (1, SCAVENGERJOB_MAX_CHECKPOINT_EXIT_CODE)
+
+
 def test_maintenance_window_crd_is_cluster_scoped_with_the_contracts_fields(objects):
     from webhook.windows import SPEC_FIELDS
 

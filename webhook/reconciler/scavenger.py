@@ -69,22 +69,15 @@ from ..contract import (
     POD_GROUP_SIZE_LABEL,
     QUEUE_LABEL,
     SCAVENGERJOB_LABEL,
-    SCAVENGERJOB_MAX_CPU,
-    SCAVENGERJOB_MAX_MEMORY,
-    SCAVENGERJOB_MAX_PODS,
     SEGMENT_LABEL,
-    scavengerjob_checkpoint,
 )
-from ..rules.scavengerjob import name_problem
+from ..rules.scavengerjob import parse_scavengerjob
 from ..units import (
-    DurationTooLong,
     format_duration,
     format_memory,
     format_time,
     json_int,
-    parse_duration,
     parse_time,
-    shown,
 )
 from ..windows import Window
 from .actions import Action, ActionKind, Delete, Requirement, Unplannable, unplannable
@@ -97,8 +90,6 @@ from .model import (
     Ref,
     Snapshot,
     cut,
-    quantity_ceil,
-    quantity_milli,
     ref_of,
 )
 from .mounts import MountFailure
@@ -525,6 +516,7 @@ def _strs(v: Any) -> tuple[str, ...]:
 # What a view keeps of a ScavengerJob's spec (to make its Jobs from), as JSON: a real one is a few
 # hundred bytes. A larger one is a problem of the ScavengerJob, and its spec is not kept.
 MAX_SPEC_BYTES = 64 * 1024
+MAX_SPEC_PROBLEMS = 20
 
 
 def _conditions_kept(v: Any) -> tuple[Mapping[str, Any], ...]:
@@ -535,64 +527,26 @@ def _conditions_kept(v: Any) -> tuple[Mapping[str, Any], ...]:
 
 
 def sj_view(obj: Mapping[str, Any]) -> SJView:
+    """The reconciler's view of a ScavengerJob. Its spec is read by the admission rule's own parse
+    (rules.scavengerjob.parse_scavengerjob): one stored with problems (while the webhook was down, or
+    before a bound existed) fails ``InvalidSpec`` with the words the webhook would have refused it with."""
     md = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     st = obj.get("status") or {}
-    problems: list[str] = []
-    named = name_problem(obj)  # stored before the bound: its Jobs could never be created
-    if named:
-        problems.append(named)
-    need: Need | None = None
-    res = spec.get("resources") if isinstance(spec, dict) else None
-    if isinstance(res, dict):
-        limits = res.get("limits") or {}
-        requests = res.get("requests") or {}
-        cpu = quantity_milli(requests.get("cpu", limits.get("cpu")))
-        mem = quantity_ceil(requests.get("memory", limits.get("memory")))
-        pods = spec.get("pods", 1)
-        if cpu <= 0 or mem <= 0:
-            problems.append("spec.resources: cpu and memory limits are required")
-        elif json_int(pods) is None or pods < 1:
-            problems.append(f"spec.pods: must be a positive integer, got {shown(pods)}")
-        # Stored while the webhook was down, or before it bounded them: the same bounds as the
-        # scavengerjob policy (webhook.contract), so nothing past them reaches the arithmetic.
-        elif pods > SCAVENGERJOB_MAX_PODS:
-            problems.append(f"spec.pods: {pods} is more than {SCAVENGERJOB_MAX_PODS}, the most pods a ScavengerJob "
-                            f"may have")
-        elif cpu > SCAVENGERJOB_MAX_CPU * 1000 or mem > SCAVENGERJOB_MAX_MEMORY:
-            problems.append(f"spec.resources: more than {SCAVENGERJOB_MAX_CPU} cpu or "
-                            f"{format_memory(SCAVENGERJOB_MAX_MEMORY)} memory per pod, the most a scavenger pod "
-                            f"may ask for")
-        else:
-            need = Need(pods, cpu, mem)
-    else:
-        problems.append("spec.resources: missing")
-    duration: int | None = None
-    interval, checkpoint_problems = scavengerjob_checkpoint(spec if isinstance(spec, dict) else {})
-    problems += checkpoint_problems
-    try:
-        text = spec.get("duration")
-        if text is None and interval is not None:
-            text = spec["checkpoint"]["interval"]  # one long pod: the interval stands for the duration
-        duration = parse_duration(text if isinstance(text, str) else "")
-    except DurationTooLong as e:
-        problems.append(f"spec.duration: {e}")
-    except ValueError:
-        problems.append(f"spec.duration: {shown(spec.get('duration'))} is not a duration like 30m")
-    if duration is not None and duration <= 0:
-        problems.append("spec.duration: must be positive")
-        duration = None
-    for f in ("image", "command"):
-        if not spec.get(f):
-            problems.append(f"spec.{f}: missing")
+    parsed = parse_scavengerjob(obj)
+    # The webhook's words, each cut and at most MAX_SPEC_PROBLEMS of them: what a view keeps of a
+    # hostile spec stays small (the status message is cut anyway).
+    problems = [cut(p) for p in parsed.problems[:MAX_SPEC_PROBLEMS]]
+    if len(parsed.problems) > MAX_SPEC_PROBLEMS:
+        problems.append(f"... and {len(parsed.problems) - MAX_SPEC_PROBLEMS} more problems")
     size = len(json.dumps(spec, default=str)) if isinstance(spec, dict) else 0
     if size > MAX_SPEC_BYTES:
         problems.append(f"spec: {size} bytes as JSON, more than the {MAX_SPEC_BYTES} a ScavengerJob's spec may have")
         spec = {}
-    code = spec.get("checkpointExitCode")
-    if code is not None and (json_int(code) is None or not 1 <= code <= 127):
-        problems.append(f"spec.checkpointExitCode: must be a whole number 1..127, got {code!r}")
-        code = None
+    need: Need | None = None
+    if not problems and parsed.pods is not None and parsed.cpu_milli is not None and parsed.memory is not None:
+        need = Need(parsed.pods, parsed.cpu_milli, parsed.memory)
+    ok = need is not None
     phase = str(st.get("phase")) if st.get("phase") in PHASES else ""
     return SJView(
         ref=ref_of(SCAVENGER_JOB, md),
@@ -602,10 +556,10 @@ def sj_view(obj: Mapping[str, Any]) -> SJView:
         deleting=bool(md.get("deletionTimestamp")),
         spec=spec if isinstance(spec, dict) else {},
         need=need,
-        duration=duration,
+        duration=parsed.duration if ok else None,
         problems=tuple(problems),
-        checkpoint_code=code,
-        checkpoint_interval=interval,
+        checkpoint_code=parsed.checkpoint_code if ok else None,
+        checkpoint_interval=parsed.checkpoint_interval if ok else None,
         phase=phase,
         interrupted_count=json_int(st.get("interruptedCount"), 0),
         segment=json_int(st.get("segment"), 0),

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import posixpath
 import re
+from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from ..contract import (
     GROUP,
+    SCAVENGERJOB_MAX_CHECKPOINT_EXIT_CODE,
     SCAVENGERJOB_MAX_CPU,
     SCAVENGERJOB_MAX_MEMORY,
     SCAVENGERJOB_MAX_NAME,
@@ -147,10 +150,59 @@ def name_problem(obj: Any) -> str | None:
     return None
 
 
-def scavengerjob_problems(obj: dict[str, Any]) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class SJSpec:
+    """A ScavengerJob's spec as the reconciler runs it, and every problem of the object.
+
+    The one parse the admission rule (which denies on ``problems``) and the reconciler's view
+    (which fails the object ``InvalidSpec`` with the same words) share. The typed fields are set
+    only when the whole object has no problem: a spec is run as written or not at all.
+    """
+
+    problems: tuple[str, ...]
+    pods: int | None = None
+    cpu_milli: int | None = None  # per pod
+    memory: int | None = None  # bytes per pod
+    duration: int | None = None  # s: spec.duration, or spec.checkpoint.interval when only that is declared
+    checkpoint_code: int | None = None  # spec.checkpointExitCode
+    checkpoint_interval: int | None = None  # spec.checkpoint.interval, s
+
+
+def parse_scavengerjob(obj: Any) -> SJSpec:
+    """A ScavengerJob (its name, its spec) parsed: its typed spec, or its problems, each starting
+    with its field path."""
+    problems = _problems(obj)
+    if problems:
+        return SJSpec(problems=tuple(problems))
+    spec = obj["spec"]
+    limits = spec["resources"]["limits"]
+    interval = scavengerjob_checkpoint(spec)[0]
+    duration = spec.get("duration")
+    return SJSpec(
+        problems=(),
+        pods=json_int(spec.get("pods", 1)),
+        cpu_milli=_ceil(quantity_or_none(limits["cpu"]), 1000),
+        memory=_ceil(quantity_or_none(limits["memory"]), 1),
+        duration=parse_duration(duration) if duration is not None else interval,
+        checkpoint_code=json_int(spec.get("checkpointExitCode")),
+        checkpoint_interval=interval,
+    )
+
+
+def _ceil(q: Fraction | None, scale: int) -> int:
+    assert q is not None  # parsed only once _problems found it a quantity
+    q *= scale
+    return -(-q.numerator // q.denominator)
+
+
+def scavengerjob_problems(obj: Any) -> list[str]:
     """Every problem of a ScavengerJob (its name, its spec), each starting with its field path."""
+    return list(parse_scavengerjob(obj).problems)
+
+
+def _problems(obj: Any) -> list[str]:
     named = name_problem(obj)
-    spec = obj.get("spec")
+    spec = obj.get("spec") if isinstance(obj, dict) else None
     if not isinstance(spec, dict):
         return [*([named] if named else []),
                 "spec: required (see the ScavengerJob contract: image, command, resources, runAsUser, duration, ...)"]
@@ -201,8 +253,8 @@ def scavengerjob_problems(obj: dict[str, Any]) -> list[str]:
         except ValueError:
             errors.append(f"spec.duration: {shown(duration)} is not a duration, write e.g. 30m, 2h or 1h30m")
     code = spec.get("checkpointExitCode")
-    if code is not None and (json_int(code) is None or not 1 <= code <= 127):
-        errors.append(f"spec.checkpointExitCode: must be a whole number 1..127 (the code the workload exits with "
+    if code is not None and (json_int(code) is None or not 1 <= code <= SCAVENGERJOB_MAX_CHECKPOINT_EXIT_CODE):
+        errors.append(f"spec.checkpointExitCode: must be a whole number 1..{SCAVENGERJOB_MAX_CHECKPOINT_EXIT_CODE} (the code the workload exits with "
                       f"right after a checkpoint, to end its segment; 128 and up mean killed by a signal), got {code!r}")
     errors += scavengerjob_checkpoint(spec)[1]
     return errors

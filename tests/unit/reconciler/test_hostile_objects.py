@@ -71,6 +71,24 @@ def test_a_scavengerjob_whose_name_cannot_label_its_jobs_fails_alone_naming_it()
     assert sj_view(sj("y" * 63)).problems == ()
 
 
+def test_one_the_webhook_would_have_refused_fails_invalidspec_in_its_words_and_no_job_is_made():
+    """Issue 21: stored while the webhook was down with an unknown field and requests below limits,
+    it used to run; now it fails with the words the scavengerjob policy would have refused it with."""
+    from webhook.rules.scavengerjob import scavengerjob_problems
+
+    bad = sj("typo", cpu="1")
+    bad["spec"]["priority"] = 100
+    bad["spec"]["resources"]["requests"] = {"cpu": "500m", "memory": "1Gi"}
+    w = World(bad, sj("other", cpu="1"))
+    w.step()
+    w.step()
+    st = w.sj("typo")["status"]
+    problems = scavengerjob_problems(bad)
+    assert [p.split(":")[0] for p in problems] == ["spec.priority", "spec.resources.requests.cpu"]
+    assert st["phase"] == "Failed" and st["message"] == "invalid spec: " + "; ".join(problems), st
+    assert list(w.jobs()) == ["other-1"]
+
+
 def test_the_scavengerjob_view_refuses_what_the_policy_refuses():
     obj = sj("big", pods=10_001, duration="30m")
     assert sj_view(obj).need is None

@@ -207,3 +207,60 @@ def test_scavengerjob_kind_match_is_the_crd(bundle):
 def test_settings_are_rejected_with_file_line_and_field(tmp_path: Path):
     e = settings_error(tmp_path, "scavengerjob", "    share: 70\n")
     assert str(e).endswith("scavengerjob/policy.yaml:8: spec.settings.share: unknown field; expected one of: "), e
+
+
+# -- one parse, one wording: the admission rule and the reconciler's view (issue 21) ----------
+@pytest.mark.parametrize(("obj", "message"), [c[1:] for c in SJ_BAD], ids=[c[0] for c in SJ_BAD])
+def test_the_reconcilers_view_fails_a_bad_spec_with_the_webhooks_words(sj, obj, message):
+    """A ScavengerJob stored while the webhook was down fails InvalidSpec with exactly the problems
+    the webhook would have refused it with (before: a second, more lenient check of its own)."""
+    from webhook.reconciler.scavenger import sj_view
+
+    d = run(sj, obj)
+    view = sj_view(obj)
+    assert not d.allowed and view.need is None and view.duration is None
+    assert d.message == f"scavengerjob: invalid ScavengerJob demo/md: {'; '.join(view.problems)}"
+    assert message in "; ".join(view.problems)
+
+
+@pytest.mark.parametrize("obj", [c[1] for c in SJ_OK], ids=[c[0] for c in SJ_OK])
+def test_what_the_webhook_allows_the_view_runs(obj):
+    from webhook.reconciler.scavenger import sj_view
+
+    view = sj_view(obj)
+    assert view.problems == () and view.need is not None and view.duration is not None
+
+
+def test_the_parse_types_the_spec():
+    from webhook.rules.scavengerjob import SJSpec, parse_scavengerjob
+
+    assert parse_scavengerjob(sjob()) == SJSpec(problems=(), pods=2, cpu_milli=4000, memory=8 * 2**30,
+                                                duration=1800, checkpoint_code=None, checkpoint_interval=None)
+    p = parse_scavengerjob(sjob(pods=..., duration=..., checkpoint={"interval": "10m"},
+                                resources={"limits": {"cpu": "1500m", "memory": "1.5Ki"}}))
+    assert (p.pods, p.cpu_milli, p.memory, p.duration, p.checkpoint_interval) == (1, 1500, 1536, 600, 600)
+    assert parse_scavengerjob(sjob(checkpointExitCode=3)).checkpoint_code == 3
+    bad = parse_scavengerjob(sjob(pods=0))
+    assert bad.problems and (bad.pods, bad.cpu_milli, bad.duration) == (None, None, None)
+
+
+@pytest.mark.parametrize("obj", [
+    sjob(priority=100),  # an unknown field
+    sjob(resources={"limits": {"cpu": "4", "memory": "8Gi"}, "requests": {"cpu": "2", "memory": "8Gi"}}),
+    sjob(runAsUser=0),
+    sjob(volumes=vol(name="b", mountPath="/b", hostPath={"path": "/"})),
+], ids=["unknown field", "requests below limits", "root", "hostPath"])
+def test_the_view_is_as_strict_as_the_webhook(obj):
+    """Before, the view ran these (stored while the webhook was down); now it fails them InvalidSpec."""
+    from webhook.reconciler.scavenger import sj_view
+
+    assert sj_view(obj).problems == tuple(scavengerjob_problems(obj)) != ()
+
+
+def test_the_view_keeps_at_most_twenty_problems():
+    from webhook.reconciler.scavenger import sj_view
+
+    obj = sjob(command=list(range(30)))
+    assert len(scavengerjob_problems(obj)) == 30
+    problems = sj_view(obj).problems
+    assert problems[:20] == tuple(scavengerjob_problems(obj)[:20]) and problems[20:] == ("... and 10 more problems",)
