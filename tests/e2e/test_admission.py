@@ -29,6 +29,8 @@ from harness import (
     unique,
 )
 
+from webhook.contract import RECORD_JOB_UID_ENV
+
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 VOLATILE_META = ("resourceVersion", "managedFields", "labels")
 
@@ -104,8 +106,13 @@ def test_job_controller_pods_carry_batchgate_fields_without_own_patch(kube, webh
         # a gang Job is Indexed: the Job controller names the host <job>-<index> itself
         index = p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
         assert p["spec"]["hostname"] == f"{name}-{index}"
-    # the template was mutated once, as the Job; the gang Pods need no patch of their own:
-    # everything came with the template, their hostnames from the Job controller
+    # the template was mutated once, as the Job; each gang Pod's only patch of its own is the
+    # record's Job uid (issue 27: which Job's controller made it); everything else came with the
+    # template, their hostnames from the Job controller
+    for p in pods:
+        for c in p["spec"]["containers"]:
+            env = {e["name"]: e.get("value", "") for e in c.get("env") or []}
+            assert env[RECORD_JOB_UID_ENV] == created["metadata"]["uid"], c.get("env")
     target = before["mutated"] + before["allowed"] + 3
 
     def answered():
@@ -113,8 +120,7 @@ def test_job_controller_pods_carry_batchgate_fields_without_own_patch(kube, webh
         return m if m["mutated"] + m["allowed"] >= target else None
 
     after = wait_for(answered, 10, message="the webhook's answers for the Job and its Pods")
-    assert after["mutated"] - before["mutated"] == 1, (before, after)
-    assert after["allowed"] - before["allowed"] == 2, (before, after)
+    assert after["mutated"] - before["mutated"] == 3, (before, after)
 
 
 @pytest.mark.parametrize(("obj", "webhook"), [

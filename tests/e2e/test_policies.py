@@ -40,6 +40,8 @@ from harness import (
     unique,
 )
 
+from webhook.contract import RECORD_JOB_UID_ENV
+
 REPO = Path(__file__).resolve().parents[2]
 CREATE_HOOK = "create.validate.batchgate.io"
 UPDATE_HOOK = "update.validate.batchgate.io"
@@ -788,16 +790,23 @@ def controller_patch(hook, p: dict[str, Any], ns: str) -> list[dict[str, Any]]:
 
 
 def test_exclusive_job_pods_get_no_patch_of_their_own(kube, webhook_server, ns, exclusive_job_pods):
-    """README e2e item 2: the Job controller's Pods of an exclusive Job need no patch. Below
-    1.22 the API server drops namespaceSelector from the stored template; node-selection
-    must treat that as the same term, or it would re-patch every Pod forever."""
+    """README e2e item 2: the Job controller's Pods of an exclusive Job need no patch of their
+    own but the record's Job uid. Below 1.22 the API server drops namespaceSelector from the
+    stored template; node-selection must treat that as the same term, or it would re-patch every
+    Pod forever."""
     pods, answered = exclusive_job_pods
-    # the Job only: its gang Pods come with everything from the template (no completions given, so
-    # not Indexed: no stable hostname, and none picked per pod)
-    assert answered["mutated"] == 1, answered
+    # the Job, and each Pod for the record's Job uid only: the rest comes with the template (no
+    # completions given, so not Indexed: no stable hostname, and none picked per pod)
+    assert answered["mutated"] == 1 + len(pods), answered
     for p in pods:
         assert "hostname" not in p["spec"]
         assert controller_patch(webhook_server, p, ns) == []
+        # as the Job controller sent it (the template's record, with no Job uid): the uid is all
+        sent = copy.deepcopy(p)
+        for c in sent["spec"]["containers"]:
+            c["env"] = [{"name": e["name"]} if e["name"] == RECORD_JOB_UID_ENV else e for e in c.get("env") or []]
+        patch = controller_patch(webhook_server, sent, ns)
+        assert patch and all("/env" in op["path"] for op in patch), patch
 
 
 def webhook_answers(hook, before: dict[str, float], n: int) -> dict[str, float]:

@@ -69,17 +69,32 @@ def parse(node: Node, bundle: Bundle) -> Settings:
     )
 
 
+def _memory_limit(holder: Any, where: str) -> Any:
+    """``holder.resources.limits.memory`` (None if not set); ValueError naming what is not an
+    object on the way (the API server would refuse it too, but a dry run or an offline check
+    reaches this first)."""
+    if not isinstance(holder, dict):
+        raise ValueError(f"{where} is not an object")
+    resources = holder.get("resources") or {}
+    if not isinstance(resources, dict):
+        raise ValueError(f"{where}.resources is not an object")
+    limits = resources.get("limits") or {}
+    if not isinstance(limits, dict):
+        raise ValueError(f"{where}.resources.limits is not an object")
+    return limits.get("memory")
+
+
 def size_limit(settings: Settings, spec: dict[str, Any]) -> str | None:
     """The emptyDir's sizeLimit, if it gets one."""
     if settings.fraction is None:
         return settings.size_text
-    pod_limit = ((spec.get("resources") or {}).get("limits") or {}).get("memory")
+    pod_limit = _memory_limit(spec, "spec")
     if pod_limit is not None:  # pod-level resources (Kubernetes 1.32+): the pod's own limit
         limits = [pod_limit]
     else:
         limits = []
-        for c in spec.get("containers") or []:  # app containers
-            limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
+        for i, c in enumerate(spec.get("containers") or []):  # app containers
+            limit = _memory_limit(c, f"containers[{i}]")
             if limit is None:
                 for earlier in limits:  # a malformed one before it is still an error
                     parse_quantity(earlier)

@@ -139,3 +139,18 @@ def test_bad_settings_name_file_line_field(tmp_path, settings, line, field, text
     assert err.file.endswith("shm/policy.yaml")
     assert (err.line, err.field) == (line, field)
     assert text in err.message
+
+
+@pytest.mark.parametrize(("value", "named"), [
+    pytest.param("abc", "spec.resources is not an object", id="pod-resources-string"),
+    pytest.param({"limits": 1.5}, "spec.resources.limits is not an object", id="pod-limits-float"),
+])
+def test_pod_resources_that_are_not_objects_are_denied_naming_them(shm, value, named):
+    """Found by the 100,000-case HTTPS fuzz (issue 27): a string or a number where the pod-level
+    resources or limits should be made the policy raise (a container's are the engine's check);
+    now it denies, naming the field."""
+    obj = pod(["4Gi"])
+    obj["spec"]["resources"] = value
+    d = run(shm, obj)
+    assert not d.allowed
+    assert f"cannot size /dev/shm from the containers' memory limits: {named}" in d.message
