@@ -161,7 +161,8 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
         job = ""
         if shape.is_pod and ctx.from_controller and controller_group_kind(draft.root) == ("batch", "Job"):
             made_by = controller_of(draft.root)
-            job = str(made_by.get("uid") or "") if made_by is not None else ""
+            uid = made_by.get("uid") if made_by is not None else None
+            job = uid if isinstance(uid, str) else ""  # str() of a nested value would recurse
         if record.job != job:
             record = replace(record, job=job)
     pod = _record(draft, shape, record)

@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import POLICIES, fixture
 from tests.unit.conftest import decided, only, sealed
 from webhook.bundle import Bundle
-from webhook.engine import Decision
+from webhook.engine import Decision, decide
 from webhook.offline import Caller, synthetic_review
 from webhook.rules import load_bundle
 from webhook.workloads import SERVICE_OWNER_KINDS, SHAPES, admission_record, service_owned
@@ -457,3 +457,17 @@ def test_the_real_daemonset_made_by_its_controller_is_still_a_service(tl):
 ])
 def test_only_the_real_kinds_are_services_controllers(api_version, kind, owned):
     assert service_owned(_owned_by(pod(), api_version, kind), SERVICE_OWNER_KINDS) is owned
+
+
+
+def test_an_owner_uid_that_is_not_a_string_records_no_job(tl):
+    """Found by the fuzz tier: a Job owner's uid nested deep (not a string) made the record's
+    str() recurse (the policy failed, closed); it records no Job instead."""
+    deep: Any = "x"
+    for _ in range(990):
+        deep = [deep]
+    obj = pod({ANN: "1h"}, owner="Job")
+    obj["metadata"]["ownerReferences"][0]["uid"] = deep
+    d = decide(synthetic_review(obj, Caller(username=CONTROLLER, namespace="demo")), tl, phase="mutate")
+    assert d.errors == []
+    assert {"name": "BATCHGATE_JOB_UID"} in d.obj["spec"]["containers"][0]["env"]
