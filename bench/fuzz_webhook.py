@@ -186,13 +186,23 @@ def run(cases: int, seed: int, bundle: Bundle, *, hang: float = 2.0) -> dict[str
             continue
         took = time.perf_counter() - started
         slowest = max(slowest, took)
-        statuses[out.status] += 1
-        if out.status >= 500 or took > hang:
-            failures.append(f"case {i}: status {out.status} in {took:.3f} s: {out.body[:200]!r}")
-        elif out.status != 200:
-            json.loads(out.body)["error"]
+        failures += judged(i, out.status, out.body, took, hang, statuses)
+        # what the edge logs as "policy failed": a policy that raised (the review failed closed)
+        failures += [f"case {i}: policy {policy} raised: {tb.strip().splitlines()[-1]}"[:300]
+                     for policy, tb in (out.decision.errors if out.decision is not None else ())]
     return {"cases": cases, "seed": seed, "statuses": dict(sorted(statuses.items())),
             "slowest_s": round(slowest, 4), "failures": failures}
+
+
+def judged(i: int, status: int, body: bytes, took: float, hang: float, statuses: Counter[int]) -> list[str]:
+    """Count one answer's status; its failure, if any: a 5xx or slower than ``hang``; any other
+    non-200 must carry a JSON ``error`` message (a KeyError or a decode error escapes otherwise)."""
+    statuses[status] += 1
+    if status >= 500 or took > hang:
+        return [f"case {i}: status {status} in {took:.3f} s: {body[:200]!r}"]
+    if status != 200:
+        json.loads(body)["error"]
+    return []
 
 
 # -- through the HTTPS edge ------------------------------------------------------------------
@@ -328,11 +338,7 @@ def run_https(cases: int, seed: int, *, hang: float = 5.0, policies: Path = ROOT
                     continue
                 took = time.perf_counter() - started
                 slowest = max(slowest, took)
-                statuses[resp.status] += 1
-                if resp.status >= 500 or took > hang:
-                    failures.append(f"case {i}: status {resp.status} in {took:.3f} s: {data[:200]!r}")
-                elif resp.status != 200:
-                    json.loads(data)["error"]
+                failures += judged(i, resp.status, data, took, hang, statuses)
             conn.close()
     finally:
         for lg in watched:
