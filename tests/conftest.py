@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,17 @@ POLICIES = ROOT / "policies"
 # Recorded from a real Kubernetes 1.37 control plane by hack/record-fixtures.py (its README says
 # how); BATCHGATE_FIXTURES runs the suite on another recording.
 FIXTURES = Path(os.environ.get("BATCHGATE_FIXTURES") or ROOT / "tests" / "fixtures" / "admission-k8s-1.37")
+
+
+def load_script(path: Path, name: str) -> Any:
+    """A script outside the package (bench/, hack/, examples/) imported as module ``name``,
+    registered in sys.modules first (dataclasses look their module up there)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def fixture(name: str) -> dict[str, Any]:

@@ -4,16 +4,14 @@ run (100,000 cases) is ``python bench/fuzz_webhook.py``."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("fuzz_webhook", ROOT / "bench" / "fuzz_webhook.py")
-assert spec and spec.loader
-fuzz = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(fuzz)
+fuzz = load_script(ROOT / "bench" / "fuzz_webhook.py", "fuzz_webhook")
 
 
 @pytest.mark.parametrize("seed", [1, 2])

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("queue_replay", ROOT / "bench" / "queue_replay.py")
-assert _spec and _spec.loader
-sim: Any = importlib.util.module_from_spec(_spec)
-sys.modules["queue_replay"] = sim  # dataclasses look their module up
-_spec.loader.exec_module(sim)
+sim: Any = load_script(ROOT / "bench" / "queue_replay.py", "queue_replay")
 
 P = sim.Params(hours=2.0, heavy_backlog=10, depth=30)
 PLACEMENTS = ["shadow", "simple", "greedy"]

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("replay_measures", ROOT / "bench" / "replay_measures.py")
-assert _spec and _spec.loader
-rm: Any = importlib.util.module_from_spec(_spec)
-sys.modules["replay_measures"] = rm  # dataclasses look their module up
-_spec.loader.exec_module(rm)
+rm: Any = load_script(ROOT / "bench" / "replay_measures.py", "replay_measures")
 R = rm.Record
 
 

@@ -8,7 +8,6 @@ gets them wrong.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -20,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "scavenger-demo"
 SCRIPT = DEMO / "primes.py"
@@ -27,15 +28,7 @@ LIMIT = 10**8
 COUNT, SUM = 5761455, 279209790387276  # pi(10^8) and the sum of the primes below 10^8
 
 
-def _module(path: Path, name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-primes = _module(SCRIPT, "demo_primes")
+primes = load_script(SCRIPT, "demo_primes")
 
 
 def args(state: Path, *extra: str, limit: int = LIMIT) -> list[str]:
@@ -247,7 +240,7 @@ def test_the_sieve_agrees_with_trial_division_on_odd_limits(tmp_path):
 
 
 def test_the_configmap_carries_this_very_script():
-    hack = _module(ROOT / "hack" / "scavenger-demo-configmap.py", "demo_configmap")
+    hack = load_script(ROOT / "hack" / "scavenger-demo-configmap.py", "demo_configmap")
     assert (DEMO / "configmap.yaml").read_text() == hack.render(SCRIPT.read_text()), (
         "examples/scavenger-demo/configmap.yaml is out of date: run python hack/scavenger-demo-configmap.py")
 

@@ -4,21 +4,17 @@ losses are computed by hand."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("scavenger_sim", ROOT / "bench" / "scavenger_sim.py")
-assert _spec and _spec.loader
-sim: Any = importlib.util.module_from_spec(_spec)
-sys.modules["scavenger_sim"] = sim  # dataclasses look their module up
-_spec.loader.exec_module(sim)
+sim: Any = load_script(ROOT / "bench" / "scavenger_sim.py", "scavenger_sim")
 
 GI = 1 << 30
 SCAV, BATCH = sim.SCAVENGER, sim.BATCH

@@ -6,18 +6,14 @@ schema's types or a pass, no cannot-plan for them, no view past its bound. The l
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[3]
-spec = importlib.util.spec_from_file_location("fuzz_reconciler", ROOT / "bench" / "fuzz_reconciler.py")
-assert spec and spec.loader
-fuzz = importlib.util.module_from_spec(spec)
-sys.modules["fuzz_reconciler"] = fuzz  # (its dataclasses look their module up)
-spec.loader.exec_module(fuzz)
+fuzz = load_script(ROOT / "bench" / "fuzz_reconciler.py", "fuzz_reconciler")
 
 
 @pytest.mark.parametrize("seed", [1, 2])
