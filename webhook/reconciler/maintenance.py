@@ -44,7 +44,16 @@ from ..contract import COUNTDOWN_LABEL, MAINTENANCE_ANNOTATION, NEXT_MAINTENANCE
 from ..units import format_time
 from ..windows import Window, countdown, next_maintenance_text, next_window, slack_for
 from .actions import Action, Delete, Disruption, Unplannable, unplannable
-from .model import REASON_MAINTENANCE_DRAIN, JobView, NodeView, PodView, Ref, Snapshot, WindowView, job_of
+from .model import (
+    REASON_MAINTENANCE_DRAIN,
+    JobView,
+    NodeView,
+    PodView,
+    Ref,
+    Snapshot,
+    WindowView,
+    job_of,
+)
 from .settings import Settings
 
 
