@@ -42,7 +42,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import cluster  # noqa: E402
-import harness  # noqa: E402
 from bench_webhook import STDLIB_NOOP, free_port, wait_ready  # noqa: E402
 from harness import (  # noqa: E402
     WebhookServer,
@@ -54,8 +53,6 @@ from harness import (  # noqa: E402
 
 from webhook.generate import webhook_configurations  # noqa: E402
 
-# applied per setup below (batchgate's), not with the rest of manifests/
-harness.NOT_APPLIED |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 PLURALS = {"ValidatingAdmissionPolicy": "validatingadmissionpolicies",
            "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}

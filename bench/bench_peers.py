@@ -83,14 +83,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import cluster  # noqa: E402
-import harness  # noqa: E402
 from bench_apiserver import NOOP_PAIR  # noqa: E402
 from bench_webhook import FIXTURES, free_port, run_wrk, wait_ready  # noqa: E402
 from harness import apply_manifests, pod, wait_crd_established  # noqa: E402
 
 from webhook.generate import webhook_configurations  # noqa: E402
 
-harness.NOT_APPLIED |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 PEERS = ROOT / "bench" / "peers"
 # batchgate-webhooks: batchgate's two webhooks without its ValidatingAdmissionPolicies, to show
 # what the policies evaluated inside the API server add to a create

@@ -47,26 +47,20 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 sys.path.insert(0, str(ROOT))
 
 import cluster  # noqa: E402
-import harness  # noqa: E402
 from harness import (  # noqa: E402
     GANG,
-    Webhook,
-    WebhookServer,
     apply_manifests,
     container,
     job,
     jobs_path,
     pod,
     pods_path,
+    serving,
     wait_crd_established,
 )
 
 from webhook.contract import QUEUE_GATE, START_BY_ANNOTATION  # noqa: E402
-from webhook.generate import webhook_configurations  # noqa: E402
-from webhook.rules import load_bundle  # noqa: E402
 
-# as the e2e suite (conftest.py): the admission policies stay out; the webhook decides the same
-harness.NOT_APPLIED |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 KINDS = ("pod", "job", "gang-pods", "gang-job")
 QUEUE = "batch"  # gated in the shipped bundle
 NODE_CPU = 4
@@ -257,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="batchgate-release-"))
     kube = cluster.LocalCluster().start()
     procs: list[subprocess.Popen[bytes]] = []
-    server = None
+    webhook = contextlib.ExitStack()
     watcher = None
     rows: list[dict[str, Any]] = []
     say: Callable[[str], None] = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else \
@@ -268,12 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         apply_manifests(kube)
         wait_crd_established(kube, "scavengerjobs.batchgate.io")
         policies = ROOT / "policies"
-        server = WebhookServer(workdir, policies=policies).start()
-        mutating, validating = webhook_configurations(server.ca_bundle, url=server.url)
-        probe_ns = kube.create_namespace(prefix="release-probe")
-        hook = Webhook(kube, server, load_bundle(policies), mutating, validating, probe_ns)
-        hook.register()
-        hook.wait_effective()
+        webhook.enter_context(serving(kube, workdir, policies, probe_prefix="release-probe"))
         ns = kube.create_namespace(prefix="release")
         nodes = {}
         for kind in kinds:
@@ -319,8 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(Exception):
                 p.kill()
                 p.wait(timeout=30)
-        if server is not None:
-            server.stop()
+        webhook.close()
         kube.stop()
 
 

@@ -39,10 +39,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 sys.path.insert(0, str(ROOT))
 
 import cluster  # noqa: E402
-from harness import Webhook, WebhookServer, apply_manifests, pod, wait_crd_established  # noqa: E402
-
-from webhook.generate import webhook_configurations  # noqa: E402
-from webhook.rules import load_bundle  # noqa: E402
+from harness import apply_manifests, pod, serving, wait_crd_established  # noqa: E402
 
 KWOK_STAGES = ("node-initialize.yaml", "node-heartbeat-with-lease.yaml", "pod-ready.yaml", "pod-delete.yaml")
 
@@ -105,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     kube = cluster.LocalCluster(extra_apiserver_args=["--max-requests-inflight=800",
                                                       "--max-mutating-requests-inflight=400"]).start()
     procs: list[subprocess.Popen[bytes]] = []
-    server = None
+    webhook = contextlib.ExitStack()
     try:
         print(f"control plane {kube.get('/version')['gitVersion']} up in {kube.startup_seconds:.1f} s", flush=True)
         apply_manifests(kube)
@@ -124,12 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.nodes} kwok nodes Ready in {time.monotonic() - t0:.1f} s", flush=True)
 
         policies = ROOT / "policies"
-        server = WebhookServer(workdir, policies=policies).start()
-        mutating, validating = webhook_configurations(server.ca_bundle, url=server.url)
-        probe_ns = kube.create_namespace(prefix="scale-probe")
-        hook = Webhook(kube, server, load_bundle(policies), mutating, validating, probe_ns)
-        hook.register()
-        hook.wait_effective()
+        webhook.enter_context(serving(kube, workdir, policies, probe_prefix="scale-probe"))
 
         namespaces = [kube.create_namespace(prefix="scale") for _ in range(args.namespaces)]
         metrics_port = cluster.free_port()
@@ -210,8 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(Exception):
                 p.kill()
                 p.wait(timeout=30)
-        if server is not None:
-            server.stop()
+        webhook.close()
         kube.stop()
 
 

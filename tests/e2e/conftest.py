@@ -43,15 +43,14 @@ from harness import (  # noqa: E402
     Outage,
     Reconciler,
     Webhook,
-    WebhookServer,
     apply_manifests,
     label_system_namespaces,
+    serving,
     start_reconciler,
     stop_reconcilers,
     wait_crd_established,
 )
 
-from webhook.generate import webhook_configurations  # noqa: E402
 from webhook.rules import load_bundle  # noqa: E402
 
 E2E_DIR = Path(__file__).resolve().parent
@@ -162,26 +161,12 @@ def webhook_server(kube: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
     apply_manifests(kube)
     wait_crd_established(kube, "scavengerjobs.batchgate.io")
 
-    probe_ns = kube.create_namespace(prefix="e2e-probe")
-    # The aggregated ClusterRole (rbac-users.yaml) lets `edit` users manage ScavengerJobs.
-    wait_for(lambda: kube.can_i("create", "scavengerjobs", as_user="alice",
-                                namespace=probe_ns, group="batchgate.io"),
-             30, message="alice to be allowed to create ScavengerJobs (role aggregation)")
-
-    server = WebhookServer(workdir, policies=policies).start()
-    mutating, validating = webhook_configurations(server.ca_bundle, url=server.url)
-    hook = Webhook(kube, server, bundle, mutating, validating, probe_ns)
-    try:
-        hook.register()
-        hook.wait_effective()
+    with serving(kube, workdir, policies, bundle=bundle) as hook:
+        # The aggregated ClusterRole (rbac-users.yaml) lets `edit` users manage ScavengerJobs.
+        wait_for(lambda: kube.can_i("create", "scavengerjobs", as_user="alice",
+                                    namespace=hook.probe_namespace, group="batchgate.io"),
+                 30, message="alice to be allowed to create ScavengerJobs (role aggregation)")
         yield hook
-    finally:
-        with contextlib.suppress(Exception):
-            kube.delete_webhooks(mutating=mutating["metadata"]["name"],
-                                 validating=validating["metadata"]["name"])
-        server.stop()
-        with contextlib.suppress(Exception):
-            kube.delete_namespace(probe_ns)
 
 
 @pytest.fixture(scope="module")
@@ -296,12 +281,3 @@ def pytest_runtest_makereport(item, call):
                 tails = str(exc)
             if tails:
                 report.sections.append(("kube control plane logs", tails))
-
-
-# -- ValidatingAdmissionPolicies (manifests/admission-policies.yaml) ------------------------------
-# Not applied to the session's cluster with the rest of manifests/: tests that change a pod template
-# while the webhook is down (test_seal.py) rely on what they forbid. test_admission_policies.py
-# installs them for its own tests and removes them after.
-import harness as _harness  # noqa: E402
-
-_harness.NOT_APPLIED |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}

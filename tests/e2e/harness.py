@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,7 @@ from webhook.bundle import Bundle
 from webhook.engine import Decision
 from webhook.generate import webhook_configurations
 from webhook.offline import Caller, check_object
+from webhook.rules import load_bundle
 from webhook.seal import Keyring, parse_keyring
 from webhook.units import parse_quantity, parse_time
 
@@ -82,7 +83,13 @@ APPLIED_KINDS = {
     "Service": ("/api/v1", "services", True),
     "PodDisruptionBudget": (None, "poddisruptionbudgets", True),  # policy/v1 or v1beta1
 }
-NOT_APPLIED = {"Deployment", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+# Not applied with the rest of manifests/: the webhook runs as a process here and is registered by
+# ``serving``; the ValidatingAdmissionPolicies (manifests/admission-policies.yaml) stay out of the
+# e2e session's cluster and the benchmarks' (tests that change a pod template while the webhook is
+# down, test_seal.py, rely on what they forbid): test_admission_policies.py and bench_apiserver.py
+# install them for their own runs and remove them after.
+NOT_APPLIED = {"Deployment", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+               "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 
 # --------------------------------------------------------------------------
@@ -248,6 +255,30 @@ class Webhook:
         return wait_for(mutated, timeout, interval=0.2,
                         message=lambda: f"the API server to call the webhook (last: {last})")
 
+
+
+@contextlib.contextmanager
+def serving(kube: Any, workdir: Path, policies: Path, *, bundle: Bundle | None = None,
+            probe_prefix: str = "e2e-probe") -> Iterator[Webhook]:
+    """``batchgate serve`` on ``policies``, registered as the cluster's admission webhooks and in
+    effect (a dry-run Pod create as alice comes back mutated) for the ``with`` block; then
+    unregistered and stopped, and its probe namespace deleted. The e2e session's webhook and the
+    benchmarks that run a control plane (bench_release, bench_scale) start it so."""
+    probe_ns = kube.create_namespace(prefix=probe_prefix)
+    server = WebhookServer(workdir, policies=policies).start()
+    mutating, validating = webhook_configurations(server.ca_bundle, url=server.url)
+    hook = Webhook(kube, server, bundle if bundle is not None else load_bundle(policies), mutating, validating,
+                   probe_ns)
+    try:
+        hook.register()
+        hook.wait_effective()
+        yield hook
+    finally:
+        with contextlib.suppress(Exception):
+            kube.delete_webhooks(mutating=mutating["metadata"]["name"], validating=validating["metadata"]["name"])
+        server.stop()
+        with contextlib.suppress(Exception):
+            kube.delete_namespace(probe_ns)
 
 def apply_object(kube: Any, obj: Mapping[str, Any]) -> dict[str, Any]:
     """Create ``obj``, or replace it when it exists (as ``kubectl apply`` would end up)."""

@@ -11,12 +11,15 @@ shows what it plans about it. docs/admin/security.md names these tests for its c
 from __future__ import annotations
 
 import contextlib
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from cluster import KubeApiError, now_rfc3339, require_components, wait_for
+from cluster import REPO_ROOT, KubeApiError, now_rfc3339, require_components, wait_for
 from harness import (
     GANG,
     QUEUE_LABEL,
@@ -24,6 +27,7 @@ from harness import (
     container,
     create,
     create_and_read,
+    events,
     job,
     jobs_path,
     pod,
@@ -44,6 +48,7 @@ MW_PATH = "/apis/batchgate.io/v1alpha1/maintenancewindows"
 TAINT = "batchgate.io/e2e-hostile"
 TOLERATE = [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}]
 FIXED = "cannot be set, changed or removed once it exists"
+NEXT_MAINTENANCE = "batchgate.io/next-maintenance"
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -346,6 +351,72 @@ def test_8_a_new_pod_re_parented_to_a_colleagues_job_neither_dates_nor_stops_it(
     after = kube.get(jobs_path(namespace, name))
     assert after["metadata"]["uid"] == uid and not after["metadata"].get("deletionTimestamp")
     assert not {"batchgate.io/started-at", "batchgate.io/deadline"} & set(after["metadata"].get("annotations") or {})
+
+
+
+# -- 9. a pod naming another namespace's Job ------------------------------------------------------
+def test_9_a_pod_naming_another_namespaces_job_ties_no_window_to_it_nor_shows_as_it(kube, webhook_server, namespace,
+                                                                                     api, nodes):
+    """alice's pod runs on a node that a maintenance window takes in 3 hours, and names bob's Job, in
+    bob's namespace, as its controller. ownerReferences are namespace-local: the garbage collector
+    reports OwnerRefInvalidNamespace and, for a ``batch/v1`` reference, deletes the pod within a
+    second; with an apiVersion it cannot resolve (``batch/v2``) it leaves the pod alone. The
+    reconciler took the pod for the Job's by the uid alone: it wrote alice's window into bob's
+    Job (``batchgate.io/next-maintenance``, by which the webhook refuses his extensions past it), and
+    ``batchgate queue`` listed bob's suspended Job as running on alice's node. Bob's own Job on the
+    node gets the window, as it should."""
+    require_components(kube, "kube-controller-manager")
+    n = nodes("8", tainted=True)
+    bobs = kube.create_namespace(prefix="e2e-hostile-9-bob", edit_users=("bob",))
+    window = unique("hostile-window")
+    try:
+        victim = unique("train")
+        obj = job(victim, labels={QUEUE_LABEL: "interactive"}, annotations={TIME_LIMIT: "1h"})
+        obj["spec"]["suspend"] = True
+        uid = create_and_read(kube, bobs, obj, as_user="bob")["metadata"]["uid"]
+        own = unique("own")
+        own_uid = create_and_read(kube, bobs, job(own, labels={QUEUE_LABEL: "interactive"}, annotations={TIME_LIMIT: "1h"},
+                                                  nodeName=n, tolerations=TOLERATE), as_user="bob")["metadata"]["uid"]
+        (own_pod,) = kube.wait_for_pods(bobs, label_selector=f"controller-uid={own_uid}", count=1, timeout=60)
+        kube.set_pod_phase(bobs, own_pod["metadata"]["name"], "Running")
+
+        forged = unique("forged")
+        forged_uid = create(kube, namespace, owned_by(pod(forged, labels={QUEUE_LABEL: "interactive"}, nodeName=n,
+                                                          tolerations=TOLERATE), "batch/v2", "Job", victim, uid))["metadata"]["uid"]
+        kube.set_pod_phase(namespace, forged, "Running")
+        kube.create(MW_PATH, {"apiVersion": "batchgate.io/v1alpha1", "kind": "MaintenanceWindow",
+                              "metadata": {"name": window},
+                              "spec": {"start": now_rfc3339(3 * 3600), "end": now_rfc3339(4 * 3600), "nodes": [n],
+                                       "reason": "e2e"}})
+        # the garbage collector has seen the reference, and left the pod
+        wait_for(lambda: events(kube, namespace, uid=forged_uid, reason="OwnerRefInvalidNamespace"), 60,
+                 message="the garbage collector's OwnerRefInvalidNamespace Event on the forged pod")
+
+        # a reconciler that watches the whole cluster (one scoped to bob's namespace never sees alice's
+        # pod); what it plans about bob's namespace is carried out
+        c = Controller(api, Settings(leader_elect=False, queues=QueuePolicy.from_bundle(webhook_server.bundle)))
+        c.cache.list_once()
+        planned = [a for a in c.plan_now().actions if a.target.namespace == bobs]
+        outcomes = c.actuator.execute(planned)
+        assert all(o.result in ("done", "gone", "exists") for o in outcomes), [(o.action.line(), o.result)
+                                                                                for o in outcomes]
+        assert [a.target.name for a in planned if a.kind == "record-maintenance"] == [own], [a.line() for a in planned]
+        still = kube.get(pods_path(namespace, forged))["metadata"]  # it was there for the pass, and is
+        assert not still.get("deletionTimestamp") and still["ownerReferences"][0]["uid"] == uid
+        annotations = kube.get(jobs_path(bobs, victim))["metadata"].get("annotations") or {}
+        assert NEXT_MAINTENANCE not in annotations, annotations
+        assert window in (kube.get(jobs_path(bobs, own))["metadata"].get("annotations") or {})[NEXT_MAINTENANCE]
+
+        out = subprocess.run([sys.executable, "-m", "webhook", "queue", "--namespace", bobs, "-o", "json",
+                              "--kubeconfig", kube.kubeconfig("admin")],
+                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=True).stdout
+        running = {r["name"]: r["reason"] for r in json.loads(out) if r["state"] == "Running"}
+        assert running == {own: f"on {n}"}, running
+    finally:
+        with contextlib.suppress(Exception):
+            kube.delete(f"{MW_PATH}/{window}")
+        with contextlib.suppress(Exception):
+            kube.delete_namespace(bobs)
 
 
 def _epoch(ts: str) -> float:

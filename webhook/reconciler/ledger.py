@@ -32,7 +32,6 @@ class Ledger:
         self.usage: Usage | None = None  # None: not read yet (or unreadable)
         self._rv = ""
         self.broken = ""  # why the stored document cannot be used
-        self.last_result = ""
 
     def reset(self) -> None:
         """Forget what was read (leadership changed hands: read again before writing)."""
@@ -66,7 +65,6 @@ class Ledger:
         except KubeError as e:
             log.warning("cannot store usage in ConfigMap %s/%s: %s", self.namespace, NAME, e)
             result = "failed"
-        self.last_result = result
         if result not in ("unchanged",):
             metrics.USAGE_WRITES.labels(result).inc()
         return result

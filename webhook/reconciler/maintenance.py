@@ -44,7 +44,16 @@ from ..contract import COUNTDOWN_LABEL, MAINTENANCE_ANNOTATION, NEXT_MAINTENANCE
 from ..units import format_time
 from ..windows import Window, countdown, next_maintenance_text, next_window, slack_for
 from .actions import Action, Delete, Disruption, Unplannable, unplannable
-from .model import REASON_MAINTENANCE_DRAIN, JobView, NodeView, PodView, Ref, Snapshot, WindowView
+from .model import (
+    REASON_MAINTENANCE_DRAIN,
+    JobView,
+    NodeView,
+    PodView,
+    Ref,
+    Snapshot,
+    WindowView,
+    job_of,
+)
 from .settings import Settings
 
 
@@ -253,13 +262,9 @@ def _cordon(actions: list[Action], node: NodeView, window: Window) -> None:
 
 
 def _workload(snapshot: Snapshot, pod: PodView) -> Ref:
-    """Where an Event about the pod goes: its Job if it has one we know, else the pod."""
-    owner = pod.owner
-    if owner is not None and owner.kind == "Job":
-        job = snapshot.jobs.get((pod.ref.namespace, owner.name))
-        if job is not None and job.ref.uid == owner.uid:
-            return job.ref
-    return pod.ref
+    """Where an Event about the pod goes: its Job if it is one of a Job's pods, else the pod."""
+    job = job_of(snapshot, pod)
+    return job.ref if job is not None else pod.ref
 
 
 def _drain(actions: list[Action], snapshot: Snapshot, node: NodeView, window: Window, pods: list[PodView] | tuple[()],
@@ -321,8 +326,10 @@ def _record_on_jobs(actions: list[Action], snapshot: Snapshot, upcoming: dict[st
     extension past it from that (it has no API access of its own). A job whose deadline already
     passes the window's start (the window was declared after it started) is told it will be
     evicted then."""
-    # Only the nodes some window is ahead on matter: a pass over the pods finds, per Job (by uid) and
-    # per bare pod, the earliest of them; the annotation text is made once per (window, node).
+    # Only the nodes some window is ahead on matter: a pass over the pods finds, per Job (by uid; only
+    # its own pods, ``job_of``: a pod naming another namespace's Job uid must not tie that Job to a
+    # window on its node) and per bare pod, the earliest of them; the annotation text is made once
+    # per (window, node).
     of_job: dict[str, tuple[Window, str]] = {}
     of_pod: dict[str, tuple[Window, str]] = {}
     if upcoming:
@@ -334,13 +341,12 @@ def _record_on_jobs(actions: list[Action], snapshot: Snapshot, upcoming: dict[st
             w = up_get(node)
             if w is None or pod.phase in ("Succeeded", "Failed"):
                 continue
-            owner = pod.owner
-            if owner is None:
+            if pod.owner is None:
                 of_pod[pod.ref.uid] = (w, node)
-            elif owner.kind == "Job":
-                have = of_job.get(owner.uid)
+            elif (job := job_of(snapshot, pod)) is not None:
+                have = of_job.get(job.ref.uid)
                 if have is None or w.start < have[0].start:
-                    of_job[owner.uid] = (w, node)
+                    of_job[job.ref.uid] = (w, node)
     texts: dict[tuple[str, str], str] = {}
     workloads: list[tuple[JobView | PodView, dict[str, tuple[Window, str]]]] = [
         (j, of_job) for j in snapshot.jobs.values() if not j.deleting and not j.finished]

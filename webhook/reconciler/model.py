@@ -423,6 +423,46 @@ class Snapshot:
         )
 
 
+# -- a Job's pods ----------------------------------------------------------
+# How much earlier than its Job a pod of it may say it was created (both timestamps come from the
+# API server, in whole seconds; several API servers' clocks may differ by a little).
+CREATION_SLACK = 5.0
+
+
+def owns(job: JobView | None, pod: PodView) -> bool:
+    """Whether ``pod`` is one of ``job``'s pods: the one definition every module asks (dating a Job,
+    its gang, its runtime, its maintenance window, what ``batchgate queue`` shows). ``job`` must be
+    the controller ``pod`` names: same uid, and the pod's own namespace and the name in its
+    ownerReference (Kubernetes owners are never in another namespace, and the garbage collector
+    ignores a reference that says otherwise; it is forged or broken, and confirms nothing), and the
+    Job's controller made the pod. An ownerReference can be rewritten by whoever may update the pod,
+    and the Job controller adopts a pod anyone labelled for it; the admission record cannot be: the
+    webhook records in every pod, at its CREATE, the uid of the Job whose controller made it (issue
+    27: a pod re-parented to a colleague's Job dated the Job, and stopped it). A Job admitted before
+    batchgate recorded that (its template's record has no such entry) has pods recorded the old
+    way: for it, a pod made after the Job is taken for its own, and one older than the Job (someone's
+    own old pod re-parented to it) never."""
+    owner = pod.owner
+    if not (job is not None and owner is not None and job.ref.uid == owner.uid
+            and job.ref.namespace == pod.ref.namespace and job.ref.name == owner.name):
+        return False
+    if job.records_maker:
+        return pod.made_for == job.ref.uid
+    return job.created is None or pod.created is None or pod.created >= job.created - CREATION_SLACK
+
+
+def job_of(snapshot: Snapshot, pod: PodView) -> JobView | None:
+    """The Job ``pod`` belongs to (``owns``), looked up where Kubernetes looks: in the pod's own
+    namespace, by the name its controlling ownerReference gives; None when it has none, or names
+    one it is no pod of. Never by the uid alone: anyone may write another namespace's Job uid into
+    an ownerReference."""
+    owner = pod.owner
+    if owner is None or owner.kind != "Job":
+        return None
+    job = snapshot.jobs.get((pod.ref.namespace, owner.name))
+    return job if owns(job, pod) else None
+
+
 # -- conversion ------------------------------------------------------------
 def ref_of(kind: Kind, md: Mapping[str, Any], api_version: str | None = None) -> Ref:
     """An object's Ref from its metadata (what is not a string there, which the API server never

@@ -99,6 +99,8 @@ from .model import (
     PodView,
     Ref,
     Snapshot,
+    job_of,
+    owns,
 )
 from .network import plan_network
 from .runtimes import History, Predictor, Run, finished_runs, job_key, pod_key, remember
@@ -177,7 +179,7 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
             owner_uid = ""
         else:
             owner_uid = owner.uid
-            if owner.kind == "Job" and _owns(jobs_by_uid.get(owner_uid), pod):
+            if job_of(snapshot, pod) is not None:
                 lst = job_pods_get(owner_uid)
                 if lst is None:
                     pods_of_job[owner_uid] = [pod]
@@ -384,31 +386,6 @@ def _own_runtimes(snapshot: Snapshot) -> bool:
             or any(p.expected_runtime is not None for p in snapshot.pods.values()))
 
 
-# How much earlier than its Job a pod of it may say it was created (both timestamps come from the
-# API server, in whole seconds; several API servers' clocks may differ by a little).
-CREATION_SLACK = 5.0
-
-
-def _owns(job: JobView | None, pod: PodView) -> bool:
-    """Whether ``job`` is the controller ``pod`` names: same uid, and the pod's own namespace
-    and the name in its ownerReference (Kubernetes owners are never in another namespace; a
-    reference that says otherwise is forged or broken, and confirms nothing), and the Job's
-    controller made the pod. An ownerReference can be rewritten by whoever may update the pod, and
-    the Job controller adopts a pod anyone labelled for it; the admission record cannot be: the
-    webhook records in every pod, at its CREATE, the uid of the Job whose controller made it (issue
-    27: a pod re-parented to a colleague's Job dated the Job, and stopped it). A Job admitted before
-    batchgate recorded that (its template's record has no such entry) has pods recorded the old
-    way: for it, a pod made after the Job is taken for its own, and one older than the Job (someone's
-    own old pod re-parented to it) never."""
-    owner = pod.owner
-    if not (job is not None and owner is not None and job.ref.uid == owner.uid
-            and job.ref.namespace == pod.ref.namespace and job.ref.name == owner.name):
-        return False
-    if job.records_maker:
-        return pod.made_for == job.ref.uid
-    return job.created is None or pod.created is None or pod.created >= job.created - CREATION_SLACK
-
-
 # -- deadlines -------------------------------------------------------------
 def _limit(obj: JobView | PodView, settings: Settings) -> tuple[int, int, str, str] | None:
     """(limit, effective limit, queue, note) of a job, or None when it has none we may enforce.
@@ -588,7 +565,7 @@ def _gang(
         if (job is None or owner is None or owner.kind != "Job" or job.deleting or job.finished
                 or sj_owner(job, snapshot) is not None):
             return
-        if not _owns(job, members[0]):
+        if not owns(job, members[0]):
             return
         if owner_uid in stopped:
             return

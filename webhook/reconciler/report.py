@@ -23,7 +23,7 @@ from typing import Any
 from ..units import format_time
 from ..windows import Window
 from . import queue
-from .model import JobView, PodView, Snapshot
+from .model import JobView, PodView, Snapshot, job_of
 from .planner import effective_limit
 from .runtimes import Predictor, finished_runs, remember
 from .settings import QueuePolicy, Settings
@@ -96,8 +96,8 @@ def queue_rows(snapshot: Snapshot, now: float, *, namespace: str | None = None,
         })
     pods_of: dict[str, list[PodView]] = {}
     for p in snapshot.pods.values():
-        if p.owner is not None and p.owner.kind == "Job":
-            pods_of.setdefault(p.owner.uid, []).append(p)
+        if (job := job_of(snapshot, p)) is not None:
+            pods_of.setdefault(job.ref.uid, []).append(p)
     running: list[dict[str, Any]] = []
     for uid, obj in objects.items():
         if uid in pending_uids or (namespace and obj.ref.namespace != namespace):
@@ -129,7 +129,6 @@ def maintenance_rows(snapshot: Snapshot, now: float, *, queues: QueuePolicy | No
     predictor = _predictor(snapshot)
     with_all = {e.workload.uid: e for e in _estimates(snapshot, now, windows, predictor, qp)}
     out: list[dict[str, Any]] = []
-    jobs_by_uid = {j.ref.uid: j for j in snapshot.jobs.values()}
     for wv in sorted((snapshot.windows or {}).values(), key=lambda v: (v.window.start if v.window else 0, v.ref.name)):
         w = wv.window
         if w is None:
@@ -142,7 +141,7 @@ def maintenance_rows(snapshot: Snapshot, now: float, *, queues: QueuePolicy | No
             for p in snapshot.pods.values():
                 if not p.node or p.node not in covered or p.terminal or p.deleting:
                     continue
-                job = jobs_by_uid.get(p.owner.uid) if p.owner is not None and p.owner.kind == "Job" else None
+                job = job_of(snapshot, p)
                 obj: JobView | PodView = job if job is not None else p
                 if obj.deadline_t is None or obj.deadline_t > w.start:
                     stops.add(f"{obj.ref.kind} {obj.ref.namespace}/{obj.ref.name}")

@@ -11,9 +11,9 @@ predicts the same way, with facts the reconciler has seen (and corrects an outli
 differently, see ``corrected``):
 
 - A **run** is a workload that ended well: a Job with condition ``Complete`` (its start as the
-  reconciler recorded it, ``batchgate.io/started-at``, else its pods' earliest start; its end,
-  ``status.completionTime``), or a bare pod that ``Succeeded`` (first container start, last
-  container finish). A job the reconciler stops at its deadline is a run too, a *censored*
+  reconciler recorded it, ``batchgate.io/started-at``, else the earliest start of its own pods,
+  ``model.owns``; its end, ``status.completionTime``), or a bare pod that ``Succeeded`` (first
+  container start, last container finish). A job the reconciler stops at its deadline is a run too, a *censored*
   one: it ran its whole limit and would have run longer. Its Job or pod is deleted, so the
   controller takes it from the plan (``Plan.runs``) into its in-memory history. It counts at
   its limit: a lower bound, and the right answer for the next run with the same limit
@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .model import JobView, PodView, Snapshot, admitted_queue
+from .model import JobView, PodView, Snapshot, admitted_queue, job_of
 
 KEEP = 2  # runs kept per key: Tsafrir et al. average the last two
 MAX_KEYS = 20_000  # keys kept in memory; past that, those that ended longest ago are forgotten
@@ -79,12 +79,11 @@ def finished_runs(snapshot: Snapshot) -> list[Run]:
     runs: list[Run] = []
     first_start: dict[str, float] = {}
     for pod in snapshot.pods.values():
-        owner = pod.owner
-        if owner is not None:
-            if owner.kind == "Job" and pod.started is not None:
-                t = first_start.get(owner.uid)
+        if pod.owner is not None:
+            if pod.started is not None and (job := job_of(snapshot, pod)) is not None:
+                t = first_start.get(job.ref.uid)
                 if t is None or pod.started < t:
-                    first_start[owner.uid] = pod.started
+                    first_start[job.ref.uid] = pod.started
             continue
         if pod.phase == "Succeeded" and pod.started is not None and pod.finished is not None \
                 and pod.finished >= pod.started and pod.segment is None:

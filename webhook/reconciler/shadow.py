@@ -36,7 +36,7 @@ from typing import Any, Protocol
 from ..contract import COUNTDOWN_LABEL
 from ..windows import Window
 from .maintenance import read_cordoned
-from .model import JobView, PodSched, PodView, Ref, Snapshot
+from .model import JobView, PodSched, PodView, Ref, Snapshot, job_of
 from .runtimes import Predictor, corrected, job_key, pod_key
 
 INF = float("inf")
@@ -534,11 +534,11 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
     live: dict[str, int] = {}  # a Job's uid -> its pods that hold or wait for room
     ended: set[str] = set()  # Jobs with a pod that ended: starting over or finishing, not being made
     for pod in snapshot.pods.values():
+        job = job_of(snapshot, pod)  # its pods are its own only (not any naming its uid)
         if pod.terminal or pod.sched is None:
-            if pod.owner is not None and pod.owner.kind == "Job":
-                ended.add(pod.owner.uid)
+            if job is not None:
+                ended.add(job.ref.uid)
             continue
-        job = jobs_by_uid.get(pod.owner.uid) if pod.owner is not None and pod.owner.kind == "Job" else None
         if job is not None:
             live[job.ref.uid] = live.get(job.ref.uid, 0) + 1
         if pod.gated and not pod.node:

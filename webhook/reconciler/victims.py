@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..windows import Window
-from .model import JobView, NodeView, PodSched, PodView, Ref, Snapshot
+from .model import NodeView, PodSched, PodView, Ref, Snapshot, job_of
 from .scavenger import drain_in, gang_loss, sj_owner
 from .scavenger import unsaved as unsaved_since
 from .shadow import matches
@@ -72,16 +72,16 @@ def scavenger_gangs(snapshot: Snapshot, now: float, below: int, windows: Iterabl
     ``intervals``: its declared ``spec.checkpoint.interval`` (one long pod: the unsaved work is the
     time since the last multiple of it, not since the start); ``periods``: how often it checkpoints
     (``scavenger.checkpoint_period``: the interval, or its segments' duration), for a coming drain."""
-    jobs: dict[str, JobView] = {j.ref.uid: j for j in snapshot.jobs.values()}
     windows = list(windows)
     groups: dict[tuple[str, ...], list[PodView]] = {}
     owners: dict[tuple[str, ...], Ref] = {}
     for p in snapshot.pods.values():
         if not p.node or p.terminal or p.deleting or p.sched is None or p.sched.priority >= below:
             continue
-        job = jobs.get(p.owner.uid) if p.owner is not None and p.owner.kind == "Job" else None
-        # a ScavengerJob the reconciler sees, with the name and uid the Job's ownerReference names:
-        # a Job claiming another's uid is no part of its gang (issue 27)
+        # its own Job (``job_of``: a pod naming another namespace's Job uid is none of its pods), run
+        # by a ScavengerJob the reconciler sees, with the name and uid the Job's ownerReference
+        # names: a Job claiming another's uid is no part of its gang (issue 27)
+        job = job_of(snapshot, p)
         sj = sj_owner(job, snapshot) if job is not None else None
         if sj is not None:
             key: tuple[str, ...] = ("sj", sj.ref.uid)

@@ -5,18 +5,38 @@ maximum warned about first, and ``--once`` saying what is wrong with its namespa
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 
 import pytest
 from fakeapi import FakeApi
 from reconbuild import HOUR, T0, deadline_ann, group_labels, job, pod, snapshot, terminated, ts
 
-from webhook.contract import DEADLINE_ANNOTATION
+from tests.unit.reconciler.test_planner_maintenance import mw
+from tests.unit.reconciler.test_planner_maintenance import node as mw_node
+from tests.unit.reconciler.test_runtimes import MIN, done_job
+from tests.unit.reconciler.test_scavenger_controller import sj
+from tests.unit.reconciler.test_shadow import node as shadow_node
+from tests.unit.reconciler.test_shadow import running as shadow_running
+from tests.unit.reconciler.test_shadow import snap as shadow_snap
+from tests.unit.reconciler.test_shadow import waiting as shadow_waiting
+from tests.unit.reconciler.test_shadow import with_spec
+from webhook.contract import (
+    DEADLINE_ANNOTATION,
+    EXPECTED_START_ANNOTATION,
+    NEXT_MAINTENANCE_ANNOTATION,
+)
+from webhook.reconciler import victims
 from webhook.reconciler.controller import Controller
 from webhook.reconciler.errors import NotFound, Transient
-from webhook.reconciler.model import pod_view
+from webhook.reconciler.maintenance import plan_maintenance
+from webhook.reconciler.model import Snapshot, job_view, pod_view, window_view
 from webhook.reconciler.planner import plan
+from webhook.reconciler.report import maintenance_rows, queue_rows
+from webhook.reconciler.runtimes import finished_runs
+from webhook.reconciler.scavenger import sj_view
 from webhook.reconciler.settings import QueuePolicy, Settings
+from webhook.reconciler.shadow import shadow_schedule
 
 G = group_labels("mpi", 2)
 FAILED = {"containers": [terminated(1)], "phase": "Failed"}
@@ -54,6 +74,95 @@ def test_forged_pods_do_not_make_another_namespaces_job_older() -> None:
     actions = plan(snapshot(victim, real, forged), T0 + 60, Settings()).actions
     assert [(a.kind, a.reason) for a in actions] == [("record-deadline", "DeadlineSet")]
     assert actions[0].annotations[DEADLINE_ANNOTATION] == ts(4 * HOUR)
+
+
+
+# -- the same, everywhere a pod is taken for a Job's (model.job_of) ----------------------------
+# An ownerReference is namespace-local: a pod in team-a naming the uid of team-b's Job "train" is no
+# pod of it. The planner's deadlines and gangs asked ``owns`` already; these asked the uid alone.
+def _in(ns: str, obj: dict) -> dict:
+    obj["metadata"]["namespace"], obj["metadata"]["uid"] = ns, f"uid-{ns}-{obj['metadata']['name']}"
+    return obj
+
+
+def test_a_pod_naming_another_namespaces_job_neither_dates_its_run_nor_moves_the_estimates_it_feeds() -> None:
+    """runtimes.finished_runs: a Job that completed before a started-at was recorded starts with its
+    earliest pod. A forged pod that started 5 h ago made team-b's 20-minute run last 2 h 20 min, and
+    the waiting work behind team-b's running job was expected to start 100 minutes later."""
+    victim = done_job("before", ns="team-b", started=None, completed=-3 * HOUR + 20 * MIN, image="busybox")
+    own = pod("before-0", ns="team-b", owner=victim, phase="Succeeded",
+              containers=[terminated(0, started=-3 * HOUR, finished=-3 * HOUR + 20 * MIN)])
+    forged = pod("x", ns="team-a", owner=victim, phase="Succeeded",
+                 containers=[terminated(0, started=-5 * HOUR, finished=-4 * HOUR)])
+    (run,) = finished_runs(Snapshot.of(pods=[pod_view(own), pod_view(forged)], jobs=[job_view(victim)]))
+    assert (run.key, run.seconds) == (("team-b", "batch", "busybox"), 20 * MIN)
+    s = shadow_snap(victim, own, forged, _in("team-b", shadow_running("r1", "n1", limit="2h", cpu="4", started=-10 * MIN)),
+                    _in("team-b", shadow_waiting("w1", cpu="4")), nodes=[shadow_node("n1")])
+    (a,) = [a for a in plan(s, T0, Settings()).actions if a.kind == "expected-start"]
+    assert (a.target.name, a.annotations[EXPECTED_START_ANNOTATION]) == ("w1", ts(10 * MIN))  # type: ignore[index]
+
+
+def test_a_pod_naming_another_namespaces_job_ties_no_maintenance_window_to_it() -> None:
+    """maintenance._record_on_jobs: team-b's Job runs on n2; a forged pod on n1, where a window starts
+    in 3 h, gave the Job batchgate.io/next-maintenance, and the webhook then refused to extend its
+    time limit past that window (issue 27's kind of harm: another tenant's edit changes your job)."""
+    victim = job("train", ns="team-b", annotations={"batchgate.io/time-limit": "8h"})
+    own = pod("train-0", ns="team-b", owner=victim, node="n2")
+    forged = pod("x", ns="team-a", owner=victim, node="n1")
+    s = Snapshot.of(pods=[pod_view(own), pod_view(forged)], jobs=[job_view(victim)],
+                    nodes=[mw_node("n1"), mw_node("n2")], windows=[window_view(mw("fw", 3 * HOUR, 5 * HOUR, nodes=["n1"]))])
+    actions, _ = plan_maintenance(s, T0, Settings())
+    assert [a.line() for a in actions if a.kind == "record-maintenance"] == []
+    # its own pod on n1 ties it, as before
+    s = dataclasses.replace(s, pods={**s.pods, ("team-b", "train-1"): pod_view(pod("train-1", ns="team-b", owner=victim,
+                                                                                      node="n1"))})
+    (a,) = [a for a in plan_maintenance(s, T0, Settings())[0] if a.kind == "record-maintenance"]
+    assert a.target.name == "train" and '"window":"fw"' in a.annotations[NEXT_MAINTENANCE_ANNOTATION]  # type: ignore[index,operator]
+
+
+def test_batchgate_queue_and_maintenance_show_no_forged_pod_as_another_namespaces_job() -> None:
+    """report: team-b's Job has no pod running; a forged pod in team-a on n1 made ``batchgate queue``
+    list team-b/train as Running on n1, and ``batchgate maintenance`` name team-b's Job as the one
+    the window stops, instead of team-a's pod."""
+    victim = job("train", ns="team-b", annotations=deadline_ann("8h", started=-HOUR, deadline=7 * HOUR))
+    forged = pod("x", ns="team-a", owner=victim, node="n1", started=-HOUR)
+    s = Snapshot.of(pods=[pod_view(forged)], jobs=[job_view(victim)], nodes=[shadow_node("n1")],
+                    windows=[window_view(mw("fw", HOUR, 2 * HOUR, nodes=["n1"]))])
+    assert [(r["namespace"], r["name"], r["state"]) for r in queue_rows(s, T0) if r["state"] == "Running"] == []
+    (row,) = maintenance_rows(s, T0)
+    assert row["stops"] == ["Pod team-a/x"]
+
+
+def test_a_pod_naming_another_namespaces_job_does_not_join_its_estimate() -> None:
+    """shadow.shadow_schedule: a forged pending pod asking for 64 CPUs joined team-b's waiting Job
+    (older, so its requests stood for the Job's): the Job "never fits", and its expected start said so."""
+    victim = job("train", ns="team-b", annotations={"batchgate.io/time-limit": "1h"})
+    own = with_spec(pod("train-0", ns="team-b", owner=victim, phase="Pending", node="", started=None), cpu="1")
+    forged = with_spec(pod("x", ns="team-a", owner=victim, phase="Pending", node="", started=None), cpu="64",
+                       created=-2 * HOUR)
+    got = {e.workload.name: (e.start, e.never, e.pods)
+           for e in shadow_schedule(shadow_snap(victim, own, forged, nodes=[shadow_node("n1")]), T0, [])}
+    assert got == {"train": (T0, False, 1)}, got
+
+
+def test_a_scavenger_pod_naming_another_namespaces_segment_job_is_no_part_of_its_gang() -> None:
+    """victims.scavenger_gangs: which pods a preemption takes together. A pod in mallory naming the uid
+    of team-b's ScavengerJob segment Job joined that ScavengerJob's gang: evicting either took both."""
+    real = sj("md", ns="team-b")
+    real["metadata"]["uid"] = "sj-uid"
+    segment = job("md-1", ns="team-b")
+    segment["metadata"]["ownerReferences"] = [{"apiVersion": "batchgate.io/v1alpha1", "kind": "ScavengerJob",
+                                               "name": "md", "uid": "sj-uid", "controller": True}]
+    own = _in("team-b", with_spec(pod("md-1-0", owner=segment, node="a", started=-600), cpu="2", priority=-1000))
+    own["metadata"]["ownerReferences"][0]["uid"] = segment["metadata"]["uid"]
+    forged = _in("mallory", with_spec(pod("x", owner=segment, node="b", started=-600), cpu="2", priority=-1000))
+    snap = dataclasses.replace(
+        Snapshot.of(pods=[pod_view(own), pod_view(forged)], jobs=[job_view(segment)],
+                    nodes=[shadow_node("a"), shadow_node("b")]),
+        scavenger_jobs={("team-b", "md"): sj_view(real)})
+    gangs = {g.ref.namespace + "/" + g.ref.name: sorted(p.ref.name for p in g.pods)
+             for g in victims.scavenger_gangs(snap, T0, 0, [])}
+    assert gangs == {"team-b/md": ["md-1-0"], "mallory/x": ["x"]}, gangs
 
 
 # -- clocks -----------------------------------------------------------------------------------
