@@ -6,7 +6,9 @@ Loads ``webhook/reconciler/shadow.py`` as it is at ``--against`` (a git revision
 versions on generated snapshots (random nodes, racks, running pods, pending pods with priorities,
 node selectors and gangs, maintenance windows) and on the planning benchmark's cluster
 (bench_shadow.py: 10,000 pods, 20 windows), checks that every estimate is the same, then times
-both on the benchmark's cluster, interleaved in one run (a loaded machine slows both alike).
+both on the benchmark's cluster, interleaved in one run (a loaded machine slows both alike). The
+same for the batch queue's placement on bench_queue.py's cluster (10,000 gated pods in 2,000
+workloads, 500 nodes), with the arguments a planning pass gives it.
 """
 
 from __future__ import annotations
@@ -29,12 +31,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import bench_queue  # noqa: E402
 import bench_shadow as b  # noqa: E402
 
 from webhook.reconciler import shadow as current  # noqa: E402
 from webhook.reconciler.model import Snapshot, job_view, pod_view, window_view  # noqa: E402
-from webhook.reconciler.planner import plan  # noqa: E402
-from webhook.reconciler.settings import Settings  # noqa: E402
+from webhook.reconciler import queue  # noqa: E402
+from webhook.reconciler.planner import effective_limit, plan  # noqa: E402
+from webhook.reconciler.settings import QueuePolicy, Settings  # noqa: E402
+from webhook.rules import load_bundle  # noqa: E402
 from webhook.units import format_time  # noqa: E402
 
 
@@ -90,8 +95,38 @@ def windows_of(snap: Snapshot) -> list[Any]:
     return [w.window for w in (snap.windows or {}).values() if w.window is not None]
 
 
-def answers(mod: ModuleType, snap: Snapshot) -> list[dict[str, Any]]:
-    return [dataclasses.asdict(e) for e in mod.shadow_schedule(snap, b.NOW, windows_of(snap))]
+def answers(mod: ModuleType, snap: Snapshot, now: float = b.NOW, **kw: Any) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(e) for e in mod.shadow_schedule(snap, now, windows_of(snap), **kw)]
+
+
+def queue_case() -> tuple[Snapshot, dict[str, Any]]:
+    """bench_queue.py's cluster and the arguments ``planner.plan`` places its queue with."""
+    settings = Settings(queues=QueuePolicy.from_bundle(load_bundle(ROOT / "policies")))
+    policy = settings.queues
+    snap, usage = bench_queue.cluster(2000, 500, 500, gated=True)
+    usage.pop("_pods")
+    limit_of = lambda o: effective_limit(o, settings)  # noqa: E731
+    waiting = queue.waiting(snap, bench_queue.NOW, policy, usage, limit_of)
+    return snap, {"limit_of": limit_of, "queued": queue.as_queued(waiting, policy), "easy": policy.easy,
+                  "preempts_below": queue.preempts_below(policy), "class_values": policy.class_values,
+                  "released": queue.released(policy)}
+
+
+def interleaved(before: ModuleType, passes: int, run: Any) -> dict[str, list[float]]:
+    """CPU ms of ``run(module)`` per pass, the two versions in turn."""
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    for _ in range(passes):
+        for name, mod in (("before", before), ("after", current)):
+            t = time.process_time()
+            run(mod)
+            times[name].append((time.process_time() - t) * 1000)
+    return times
+
+
+def report(times: dict[str, list[float]], against: str) -> None:
+    for name in ("before", "after"):
+        ts = sorted(times[name])
+        print(f"  {name} ({against if name == 'before' else 'this tree'}): {ts[0]:7.1f} / {statistics.median(ts):7.1f}")
 
 
 def common(a: list[dict[str, Any]], c: list[dict[str, Any]]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
@@ -122,21 +157,21 @@ def main() -> int:
     if x != y:
         print("the benchmark's cluster: estimates differ")
         return 1
-    print(f"same estimates for {n} workloads in {args.snapshots} generated snapshots and "
-          f"{len(answers(current, big))} in the benchmark's cluster ({format_time(b.NOW)})")
-    times: dict[str, list[float]] = {"before": [], "after": []}
+    qsnap, qargs = queue_case()
+    x, y = common(answers(before, qsnap, bench_queue.NOW, **qargs), answers(current, qsnap, bench_queue.NOW, **qargs))
+    if x != y:
+        print("the queue's cluster: placements differ")
+        return 1
+    print(f"same estimates for {n} workloads in {args.snapshots} generated snapshots, "
+          f"{len(answers(current, big))} in the benchmark's cluster ({format_time(b.NOW)}) and "
+          f"{len(x)} in the queue's")
     wins = windows_of(big)
-    for _ in range(args.passes):
-        for name, mod in (("before", before), ("after", current)):
-            t = time.process_time()
-            mod.shadow_schedule(big, b.NOW, wins)
-            times[name].append((time.process_time() - t) * 1000)
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; shadow schedule, 10,000 pods, "
-          f"20 windows, ms of CPU, best / median over {args.passes} interleaved passes:")
-    for name in ("before", "after"):
-        ts = sorted(times[name])
-        print(f"  {name} ({args.against if name == 'before' else 'this tree'}): {ts[0]:7.1f} / "
-              f"{statistics.median(ts):7.1f}")
+    times = interleaved(before, args.passes, lambda mod: mod.shadow_schedule(big, b.NOW, wins))
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; ms of CPU, best / median over "
+          f"{args.passes} interleaved passes; shadow schedule, 10,000 pods, 20 windows:")
+    report(times, args.against)
+    print("the queue's placement, 10,000 gated pods in 2,000 workloads, 500 nodes:")
+    report(interleaved(before, args.passes, lambda mod: mod.shadow_schedule(qsnap, bench_queue.NOW, [], **qargs)), args.against)
     return 0
 
 

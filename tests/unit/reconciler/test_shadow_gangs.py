@@ -15,7 +15,7 @@ import pytest
 
 from tests.unit.reconciler.reconbuild import HOUR, T0, ts
 from tests.unit.reconciler.test_queue import POLICY, gated, queued_job
-from tests.unit.reconciler.test_shadow import node, running, snap
+from tests.unit.reconciler.test_shadow import by_sweep, node, running, snap
 from webhook.reconciler import queue, shadow
 from webhook.reconciler.model import Snapshot
 from webhook.reconciler.planner import effective_limit
@@ -40,7 +40,7 @@ def by_scan(work: Any, index: Any, now: float, duration: float, margin: float,
             firsts = sorted({t for t in soonest if t is not None})
         else:
             firsts = sorted({t for n in nodes
-                             if (t := n.earliest(t0, duration, s.cpu, s.mem, margin, INF, hold)) is not None})
+                             if (t := by_sweep(n, t0, duration, s.cpu, s.mem, margin, INF, hold)) is not None})
         if not firsts:
             break
         log = index.log
@@ -50,7 +50,7 @@ def by_scan(work: Any, index: Any, now: float, duration: float, margin: float,
             for n, first in zip(nodes, soonest, strict=True):
                 if first is None or first > t:
                     continue
-                while len(placed) < size and n.earliest(t, duration, s.cpu, s.mem, margin, t + 1, hold) == t:
+                while len(placed) < size and by_sweep(n, t, duration, s.cpu, s.mem, margin, t + 1, hold) == t:
                     n.reserve(t, t + duration, s.cpu, s.mem, tentative=True)
                     placed.append(n)
                 if len(placed) == size:
