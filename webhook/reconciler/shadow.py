@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import heapq
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -167,7 +166,9 @@ class _Node:
             hold = duration
         if cpu > self.cpu or mem > self.mem:
             return None
-        free = self.free(cpu, mem)
+        free = self._free.get((cpu, mem))
+        if free is None:
+            free = self.free(cpu, mem)
         limit = min(before, t0 + HORIZON)
         blocked = self.blocked
         for k in range(max(bisect.bisect_right(free, (t0, INF)) - 1, 0), len(free)):
@@ -340,17 +341,18 @@ class _Earliest:
     again. A placement only adds reservations, and that can only make a node's earliest start later
     (or none): so a node that changed (the nodes tell the shared ``log``) keeps its old time as a
     lower bound, marked stale, and is asked again (from that time on) only when a placement needs
-    to know: when it comes to the top of the heap, or when a gang tries a time at or after it. The
+    to know: when it comes first in ``order``, or when a gang tries a time at or after it. The
     answer is what a scan of every node gives: the earliest time, and among equals the first node
     in the candidates' order (``tests/unit/reconciler/test_shadow.py`` checks it against a scan,
     ``test_shadow_gangs.py`` the gangs against asking every node pod by pod).
 
-    For gangs it also keeps the nodes sorted by their time (``order``) and, per node, how many pods
-    fit at a time (``rooms``, until the node changes), so trying a time asks only the nodes that
-    could take a pod then, and mostly asks none again (``fit``)."""
+    ``order`` holds (time, node) of every node with a time, sorted, so the first is the answer and
+    a gang trying a time finds the nodes that could take a pod then in one slice; per node it also
+    keeps how many pods fit at a time (``rooms``, until the node changes), so trying a time mostly
+    asks none again (``fit``)."""
 
-    __slots__ = ("cpu", "dirty", "duration", "heap", "hold", "log", "margin", "mem", "nodes", "now", "order", "pos",
-                 "rooms", "seen", "stale", "times", "undone")
+    __slots__ = ("cpu", "duration", "hold", "log", "margin", "mem", "nodes", "now", "order", "pos", "rooms", "seen",
+                 "stale", "times", "undone")
 
     def __init__(self, nodes: list[_Node], log: list[_Node], now: float, duration: float, cpu: int, mem: int,
                  margin: float, hold: float | None = None) -> None:
@@ -360,10 +362,7 @@ class _Earliest:
         self.pos = {n.name: i for i, n in enumerate(nodes)}
         self.times: list[float | None] = [n.earliest(now, duration, cpu, mem, margin, INF, hold) for n in nodes]
         self.stale = [False] * len(nodes)
-        self.dirty: list[tuple[float, int]] = []  # heap of the stale ones by their old time
-        self.heap = [(t, i) for i, t in enumerate(self.times) if t is not None]
-        heapq.heapify(self.heap)
-        self.order: list[tuple[float, int]] | None = None  # (time, node) of every node with one, sorted: for gangs
+        self.order = sorted((t, i) for i, t in enumerate(self.times) if t is not None)
         self.rooms: list[dict[float, int] | None] = [None] * len(nodes)  # per node: pods that fit at a time
         self.undone = [n.undone for n in nodes]  # reservations each node had taken back when its time was found
         self.seen = len(log)
@@ -375,15 +374,12 @@ class _Earliest:
         since = old if old is not None and self.undone[i] == node.undone else now
         t = node.earliest(since, self.duration, self.cpu, self.mem, self.margin, now + HORIZON, self.hold)
         self.undone[i] = node.undone
-        if t != old:  # (the heap and ``order`` hold each node's time; an entry for an old one is skipped)
+        if t != old:
             order = self.order
-            if order is not None:
-                if old is not None:
-                    del order[bisect.bisect_left(order, (old, i))]
-                if t is not None:
-                    bisect.insort(order, (t, i))
+            if old is not None:
+                del order[bisect.bisect_left(order, (old, i))]
             if t is not None:
-                heapq.heappush(self.heap, (t, i))
+                bisect.insort(order, (t, i))
         self.times[i] = t
         self.stale[i] = False
         return t
@@ -391,30 +387,25 @@ class _Earliest:
     def _note_changes(self) -> None:
         log = self.log
         if self.seen < len(log):
-            pos, stale, times, rooms, dirty, undone = self.pos, self.stale, self.times, self.rooms, self.dirty, self.undone
+            pos, stale, times, rooms, undone = self.pos, self.stale, self.times, self.rooms, self.undone
             for n in log[self.seen:]:
                 i = pos.get(n.name)
                 if i is not None:
                     rooms[i] = None
-                    t = times[i]
                     if n.undone != undone[i]:
                         self._ask(i)  # a reservation taken back: its old time is no lower bound (``lowest``)
-                    elif t is not None and not stale[i]:
+                    elif times[i] is not None:
                         stale[i] = True  # None stays None: more reserved never makes room
-                        heapq.heappush(dirty, (t, i))
             self.seen = len(log)
 
     def _settle(self, until: float) -> bool:
         """Ask every stale node whose old time is ``until`` or sooner; whether any was asked."""
         self._note_changes()
-        dirty, stale = self.dirty, self.stale
-        asked = False
-        while dirty and dirty[0][0] <= until:
-            _, i = heapq.heappop(dirty)
-            if stale[i]:
-                self._ask(i)
-                asked = True
-        return asked
+        order, stale = self.order, self.stale
+        asked = [i for _, i in order[:bisect.bisect_right(order, (until, INF))] if stale[i]]
+        for i in asked:
+            self._ask(i)
+        return bool(asked)
 
     def all_times(self) -> list[float | None]:
         """Every node's earliest start, up to date."""
@@ -423,18 +414,16 @@ class _Earliest:
 
     def best(self) -> tuple[float, _Node] | None:
         self._note_changes()
-        times, stale, heap = self.times, self.stale, self.heap
-        while heap:
-            t, i = heap[0]
-            if times[i] != t:
-                heapq.heappop(heap)  # an old entry: that node was asked again since
-            elif not stale[i] or self._ask(i) == t:
+        order, stale = self.order, self.stale
+        while order:
+            t, i = order[0]
+            if not stale[i] or self._ask(i) == t:
                 return t, self.nodes[i]
         return None
 
     def next_first(self, after: float) -> float | None:
         """The earliest start of any node that is later than ``after``, the nodes up to it asked."""
-        order = self._order()
+        order = self.order
         while True:
             q = bisect.bisect_right(order, (after, INF))
             if q == len(order):
@@ -442,11 +431,6 @@ class _Earliest:
             t = order[q][0]
             if not self._settle(t):
                 return t
-
-    def _order(self) -> list[tuple[float, int]]:
-        if self.order is None:
-            self.order = sorted((t, i) for i, t in enumerate(self.times) if t is not None)
-        return self.order
 
     def _room(self, i: int, t: float) -> int:
         rooms = self.rooms[i]
@@ -463,8 +447,7 @@ class _Earliest:
         placement changed since can only have moved later), and it is that node's if it still has
         room then (``fit``)."""
         self._note_changes()
-        order = self._order()
-        return order[0][0] if order else None
+        return self.order[0][0] if self.order else None
 
     def fit(self, t: float, size: int) -> list[tuple[_Node, int]] | None:
         """Where ``size`` pods start together at ``t``: the nodes whose earliest start is ``t`` or
@@ -473,7 +456,7 @@ class _Earliest:
         counts if it still has room at ``t`` (then its earliest start is ``t`` or sooner); one with
         none is asked again afterwards, so the next group does not look at it again."""
         self._note_changes()
-        order, room, stale = self._order(), self._room, self.stale
+        order, room, stale = self.order, self._room, self.stale
         end = bisect.bisect_right(order, (t, INF))
         eligible: Iterable[int]
         if end and order[0][0] != t:
