@@ -452,35 +452,34 @@ class _Earliest:
     def fit(self, t: float, size: int) -> list[tuple[_Node, int]] | None:
         """Where ``size`` pods start together at ``t``: the nodes whose earliest start is ``t`` or
         sooner, in the candidates' order, each taking as many as fit there, as asking each node pod
-        by pod does; None if they do not all fit. A node a placement changed since it was asked
-        counts if it still has room at ``t`` (then its earliest start is ``t`` or sooner); one with
-        none is asked again afterwards, so the next group does not look at it again."""
+        by pod does; None if they do not all fit. Only the nodes looked at are asked again if a
+        placement changed them (one that moved past ``t`` takes no pod), not every node up to ``t``."""
         self._note_changes()
         order, room, stale = self.order, self._room, self.stale
         end = bisect.bisect_right(order, (t, INF))
-        eligible: Iterable[int]
+        eligible: list[int] | None = None  # None: all at ``t``, so ``order`` is in the candidates' order
         if end and order[0][0] != t:
             eligible = sorted(i for _, i in order[:end])  # the candidates' order is the nodes' own
-        else:
-            eligible = (order[q][1] for q in range(end))  # all at ``t``: sorted by node already
-        placed: list[tuple[_Node, int]] | None = []
-        moved: list[int] = []  # changed nodes with no room at t: their earliest start is later now
-        need = size
-        for i in eligible:
+            end = len(eligible)
+        placed: list[tuple[_Node, int]] = []
+        need, q = size, 0
+        while q < end:
+            i = order[q][1] if eligible is None else eligible[q]
+            if stale[i] and ((now := self._ask(i)) is None or now > t):  # moved past t: no room then
+                if eligible is None:
+                    end -= 1  # out of ``order`` up to t: the next node is at q now
+                else:
+                    q += 1
+                continue
+            q += 1
             k = room(i, t)
             if k:
                 take = min(k, need)
-                placed.append((self.nodes[i], take))  # type: ignore[union-attr]
+                placed.append((self.nodes[i], take))
                 need -= take
                 if not need:
-                    break
-            elif stale[i]:
-                moved.append(i)
-        else:
-            placed = None
-        for i in moved:
-            self._ask(i)
-        return placed
+                    return placed
+        return None
 
 
 @dataclass(slots=True)
