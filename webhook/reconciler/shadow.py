@@ -360,9 +360,11 @@ class _Earliest:
         self.now, self.duration, self.cpu, self.mem, self.margin = now, duration, cpu, mem, margin
         self.hold = hold
         self.pos = {n.name: i for i, n in enumerate(nodes)}
-        self.times: list[float | None] = [n.earliest(now, duration, cpu, mem, margin, INF, hold) for n in nodes]
-        self.stale = [False] * len(nodes)
-        self.order = sorted((t, i) for i, t in enumerate(self.times) if t is not None)
+        # No node can start a pod before now: that is every node's time until a placement needs to
+        # know better, so a node is asked first when it is looked at (mostly after it has changed).
+        self.times: list[float | None] = [now] * len(nodes)
+        self.stale = [True] * len(nodes)
+        self.order = [(now, i) for i in range(len(nodes))]
         self.rooms: list[dict[float, int] | None] = [None] * len(nodes)  # per node: pods that fit at a time
         self.undone = [n.undone for n in nodes]  # reservations each node had taken back when its time was found
         self.seen = len(log)
