@@ -34,9 +34,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 import bench_queue  # noqa: E402
 import bench_shadow as b  # noqa: E402
 
+from webhook.reconciler import queue  # noqa: E402
 from webhook.reconciler import shadow as current  # noqa: E402
 from webhook.reconciler.model import Snapshot, job_view, pod_view, window_view  # noqa: E402
-from webhook.reconciler import queue  # noqa: E402
 from webhook.reconciler.planner import effective_limit, plan  # noqa: E402
 from webhook.reconciler.settings import QueuePolicy, Settings  # noqa: E402
 from webhook.rules import load_bundle  # noqa: E402
