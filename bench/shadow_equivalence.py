@@ -1,6 +1,6 @@
 """Before/after check for a change to the shadow schedule that must not change its answers.
 
-    python bench/shadow_equivalence.py [--against main] [--snapshots 300] [--passes 10]
+    python bench/shadow_equivalence.py [--against main] [--snapshots 300] [--passes 10] [--instructions]
 
 Loads ``webhook/reconciler/shadow.py`` as it is at ``--against`` (a git revision), runs both
 versions on generated snapshots (random nodes, racks, running pods, pending pods with priorities,
@@ -8,7 +8,10 @@ node selectors and gangs, maintenance windows) and on the planning benchmark's c
 (bench_shadow.py: 10,000 pods, 20 windows), checks that every estimate is the same, then times
 both on the benchmark's cluster, interleaved in one run (a loaded machine slows both alike). The
 same for the batch queue's placement on bench_queue.py's cluster (10,000 gated pods in 2,000
-workloads, 500 nodes), with the arguments a planning pass gives it.
+workloads, 500 nodes), with the arguments a planning pass gives it. ``--instructions`` counts
+instead the CPU instructions of that placement, both versions, under valgrind's callgrind
+(switched on once the cluster is built; two placements minus none; ``PYTHONHASHSEED=0``): the
+same figure on a busy machine as on a quiet one.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import dataclasses
 import importlib.util
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -135,13 +139,46 @@ def common(a: list[dict[str, Any]], c: list[dict[str, Any]]) -> tuple[list[tuple
     return [tuple(x[k] for k in keys) for x in a], [tuple(x[k] for k in keys) for x in c]
 
 
+def count(before: ModuleType, which: str, n: int) -> None:
+    """Inside callgrind: build the queue's cluster uninstrumented, then place it ``n`` times."""
+    mod = before if which == "before" else current
+    qsnap, qargs = queue_case()
+    subprocess.run(["callgrind_control", "--instr=on", str(os.getpid())], check=True, capture_output=True)
+    for _ in range(n):
+        mod.shadow_schedule(qsnap, bench_queue.NOW, [], **qargs)
+
+
+def instructions(against: str) -> dict[str, float]:
+    """Instructions per placement of the queue's cluster, per version: two placements minus none."""
+
+    def total(which: str, n: int) -> int:
+        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null", sys.executable,
+               __file__, "--against", against, "--_count", which, str(n)]
+        err = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONHASHSEED": "0"}).stderr
+        return int(re.search(r"Collected : (\d+)", err).group(1))  # type: ignore[union-attr]
+
+    return {which: (total(which, 2) - total(which, 0)) / 2 for which in ("before", "after")}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--against", default="main", help="git revision of the shadow schedule to compare with")
     ap.add_argument("--snapshots", type=int, default=300)
     ap.add_argument("--passes", type=int, default=10)
+    ap.add_argument("--instructions", action="store_true",
+                    help="count the instructions of the queue's placement with valgrind instead (slow, exact)")
+    ap.add_argument("--_count", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     before = load_at(args.against)
+    if args._count:
+        count(before, args._count[0], int(args._count[1]))
+        return 0
+    if args.instructions:
+        for which, n in instructions(args.against).items():
+            print(f"the queue's placement, {which} ({args.against if which == 'before' else 'this tree'}): "
+                  f"{n / 1e6:,.0f} M instructions")
+        return 0
     rng = random.Random(7)
     n = 0
     for k in range(args.snapshots):
