@@ -346,10 +346,11 @@ class _Earliest:
     in the candidates' order (``tests/unit/reconciler/test_shadow.py`` checks it against a scan,
     ``test_shadow_gangs.py`` the gangs against asking every node pod by pod).
 
-    ``order`` holds (time, node) of every node with a time, sorted, so the first is the answer and
-    a gang trying a time finds the nodes that could take a pod then in one slice; per node it also
-    keeps how many pods fit at a time (``rooms``, until the node changes), so trying a time mostly
-    asks none again (``fit``)."""
+    ``order`` holds (time, node) of every node with a time (a stale one's old time), sorted, so the
+    first, once asked, is the answer and a gang trying a time finds the nodes that could take a pod
+    then in one slice; each node starts there at ``now``, stale. Per node it also keeps how many
+    pods fit at a time (``rooms``, until the node changes), so trying a time mostly asks none again
+    (``fit``)."""
 
     __slots__ = ("cpu", "duration", "hold", "log", "margin", "mem", "nodes", "now", "order", "pos", "rooms", "seen",
                  "stale", "times", "undone")
@@ -467,7 +468,7 @@ class _Earliest:
         need, q = size, 0
         while q < end:
             i = order[q][1] if eligible is None else eligible[q]
-            if stale[i] and ((now := self._ask(i)) is None or now > t):  # moved past t: no room then
+            if stale[i] and ((later := self._ask(i)) is None or later > t):  # moved past t: no room then
                 if eligible is None:
                     end -= 1  # out of ``order`` up to t: the next node is at q now
                 else:
