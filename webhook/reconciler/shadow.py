@@ -688,8 +688,8 @@ def _place(work: _Work, placer: _Placer, position: int, *, reserve_later: bool =
                              "node it may use")
         return est(None, "waits for work without a time limit on every node it may use")
     t, n = best
-    for _ in range(size if t <= now or reserve_later else 0):
-        n.reserve(t, t + duration, s.cpu, s.mem)
+    if t <= now or reserve_later:
+        n.reserve(t, t + duration, s.cpu * size, s.mem * size)  # all its pods there: one change, the same steps
     return est(t, "fits now" if t <= now else _why(n, t))
 
 
