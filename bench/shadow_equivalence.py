@@ -1,12 +1,17 @@
 """Before/after check for a change to the shadow schedule that must not change its answers.
 
-    python bench/shadow_equivalence.py [--against main] [--snapshots 300] [--passes 10]
+    python bench/shadow_equivalence.py [--against main] [--snapshots 300] [--passes 10] [--instructions]
 
 Loads ``webhook/reconciler/shadow.py`` as it is at ``--against`` (a git revision), runs both
 versions on generated snapshots (random nodes, racks, running pods, pending pods with priorities,
 node selectors and gangs, maintenance windows) and on the planning benchmark's cluster
 (bench_shadow.py: 10,000 pods, 20 windows), checks that every estimate is the same, then times
-both on the benchmark's cluster, interleaved in one run (a loaded machine slows both alike).
+both on the benchmark's cluster, interleaved in one run (a loaded machine slows both alike). The
+same for the batch queue's placement on bench_queue.py's cluster (10,000 gated pods in 2,000
+workloads, 500 nodes), with the arguments a planning pass gives it. ``--instructions`` counts
+instead the CPU instructions of that placement, both versions, under valgrind's callgrind
+(switched on once the cluster is built; two placements minus none; ``PYTHONHASHSEED=0``): the
+same figure on a busy machine as on a quiet one.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import dataclasses
 import importlib.util
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -29,12 +35,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import bench_queue  # noqa: E402
 import bench_shadow as b  # noqa: E402
 
+from webhook.reconciler import queue  # noqa: E402
 from webhook.reconciler import shadow as current  # noqa: E402
 from webhook.reconciler.model import Snapshot, job_view, pod_view, window_view  # noqa: E402
-from webhook.reconciler.planner import plan  # noqa: E402
-from webhook.reconciler.settings import Settings  # noqa: E402
+from webhook.reconciler.planner import effective_limit, plan  # noqa: E402
+from webhook.reconciler.settings import QueuePolicy, Settings  # noqa: E402
+from webhook.rules import load_bundle  # noqa: E402
 from webhook.units import format_time  # noqa: E402
 
 
@@ -90,8 +99,38 @@ def windows_of(snap: Snapshot) -> list[Any]:
     return [w.window for w in (snap.windows or {}).values() if w.window is not None]
 
 
-def answers(mod: ModuleType, snap: Snapshot) -> list[dict[str, Any]]:
-    return [dataclasses.asdict(e) for e in mod.shadow_schedule(snap, b.NOW, windows_of(snap))]
+def answers(mod: ModuleType, snap: Snapshot, now: float = b.NOW, **kw: Any) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(e) for e in mod.shadow_schedule(snap, now, windows_of(snap), **kw)]
+
+
+def queue_case() -> tuple[Snapshot, dict[str, Any]]:
+    """bench_queue.py's cluster and the arguments ``planner.plan`` places its queue with."""
+    settings = Settings(queues=QueuePolicy.from_bundle(load_bundle(ROOT / "policies")))
+    policy = settings.queues
+    snap, usage = bench_queue.cluster(2000, 500, 500, gated=True)
+    usage.pop("_pods")
+    limit_of = lambda o: effective_limit(o, settings)  # noqa: E731
+    waiting = queue.waiting(snap, bench_queue.NOW, policy, usage, limit_of)
+    return snap, {"limit_of": limit_of, "queued": queue.as_queued(waiting, policy), "easy": policy.easy,
+                  "preempts_below": queue.preempts_below(policy), "class_values": policy.class_values,
+                  "released": queue.released(policy)}
+
+
+def interleaved(before: ModuleType, passes: int, run: Any) -> dict[str, list[float]]:
+    """CPU ms of ``run(module)`` per pass, the two versions in turn."""
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    for _ in range(passes):
+        for name, mod in (("before", before), ("after", current)):
+            t = time.process_time()
+            run(mod)
+            times[name].append((time.process_time() - t) * 1000)
+    return times
+
+
+def report(times: dict[str, list[float]], against: str) -> None:
+    for name in ("before", "after"):
+        ts = sorted(times[name])
+        print(f"  {name} ({against if name == 'before' else 'this tree'}): {ts[0]:7.1f} / {statistics.median(ts):7.1f}")
 
 
 def common(a: list[dict[str, Any]], c: list[dict[str, Any]]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
@@ -100,13 +139,46 @@ def common(a: list[dict[str, Any]], c: list[dict[str, Any]]) -> tuple[list[tuple
     return [tuple(x[k] for k in keys) for x in a], [tuple(x[k] for k in keys) for x in c]
 
 
+def count(before: ModuleType, which: str, n: int) -> None:
+    """Inside callgrind: build the queue's cluster uninstrumented, then place it ``n`` times."""
+    mod = before if which == "before" else current
+    qsnap, qargs = queue_case()
+    subprocess.run(["callgrind_control", "--instr=on", str(os.getpid())], check=True, capture_output=True)
+    for _ in range(n):
+        mod.shadow_schedule(qsnap, bench_queue.NOW, [], **qargs)
+
+
+def instructions(against: str) -> dict[str, float]:
+    """Instructions per placement of the queue's cluster, per version: two placements minus none."""
+
+    def total(which: str, n: int) -> int:
+        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null", sys.executable,
+               __file__, "--against", against, "--_count", which, str(n)]
+        err = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONHASHSEED": "0"}).stderr
+        return int(re.search(r"Collected : (\d+)", err).group(1))  # type: ignore[union-attr]
+
+    return {which: (total(which, 2) - total(which, 0)) / 2 for which in ("before", "after")}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--against", default="main", help="git revision of the shadow schedule to compare with")
     ap.add_argument("--snapshots", type=int, default=300)
     ap.add_argument("--passes", type=int, default=10)
+    ap.add_argument("--instructions", action="store_true",
+                    help="count the instructions of the queue's placement with valgrind instead (slow, exact)")
+    ap.add_argument("--_count", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     before = load_at(args.against)
+    if args._count:
+        count(before, args._count[0], int(args._count[1]))
+        return 0
+    if args.instructions:
+        for which, n in instructions(args.against).items():
+            print(f"the queue's placement, {which} ({args.against if which == 'before' else 'this tree'}): "
+                  f"{n / 1e6:,.0f} M instructions")
+        return 0
     rng = random.Random(7)
     n = 0
     for k in range(args.snapshots):
@@ -122,21 +194,21 @@ def main() -> int:
     if x != y:
         print("the benchmark's cluster: estimates differ")
         return 1
-    print(f"same estimates for {n} workloads in {args.snapshots} generated snapshots and "
-          f"{len(answers(current, big))} in the benchmark's cluster ({format_time(b.NOW)})")
-    times: dict[str, list[float]] = {"before": [], "after": []}
+    qsnap, qargs = queue_case()
+    x, y = common(answers(before, qsnap, bench_queue.NOW, **qargs), answers(current, qsnap, bench_queue.NOW, **qargs))
+    if x != y:
+        print("the queue's cluster: placements differ")
+        return 1
+    print(f"same estimates for {n} workloads in {args.snapshots} generated snapshots, "
+          f"{len(answers(current, big))} in the benchmark's cluster ({format_time(b.NOW)}) and "
+          f"{len(x)} in the queue's")
     wins = windows_of(big)
-    for _ in range(args.passes):
-        for name, mod in (("before", before), ("after", current)):
-            t = time.process_time()
-            mod.shadow_schedule(big, b.NOW, wins)
-            times[name].append((time.process_time() - t) * 1000)
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; shadow schedule, 10,000 pods, "
-          f"20 windows, ms of CPU, best / median over {args.passes} interleaved passes:")
-    for name in ("before", "after"):
-        ts = sorted(times[name])
-        print(f"  {name} ({args.against if name == 'before' else 'this tree'}): {ts[0]:7.1f} / "
-              f"{statistics.median(ts):7.1f}")
+    times = interleaved(before, args.passes, lambda mod: mod.shadow_schedule(big, b.NOW, wins))
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; ms of CPU, best / median over "
+          f"{args.passes} interleaved passes; shadow schedule, 10,000 pods, 20 windows:")
+    report(times, args.against)
+    print("the queue's placement, 10,000 gated pods in 2,000 workloads, 500 nodes:")
+    report(interleaved(before, args.passes, lambda mod: mod.shadow_schedule(qsnap, bench_queue.NOW, [], **qargs)), args.against)
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import random
 from typing import Any
 
@@ -19,6 +20,7 @@ from webhook.units import parse_time
 from webhook.windows import parse_window
 
 S = Settings()
+INF = float("inf")
 
 
 def node(name: str, cpu: str = "4", mem: str = "16Gi", *, labels: dict[str, str] | None = None,
@@ -171,10 +173,76 @@ def _nodes(rng: random.Random, log: list[Any]) -> list[Any]:
     return out
 
 
+def by_sweep(node: Any, t0: float, duration: float, cpu: int, mem: int, margin: float,
+             before: float = INF, hold: float | None = None) -> float | None:
+    """``_Node.earliest`` as it was before it read the stretches with room (``_Node.free``): a sweep
+    over the steps of usage, candidate by candidate. The reference its answers are checked against."""
+    if hold is None:
+        hold = duration
+    if cpu > node.cpu or mem > node.mem:
+        return None
+    steps = node.steps()
+    n = len(steps)
+    free_cpu, free_mem = node.cpu - cpu, node.mem - mem
+    k = bisect.bisect_right(steps, (t0, INF, INF))
+    t, uc, um = (t0, steps[k - 1][1], steps[k - 1][2]) if k > 0 else (t0, 0, 0)
+    limit = min(before, t0 + shadow.HORIZON)
+    while t < limit:
+        if uc <= free_cpu and um <= free_mem:
+            until = t + duration
+            clash = 0.0
+            for ws, we in node.blocked:
+                if ws < t + hold + margin and t < we:
+                    clash = we
+                    break
+            if clash:
+                if clash == INF:
+                    return None
+                while k < n and steps[k][0] <= clash:  # usage at the window's end
+                    uc, um = steps[k][1], steps[k][2]
+                    k += 1
+                t = clash
+                continue
+            q = k
+            while q < n and steps[q][0] < until:
+                if steps[q][1] > free_cpu or steps[q][2] > free_mem:
+                    break
+                q += 1
+            else:
+                return t
+            k = q + 1  # start again after the busy stretch at q
+        if k >= n:
+            return None  # the usage from here on stays what it is
+        t, uc, um = steps[k]
+        k += 1
+    return None
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_the_earliest_start_read_from_the_stretches_with_room_is_the_sweeps(seed: int) -> None:
+    rng = random.Random(seed)
+    blocked = sorted((s, s + rng.choice((0.0, 600.0, 3600.0, INF))) for s in
+                     (T0 + rng.choice((-600.0, 0.0, 1800.0, rng.uniform(0, 8 * HOUR))) for _ in range(rng.choice((0, 1, 2, 3)))))
+    n = shadow._Node("n", rng.choice((2000, 4000, 8000)), rng.choice((2**32, 2**34)), {}, (), blocked)
+    starts = (0.0, 0.0, 600.0, 1800.0, 3600.0, 2 * HOUR)
+    for _ in range(rng.randint(0, 10)):
+        start = T0 + rng.choice((*starts, rng.uniform(-HOUR, 6 * HOUR)))
+        n.reserve(start, start + rng.choice((0.0, 600.0, 1800.0, 3600.0, INF)), rng.choice((0, 500, 1000, 2000)),
+                  rng.choice((0, 2**30, 2**31)))
+        for _ in range(rng.randint(0, 6)):  # between reservations too: what ``free`` kept must follow them
+            t0 = T0 + rng.choice((-HOUR, *starts, rng.uniform(0, 8 * HOUR), 70 * 86400.0))
+            cpu, mem = rng.choice((0, 500, 1000, 2000, 3000, 9000)), rng.choice((0, 2**29, 2**31, 2**35))
+            duration = rng.choice((0.0, 600.0, 1800.0, 3600.0, 3 * HOUR, INF))
+            hold = rng.choice((None, 0.0, duration, 4 * HOUR, INF))
+            margin, before = rng.choice((0.0, 300.0)), rng.choice((INF, t0 + 1, t0 + HOUR))
+            assert (n.earliest(t0, duration, cpu, mem, margin, before, hold)
+                    == by_sweep(n, t0, duration, cpu, mem, margin, before, hold))
+
+
 def _scan(nodes: list[Any], duration: float, cpu: int) -> tuple[float, str] | None:
     best: tuple[float, str] | None = None
     for n in nodes:
-        t = n.earliest(T0, duration, cpu, 2**30, 300.0)
+        t = by_sweep(n, T0, duration, cpu, 2**30, 300.0)
         if t is not None and (best is None or t < best[0]):
             best = (t, n.name)
     return best
@@ -191,7 +259,7 @@ def test_the_index_of_earliest_starts_answers_as_a_scan_of_every_node_does(seed:
         duration, cpu = sh = rng.choice(shapes)
         got = indexes[sh].best()
         assert (None if got is None else (got[0], got[1].name)) == _scan(nodes, duration, cpu)
-        assert indexes[sh].all_times() == [n.earliest(T0, duration, cpu, 2**30, 300.0) for n in nodes]
+        assert indexes[sh].all_times() == [by_sweep(n, T0, duration, cpu, 2**30, 300.0) for n in nodes]
         if got is None:
             continue
         t, n = got

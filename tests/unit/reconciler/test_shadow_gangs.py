@@ -2,8 +2,10 @@
 starts' ``fit``) answers as the straightforward placement does: at each candidate time, ask every
 node in the candidates' order, pod by pod, reserving each pod tentatively so the next one sees it.
 Seeded random nodes (capacities, reservations with and without an end, maintenance windows) and
-random gangs; then whole snapshots with queued Jobs, gated gangs, selectors and windows, placed by
-``shadow_schedule`` with either placement."""
+random gangs of a few pod sizes with a few limits each, single pods between them; then whole
+snapshots with queued Jobs, gated gangs, selectors, taints and tolerations, several limits and
+windows, placed by ``shadow_schedule`` with either placement. The straightforward placement asks
+each node with the sweep over its steps (``test_shadow.by_sweep``), not with ``_Node.earliest``."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 
 from tests.unit.reconciler.reconbuild import HOUR, T0, ts
 from tests.unit.reconciler.test_queue import POLICY, gated, queued_job
-from tests.unit.reconciler.test_shadow import node, running, snap
+from tests.unit.reconciler.test_shadow import by_sweep, node, running, snap
 from webhook.reconciler import queue, shadow
 from webhook.reconciler.model import Snapshot
 from webhook.reconciler.planner import effective_limit
@@ -40,7 +42,7 @@ def by_scan(work: Any, index: Any, now: float, duration: float, margin: float,
             firsts = sorted({t for t in soonest if t is not None})
         else:
             firsts = sorted({t for n in nodes
-                             if (t := n.earliest(t0, duration, s.cpu, s.mem, margin, INF, hold)) is not None})
+                             if (t := by_sweep(n, t0, duration, s.cpu, s.mem, margin, INF, hold)) is not None})
         if not firsts:
             break
         log = index.log
@@ -50,7 +52,7 @@ def by_scan(work: Any, index: Any, now: float, duration: float, margin: float,
             for n, first in zip(nodes, soonest, strict=True):
                 if first is None or first > t:
                     continue
-                while len(placed) < size and n.earliest(t, duration, s.cpu, s.mem, margin, t + 1, hold) == t:
+                while len(placed) < size and by_sweep(n, t, duration, s.cpu, s.mem, margin, t + 1, hold) == t:
                     n.reserve(t, t + duration, s.cpu, s.mem, tentative=True)
                     placed.append(n)
                 if len(placed) == size:
@@ -94,16 +96,17 @@ class _Work:
         self.size, self.pods = size, []
 
 
-@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("seed", range(100))
 def test_a_gang_is_placed_where_asking_every_node_pod_by_pod_places_it(seed: int) -> None:
     rng = random.Random(seed)
     (fast, fast_log), (slow, slow_log) = _cluster(seed), _cluster(seed)
-    shapes = [(rng.choice((0, 500, 1000, 2000, 3000)), rng.choice((0, 2**29, 2**30, 2**32)),
-               rng.choice((0.0, 1800.0, 3600.0, 3 * 3600.0, INF)), rng.choice((None, 0.0, 3600.0, 4 * 3600.0)))
-              for _ in range(3)]
+    # a few pod sizes, each with a few limits (the shapes of one size share what their nodes know: ``_Node.free``)
+    sizes = [(rng.choice((0, 500, 1000, 2000, 3000)), rng.choice((0, 2**29, 2**30, 2**32))) for _ in range(2)]
+    shapes = [(cpu, mem, rng.choice((0.0, 1800.0, 3600.0, 3 * 3600.0, INF)), rng.choice((None, 0.0, 3600.0, 4 * 3600.0)))
+              for cpu, mem in sizes for _ in range(3)]
     indexes: dict[Any, tuple[Any, Any]] = {}
     est = lambda start, reason, never=False: (start, reason, never)  # noqa: E731
-    for _ in range(25):
+    for _ in range(40):
         cpu, mem, duration, hold = shape = rng.choice(shapes)
         hold = duration if hold is None else hold
         if shape not in indexes:
@@ -127,15 +130,17 @@ def test_a_gang_is_placed_where_asking_every_node_pod_by_pod_places_it(seed: int
 
 def _snapshot(seed: int) -> tuple[Snapshot, list[Any]]:
     rng = random.Random(seed)
-    nodes = [node(f"n{i}", cpu=rng.choice(("4", "8", "16")), labels={"rack": f"r{i % 3}"})
-             for i in range(rng.randint(1, 12))]
+    taint = {"key": "gpu", "value": "yes", "effect": "NoSchedule"}
+    nodes = [node(f"n{i}", cpu=rng.choice(("4", "8", "16")), labels={"rack": f"r{i % 3}"},
+                  taints=[taint] if rng.random() < 0.25 else None) for i in range(rng.randint(1, 12))]
+    tolerate = [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
     objs: list[dict[str, Any]] = []
     for i in range(rng.randint(0, 20)):
         objs.append(running(f"run{i}", f"n{rng.randrange(len(nodes))}", limit=rng.choice(("30m", "1h", "3h", None)),
                             cpu=rng.choice(("1", "2", "4")), started=-rng.uniform(0, HOUR)))
     for i in range(rng.randint(1, 40)):
         created = -rng.uniform(0, 5 * HOUR)
-        limit = rng.choice(("30m", "1h", "2h", "5h"))
+        limit = rng.choice(("30m", "1h", "2h", "3h", "5h", "8h"))
         kind = rng.random()
         if kind < 0.35:
             objs.append(queued_job(f"j{i}", pods=rng.randint(1, 6), cpu=rng.choice(("1", "2", "3")), created=created,
@@ -148,9 +153,13 @@ def _snapshot(seed: int) -> tuple[Snapshot, list[Any]]:
                           labels={"batchgate.io/pod-group": f"g{i}", "batchgate.io/pod-group-size": str(size)})
                 if rng.random() < 0.2:
                     p["spec"]["nodeSelector"] = {"rack": "r1"}
+                if (k == 0 and rng.random() < 0.3) or (k and objs[-1]["spec"].get("tolerations")):
+                    p["spec"]["tolerations"] = tolerate  # the whole group's
                 objs.append(p)
         else:
             p = gated(f"p{i}", cpu=rng.choice(("1", "2", "8")), created=created, limit=limit)
+            if rng.random() < 0.3:
+                p["spec"]["tolerations"] = tolerate
             objs.append(p)
     windows = []
     for k in range(rng.choice((0, 0, 1, 2))):
@@ -171,7 +180,7 @@ def _placed(s: Snapshot, windows: list[Any]) -> list[Any]:
                                   released=queue.released(POLICY))
 
 
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", range(80))
 def test_the_queues_placement_is_the_same_with_the_straightforward_gang_placement(
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     s, windows = _snapshot(seed)
