@@ -91,7 +91,8 @@ from webhook.generate import webhook_configurations  # noqa: E402
 
 PEERS = ROOT / "bench" / "peers"
 # batchgate-webhooks: batchgate's two webhooks without its ValidatingAdmissionPolicies, to show
-# what the policies evaluated inside the API server add to a create
+# what the policies evaluated inside the API server add to a create (the default systems; also
+# batchgate-base with --baseline, and policies / policies-base: the admission policies alone)
 SYSTEMS = ("none", "noop", "batchgate", "batchgate-webhooks", "kyverno", "gatekeeper")
 CONCURRENCY = (1, 16)
 P99_BAR_MS = 100.0
@@ -597,6 +598,21 @@ def start_baseline(ctx: Ctx) -> Running:
     return start_batchgate(ctx, root=ctx.baseline)
 
 
+def start_policies(ctx: Ctx, root: Path = ROOT) -> Running:
+    """batchgate's ValidatingAdmissionPolicies alone, no webhooks: what they cost the API server."""
+    policies = ctx.batchgate_policies if root == ROOT else batchgate_policies(root)
+    for o in policies:
+        apply(ctx.kube, o)
+    time.sleep(2)  # the API server picks policies up asynchronously (the warm-up creates follow)
+
+    def stop() -> None:
+        for o in policies:
+            ctx.kube.delete(path_of(o, named=True))
+
+    return Running(version="batchgate's admission policies alone, no webhooks" + (f" ({root})" if root != ROOT else ""),
+                   stop=stop)
+
+
 def batchgate_policies(root: Path) -> list[dict[str, Any]]:
     return manifest(root / "manifests" / "admission-policies.yaml",
                     {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"})
@@ -606,6 +622,8 @@ STARTERS: dict[str, Callable[[Ctx], Running]] = {
     "none": start_none, "noop": start_noop, "batchgate": start_batchgate,
     "batchgate-webhooks": lambda ctx: start_batchgate(ctx, admission_policies=False),
     "batchgate-base": start_baseline,
+    "policies": start_policies,
+    "policies-base": lambda ctx: start_policies(ctx, root=ctx.baseline) if ctx.baseline else start_baseline(ctx),
     "kyverno": start_kyverno, "gatekeeper": start_gatekeeper,
 }
 
@@ -732,10 +750,10 @@ def main() -> int:
                     "webhook configurations) in the same run as this one: name it in --systems")
     args = ap.parse_args()
     systems = [s for s in args.systems.split(",") if s]
-    if unknown := set(systems) - set(SYSTEMS) - {"batchgate-base"}:
-        ap.error(f"unknown systems {sorted(unknown)}; have {', '.join(SYSTEMS)}, batchgate-base")
-    if "batchgate-base" in systems and args.baseline is None:
-        ap.error("batchgate-base needs --baseline DIR")
+    if unknown := set(systems) - set(STARTERS):
+        ap.error(f"unknown systems {sorted(unknown)}; have {', '.join(STARTERS)}")
+    if {"batchgate-base", "policies-base"} & set(systems) and args.baseline is None:
+        ap.error("batchgate-base and policies-base need --baseline DIR")
     peers = [s for s in systems if s in ("kyverno", "gatekeeper")]
     peers_dir = None
     if peers:
