@@ -450,8 +450,8 @@ def _shape_ok(obj: dict[str, Any], shape: Shape | None) -> Any:
 def _affinity_ok(affinity: Any) -> bool:
     """check_shape's checks under ``affinity`` (POD_SPEC_FIELDS and POD_SPEC_ITEMS there) in one
     pass, as _shape_ok: True when the walk would find nothing, False at the first doubt (then the
-    walk says what is wrong). Every Pod batchgate admitted carries the maintenance affinity, so
-    the validating review of each Pod create reads one: the walk cost ~a fifth of that review."""
+    walk says what is wrong). A time-limited Pod batchgate mutated carries the maintenance
+    affinity, so the validating review of most Pod creates reads one (bench/README.md)."""
     if affinity.__class__ is not dict:
         return False
     node = affinity.get("nodeAffinity")
