@@ -91,7 +91,8 @@ from webhook.generate import webhook_configurations  # noqa: E402
 
 PEERS = ROOT / "bench" / "peers"
 # batchgate-webhooks: batchgate's two webhooks without its ValidatingAdmissionPolicies, to show
-# what the policies evaluated inside the API server add to a create
+# what the policies evaluated inside the API server add to a create (the default systems; also
+# batchgate-base with --baseline, and policies / policies-base: the admission policies alone)
 SYSTEMS = ("none", "noop", "batchgate", "batchgate-webhooks", "kyverno", "gatekeeper")
 CONCURRENCY = (1, 16)
 P99_BAR_MS = 100.0
@@ -373,6 +374,7 @@ class Ctx:
     batchgate_configs: tuple[dict[str, Any], dict[str, Any]]
     batchgate_policies: list[dict[str, Any]]
     profile: Path | None = None
+    baseline: Path | None = None  # --baseline: another checkout, system batchgate-base
 
 
 @dataclass
@@ -385,10 +387,11 @@ class Running:
     pprof_port: int | None = None  # a Go peer's pprof, with --profile
 
 
-def spawn(ctx: Ctx, name: str, args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], Path]:
+def spawn(ctx: Ctx, name: str, args: list[str], env: dict[str, str] | None = None,
+          cwd: Path = ROOT) -> tuple[subprocess.Popen[bytes], Path]:
     logf = ctx.work / f"{name}.log"
     f = open(logf, "ab")  # noqa: SIM115 - the child keeps it
-    proc = subprocess.Popen(["taskset", "-c", ctx.core, *args], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=f,
+    proc = subprocess.Popen(["taskset", "-c", ctx.core, *args], cwd=cwd, stdin=subprocess.DEVNULL, stdout=f,
                             stderr=subprocess.STDOUT, start_new_session=True,
                             env={**os.environ, "GOMAXPROCS": "1", **(env or {})})
     return proc, logf
@@ -432,23 +435,27 @@ def start_noop(ctx: Ctx) -> Running:
                    proc=proc, stop=stop)
 
 
-def start_batchgate(ctx: Ctx, admission_policies: bool = True) -> Running:
+def start_batchgate(ctx: Ctx, admission_policies: bool = True, root: Path = ROOT) -> Running:
+    """``batchgate serve`` of the checkout at ``root`` (this one, or --baseline's) on its bundle,
+    with its admission policies."""
     port = free_port()
     proc, logf = spawn(ctx, "batchgate", [sys.executable, "-m", "webhook", "--log-level", "WARNING", "serve",
                                           "--host", "127.0.0.1", "--port", str(port),
-                                          "--policies", str(ROOT / "policies"), "--cert-dir", str(ctx.certs)],
-                       env={"PYTHONPATH": str(ROOT)})
+                                          "--policies", str(root / "policies"), "--cert-dir", str(ctx.certs)],
+                       env={"PYTHONPATH": str(root)}, cwd=root)
     wait_ready(port, timeout=60)
     configs = rename(ctx.batchgate_configs, "bench", f"https://127.0.0.1:{port}", ("/mutate", "/validate"))
     ctx.kube.register_webhooks(*configs)
-    policies = ctx.batchgate_policies if admission_policies else []
+    policies = (ctx.batchgate_policies if root == ROOT else batchgate_policies(root)) if admission_policies else []
     for o in policies:
         apply(ctx.kube, o)
     wait_enforcing(ctx.kube, ctx.namespace, "batchgate", proc, logf)
-    version = subprocess.run([sys.executable, "-m", "webhook", "--version"], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout.strip()
+    version = subprocess.run([sys.executable, "-m", "webhook", "--version"], cwd=root, capture_output=True,
+                             text=True, check=True, env={**os.environ, "PYTHONPATH": str(root)}).stdout.strip()
     if not admission_policies:
         version += " (webhooks only, no admission policies)"
+    if root != ROOT:
+        version += f" ({root})"
 
     def stop() -> None:
         ctx.kube.delete_webhooks(configs[0]["metadata"]["name"], configs[1]["metadata"]["name"])
@@ -585,9 +592,38 @@ def start_gatekeeper(ctx: Ctx) -> Running:
                    pprof_port=pprof)
 
 
+def start_baseline(ctx: Ctx) -> Running:
+    if ctx.baseline is None:
+        raise RuntimeError("batchgate-base needs --baseline DIR")
+    return start_batchgate(ctx, root=ctx.baseline)
+
+
+def start_policies(ctx: Ctx, root: Path = ROOT) -> Running:
+    """batchgate's ValidatingAdmissionPolicies alone, no webhooks: what they cost the API server."""
+    policies = ctx.batchgate_policies if root == ROOT else batchgate_policies(root)
+    for o in policies:
+        apply(ctx.kube, o)
+    time.sleep(2)  # the API server picks policies up asynchronously (the warm-up creates follow)
+
+    def stop() -> None:
+        for o in policies:
+            ctx.kube.delete(path_of(o, named=True))
+
+    return Running(version="batchgate's admission policies alone, no webhooks" + (f" ({root})" if root != ROOT else ""),
+                   stop=stop)
+
+
+def batchgate_policies(root: Path) -> list[dict[str, Any]]:
+    return manifest(root / "manifests" / "admission-policies.yaml",
+                    {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"})
+
+
 STARTERS: dict[str, Callable[[Ctx], Running]] = {
     "none": start_none, "noop": start_noop, "batchgate": start_batchgate,
     "batchgate-webhooks": lambda ctx: start_batchgate(ctx, admission_policies=False),
+    "batchgate-base": start_baseline,
+    "policies": start_policies,
+    "policies-base": lambda ctx: start_policies(ctx, root=ctx.baseline) if ctx.baseline else start_baseline(ctx),
     "kyverno": start_kyverno, "gatekeeper": start_gatekeeper,
 }
 
@@ -709,10 +745,15 @@ def main() -> int:
                     "profiling costs CPU: measure without it")
     ap.add_argument("--save", help="also write every round's figures, as JSON, to this file")
     ap.add_argument("--fixture", default=str(FIXTURES / "pod-create-by-namespace-user.mutate.json"))
+    ap.add_argument("--baseline", type=Path, help="another checkout of batchgate (`git archive main | tar -x -C DIR`), "
+                    "measured as system batchgate-base (its server, bundle and admission policies; this checkout's "
+                    "webhook configurations) in the same run as this one: name it in --systems")
     args = ap.parse_args()
     systems = [s for s in args.systems.split(",") if s]
-    if unknown := set(systems) - set(SYSTEMS):
-        ap.error(f"unknown systems {sorted(unknown)}; have {', '.join(SYSTEMS)}")
+    if unknown := set(systems) - set(STARTERS):
+        ap.error(f"unknown systems {sorted(unknown)}; have {', '.join(STARTERS)}")
+    if {"batchgate-base", "policies-base"} & set(systems) and args.baseline is None:
+        ap.error("batchgate-base and policies-base need --baseline DIR")
     peers = [s for s in systems if s in ("kyverno", "gatekeeper")]
     peers_dir = None
     if peers:
@@ -741,8 +782,8 @@ def main() -> int:
         ca = base64.b64encode((certs / "ca.crt").read_bytes()).decode()
         ctx = Ctx(kube=kube, namespace=namespace, work=work, certs=certs, ca_bundle=ca, peers_dir=peers_dir,
                   core=server_core, batchgate_configs=webhook_configurations(ca, url="https://unused"),
-                  profile=args.profile, batchgate_policies=manifest(ROOT / "manifests" / "admission-policies.yaml",
-                                              {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}))
+                  profile=args.profile, batchgate_policies=batchgate_policies(ROOT),
+                  baseline=args.baseline.resolve() if args.baseline else None)
         log(f"Kubernetes {kube.get('/version')['gitVersion']}; webhooks on core {server_core}, "
             f"wrk and the fixed-rate client on core {client_core}; load average {os.getloadavg()[0]:.1f}")
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}

@@ -202,6 +202,11 @@ def test_what_holds_while_the_webhook_is_down(kube, webhook_server, admission_po
     own = f"e2e-ns-{uuid.uuid4().hex[:6]}"  # alice's own namespace (she may create and label them)
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": own}},
                 as_user=namespace_manager)
+    # a namespace an admin opted out, where alice may edit: no webhook and no admission policy
+    # judges anything there (the policies by their bindings' namespaceSelector)
+    opted_out = kube.create_namespace(prefix="e2e-opted-out", labels={OPT_OUT: "disabled"})
+    p_out = unique("p-out")
+    assert QUEUE_LABEL not in (create(kube, opted_out, pod(p_out))["metadata"].get("labels") or {})  # not mutated
 
     # --- the webhook is unreachable ---------------------------------------------------------------
     webhook_server.server.stop()
@@ -246,6 +251,11 @@ def test_what_holds_while_the_webhook_is_down(kube, webhook_server, admission_po
     status, msg = attempt(lambda: kube.patch(pods_path(ns, p0), forged))
     if status != 200:
         problems.append(f"the admin's {STARTED}: HTTP {status} {msg}")
+    # ... but in the opted-out namespace nothing of batchgate's judges her
+    status, msg = attempt(lambda: kube.patch(pods_path(opted_out, p_out), forged, as_user="alice"))
+    stored = (kube.get(pods_path(opted_out, p_out))["metadata"].get("annotations") or {}).get(STARTED)
+    if status != 200 or stored != "2030-01-01T00:00:00Z":
+        problems.append(f"alice's {STARTED} in an opted-out namespace: HTTP {status} {msg}, stored {stored!r}")
 
     # the batch queue: alice may not release her own waiting work; an admin may
     status, msg = attempt(lambda: kube.patch(jobs_path(ns, waiting), {"spec": {"suspend": False}}, as_user="alice"))
@@ -292,7 +302,7 @@ def test_what_holds_while_the_webhook_is_down(kube, webhook_server, admission_po
     outage.end()
     with contextlib.suppress(Exception):
         kube.patch("/api/v1/namespaces/kube-system", {"metadata": {"labels": {"e2e-outage": None}}})
-    for n in (own, other):
+    for n in (own, other, opted_out):
         with contextlib.suppress(Exception):
             kube.delete_namespace(n)
     assert not problems, "while the webhook was down:\n  " + "\n  ".join(problems)

@@ -134,11 +134,17 @@ class Policy:
 
     name: str
     spec: dict[str, Any]
+    binding: dict[str, Any]
 
     def denies(self, req: dict[str, Any], act: dict[str, Any]) -> str | None:
         """The message it denies with, or None."""
         c = self.spec["matchConstraints"]
         if not _sent(c["resourceRules"], c.get("namespaceSelector"), req):
+            return None
+        # the binding's namespaceSelector, intersected with the policy's match (no resourceRules of its own)
+        bound = self.binding.get("matchResources", {})
+        assert "resourceRules" not in bound, self.name
+        if not _sent(c["resourceRules"], bound.get("namespaceSelector"), req):
             return None
         if not all(cel(m["expression"], act) for m in self.spec.get("matchConditions", [])):
             return None
@@ -171,7 +177,9 @@ def config_of(bundle: Bundle) -> Config:
     mutating, validating = webhook_objects(bundle)
     hooks = [Hook(h["name"], "mutate", h) for h in mutating["webhooks"]] + \
             [Hook(h["name"], "validate", h) for h in validating["webhooks"]]
-    policies = [Policy(o["metadata"]["name"], o["spec"]) for o in admission_policies(bundle)
+    objects = admission_policies(bundle)
+    bindings = {o["spec"]["policyName"]: o["spec"] for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"}
+    policies = [Policy(o["metadata"]["name"], o["spec"], bindings[o["metadata"]["name"]]) for o in objects
                 if o["kind"] == "ValidatingAdmissionPolicy"]
     return Config(bundle, hooks, policies)
 

@@ -142,6 +142,64 @@ def test_malformed_reviews_raise_bad_review(body, needle, bundle):
         decide(body, bundle, phase="mutate")
 
 
+_REQ = "requiredDuringSchedulingIgnoredDuringExecution"
+_TERM = {"labelSelector": {"matchLabels": {"a": "b"}, "matchExpressions": [{"key": "k", "operator": "Exists"}]},
+         "namespaceSelector": {}, "topologyKey": "kubernetes.io/hostname"}
+_NODE = {"nodeAffinity": {_REQ: {"nodeSelectorTerms": [
+    {"matchExpressions": [{"key": "batchgate.io/maintenance-in-minutes", "operator": "DoesNotExist"}]},
+    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}
+AFFINITIES = [
+    ("maintenance", _NODE),
+    ("empty", {}),
+    ("nulls", {"nodeAffinity": None, "podAffinity": {_REQ: None}, "podAntiAffinity": None}),
+    ("pod-terms", {"podAffinity": {_REQ: [_TERM]}, "podAntiAffinity": {_REQ: [_TERM, {}]}}),
+    ("all", {**_NODE, "podAffinity": {_REQ: [_TERM]}, "podAntiAffinity": {_REQ: [_TERM]}}),
+    ("not-object", ["x"]),
+    ("node-affinity-string", {"nodeAffinity": "x"}),
+    ("required-list", {"nodeAffinity": {_REQ: []}}),
+    ("terms-object", {"nodeAffinity": {_REQ: {"nodeSelectorTerms": {}}}}),
+    ("term-string", {"nodeAffinity": {_REQ: {"nodeSelectorTerms": ["x"]}}}),
+    ("match-expressions-object", {"nodeAffinity": {_REQ: {"nodeSelectorTerms": [{"matchExpressions": {}}]}}}),
+    ("match-fields-of-strings", {"nodeAffinity": {_REQ: {"nodeSelectorTerms": [{"matchFields": ["x"]}]}}}),
+    ("pod-affinity-list", {"podAffinity": []}),
+    ("pod-required-object", {"podAntiAffinity": {_REQ: {}}}),
+    ("pod-term-string", {"podAffinity": {_REQ: ["x"]}}),
+    ("label-selector-string", {"podAffinity": {_REQ: [{"labelSelector": "a=b"}]}}),
+    ("match-labels-not-strings", {"podAntiAffinity": {_REQ: [{"labelSelector": {"matchLabels": {"a": 1}}}]}}),
+    ("match-labels-list", {"podAntiAffinity": {_REQ: [{"labelSelector": {"matchLabels": []}}]}}),
+    ("pod-match-expressions-strings", {"podAffinity": {_REQ: [{"labelSelector": {"matchExpressions": ["x"]}}]}}),
+    ("namespace-selector-list", {"podAffinity": {_REQ: [{"namespaceSelector": []}]}}),
+    ("topology-key-number", {"podAntiAffinity": {_REQ: [{"topologyKey": 1}]}}),
+]
+
+
+WELL_FORMED = 5  # the first five of AFFINITIES
+
+
+@pytest.mark.parametrize(("n", "affinity"), list(enumerate(a for _, a in AFFINITIES)), ids=[i for i, _ in AFFINITIES])
+@pytest.mark.parametrize("phase", ["mutate", "validate"])
+def test_the_affinity_fast_path_decides_as_the_walk(n, affinity, phase, bundle, monkeypatch):
+    """check_shape's one-pass affinity check (every admitted Pod carries the maintenance
+    affinity) passes exactly what the field-by-field walk passes, which names what is wrong."""
+    from webhook import engine
+
+    body = _with(GOOD, ["request", "object", "spec", "affinity"], affinity)
+
+    def outcome():
+        try:
+            d = decide(body, bundle, phase=phase)
+        except BadReview as e:
+            return f"BadReview: {e}"
+        return (d.allowed, d.patch, d.warnings, d.denials, d.outcomes)
+
+    fast = outcome()
+    monkeypatch.setattr(engine, "_affinity_ok", lambda a: False)  # always the walk
+    assert fast == outcome()
+    assert isinstance(fast, str) == (n >= WELL_FORMED), fast
+    if n >= WELL_FORMED:
+        assert "request.object.spec.affinity" in fast
+
+
 def _exploding(bundle, failure_policy):
     def boom(settings, draft, ctx):
         draft.set("metadata", "labels", "half", "done")  # a change that must be rolled back

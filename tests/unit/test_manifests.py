@@ -592,18 +592,26 @@ def test_admission_policies_are_bound_to_deny_and_fail_closed(objects):
         "batchgate-queue-access-pods", "batchgate-queue-access-jobs", "batchgate-queue-gate-pods", "batchgate-queue-gate-jobs"}
     for name, p in policies.items():
         assert p["apiVersion"] == "admissionregistration.k8s.io/v1"
-        assert bindings[name]["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+        binding = bindings[name]["spec"]
+        assert {k: v for k, v in binding.items() if k != "matchResources"} == {
+            "policyName": name, "validationActions": ["Deny"]}
         assert p["spec"]["failurePolicy"] == "Fail"
         ops = {op for r in p["spec"]["matchConstraints"]["resourceRules"] for op in r["operations"]}
         assert ops <= {"CREATE", "UPDATE"}
         for v in p["spec"]["validations"]:
             assert v["reason"] == "Forbidden" and v["message"].startswith(p["metadata"]["annotations"][
                 "batchgate.io/policy"].split()[0] + ": ")
-        # the namespaces the webhooks leave out, these leave out too (the engine judges nothing there)
-        selector = p["spec"]["matchConstraints"].get("namespaceSelector")
+        # the namespaces the webhooks leave out, these leave out too (the engine judges nothing
+        # there), by the binding's namespaceSelector: the API server evaluates a policy's for
+        # every request before its resource rules, a binding's only for the requests they match
+        assert "namespaceSelector" not in p["spec"]["matchConstraints"]
+        selector = binding.get("matchResources", {}).get("namespaceSelector")
         if name != "batchgate-namespace-opt-out":
+            assert binding["matchResources"] == {"namespaceSelector": selector}
             for ns in SYSTEM_NAMESPACES:
                 assert not _selects(selector, {"kubernetes.io/metadata.name": ns})
+            assert not _selects(selector, {"kubernetes.io/metadata.name": "demo", OPT_OUT[0]: OPT_OUT[1]})
+            assert _selects(selector, {"kubernetes.io/metadata.name": "demo"})
         else:  # ... but a Namespace is judged whatever its name (kube-system's opt-out label too)
             assert selector is None
 
