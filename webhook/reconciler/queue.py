@@ -25,7 +25,7 @@ releases what still waits in it at once, and so does a namespace the bundle now 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -269,14 +269,25 @@ def plan_release(items: list[Waiting], estimates: list[Estimate], now: float, po
     return [a for w, why in to_release(items, estimates, now, policy) for a in release(w, why, now)]
 
 
-def plan_notices(items: list[Waiting], estimates: list[Estimate], policy: QueuePolicy) -> list[Action]:
+QUEUED_KEY = "queued"  # the key of a workload's one Queued notice (the controller tells it once)
+
+
+def plan_notices(items: list[Waiting], estimates: list[Estimate], policy: QueuePolicy, *,
+                 skip: Container[str] = frozenset(), told: Container[tuple[str, str]] = frozenset()) -> list[Action]:
     """Tell each waiting workload, once, that it waits and why; when a volume it mounts does not
     exist, a Warning naming it instead, at once rather than when its turn comes. The controller
-    sends each once (``TELL_ONCE``); the Event's name makes a restart find it sent."""
-    why = {e.workload.uid: e for e in estimates}
+    sends each once (``TELL_ONCE``); the Event's name makes a restart find it sent. No notice is
+    made for the uids in ``skip`` (released this pass) nor for one the controller already told
+    (``told``: (target uid, key) of the TELL_ONCE actions it carried out, which it would drop)."""
+    why: dict[str, Estimate] | None = None
     out = []
     for position, w in enumerate(items, 1):
-        e = why.get(w.ref.uid)
+        uid = w.ref.uid
+        if uid in skip or (uid, QUEUED_KEY) in told:
+            continue
+        if why is None:
+            why = {e.workload.uid: e for e in estimates}
+        e = why.get(uid)
         reason = e.reason if e is not None else ""
         state = policy.states.get(w.queue, "open")
         message = (f"waits in queue {w.queue!r} for its turn and room for all its {w.size} pod"
@@ -289,7 +300,7 @@ def plan_notices(items: list[Waiting], estimates: list[Estimate], policy: QueueP
             message=(f"{kind} {w.ref.namespace}/{name}, which it mounts, does not exist; it waits in queue "
                      f"{w.queue!r}, but would not start when its turn comes: create it, or fix the workload")))
             for kind, name in mounts)
-        out.append(Action(kind="queued", target=w.ref, reason="Queued", message=message, key="queued",
+        out.append(Action(kind="queued", target=w.ref, reason="Queued", message=message, key=QUEUED_KEY,
                           requires=requires))
     return out
 
