@@ -23,9 +23,9 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
-from dataclasses import dataclass, field
 from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
