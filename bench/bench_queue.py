@@ -1,6 +1,7 @@
 """Benchmark: a planning pass of the batch queue (issue 23) with 10,000 waiting pods.
 
     python bench/bench_queue.py [--workloads 2000] [--accounts 500] [--nodes 500] [--passes 10] [--json]
+    python bench/bench_queue.py --instructions ['queue' 'queue, next pass' ...]
 
 The cluster: ``--nodes`` 32-core nodes, each with a running 16-core pod (3 h limit left, its
 deadline recorded), and ``--workloads`` waiting workloads from ``--accounts`` accounts, 10,000
@@ -20,7 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import statistics
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -190,23 +194,43 @@ def next_pass(c: Cluster, settings: Settings) -> tuple[Snapshot, float]:
     return c.snapshot(), later
 
 
-ROWS = (("queue", True, False), ("queue, next pass", True, False), ("queue+estimates", True, True),
-        ("no-queue+estimates", False, True))
+ROWS = {"queue": (True, False), "queue, next pass": (True, False), "queue+estimates": (True, True),
+        "no-queue+estimates": (False, True)}  # name: (gated, estimate)
+
+
+def setup(name: str, a: argparse.Namespace, settings: Settings) -> tuple[Cluster, Snapshot, float]:
+    """The row's cluster, the snapshot its pass plans on, and when."""
+    c = cluster(a.workloads, a.accounts, a.nodes, gated=ROWS[name][0])
+    if name == "queue, next pass":
+        snap, now = next_pass(c, settings)
+        return c, snap, now
+    return c, c.snapshot(), NOW
 
 
 def run(a: argparse.Namespace, settings: Settings) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    for name, gated, estimate in ROWS:
-        c = cluster(a.workloads, a.accounts, a.nodes, gated=gated)
-        if name == "queue, next pass":
-            snap, now = next_pass(c, settings)
-            ms, actions = measure(snap, c.usage, settings, a.passes, estimate=estimate, now=now, told=c.told)
-        else:
-            ms, actions = measure(c.snapshot(), c.usage, settings, a.passes, estimate=estimate)
+    for name, (_gated, estimate) in ROWS.items():
+        c, snap, now = setup(name, a, settings)
+        ms, actions = measure(snap, c.usage, settings, a.passes, estimate=estimate, now=now, told=c.told)
         out[name] = {"pass_cpu_ms": round(ms, 1), "pods_waiting": c.waiting_pods, "workloads": a.workloads,
                      "accounts": a.accounts, "nodes": a.nodes, "actions": len(actions),
                      "by_kind": dict(sorted(Counter(x.kind for x in actions).items()))}
     return out
+
+
+def instructions(a: argparse.Namespace, names: list[str], passes: int = 2) -> dict[str, float]:
+    """Instructions per pass under valgrind's callgrind: the row's passes minus none (the cluster
+    built alike), with ``PYTHONHASHSEED=0``; the machine's load does not change them."""
+
+    def total(name: str, n: int) -> int:
+        cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
+               "--workloads", str(a.workloads), "--accounts", str(a.accounts), "--nodes", str(a.nodes),
+               "--_run", name, str(n)]
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        err = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stderr
+        return int(re.search(r"Collected : (\d+)", err).group(1))  # type: ignore[union-attr]
+
+    return {name: (total(name, passes) - total(name, 0)) / passes for name in names}
 
 
 def main() -> None:
@@ -216,8 +240,25 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=500, help="32-core nodes, each half busy (default 500)")
     ap.add_argument("--passes", type=int, default=10, help="passes measured; the median is printed (default 10)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--instructions", nargs="*", metavar="ROW", choices=list(ROWS),
+                    help="instructions per pass of these rows (default: queue and queue, next pass) under "
+                         "valgrind's callgrind instead (slow: minutes a row; exact)")
+    ap.add_argument("--_run", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     settings = Settings(queues=QueuePolicy.from_bundle(load_bundle(ROOT / "policies")))
+    if a._run:  # inside valgrind: build the row, plan N passes
+        c, snap, now = setup(a._run[0], a, settings)
+        for _ in range(int(a._run[1])):
+            plan(snap, now, settings, estimate=ROWS[a._run[0]][1], usage=c.usage, told=c.told)
+        return
+    if a.instructions is not None:
+        counts = instructions(a, a.instructions or ["queue", "queue, next pass"])
+        if a.json:
+            print(json.dumps({k: {"instructions_per_pass": round(v)} for k, v in counts.items()}, indent=2))
+        else:
+            for name, v in counts.items():
+                print(f"{name:20} {v / 1e6:>10.0f} M instructions per pass")
+        return
     out = run(a, settings)
     if a.json:
         print(json.dumps(out, indent=2))

@@ -224,6 +224,9 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
             except Exception as e:
                 p.undo("deadline", job.ref, e, n, r)
     for pod in bare_timed:
+        # most of them wait (gated, pending): not started, nothing counts yet (as _deadline would find)
+        if pod.started is None and pod.started_at_t is None and pod.phase != "Running":
+            continue
         if not pod.deleting and not pod.terminal:
             n, r = len(actions), len(runs)
             try:
