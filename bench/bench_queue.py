@@ -35,6 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from webhook.contract import QUEUE_GATE, QUEUED_ANNOTATION
+from webhook.contract import TIME_LIMIT_ANNOTATION as TIME_LIMIT
 from webhook.reconciler.actions import TELL_ONCE, Action
 from webhook.reconciler.model import NodeView, Snapshot, job_view, node_view, pod_view
 from webhook.reconciler.planner import plan
@@ -185,11 +186,61 @@ def measure(snap: Snapshot, usage: dict[str, float], settings: Settings, passes:
     return statistics.median(times) * 1000, actions
 
 
+def bind(c: Cluster, actions: list[Action], when: float) -> None:
+    """What kube-scheduler and the Job controller do with the work ``actions`` released: a released
+    Job's pods are made, and every released pod is bound (first fit, in the order released) and
+    starts at ``when``."""
+    free = {f"node-{i}": 32_000 for i in range(len(c.nodes))}
+    for p in c.pods.values():
+        if p["spec"].get("nodeName") and p["status"].get("phase") == "Running":
+            free[p["spec"]["nodeName"]] -= _millicores(p)
+    started: list[dict[str, Any]] = []
+    for a in actions:
+        if a.kind != "release":
+            continue
+        if a.target.kind == "Pod":
+            started.append(c.pods[a.target.uid])
+            continue
+        job = c.jobs[a.target.uid]
+        md, tmpl = job["metadata"], job["spec"]["template"]["spec"]
+        for k in range(job["spec"]["parallelism"]):
+            pod = _pending(f"{md['name']}-{k}", md["namespace"], when, {TIME_LIMIT: md["annotations"][TIME_LIMIT]}, [],
+                           owner=md["uid"])
+            pod["spec"] = {**pod["spec"], "priorityClassName": tmpl["priorityClassName"], "priority": 1000,
+                           "containers": tmpl["containers"]}
+            c.pods[pod["metadata"]["uid"]] = pod
+            started.append(pod)
+    nodes = iter(sorted(free, key=lambda n: int(n.split("-")[1])))
+    node = next(nodes)
+    for pod in started:
+        need = _millicores(pod)
+        while free[node] < need:
+            node = next(nodes)  # StopIteration: released more than fits (a placement that overcommits)
+        free[node] -= need
+        pod["spec"]["nodeName"] = node
+        pod["status"] = {"phase": "Running", "startTime": format_time(when), "containerStatuses": [
+            {"name": "main", "state": {"running": {"startedAt": format_time(when)}}}]}
+        pod["metadata"]["resourceVersion"] = str(int(pod["metadata"]["resourceVersion"]) + 1)
+
+
+def _millicores(pod: dict[str, Any]) -> int:
+    return sum(int(float(ct["resources"]["requests"]["cpu"]) * 1000) for ct in pod["spec"]["containers"])
+
+
 def next_pass(c: Cluster, settings: Settings) -> tuple[Snapshot, float]:
-    """The cluster a second later, after the controller carried out a first pass (the one with the
-    estimates, as its first is) and one running pod finished: the snapshot of the pass that follows."""
-    settle(c, plan(c.snapshot(), NOW, settings, estimate=True, usage=c.usage).actions)
-    later = NOW + 1
+    """The snapshot of a pass on the cluster in its steady state, and when: the controller carried
+    out a first pass (the one with the estimates, as its first is), what it released was bound and
+    started a second later, the controller carried out the passes that followed (the new deadlines
+    recorded), and then one running pod finished: the pass that change starts."""
+    first = plan(c.snapshot(), NOW, settings, estimate=True, usage=c.usage).actions
+    settle(c, first)
+    bind(c, first, NOW + 1)
+    for _ in range(100):  # and its bookkeeping held back for the passes right after (max_bookkeeping_per_pass)
+        then = plan(c.snapshot(), NOW + 1, settings, estimate=False, usage=c.usage, told=c.told)
+        settle(c, then.actions)
+        if not then.deferred:
+            break
+    later = NOW + 2
     finish_one(c, later)
     return c.snapshot(), later
 
