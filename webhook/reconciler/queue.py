@@ -129,23 +129,28 @@ def _gather(snapshot: Snapshot, policy: QueuePolicy, limit_of: Callable[[JobView
         prio = policy.class_values.get(job.priority_class, job.template.priority)
         jobs.append((job, job.template if job.template.priority == prio else replace(job.template, priority=prio)))
     groups: dict[tuple[str, str], list[PodView]] = {}
-    out_of_gate: dict[tuple[str, str, str], int] = {}  # (namespace, group, queue) -> its bare pods not gated
-    seen_get, add = seen.get, groups.setdefault
+    ungated: list[PodView] = []  # bare pods of a group not gated (counted below for the groups that wait)
+    seen_get, add, keep = seen.get, groups.setdefault, ungated.append
     for pod in snapshot.pods.values():
-        ns = pod.ref.namespace
         if not pod.gated:
             if pod.group and pod.owner is None and not pod.deleting and not pod.terminal:
-                key3 = (ns, pod.group, queue_of(pod, policy))
-                out_of_gate[key3] = out_of_gate.get(key3, 0) + 1
+                keep(pod)
             continue
         if pod.node or pod.deleting or pod.terminal or pod.sched is None:
             continue
+        ns = pod.ref.namespace
         side = seen_get(ns)  # other_side, without a call per pod
         if side is None:
             side = other_side(ns)
         if side:
             continue
         add((ns, pod.group) if pod.group else (ns, "\0" + pod.ref.uid), []).append(pod)
+    out_of_gate: dict[tuple[str, str, str], int] = {}  # (namespace, group, queue) -> its bare pods not gated
+    for pod in ungated:
+        key = (pod.ref.namespace, pod.group or "")
+        if key in groups:
+            key3 = (key[0], key[1], queue_of(pod, policy))
+            out_of_gate[key3] = out_of_gate.get(key3, 0) + 1
     score = None
     if scored is not None:
         competing = {account_of(ns) for ns, _ in groups} | {account_of(j.ref.namespace) for j, _ in jobs}
