@@ -22,10 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -270,18 +272,25 @@ def run(a: argparse.Namespace, settings: Settings) -> dict[str, dict[str, Any]]:
 
 
 def instructions(a: argparse.Namespace, names: list[str], passes: int = 2) -> dict[str, float]:
-    """Instructions per pass under valgrind's callgrind: the row's passes minus none (the cluster
-    built alike), with ``PYTHONHASHSEED=0``; the machine's load does not change them."""
+    """Instructions per pass under valgrind's callgrind, with ``PYTHONHASHSEED=0`` (the machine's
+    load does not change them): the row's snapshot is made and pickled outside valgrind, then loaded
+    and planned ``passes`` times under it, minus loaded and not planned."""
 
-    def total(name: str, n: int) -> int:
+    def total(path: Path, n: int) -> int:
         cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
-               "--workloads", str(a.workloads), "--accounts", str(a.accounts), "--nodes", str(a.nodes),
-               "--_run", name, str(n)]
-        env = {**os.environ, "PYTHONHASHSEED": "0"}
+               "--_load", str(path), str(n)]
         err = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stderr
         return int(re.search(r"Collected : (\d+)", err).group(1))  # type: ignore[union-attr]
 
-    return {name: (total(name, passes) - total(name, 0)) / passes for name in names}
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            path = Path(tmp) / "row.pickle"
+            subprocess.run([sys.executable, __file__, "--workloads", str(a.workloads), "--accounts", str(a.accounts),
+                            "--nodes", str(a.nodes), "--_save", name, str(path)], check=True, env=env)
+            out[name] = (total(path, passes) - total(path, 0)) / passes
+    return out
 
 
 def main() -> None:
@@ -294,13 +303,18 @@ def main() -> None:
     ap.add_argument("--instructions", nargs="*", metavar="ROW", choices=list(ROWS),
                     help="instructions per pass of these rows (default: queue and queue, next pass) under "
                          "valgrind's callgrind instead (slow: minutes a row; exact)")
-    ap.add_argument("--_run", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--_save", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--_load", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     settings = Settings(queues=QueuePolicy.from_bundle(load_bundle(ROOT / "policies")))
-    if a._run:  # inside valgrind: build the row, plan N passes
-        c, snap, now = setup(a._run[0], a, settings)
-        for _ in range(int(a._run[1])):
-            plan(snap, now, settings, estimate=ROWS[a._run[0]][1], usage=c.usage, told=c.told)
+    if a._save:  # a row's pass, to plan under valgrind
+        c, snap, now = setup(a._save[0], a, settings)
+        Path(a._save[1]).write_bytes(pickle.dumps((snap, now, ROWS[a._save[0]][1], c.usage, c.told)))
+        return
+    if a._load:  # inside valgrind: plan it N times
+        snap, now, estimate, usage, told = pickle.loads(Path(a._load[0]).read_bytes())
+        for _ in range(int(a._load[1])):
+            plan(snap, now, settings, estimate=estimate, usage=usage, told=told)
         return
     if a.instructions is not None:
         counts = instructions(a, a.instructions or ["queue", "queue, next pass"])
