@@ -365,11 +365,11 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float) -
     quietly, and later only with a Warning saying why (work ranked ahead arrived, or room it
     counted on is gone: a node lost or cordoned, a maintenance window declared)."""
     placed = {e.workload.uid: e for e in estimates}
-    ranks = {w.ref.uid: i for i, w in enumerate(items)}
     unpromised_ahead: list[int] = []  # per rank, how many ranked ahead have no promise: counted once, when first asked
+    texts: dict[float, str] = {}  # a promise's time as written: most promises share a few
     out = []
     etype: EventType
-    for w in items:
+    for rank, w in enumerate(items):
         e = placed.get(w.ref.uid)
         if e is None or e.start is None or e.start <= now or not e.reserved:
             continue  # not placed (held, never fits), released now, or behind the head of an EASY queue
@@ -381,7 +381,9 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float) -
         want = max(e.start, now)
         if have is not None and abs(want - have) <= START_BY_SLACK:
             continue
-        want_text = format_time(want)
+        want_text = texts.get(want)
+        if want_text is None:
+            texts[want] = want_text = format_time(want)
         if have is None:
             reason, etype, message = "StartBy", "Normal", (
                 f"will start by {want_text} at the latest (its reservation in queue {w.queue!r}), unless "
@@ -396,7 +398,7 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float) -
                 for x in items:
                     unpromised_ahead.append(count)
                     count += _promise_of(x) is None
-            ahead = unpromised_ahead[ranks[w.ref.uid]]
+            ahead = unpromised_ahead[rank]
             cause = (f"{ahead} workload{'s' if ahead != 1 else ''} ranked ahead of it arrived (higher "
                      "priority, or a lighter fair-share account)" if ahead
                      else "room it counted on is gone (a node lost or cordoned, a maintenance window declared, or "
