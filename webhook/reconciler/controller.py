@@ -138,7 +138,8 @@ class Controller:
         if estimate and self.settings.runtime_prediction:
             self.history = remember(self.history, finished_runs(snapshot))
         usage = self.ledger.billing(now, self.settings.queues)
-        result = plan(snapshot, now, self.settings, estimate=estimate, history=self.history, usage=usage)
+        result = plan(snapshot, now, self.settings, estimate=estimate, history=self.history, usage=usage,
+                      told=self._told)
         if result.runs and self.settings.runtime_prediction:
             self.history = remember(self.history, result.runs)  # stopped at their limit, deleted now
         if estimate:

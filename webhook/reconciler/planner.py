@@ -63,7 +63,7 @@ the hostfile ConfigMap and, in isolated namespaces, a NetworkPolicy.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,12 +140,15 @@ class _Pass:
 
 
 def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool = True,
-         history: History | None = None, usage: Mapping[str, float] | None = None) -> Plan:
+         history: History | None = None, usage: Mapping[str, float] | None = None,
+         told: Container[tuple[str, str]] = frozenset()) -> Plan:
     """Everything due at ``now`` (epoch seconds), and when to look again. ``estimate``: also run
     the shadow schedule for expected start times (the controller does so at most every
     ``expected_start_interval``: it costs more than the rest of a pass on a busy cluster).
     ``history``: the runs the controller remembers (runtimes.py), besides those the snapshot shows.
-    ``usage``: each account's decayed usage now (usage.py), for the batch queue's fair share."""
+    ``usage``: each account's decayed usage now (usage.py), for the batch queue's fair share.
+    ``told``: (target uid, key) of the ``TELL_ONCE`` actions the controller carried out, which it
+    drops from every plan: the queue's notices among them are not made at all."""
     p = _Pass(now=now, settings=settings, actions=[], stopped=set(), budget=settings.max_bookkeeping_per_pass)
     queues = settings.queues
     excluded_cache: dict[str, bool] = {}
@@ -221,6 +224,9 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
             except Exception as e:
                 p.undo("deadline", job.ref, e, n, r)
     for pod in bare_timed:
+        # most of them wait (gated, pending): not started, nothing counts yet (as _deadline would find)
+        if pod.started is None and pod.started_at_t is None and pod.phase != "Running":
+            continue
         if not pod.deleting and not pod.terminal:
             n, r = len(actions), len(runs)
             try:
@@ -274,7 +280,7 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
                 targets = {a.target.uid for a in released}
                 gone = targets | {w.ref.uid for w in waiting if w.pods and w.pods[0].ref.uid in targets}
                 p.actions += released
-                p.actions += [a for a in queue.plan_notices(waiting, placed, queues) if a.target.uid not in gone]
+                p.actions += queue.plan_notices(waiting, placed, queues, skip=gone, told=told)
                 p.actions += queue.plan_start_by(waiting, placed, now)
     except Exception as e:
         p.undo("queue", None, e, n, r)

@@ -25,7 +25,7 @@ releases what still waits in it at once, and so does a namespace the bundle now 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -72,10 +72,12 @@ def queue_of(obj: JobView | PodView, policy: QueuePolicy) -> str:
 
 def waiting(snapshot: Snapshot, now: float, policy: QueuePolicy, usage: Mapping[str, float],
             limit_of: Callable[[JobView | PodView], int | None]) -> list[Waiting]:
-    """Every waiting workload, in queue order."""
+    """Every waiting workload, in queue order (``order``'s, each scored as it is gathered)."""
+    items = _gather(snapshot, policy, limit_of, excluded=False, scored=(now, usage))
+    items.sort(key=_rank)
     # behind the head of an EASY queue nothing is promised (a start-by there is an old one)
-    return promised_first(order(_gather(snapshot, policy, limit_of, excluded=False), now, usage, policy.fair_share),
-                          lambda w: _promised_at(w) if w.queue not in policy.easy else None, lambda w: w.priority)
+    return promised_first(items, lambda w: _promised_at(w) if w.queue not in policy.easy else None,
+                          lambda w: w.priority)
 
 
 def unmanaged(snapshot: Snapshot, policy: QueuePolicy,
@@ -93,10 +95,15 @@ def plan_unmanaged(items: list[Waiting], now: float) -> list[Action]:
            "batchgate no longer queues its work", now)]
 
 
+def _by_created_name(p: PodView) -> tuple[float, str]:
+    return (p.created or 0.0, p.ref.name)
+
+
 def _gather(snapshot: Snapshot, policy: QueuePolicy, limit_of: Callable[[JobView | PodView], int | None], *,
-            excluded: bool) -> list[Waiting]:
+            excluded: bool, scored: tuple[float, Mapping[str, float]] | None = None) -> list[Waiting]:
     """The waiting workloads of the namespaces batchgate manages (``excluded`` False) or of those the
-    bundle excludes (True), unordered."""
+    bundle excludes (True), unordered; ``scored``: (now, usage) to give each its fair-share factor,
+    age and score (``scores``) as it is made, rather than make it again in ``order``."""
     # A namespace's exclusion and account are glob matches against the bundle's patterns: asked once
     # per namespace in this call, not once per pod and per workload.
     fair = policy.fair_share
@@ -115,49 +122,71 @@ def _gather(snapshot: Snapshot, policy: QueuePolicy, limit_of: Callable[[JobView
             accounts[ns] = a = fair.account_of(ns)
         return a
 
-    out: list[Waiting] = []
+    jobs: list[tuple[JobView, PodSched]] = []
     for job in snapshot.jobs.values():
         if not job.queued or job.deleting or job.finished or job.template is None or other_side(job.ref.namespace):
             continue
         prio = policy.class_values.get(job.priority_class, job.template.priority)
-        out.append(Waiting(job.ref, queue_of(job, policy), account_of(job.ref.namespace), prio,
-                           job.created or 0.0, job.wanted,
-                           job.template if job.template.priority == prio else replace(job.template, priority=prio),
-                           limit_of(job), job=job))
+        jobs.append((job, job.template if job.template.priority == prio else replace(job.template, priority=prio)))
     groups: dict[tuple[str, str], list[PodView]] = {}
-    out_of_gate: dict[tuple[str, str, str], int] = {}  # (namespace, group, queue) -> its bare pods not gated
-    seen_get, add = seen.get, groups.setdefault
+    ungated: list[PodView] = []  # bare pods of a group not gated (counted below for the groups that wait)
+    seen_get, add, keep = seen.get, groups.setdefault, ungated.append
     for pod in snapshot.pods.values():
-        ns = pod.ref.namespace
         if not pod.gated:
             if pod.group and pod.owner is None and not pod.deleting and not pod.terminal:
-                key3 = (ns, pod.group, queue_of(pod, policy))
-                out_of_gate[key3] = out_of_gate.get(key3, 0) + 1
+                keep(pod)
             continue
         if pod.node or pod.deleting or pod.terminal or pod.sched is None:
             continue
+        ns = pod.ref.namespace
         side = seen_get(ns)  # other_side, without a call per pod
         if side is None:
             side = other_side(ns)
         if side:
             continue
         add((ns, pod.group) if pod.group else (ns, "\0" + pod.ref.uid), []).append(pod)
+    out_of_gate: dict[tuple[str, str, str], int] = {}  # (namespace, group, queue) -> its bare pods not gated
+    for pod in ungated:
+        key = (pod.ref.namespace, pod.group or "")
+        if key in groups:
+            key3 = (key[0], key[1], queue_of(pod, policy))
+            out_of_gate[key3] = out_of_gate.get(key3, 0) + 1
+    score = None
+    if scored is not None:
+        competing = {account_of(ns) for ns, _ in groups} | {account_of(j.ref.namespace) for j, _ in jobs}
+        score = scores(scored[0], scored[1], competing, fair)
+    out: list[Waiting] = []
+    for job, sched in jobs:
+        account, created = account_of(job.ref.namespace), job.created or 0.0
+        factor, age, total = score(account, created) if score is not None else (1.0, 0.0, 0.0)
+        out.append(Waiting(job.ref, queue_of(job, policy), account, sched.priority, created, job.wanted, sched,
+                           limit_of(job), job, (), "", False, factor, age, total))
     for members in groups.values():
         if len(members) > 1:
-            members.sort(key=lambda p: (p.created or 0.0, p.ref.name))
+            members.sort(key=_by_created_name)
         first = members[0]
-        assert first.sched is not None
-        want = first.group_size if first.group and first.group_size else len(members)
-        loose = out_of_gate.get((first.ref.namespace, first.group, queue_of(first, policy)), 0) if first.group else 0
+        head = first.sched
+        assert head is not None
+        sched = head
+        for m in members:  # the largest pod's shape (the first such): each pod is placed as if it were it
+            o = m.sched
+            assert o is not None
+            if o.cpu > sched.cpu or (o.cpu == sched.cpu and o.mem > sched.mem):
+                sched = o
+        ns, q = first.ref.namespace, queue_of(first, policy)
+        if first.group:
+            want = first.group_size or len(members)
+            loose = out_of_gate.get((ns, first.group, q), 0)
+        else:
+            want, loose = len(members), 0
         have = len(members) + loose
         incomplete = (f"waits for all {want} pods of its group {first.group!r} to exist ({have} do)"
                       if have < want else "")
-        sched = first.sched if len(members) == 1 else max(
-            (m.sched for m in members if m.sched is not None), key=lambda s: (s.cpu, s.mem))
-        out.append(Waiting(first.ref, queue_of(first, policy), account_of(first.ref.namespace),
-                           first.sched.priority, first.created or 0.0, max(len(members), 1), sched,
-                           limit_of(first), pods=tuple(members), incomplete=incomplete,
-                           rest=loose > 0 and not incomplete))
+        account, created = account_of(ns), first.created or 0.0
+        factor, age, total = score(account, created) if score is not None else (1.0, 0.0, 0.0)
+        out.append(Waiting(first.ref, q, account, head.priority, created, max(len(members), 1), sched,
+                           limit_of(first), None, tuple(members), incomplete, loose > 0 and not incomplete,
+                           factor, age, total))
     return out
 
 
@@ -169,24 +198,45 @@ def promised_first(items: list[W], promise: Callable[[W], float | None], priorit
     would move its promise later with no arrival at all (bench/queue_replay.py found it)."""
     out = list(items)
     groups: dict[int, list[int]] = {}
+    promises: dict[int, float] = {}  # each asked once
     for i, w in enumerate(items):
-        if promise(w) is not None:
+        p = promise(w)
+        if p is not None:
+            promises[i] = p
             groups.setdefault(priority(w), []).append(i)
     for places in groups.values():
-        ranked = sorted(places, key=lambda i: (promise(items[i]) or 0.0, i))
+        ranked = sorted(places, key=lambda i: (promises[i] or 0.0, i))
         for place, i in zip(places, ranked, strict=True):
             out[place] = items[i]
     return out
 
 
+def scores(now: float, usage: Mapping[str, float], accounts: Iterable[str],
+           fair: FairShare) -> Callable[[str, float], tuple[float, float, float]]:
+    """(fair-share factor, age factor, score) of a workload of an account made at a time, among
+    ``accounts``: the score, ``factor + ageWeight * age``, orders work within a priority."""
+    f = factors(usage, accounts, fair)
+    max_age, weight = fair.max_age, fair.age_weight
+
+    def score(account: str, created: float) -> tuple[float, float, float]:
+        age = min(max(now - created, 0.0) / max_age, 1.0) if max_age > 0 else 0.0
+        factor = f.get(account, 1.0)
+        return factor, age, factor + weight * age
+    return score
+
+
+def _rank(w: Waiting) -> tuple[int, float, float, str, str]:
+    return (-w.priority, -w.score, w.created, w.ref.namespace, w.ref.name)
+
+
 def order(items: list[Waiting], now: float, usage: Mapping[str, float], fair: FairShare) -> list[Waiting]:
     """Priority, then fair share plus age, then age (then name, for a stable order)."""
-    f = factors(usage, {w.account for w in items}, fair)
+    score = scores(now, usage, {w.account for w in items}, fair)
     scored = []
     for w in items:
-        age = min(max(now - w.created, 0.0) / fair.max_age, 1.0) if fair.max_age > 0 else 0.0
-        scored.append(replace(w, factor=f.get(w.account, 1.0), age=age, score=f.get(w.account, 1.0) + fair.age_weight * age))
-    return sorted(scored, key=lambda w: (-w.priority, -w.score, w.created, w.ref.namespace, w.ref.name))
+        factor, age, total = score(w.account, w.created)
+        scored.append(replace(w, factor=factor, age=age, score=total))
+    return sorted(scored, key=_rank)
 
 
 def as_queued(items: list[Waiting], policy: QueuePolicy) -> list[Queued]:
@@ -269,14 +319,25 @@ def plan_release(items: list[Waiting], estimates: list[Estimate], now: float, po
     return [a for w, why in to_release(items, estimates, now, policy) for a in release(w, why, now)]
 
 
-def plan_notices(items: list[Waiting], estimates: list[Estimate], policy: QueuePolicy) -> list[Action]:
+QUEUED_KEY = "queued"  # the key of a workload's one Queued notice (the controller tells it once)
+
+
+def plan_notices(items: list[Waiting], estimates: list[Estimate], policy: QueuePolicy, *,
+                 skip: Container[str] = frozenset(), told: Container[tuple[str, str]] = frozenset()) -> list[Action]:
     """Tell each waiting workload, once, that it waits and why; when a volume it mounts does not
     exist, a Warning naming it instead, at once rather than when its turn comes. The controller
-    sends each once (``TELL_ONCE``); the Event's name makes a restart find it sent."""
-    why = {e.workload.uid: e for e in estimates}
+    sends each once (``TELL_ONCE``); the Event's name makes a restart find it sent. No notice is
+    made for the uids in ``skip`` (released this pass) nor for one the controller already told
+    (``told``: (target uid, key) of the TELL_ONCE actions it carried out, which it would drop)."""
+    why: dict[str, Estimate] | None = None
     out = []
     for position, w in enumerate(items, 1):
-        e = why.get(w.ref.uid)
+        uid = w.ref.uid
+        if uid in skip or (uid, QUEUED_KEY) in told:
+            continue
+        if why is None:
+            why = {e.workload.uid: e for e in estimates}
+        e = why.get(uid)
         reason = e.reason if e is not None else ""
         state = policy.states.get(w.queue, "open")
         message = (f"waits in queue {w.queue!r} for its turn and room for all its {w.size} pod"
@@ -289,7 +350,7 @@ def plan_notices(items: list[Waiting], estimates: list[Estimate], policy: QueueP
             message=(f"{kind} {w.ref.namespace}/{name}, which it mounts, does not exist; it waits in queue "
                      f"{w.queue!r}, but would not start when its turn comes: create it, or fix the workload")))
             for kind, name in mounts)
-        out.append(Action(kind="queued", target=w.ref, reason="Queued", message=message, key="queued",
+        out.append(Action(kind="queued", target=w.ref, reason="Queued", message=message, key=QUEUED_KEY,
                           requires=requires))
     return out
 
@@ -304,11 +365,11 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float) -
     quietly, and later only with a Warning saying why (work ranked ahead arrived, or room it
     counted on is gone: a node lost or cordoned, a maintenance window declared)."""
     placed = {e.workload.uid: e for e in estimates}
-    ranks = {w.ref.uid: i for i, w in enumerate(items)}
     unpromised_ahead: list[int] = []  # per rank, how many ranked ahead have no promise: counted once, when first asked
+    texts: dict[float, str] = {}  # a promise's time as written: most promises share a few
     out = []
     etype: EventType
-    for w in items:
+    for rank, w in enumerate(items):
         e = placed.get(w.ref.uid)
         if e is None or e.start is None or e.start <= now or not e.reserved:
             continue  # not placed (held, never fits), released now, or behind the head of an EASY queue
@@ -320,7 +381,9 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float) -
         want = max(e.start, now)
         if have is not None and abs(want - have) <= START_BY_SLACK:
             continue
-        want_text = format_time(want)
+        want_text = texts.get(want)
+        if want_text is None:
+            texts[want] = want_text = format_time(want)
         if have is None:
             reason, etype, message = "StartBy", "Normal", (
                 f"will start by {want_text} at the latest (its reservation in queue {w.queue!r}), unless "
@@ -335,7 +398,7 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float) -
                 for x in items:
                     unpromised_ahead.append(count)
                     count += _promise_of(x) is None
-            ahead = unpromised_ahead[ranks[w.ref.uid]]
+            ahead = unpromised_ahead[rank]
             cause = (f"{ahead} workload{'s' if ahead != 1 else ''} ranked ahead of it arrived (higher "
                      "priority, or a lighter fair-share account)" if ahead
                      else "room it counted on is gone (a node lost or cordoned, a maintenance window declared, or "

@@ -36,6 +36,9 @@ J_WARNED = job("train", annotations=deadline_ann("4h", started=0, deadline=4 * H
 CASES = [
     Case("pending pod: the clock has not started", [pod("p", phase="Pending", started=None,
          annotations=deadline_ann("1h"))], 10, []),
+    Case("pending pod whose start was recorded: the clock keeps running",
+         [pod("p", phase="Pending", started=None, annotations=deadline_ann("1h", started=0, deadline=HOUR, warned=HOUR))],
+         2 * HOUR, [("stop", "p", "TimeLimitExceeded")]),
     Case("no time limit: nothing to do", [pod("p")], 10 * HOUR, []),
     Case("malformed time limit is left to the webhook", [pod("p", annotations=deadline_ann("soon"))], 10 * HOUR, []),
     Case("running bare pod, first seen: deadline recorded",

@@ -157,3 +157,38 @@ def test_each_moved_promise_counts_the_unpromised_work_ranked_ahead_of_it():
     assert one.reason == two.reason == "StartByMoved"
     assert "2 workloads ranked ahead of it arrived" in one.message
     assert "3 workloads ranked ahead of it arrived" in two.message  # urgent-0, urgent-1, mid (big-1 has one)
+
+
+def test_a_notice_the_controller_told_is_not_planned_again_and_one_it_did_not_tell_is():
+    """plan(told=...) makes no Queued notice the controller already carried out (it would drop it);
+    every other action, and the notice of work not told yet, is as without ``told``."""
+    snap = Snapshot.of(pods=[pod_view(o) for o in (busy("b", "4", HOUR), gated("w", "1", "1h"),
+                                                   gated("v", "1", "1h", created=-500))],
+                       jobs=[], nodes=[node("n1", cpu="4")])
+    first = plan(snap, T0, S, estimate=False).actions
+    (w,), (v,) = of(first, "queued", "w"), of(first, "queued", "v")
+    again = plan(snap, T0, S, estimate=False, told={(w.target.uid, w.key)}).actions
+    assert not of(again, "queued", "w") and of(again, "queued", "v") == [v]
+    assert again == [a for a in first if a is not w]
+    # a TELL_ONCE record of another key (the missing-volume Warning, another kind) is not this notice
+    other = plan(snap, T0, S, estimate=False, told={(w.target.uid, "missing/ConfigMap/inputs")}).actions
+    assert other == first
+
+
+def test_a_workload_released_this_pass_gets_no_notice():
+    acts = run(busy("b", "2", HOUR), gated("fits", "1", "1h"), gated("waits", "4", "1h", created=-60))
+    assert of(acts, "release", "fits") and not of(acts, "queued", "fits")
+    assert of(acts, "queued", "waits")
+
+
+def test_the_controller_plans_no_notice_it_already_carried_out():
+    from tests.unit.reconciler.fakeapi import FakeApi
+    from webhook.reconciler.controller import Controller
+
+    api = FakeApi()
+    api.put(busy("b", "4", HOUR))
+    api.put(gated("w", "1", "1h"))
+    c = Controller(api, dataclasses.replace(S, leader_elect=False), clock=lambda: T0)
+    c.cache.list_once()
+    assert [o.action.kind for o in c.run_pass() if o.result == "done"].count("queued") == 1
+    assert not [a for a in c.plan_now().actions if a.kind == "queued"]
