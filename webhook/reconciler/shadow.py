@@ -689,7 +689,14 @@ def _place(work: _Work, placer: _Placer, position: int, *, reserve_later: bool =
         return est(None, "waits for work without a time limit on every node it may use")
     t, n = best
     if t <= now or reserve_later:
-        n.reserve(t, t + duration, s.cpu * size, s.mem * size)  # all its pods there: one change, the same steps
+        # Not a gang: kube-scheduler binds each pod where it fits, so each is reserved at its own
+        # earliest start (all of them where the first fits would leave the other nodes looking free).
+        n.reserve(t, t + duration, s.cpu, s.mem)
+        for _ in range(size - 1):
+            more = index.best()
+            if more is None or not (more[0] <= now or reserve_later):
+                break
+            more[1].reserve(more[0], more[0] + duration, s.cpu, s.mem)
     return est(t, "fits now" if t <= now else _why(n, t))
 
 

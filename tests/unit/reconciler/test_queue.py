@@ -407,3 +407,15 @@ def test_the_gathering_asks_each_namespace_once_and_answers_as_asking_per_worklo
     assert {w.ref.name: w.account for w in queue.waiting(s, T0, POLICY, usage, lambda o: None)} == {
         "p1": "phys-a", "p2": "phys-a", "j1": "phys-a", "g-0": "phys-b", "c1": "chem", "o1": "other",
         "x1": "legacy-a", "x2": "legacy-a"}
+
+
+def test_a_resumed_jobs_pods_are_counted_one_node_each_so_nothing_is_released_into_their_room() -> None:
+    """A non-gang Job's pods are placed one by one as kube-scheduler would, each where it fits: all
+    four on the first node that has room for one would leave the second node looking free."""
+    job = queued_job("wide", pods=4, cpu="2", created=-2 * HOUR)
+    job["spec"]["suspend"] = False
+    del job["metadata"]["annotations"][QUEUED_ANNOTATION]
+    s = snap(job, gated("small", cpu="2", created=-HOUR), nodes=[node("n1", cpu="4"), node("n2", cpu="4")])
+    assert names(released(s)) == []
+    s = snap(job, gated("small", cpu="2", created=-HOUR), nodes=[node("n1", cpu="4"), node("n2", cpu="6")])
+    assert names(released(s)) == ["small"]  # 2 cpu left beside the four pods
