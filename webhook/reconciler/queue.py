@@ -218,10 +218,11 @@ def promised_ahead(items: list[W], promise: Callable[[W], float | None],
     does moves to just behind the last that does, in its order. Under EASY only the head is
     promised, and the work behind it holds none; fair share drifting between passes (or a newcomer
     of a lighter account) would otherwise rank it ahead of the head, and the head's promise would
-    move later, or lose its reservation, with nothing of higher priority having arrived
-    (bench/queue_replay.py: 95.9 % of such promises kept). Only unpromised work moves, and only
-    later: no other reservation can move later for it. Maui's ``RESERVATIONPOLICY HIGHEST`` does the
-    same: a job that once had a priority reservation keeps it until it runs."""
+    move later, or lose its reservation, with nothing of higher priority having arrived (the
+    replay's fair-share day kept 95.6 % of such promises before, 100 % now: bench/README.md). Only
+    unpromised work moves, and only later: no other reservation can move later for it. Maui's
+    ``RESERVATIONPOLICY HIGHEST`` does the same: a job that once had a priority reservation keeps it
+    until it runs."""
     last: dict[tuple[str, int], int] = {}
     for i, w in enumerate(items):
         key = easy(w)
