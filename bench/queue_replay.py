@@ -28,7 +28,9 @@ The same arrivals are replayed on the same cluster by two systems:
            1 and no memory weight, but continuously (the controller samples every minute).
   easy     the same, but the queue has backfill: easy (``shadow_schedule(easy=...)``): only the head
            of the queue (the first workload that cannot start now) reserves; the others start if
-           they fit now without delaying the head's reservation; only the head gets a start-by.
+           they fit now without delaying the head's reservation; only the head gets a start-by, and
+           keeps it: a workload promised once keeps its reservation and its place ahead of the
+           unpromised (``queue.promised_ahead``) until it starts.
   keep     the queue, but a promise holds against later work of the same priority: workloads with
            a start-by are placed first (in the order of their start-bys), then the rest in queue
            order (what issue 24's wording asks; fair share then orders only the promises to come).
@@ -91,7 +93,7 @@ import random
 import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +109,7 @@ from webhook.reconciler.queue import (
     Waiting,
     as_queued,
     order,
+    promised_ahead,
     promised_first,
     to_release,
 )
@@ -493,8 +496,11 @@ def _rank(ranked_works: list[Work], *, easy: bool, keep: bool) -> list[Work]:
     """The queue's order as each system keeps promises, and which promises a later arrival overtook."""
     if keep:  # promised work first, in the order of its promises; then the rest in fair-share order
         ranked_works = sorted(ranked_works, key=lambda w: (-w.prio, w.start_by is None, w.start_by or 0.0))
-    elif not easy:  # as queue.waiting: one promise (as it stands now) never ranked past another
+    else:  # as queue.waiting: one promise (as it stands now) never ranked past another; under EASY a
+        # promised workload keeps its place ahead of the unpromised
         ranked_works = promised_first(ranked_works, lambda w: w.current, lambda w: w.prio)
+        if easy:
+            ranked_works = promised_ahead(ranked_works, lambda w: w.current, lambda w: ("batch", w.prio))
     latest = -math.inf  # the latest arrival ranked ahead so far: a promise made before it is overtaken
     for w in ranked_works:
         if w.promised_at is not None and latest > w.promised_at:
@@ -565,7 +571,8 @@ def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, u
     placed = ranked[:p.depth] if p.depth else ranked  # beyond the depth: neither reserved nor released
     if any(not w.seen for w in pending):
         _expected(cluster, ranked_works[:len(placed)], now, run.live, run.runs)
-    estimates = shadow_schedule(run.views.snapshot(), at, (), queued=as_queued(placed, policy), easy=policy.easy)
+    queued = [replace(q, promised=by_id[int(q.ref.uid)].start_by is not None) for q in as_queued(placed, policy)]
+    estimates = shadow_schedule(run.views.snapshot(), at, (), queued=queued, easy=policy.easy)
     for e in estimates:
         w = by_id[int(e.workload.uid)]
         if e.start is not None:
@@ -618,12 +625,13 @@ def _queue_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, us
         t, nodes = placed
         if not w.seen:
             unseen -= 1
-        _first_seen(w, t, now, easy=easy, reserved=not head)
+        reserves = not head or w.start_by is not None  # easy: the head, or one promised before
+        _first_seen(w, t, now, easy=easy, reserved=reserves)
         if t <= now:
             _start(cluster, w, nodes, now, run)
             started.add(w.wid)
-        elif easy and head:
-            continue  # not the head: no reservation, no promise
+        elif easy and not reserves:
+            continue  # behind the head: no reservation, no promise
         else:
             head = True
             for n in nodes:

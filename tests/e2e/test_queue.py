@@ -21,6 +21,8 @@ from harness import (
     GANG,
     container,
     create,
+    epoch,
+    events,
     job,
     jobs_path,
     pods_path,
@@ -267,15 +269,8 @@ def test_work_gated_before_its_namespace_was_excluded_is_released(kube, namespac
         stop_reconcilers(started)
 
 
-def test_easy_backfill_releases_a_job_that_delays_only_the_second_reservation(
-        kube, namespace, queue_node, tmp_path, policies):
-    """A queue with ``backfill: easy`` (docs/admin/queues.md): the 4-CPU node holds busy1 (2 CPUs,
-    6 minutes) and busy2 (1 CPU, 20 minutes). The head needs the whole node: its start-by is busy2's
-    deadline. The second (3 CPUs for 5 minutes) fits from busy1's deadline, before the head. The late
-    job (1 CPU for 10 minutes) fits now and ends before the head's start, but runs into the second's
-    reservation: conservative backfill holds it; under easy (a reconciler restarted on that bundle)
-    it is released, and the head's promise is unchanged."""
-    ns = namespace
+def easy_bundle(policies: Path, tmp_path: Path) -> Path:
+    """The e2e bundle with ``backfill: easy`` on the gated queue."""
     easy = tmp_path / "easy"
     shutil.copytree(policies, easy)
     text = (easy / "bundle.yaml").read_text()
@@ -283,39 +278,105 @@ def test_easy_backfill_releases_a_job_that_delays_only_the_second_reservation(
     assert queue + "      state: open\n" in text
     (easy / "bundle.yaml").write_text(text.replace(queue + "      state: open\n",
                                                    queue + "      state: open\n      backfill: easy\n"))
+    return easy
+
+
+def timed(name: str, node: str, cpu: str, minutes: int) -> dict:
+    """A queued Job with a time limit of ``minutes``."""
+    j = queued_job(name, node, cpu)
+    j["metadata"]["annotations"] = {"batchgate.io/time-limit": f"{minutes}m"}
+    return j
+
+
+def deadline(kube: Any, ns: str, name: str) -> str | None:
+    return (kube.get(jobs_path(ns, name))["metadata"].get("annotations") or {}).get("batchgate.io/deadline")
+
+
+def test_easy_backfill_releases_a_job_that_delays_only_the_second_and_the_promised_head_keeps_its_place(
+        kube, namespace, queue_node, tmp_path, policies):
+    """A queue with ``backfill: easy`` (docs/admin/queues.md): the 4-CPU node holds busy1 (2 CPUs,
+    6 minutes) and busy2 (1 CPU, 20 minutes). The head needs the whole node: its start-by is busy2's
+    deadline. The second (3 CPUs for 5 minutes) would fit from busy1's deadline, before the head; it
+    is not the head, so it reserves nothing and gets no start-by, and the late job (1 CPU for 10
+    minutes), which fits now and ends before the head's start but runs into the second's place, is
+    released. Then a lighter account (no usage) queues a whole-node job: fair share ranks it ahead
+    of the head, but the head keeps its place, its reservation and its promise (no StartByMoved):
+    when the node frees, the head is released, and the newcomer becomes the head and gets its
+    start-by, the head's deadline."""
+    ns, light = namespace, kube.create_namespace(prefix="e2e-queue-light")
     started: list = []
-    limit = "batchgate.io/time-limit"
-
-    def timed(name: str, cpu: str, minutes: int) -> dict:
-        j = queued_job(name, queue_node, cpu)
-        j["metadata"]["annotations"] = {limit: f"{minutes}m"}
-        return j
-
-    def deadline(name: str) -> str | None:
-        return (kube.get(jobs_path(ns, name))["metadata"].get("annotations") or {}).get("batchgate.io/deadline")
-
     try:
-        create(kube, ns, timed("busy1", "2", 6))
-        create(kube, ns, timed("busy2", "1", 20))
+        create(kube, ns, timed("busy1", queue_node, "2", 6))
+        create(kube, ns, timed("busy2", queue_node, "1", 20))
+        reconcile(kube, ns, tmp_path, easy_bundle(policies, tmp_path), "easy", started)
+        for name in ("busy1", "busy2"):
+            wait_for(lambda name=name: not suspended(kube, ns, name), 60, message=f"{name} released")
+            run_pods_of(kube, ns, name, 1)
+            wait_for(lambda name=name: deadline(kube, ns, name), 60, message=f"{name}'s deadline recorded")
+        wait_for(lambda: usage_of(kube, ns).get(ns, 0) > 0, 60, message="the busy account's usage stored")
+        create(kube, ns, timed("head", queue_node, "4", 60))
+        promise = wait_for(lambda: start_by(kube, ns, "head"), 60, message="the head's start-by")
+        assert promise == deadline(kube, ns, "busy2"), (promise, deadline(kube, ns, "busy2"))
+        create(kube, ns, timed("second", queue_node, "3", 5))
+        wait_for(lambda: events(kube, ns, reason="Queued", uid=kube.get(jobs_path(ns, "second"))["metadata"]["uid"]),
+                 60, message="the second seen by a pass")
+        create(kube, ns, timed("late", queue_node, "1", 10))
+        wait_for(lambda: not suspended(kube, ns, "late"), 60, message="under easy, the late job released")
+        run_pods_of(kube, ns, "late", 1)
+        assert suspended(kube, ns, "second") and start_by(kube, ns, "second") is None, "behind the head: no promise"
+
+        create(kube, light, timed("newcomer", queue_node, "4", 60))
+        newcomer = kube.get(jobs_path(light, "newcomer"))["metadata"]["uid"]
+        wait_for(lambda: events(kube, light, reason="Queued", uid=newcomer), 60, message="the newcomer seen by a pass")
+        for name in ("busy1", "busy2", "late"):  # all end early: the node is free for one whole-node job
+            finish(kube, ns, name)
+        wait_for(lambda: not suspended(kube, ns, "head"), 60, message="the promised head released first")
+        assert suspended(kube, light, "newcomer") and suspended(kube, ns, "second")
+        head = kube.get(jobs_path(ns, "head"))
+        assert head["metadata"]["annotations"][START_BY_ANNOTATION] == promise, "the promise never moved"
+        told = [e["reason"] for e in events(kube, ns, uid=head["metadata"]["uid"]) if e["reason"].startswith("StartBy")]
+        assert told == ["StartBy"], told
+        run_pods_of(kube, ns, "head", 1)
+        ends = wait_for(lambda: deadline(kube, ns, "head"), 60, message="the head's deadline recorded")
+        nxt = wait_for(lambda: start_by(kube, light, "newcomer"), 60, message="the newcomer's start-by, as the head")
+        assert abs(epoch(nxt) - epoch(ends)) <= 60, (nxt, ends)
+        assert start_by(kube, ns, "second") is None
+    finally:
+        stop_reconcilers(started)
+        kube.delete_namespace(light)
+
+
+def test_promises_made_before_a_queue_turns_easy_stay_backed(kube, namespace, queue_node, tmp_path, policies):
+    """The same node under conservative backfill: the head, the second and the late job are each
+    promised a start, and the late job is held (it would delay the second). The admin turns the queue
+    easy and the reconciler restarts: the promises made stay backed by reservations, so the late job
+    is still held and no start-by moves; a tiny job that delays nobody is released (a pass ran)."""
+    ns = namespace
+    started: list = []
+    try:
+        create(kube, ns, timed("busy1", queue_node, "2", 6))
+        create(kube, ns, timed("busy2", queue_node, "1", 20))
         reconcile(kube, ns, tmp_path, policies, "conservative", started)
         for name in ("busy1", "busy2"):
             wait_for(lambda name=name: not suspended(kube, ns, name), 60, message=f"{name} released")
             run_pods_of(kube, ns, name, 1)
-            wait_for(lambda name=name: deadline(name), 60, message=f"{name}'s deadline recorded")
-        create(kube, ns, timed("head", "4", 60))
+            wait_for(lambda name=name: deadline(kube, ns, name), 60, message=f"{name}'s deadline recorded")
+        create(kube, ns, timed("head", queue_node, "4", 60))
         promise = wait_for(lambda: start_by(kube, ns, "head"), 60, message="the head's start-by")
-        assert promise == deadline("busy2"), (promise, deadline("busy2"))
-        create(kube, ns, timed("second", "3", 5))
+        assert promise == deadline(kube, ns, "busy2"), (promise, deadline(kube, ns, "busy2"))
+        create(kube, ns, timed("second", queue_node, "3", 5))
         second = wait_for(lambda: start_by(kube, ns, "second"), 60, message="the second's start-by")
-        assert second == deadline("busy1"), (second, deadline("busy1"))  # before the head's
-        create(kube, ns, timed("late", "1", 10))
-        wait_for(lambda: start_by(kube, ns, "late"), 60, message="the late job placed (after the second)")
+        assert second == deadline(kube, ns, "busy1"), (second, deadline(kube, ns, "busy1"))  # before the head's
+        create(kube, ns, timed("late", queue_node, "1", 10))
+        late = wait_for(lambda: start_by(kube, ns, "late"), 60, message="the late job placed (after the second)")
         assert suspended(kube, ns, "late"), "conservative backfill released a job that delays the second"
 
         started[0].kill()
-        reconcile(kube, ns, tmp_path, easy, "easy", started)
-        wait_for(lambda: not suspended(kube, ns, "late"), 60, message="under easy, the late job released")
-        assert suspended(kube, ns, "head") and suspended(kube, ns, "second")
-        assert start_by(kube, ns, "head") == promise
+        reconcile(kube, ns, tmp_path, easy_bundle(policies, tmp_path), "easy", started)
+        create(kube, ns, timed("tiny", queue_node, "1", 1))
+        wait_for(lambda: not suspended(kube, ns, "tiny"), 60, message="under easy, the tiny job released")
+        assert suspended(kube, ns, "late") and suspended(kube, ns, "head") and suspended(kube, ns, "second")
+        assert [start_by(kube, ns, n) for n in ("head", "second", "late")] == [promise, second, late]
+        assert not events(kube, ns, reason="StartByMoved")
     finally:
         stop_reconcilers(started)

@@ -91,3 +91,15 @@ def test_bench_shadow_models_replay_with_priorities() -> None:
     assert works and {w.prio for w in works} == {0, 1000} and all(w.pods == 1 for w in works)
     rows = sim.run(1, p, model="repeat", load=0.8, systems=("kube", "easy"))
     assert [r["system"] for r in rows] == ["kube", "easy"] and rows[1]["model"] == "repeat"
+
+
+def test_under_easy_the_replay_keeps_a_promised_head_ahead_of_older_work_fair_share_ranks_first() -> None:
+    """As queue.waiting does (queue.promised_ahead): fair share ranked the older, unpromised work
+    ahead of the promised head; the head keeps its place, and nothing counts as overtaken."""
+    W = sim.Work
+    older, head = W(0, "b", 0.0, 1, 4, 3600.0, 3600.0, False), W(1, "a", 5.0, 1, 4, 3600.0, 3600.0, False)
+    head.start_by = head.current = 3600.0
+    head.promised_at = 10.0
+    assert [w.wid for w in sim._rank([older, head], easy=True, keep=False)] == [1, 0]
+    assert not head.overtaken
+    assert [w.wid for w in sim._rank([older, head], easy=False, keep=False)] == [0, 1], "(conservative would have promised the older too)"

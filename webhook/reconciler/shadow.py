@@ -318,6 +318,7 @@ class _Work:
     rank: int = -1  # its place in batchgate's queue (queue.py); -1: kube-scheduler's to serve
     held: str = ""  # why it is not placed at all (its queue is on hold or stopped)
     queue: str = ""  # batchgate's queue it waits in
+    promised: bool = False  # it holds a start-by: it reserves even behind the head of an EASY queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,6 +334,7 @@ class Queued:
     pods: tuple[PodView, ...] = ()  # a bare pod or a group of them
     held: str = ""
     queue: str = ""
+    promised: bool = False  # it holds a start-by (queue.py): under EASY it keeps its reservation
 
 
 class _Earliest:
@@ -527,7 +529,8 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
     for the queue's work: scavengers).
     ``easy``: queues backfilled EASY: behind the first of their workloads that cannot start now (the
     head), a workload that cannot start now reserves nothing (its estimate says ``reserved=False``),
-    so later work may start if it delays no reservation but the head's."""
+    so later work may start if it delays no reservation but the head's; one that holds a promise
+    (``Queued.promised``: a head before) keeps its reservation."""
     if snapshot.nodes is None:
         return []
     ws = list(windows)
@@ -611,7 +614,7 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
         if runtimes is not None and q.limit is not None and (q.job is not None or q.pods):
             predicted = _predicted(runtimes, q.job, q.pods[0] if q.pods else None, q.limit)
         works.append(_Work(q.ref, list(q.pods), q.sched, q.limit, gang=True, predicted=predicted, size=q.size,
-                           rank=q.rank, held=q.held, queue=q.queue))
+                           rank=q.rank, held=q.held, queue=q.queue, promised=q.promised))
     order = sorted(works, key=lambda w: (-w.sched.priority, w.rank, w.sched.created, w.ref.namespace, w.ref.name))
     log: list[_Node] = []  # from here on, each node tells its changes
     for node in nodes.values():
@@ -620,7 +623,7 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
     out: list[Estimate] = []
     headed: set[str] = set()  # EASY queues whose head has reserved
     for position, work in enumerate(order, 1):
-        behind = work.rank >= 0 and work.queue in headed
+        behind = work.rank >= 0 and work.queue in headed and not work.promised
         e = _place(work, placer, position, reserve_later=not behind)
         if e.start is not None and e.start > now and work.rank >= 0 and work.queue in easy:
             if behind:

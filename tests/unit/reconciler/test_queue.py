@@ -237,16 +237,67 @@ def test_under_easy_only_the_head_is_promised_and_the_estimates_still_come() -> 
     assert head.annotations == {"batchgate.io/start-by": ts(HOUR)}
 
 
-def test_under_easy_an_old_start_by_behind_the_head_does_not_make_it_the_head() -> None:
-    """Start-bys written earlier (the second's before the head's) do not reorder an EASY queue (in a
-    conservative one they would: the promises keep their order): the head stays the head, and the
-    late job is still released."""
-    s = _head_second_and_a_late_job()
-    for name, at in (("head", HOUR), ("second", HOUR / 2), ("late", 2 * HOUR)):
+def _promise(s: Snapshot, **start_by: float) -> Snapshot:
+    """The snapshot with these pods' ``batchgate.io/start-by`` written (as an earlier pass would)."""
+    for name, at in start_by.items():
         key, pod = next((k, p) for k, p in s.pods.items() if p.ref.name == name)
         s.pods[key] = dataclasses.replace(pod, start_by=ts(at))
-    assert names(released(s, EASY)) == ["late"]
-    assert released(s) == []
+    return s
+
+
+def _start_bys(s: Snapshot, policy: QueuePolicy = EASY, usage: dict[str, float] | None = None) -> list[Action]:
+    return [a for a in plan(s, T0, Settings(queues=policy), usage=usage).actions if a.kind == "start-by"]
+
+
+def test_under_easy_a_promised_head_keeps_its_place_when_older_work_is_ranked_ahead_of_it() -> None:
+    """The head was promised +1h. Usage now favours the second's account, which fair share alone
+    ranks first: the second would become the head, reserve n1 from +1h and take the head's
+    reservation, with nothing having arrived. The promised head keeps its place (and its
+    reservation and promise: nothing to write); the second is behind it, unpromised; the late job
+    delays only the second and is released."""
+    s = _promise(_head_second_and_a_late_job(), head=HOUR)
+    usage = {"demo": 1000.0}
+    key, pod = next((k, p) for k, p in s.pods.items() if p.ref.name == "second")
+    s.pods[key] = dataclasses.replace(pod, ref=dataclasses.replace(pod.ref, namespace="light"))
+    fair = queue.order(queue.waiting(s, T0, EASY, {}, lambda o: None), T0, usage, EASY.fair_share)
+    assert [w.ref.name for w in fair][:2] == ["second", "head"], "fair share alone"
+    assert order(s, usage, EASY) == ["head", "second", "late"]
+    assert _start_bys(s, usage=usage) == []
+    assert names(released(s, EASY, usage)) == ["late"]
+
+
+def test_promised_ahead_moves_only_unpromised_work_of_an_easy_queue_behind_its_last_promise() -> None:
+    items = [("a", None, "q", 1), ("b", None, "c", 1), ("c", 10.0, "q", 1), ("d", None, "q", 1),
+             ("e", 20.0, "q", 1), ("f", None, "q", 0), ("g", None, "q", 1)]
+    out = queue.promised_ahead(items, lambda w: w[1], lambda w: (w[2], w[3]) if w[2] == "q" else None)
+    assert [w[0] for w in out] == ["b", "c", "e", "a", "d", "f", "g"]
+    assert queue.promised_ahead(items, lambda w: None, lambda w: (w[2], w[3])) == items
+
+
+def test_under_easy_promises_made_before_stay_backed_by_reservations() -> None:
+    """The queue was conservative (or these were heads): the head was promised +1h, the second
+    +90m (n2, once r2 ends). Under EASY both keep their reservations: the late job, which would
+    delay the second, is held, and neither promise moves; the late job gets none (not the head)."""
+    s = _promise(_head_second_and_a_late_job(), head=HOUR, second=90 * 60)
+    assert order(s, policy=EASY) == ["head", "second", "late"]
+    assert released(s, EASY) == []
+    assert _start_bys(s) == []
+    assert names(released(_head_second_and_a_late_job(), EASY)) == ["late"], "without the promises: backfilled"
+
+
+def test_under_easy_a_promise_moved_by_higher_priority_work_stays_backed_and_says_why() -> None:
+    """The head was promised +1h; an interactive job (higher priority) arrives that needs the node
+    too: it goes first and becomes the head (a promise of +1h). The old head keeps a reservation,
+    after it: its start-by moves to +2h with a StartByMoved Warning naming the arrival, rather than
+    staying +1h with nothing behind it."""
+    s = _promise(snap(busy("r", "4"), gated("head", cpu="4", created=-DAY),
+                      gated("urgent", cpu="4", priority=INTERACTIVE, created=-60), nodes=ONE), head=HOUR)
+    acts = {a.target.name: a for a in _start_bys(s)}
+    assert acts["urgent"].annotations == {START_BY_ANNOTATION: ts(HOUR)} and acts["urgent"].reason == "StartBy"
+    moved = acts["head"]
+    assert moved.annotations == {START_BY_ANNOTATION: ts(2 * HOUR)}
+    assert moved.reason == "StartByMoved" and moved.event_type == "Warning"
+    assert "1 workload ranked ahead of it arrived (higher priority" in moved.message
 
 
 def test_easy_is_per_queue_and_a_gang_behind_the_head_reserves_nothing() -> None:
