@@ -84,6 +84,7 @@ Figures, per system:
 from __future__ import annotations
 
 import argparse
+import bisect
 import heapq
 import json
 import math
@@ -101,6 +102,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay_measures import Record, measures
 
 from webhook.bundle import FairShare
+from webhook.reconciler.forecast import WINDOW, Arrival, Forecast, stretched
 from webhook.reconciler.model import NodeView, PodSched, PodView, Ref, Snapshot
 from webhook.reconciler.queue import (
     START_BY_SLACK,
@@ -113,7 +115,7 @@ from webhook.reconciler.queue import (
 from webhook.reconciler.runtimes import corrected
 from webhook.reconciler.settings import QueuePolicy
 from webhook.reconciler.shadow import shadow_schedule
-from webhook.reconciler.usage import Usage
+from webhook.reconciler.usage import Usage, factors
 
 HOUR = 3600.0
 EPOCH = 1_800_000_000.0  # the replay's time 0, as the product's clock (its code reads 0.0 as "no time")
@@ -134,6 +136,7 @@ class Params:
     gang_share: float = 0.5
     depth: int = 0  # at most this many workloads placed per pass (as Slurm's bf_max_job_test); 0: all
     placement: str = "shadow"  # the queue's: shadow (the product's), simple, greedy (no reservations)
+    forecast: float = WINDOW  # the expected start's forecast of arrivals ranking ahead (forecast.py); 0: none
 
 
 @dataclass
@@ -159,6 +162,9 @@ class Work:
     promised_at: float | None = None  # when start_by was given
     current: float | None = None  # its start-by as the reconciler rewrites it (moved by more than the slack)
     overtaken: bool = False  # a workload that arrived after its promise was ranked ahead of it
+    placed_at: float | None = None  # when its expected start was first placed
+    raw_expected: float | None = None  # that placement's start, before the forecast's stretch
+    load_ahead: float = 0.0  # the forecast's load of recent arrivals ranking ahead, then
 
     @property
     def started(self) -> float | None:
@@ -344,6 +350,7 @@ class _Run:
     contended_cores: dict[str, float] = field(default_factory=dict)
     live: dict[int, Work] = field(default_factory=dict)  # running (for predicted ends)
     runs: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # the last runtimes, per (account, program) and (account, "")
+    arrived: list[Work] = field(default_factory=list)  # every arrival so far, in order
 
     def started(self, w: Work, i: int) -> None:
         self.running_cores[w.account] += w.cores
@@ -400,6 +407,7 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
             w = works[wid]
             if kind == 1:
                 pending.append(w)
+                run.arrived.append(w)
                 continue
             for i in range(w.pods) if pod < 0 else (pod,):
                 cluster.unbind(w.nodes[i], w.cores, w.starts[i] + w.limit if system != "kube" else math.inf)
@@ -462,11 +470,26 @@ def _predicted(w: Work, runs: dict[tuple[str, str], list[float]]) -> float:
     return min(sum(seen) / len(seen), w.limit) if seen else w.limit
 
 
+def _forecast(run: _Run, now: float, usage: Usage, fair: FairShare, pending: list[Work], p: Params) -> Forecast:
+    """forecast.Forecast over the arrivals of the last ``p.forecast`` seconds, as the planner builds
+    it from the workloads the cluster shows (``forecast.arrivals``): cores x pods x predicted runtime,
+    the fair-share factors now."""
+    lo = bisect.bisect_left(run.arrived, now - p.forecast, key=lambda w: w.arrival)
+    recent = run.arrived[lo:]
+    billing = usage.at(now, fair.half_life) if usage.sampled_at is not None else {}
+    f = factors(billing, {w.account for w in pending} | {w.account for w in recent}, fair)
+    return Forecast.of([Arrival(w.arrival, w.prio, w.account, w.cores * w.pods * _predicted(w, run.runs))
+                        for w in recent], now=now, capacity=p.nodes * p.node_cpu, factors=f, window=p.forecast)
+
+
 def _expected(cluster: Cluster, ranked: list[Work], now: float, live: dict[int, Work],
-              runs: dict[tuple[str, str], list[float]]) -> None:
+              runs: dict[tuple[str, str], list[float]], forecast: Forecast | None = None,
+              scores: dict[int, float] | None = None) -> None:
     """The expected start of each workload not yet seen: the placement in queue order with predicted
     runtimes (a running job that outlived its prediction: ``runtimes.corrected``), as the reconciler's
-    second shadow schedule (estimate=True) does."""
+    second shadow schedule (estimate=True) does; its wait stretched by ``forecast`` (the load of
+    recent arrivals that rank ahead of it: its priority, its fair-share ``scores``), as the planner
+    does."""
     view = Cluster.__new__(Cluster)
     view.free, view.cap = cluster.free, cluster.cap
     view.running = [[] for _ in cluster.free]
@@ -484,7 +507,9 @@ def _expected(cluster: Cluster, ranked: list[Work], now: float, live: dict[int, 
             continue
         t, nodes = placed
         if not w.seen:
-            w.expected = t
+            w.placed_at, w.raw_expected = now, t
+            w.load_ahead = forecast.load(w.prio, (scores or {}).get(w.wid)) if forecast is not None else 0.0
+            w.expected = stretched(t, now=now, load=w.load_ahead)
         for n in nodes:
             reserved[n].append((t, t + length, w.cores))
 
@@ -558,13 +583,15 @@ def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, u
     easy = bool(policy.easy)
     items = {w.wid: _waiting(w) for w in pending}
     ranked = order(list(items.values()), at, usage.at(now, fair.half_life), fair)
+    scores = {int(item.ref.uid): item.score for item in ranked}
     by_id = {w.wid: w for w in pending}
     ranked_works = _rank([by_id[int(item.ref.uid)] for item in ranked], easy=easy, keep=keep)
     ranked = [items[w.wid] for w in ranked_works]
     assert run.views is not None
     placed = ranked[:p.depth] if p.depth else ranked  # beyond the depth: neither reserved nor released
     if any(not w.seen for w in pending):
-        _expected(cluster, ranked_works[:len(placed)], now, run.live, run.runs)
+        fc = _forecast(run, now, usage, fair, pending, p) if p.forecast else None
+        _expected(cluster, ranked_works[:len(placed)], now, run.live, run.runs, fc, scores)
     estimates = shadow_schedule(run.views.snapshot(), at, (), queued=as_queued(placed, policy), easy=policy.easy)
     for e in estimates:
         w = by_id[int(e.workload.uid)]
@@ -600,7 +627,9 @@ def _queue_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, us
     smallest = min(w.cores for w in pending)
     unseen = sum(1 for w in pending if not w.seen)
     if unseen and p.placement != "greedy":
-        _expected(cluster, ranked_works[:p.depth] if p.depth else ranked_works, now, run.live, run.runs)
+        fc = _forecast(run, now, usage, fair, pending, p) if p.forecast else None
+        _expected(cluster, ranked_works[:p.depth] if p.depth else ranked_works, now, run.live, run.runs, fc,
+                  {int(item.ref.uid): item.score for item in ranked})
     head = False  # easy: the head has reserved
     for depth, w in enumerate(ranked_works):
         full = max(cluster.free) < smallest
