@@ -77,7 +77,9 @@ Figures, per system:
   clean (no later arrival ranked ahead while waiting) and among all, tightness beside the
   to-the-limit start (the first placement: every job to its time limit), the expected start's
   calibration and error (predicted runtimes: the mean of the last two runs of the same program,
-  else of the account, clamped to the limit and corrected once outlived, as runtimes.py does),
+  else of the account, clamped to the limit and corrected once outlived, as runtimes.py does;
+  its wait stretched by forecast.py's 1 / (1 - rho) for the arrivals of the last --forecast-h hours
+  that rank ahead, built from the replay's arrivals as the planner builds it from the cluster's),
   utilisation, mean bounded slowdown (10 s), the longest wait of a gang.
 """
 
@@ -806,6 +808,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--half-life-h", type=float, default=dflt.half_life / HOUR, help="fairShare.halfLife")
     ap.add_argument("--age-weight", type=float, default=dflt.age_weight, help="fairShare.ageWeight")
     ap.add_argument("--max-age-h", type=float, default=dflt.max_age / HOUR, help="fairShare.maxAge")
+    ap.add_argument("--forecast-h", type=float, default=Params.forecast / HOUR,
+                    help="the expected start's forecast of arrivals that rank ahead, over this many hours "
+                         "(webhook/reconciler/forecast.py); 0: none, the expected start as placed")
     ap.add_argument("--model", choices=("accounts", "repeat", "iid"), default="accounts",
                     help="workload model: the fair-share accounts, or bench_shadow.py's repeat / iid")
     ap.add_argument("--load", type=float, default=0.6, help="offered load, repeat and iid models (0.6, 0.8)")
@@ -815,7 +820,7 @@ def main(argv: list[str] | None = None) -> int:
     node_cpu = a.node_cpu or (Params.node_cpu if a.model == "accounts" else 64)
     p = Params(nodes=a.nodes, node_cpu=node_cpu, hours=a.hours, heavy_load=a.heavy_load,
                heavy_backlog=a.heavy_backlog, light=a.light, light_load=a.light_load, gang_share=a.gang_share,
-               depth=a.depth, placement=a.placement)
+               depth=a.depth, placement=a.placement, forecast=a.forecast_h * HOUR)
     fair = FairShare(half_life=int(a.half_life_h * HOUR), age_weight=a.age_weight, max_age=int(a.max_age_h * HOUR))
     systems = [x for x in a.systems.split(",") if x]
     if any(x not in SYSTEMS for x in systems):
@@ -829,7 +834,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{p.nodes} nodes x {p.node_cpu} cores, {p.hours:g} h of arrivals; " + (
           f"heavy {p.heavy_load:g} (+{p.heavy_backlog} at 0), {p.light} light x {p.light_load:g}"
-          if a.model == "accounts" else f"model {a.model}, load {a.load:g}") + f"; placement {p.placement}; "
+          if a.model == "accounts" else f"model {a.model}, load {a.load:g}") + f"; placement {p.placement}; forecast {p.forecast / HOUR:g} h; "
           f"half-life {a.half_life_h:g} h, age weight {a.age_weight:g} over {a.max_age_h:g} h")
     hdr = (f"{'seed':>4} {'system':6} {'all-wait h':>10} {'heavy dev':>9} {'max|dev|':>8} {'heavy win':>9} {'util':>6} "
            f"{'useful':>6} {'mean w h':>8} {'p95 w h':>8} {'gang max h':>10} {'kept/prom':>9} {'kept/all':>8} {'tight':>6}")

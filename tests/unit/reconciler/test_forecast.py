@@ -11,7 +11,11 @@ import pytest
 from tests.unit.reconciler.reconbuild import HOUR, T0, ts
 from tests.unit.reconciler.test_queue import BATCH, INTERACTIVE, POLICY, busy, queued_job
 from tests.unit.reconciler.test_shadow import node, snap
-from webhook.contract import EXPECTED_START_ANNOTATION, EXPECTED_START_REASON_ANNOTATION, START_BY_ANNOTATION
+from webhook.contract import (
+    EXPECTED_START_ANNOTATION,
+    EXPECTED_START_REASON_ANNOTATION,
+    START_BY_ANNOTATION,
+)
 from webhook.reconciler.forecast import MOST, WINDOW, Arrival, Forecast, arrivals, stretched
 from webhook.reconciler.planner import plan
 from webhook.reconciler.settings import Settings
@@ -55,7 +59,7 @@ def test_no_capacity_means_no_forecast() -> None:
 def test_the_wait_is_stretched_by_one_over_one_minus_the_load() -> None:
     assert stretched(NOW + 600, now=NOW, load=0.25) == pytest.approx(NOW + 800)
     assert stretched(NOW + 600, now=NOW, load=0.0) == NOW + 600
-    assert stretched(NOW + 600, now=NOW, load=5.0) == pytest.approx(NOW + 600 / (1 - MOST))  # at most x4
+    assert stretched(NOW + 600, now=NOW, load=5.0) == pytest.approx(NOW + 600 / (1 - MOST)) == NOW + 1200  # x2 at most
     assert stretched(NOW + 600, now=NOW, load=0.5, start_by=NOW + 900) == NOW + 900  # never after the promise
     assert stretched(NOW, now=NOW, load=0.5) == NOW  # starts now: nothing to stretch
     assert stretched(NOW - 5, now=NOW, load=0.5) == NOW - 5
@@ -99,7 +103,7 @@ def test_recent_work_of_a_higher_priority_makes_the_expected_start_later() -> No
 
 
 def test_the_forecast_never_moves_the_expected_start_past_the_start_by() -> None:
-    w = _written(_cluster(_urgent(-HOUR, limit="12h"), holder_runtime="2h"))  # x4 of +1h: past +3h
+    w = _written(_cluster(_urgent(-HOUR, limit="12h"), holder_runtime="3h"))  # x2 of +2h: past +3h
     assert parse_time(w[EXPECTED_START_ANNOTATION]) == parse_time(w[START_BY_ANNOTATION]) == T0 + 3 * HOUR
 
 
