@@ -84,7 +84,7 @@ class Forecast:
         ``queue.order``: nothing used yet)."""
         per: dict[int, dict[str | None, float]] = {}
         for a in arrivals:
-            if now - window <= a.created < now and a.work > 0:
+            if a.created >= now - window and a.work > 0:  # one stamped ahead of our clock: arrived now
                 accounts = per.setdefault(a.priority, {})
                 accounts[a.account] = accounts.get(a.account, 0.0) + a.work
         priorities = tuple(sorted(per))
@@ -146,28 +146,28 @@ def arrivals(snapshot: Snapshot, *, now: float, policy: QueuePolicy, predictor: 
     pods' requests from its template, else from a pod of it that is still there; as many pods as it
     runs at once, or has) and each bare pod; the work of each at its predicted runtime (its own
     ``expected-runtime``, else runtimes.py's prediction), else its time limit; one with neither is
-    left out. Jobs and pods already deleted are not counted: a Job's ``ttlSecondsAfterFinished``
-    shorter than ``window`` makes the forecast low."""
+    left out. Jobs and pods deleted (or being deleted) are not counted: a Job's
+    ``ttlSecondsAfterFinished`` shorter than ``window`` makes the forecast low."""
     since = now - window
     fair = policy.fair_share
     one_pod: dict[str, PodView] = {}
     pods_of: dict[str, int] = {}
     out: list[Arrival] = []
     for pod in snapshot.pods.values():
-        if pod.sched is None:
+        if pod.sched is None or pod.deleting:
             continue
         if pod.owner is not None:
             if pod.owner.kind == "Job":
                 one_pod.setdefault(pod.owner.uid, pod)
                 pods_of[pod.owner.uid] = pods_of.get(pod.owner.uid, 0) + 1
             continue
-        if pod.created is not None and since <= pod.created < now:
+        if pod.created is not None and pod.created >= since:
             seconds = _runtime(pod, predictor, limit_of(pod))
             if seconds is not None:
                 out.append(Arrival(pod.created, pod.sched.priority, fair.account_of(pod.ref.namespace),
                                    pod.sched.cpu / 1000 * seconds))
     for job in snapshot.jobs.values():
-        if job.created is None or not since <= job.created < now:
+        if job.created is None or job.created < since or job.deleting:
             continue
         made = one_pod.get(job.ref.uid)
         sched = job.template if job.template is not None else made.sched if made is not None else None

@@ -4,6 +4,7 @@ it (never after the start-by)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -18,8 +19,9 @@ from webhook.contract import (
 )
 from webhook.reconciler.forecast import MOST, WINDOW, Arrival, Forecast, arrivals, stretched
 from webhook.reconciler.planner import plan
+from webhook.reconciler.report import queue_rows
 from webhook.reconciler.settings import Settings
-from webhook.units import parse_time
+from webhook.units import format_time, parse_time
 
 NOW = 1_000_000.0
 
@@ -48,8 +50,9 @@ def test_within_a_priority_only_accounts_whose_factor_is_above_the_score_rank_ah
 
 
 def test_only_the_window_counts() -> None:
-    f = fc(Arrival(NOW - 1001, 10, "a", 9000.0), Arrival(NOW, 10, "a", 9000.0), Arrival(NOW - 999, 10, "a", 1000.0))
-    assert f.load(0) == pytest.approx(0.1)
+    f = fc(Arrival(NOW - 1001, 10, "a", 9000.0), Arrival(NOW - 1000, 10, "a", 1000.0),
+           Arrival(NOW + 2, 10, "a", 500.0))  # stamped by a clock ahead of ours: it arrived now
+    assert f.load(0) == pytest.approx(0.15)
 
 
 def test_no_capacity_means_no_forecast() -> None:
@@ -118,3 +121,17 @@ def test_arrivals_of_the_snapshot_count_jobs_with_their_pods_and_bare_pods() -> 
         (BATCH, "demo", 2 * 3 * 0.5 * HOUR),  # two pods of 3 cores for its limit
         (INTERACTIVE, "other", 8 * 2 * HOUR),
     ])
+
+
+def test_batchgate_queue_shows_the_same_stretched_start_never_after_the_start_by() -> None:
+    def row(s: Any) -> dict[str, Any]:
+        (r,) = [r for r in queue_rows(s, T0, queues=POLICY) if r["name"] == "wait"]
+        return r
+
+    r = row(_cluster(_urgent(-HOUR)))
+    assert r["start"] == format_time(T0 + 1800 * 9 / 7) and "later by x1.29" in r["reason"]
+    promised = _cluster(_urgent(-HOUR))
+    job = promised.jobs[("demo", "wait")]
+    promised = dataclasses.replace(promised, jobs={**promised.jobs, ("demo", "wait"): dataclasses.replace(
+        job, start_by=format_time(T0 + 1200))})
+    assert row(promised)["start"] == format_time(T0 + 1200)
