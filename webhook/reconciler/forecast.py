@@ -70,6 +70,7 @@ class Forecast:
     capacity: float  # cpu-seconds the cluster offered over the window
     priorities: tuple[int, ...]  # the arrivals' priorities, ascending
     above: tuple[float, ...]  # per priority: the work of all arrivals of a higher priority
+    own: tuple[float, ...]  # per priority: the work of its arrivals
     # per priority: its accounts' fair-share factors ascending, and the work of the accounts from
     # each one on (suffix sums), for a bisection by score
     factors: tuple[tuple[float, ...], ...]
@@ -103,8 +104,8 @@ class Forecast:
                 sums[i] = sums[i + 1] + ranked[i][1]
             fs.append(tuple(f for f, _ in ranked))
             suffix.append(tuple(sums))
-        return Forecast(max(capacity, 0.0) * window, priorities, tuple(reversed(above)), tuple(fs), tuple(suffix),
-                        window)
+        return Forecast(max(capacity, 0.0) * window, priorities, tuple(reversed(above)),
+                        tuple(sum(per[p].values()) for p in priorities), tuple(fs), tuple(suffix), window)
 
     def load(self, priority: int, score: float | None = None) -> float:
         """The share of the cluster that arrived ranking ahead of a workload of ``priority`` with
@@ -117,14 +118,10 @@ class Forecast:
             if score is not None:
                 work += self.from_factor[k][bisect.bisect_right(self.factors[k], score)]
         elif k < len(self.priorities):  # none of its priority: those from the next one up
-            work = self._from(k)
+            work = self.above[k] + self.own[k]
         else:
             work = 0.0
         return work / self.capacity
-
-    def _from(self, k: int) -> float:
-        """The work of the arrivals of priority ``self.priorities[k]`` and above."""
-        return self.above[k] + self.from_factor[k][0]
 
 
 def stretched(start: float, *, now: float, load: float, start_by: float | None = None) -> float:

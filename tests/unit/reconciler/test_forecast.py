@@ -38,6 +38,9 @@ def test_higher_priorities_rank_ahead_and_lower_ones_never() -> None:
     assert f.load(3) == pytest.approx(0.3)  # a priority no arrival has: those above it
     assert f.load(10) == 0.0
     assert f.load(11) == 0.0
+    # work no fair share orders (no account) counts by its priority alone
+    f = fc(Arrival(NOW - 10, 10, None, 1000.0), Arrival(NOW - 10, 5, None, 2000.0))
+    assert (f.load(3), f.load(5, 0.0), f.load(5)) == (pytest.approx(0.3), pytest.approx(0.1), pytest.approx(0.1))
 
 
 def test_within_a_priority_only_accounts_whose_factor_is_above_the_score_rank_ahead() -> None:
