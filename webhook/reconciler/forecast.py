@@ -43,7 +43,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .model import JobView, PodView, Snapshot
+from .model import JobView, PodView, Snapshot, job_of
 from .runtimes import Predictor, job_key, pod_key
 from .settings import QueuePolicy
 from .shadow import Estimate
@@ -153,10 +153,11 @@ def arrivals(snapshot: Snapshot, *, now: float, policy: QueuePolicy, predictor: 
     for pod in snapshot.pods.values():
         if pod.sched is None or pod.deleting:
             continue
-        if pod.owner is not None:
-            if pod.owner.kind == "Job":
-                one_pod.setdefault(pod.owner.uid, pod)
-                pods_of[pod.owner.uid] = pods_of.get(pod.owner.uid, 0) + 1
+        if pod.owner is not None:  # a Job's counts with its Job; one of something else is no batch work
+            job = job_of(snapshot, pod)
+            if job is not None:
+                one_pod.setdefault(job.ref.uid, pod)
+                pods_of[job.ref.uid] = pods_of.get(job.ref.uid, 0) + 1
             continue
         if pod.created is not None and pod.created >= since:
             seconds = _runtime(pod, predictor, limit_of(pod))

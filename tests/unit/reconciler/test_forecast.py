@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.unit.reconciler.reconbuild import HOUR, T0, ts
+from tests.unit.reconciler.reconbuild import HOUR, T0, job, pod, ts
 from tests.unit.reconciler.test_queue import BATCH, INTERACTIVE, POLICY, busy, queued_job
-from tests.unit.reconciler.test_shadow import node, snap
+from tests.unit.reconciler.test_shadow import node, snap, with_spec
 from webhook.contract import (
     EXPECTED_START_ANNOTATION,
     EXPECTED_START_REASON_ANNOTATION,
@@ -114,8 +114,11 @@ def test_the_forecast_never_moves_the_expected_start_past_the_start_by() -> None
 
 
 def test_arrivals_of_the_snapshot_count_jobs_with_their_pods_and_bare_pods() -> None:
+    done = job("done", finished="Complete", annotations={"batchgate.io/time-limit": "1h"})
+    done["metadata"]["creationTimestamp"] = ts(-3 * HOUR)
+    ran = with_spec(pod("done-0", owner=done, phase="Succeeded"), cpu="2", priority=BATCH)  # a finished Job: its pod's
     s = _cluster(_urgent(-HOUR), queued_job("two", pods=2, cpu="3", limit="30m", created=-2 * HOUR),
-                 queued_job("old", created=-7 * HOUR))
+                 queued_job("old", created=-7 * HOUR), done, ran)
     got = sorted((a.priority, a.account, a.work) for a in arrivals(
         s, now=T0, policy=POLICY, predictor=None, limit_of=lambda o: o.limit, window=WINDOW))
     assert got == sorted([
@@ -123,6 +126,7 @@ def test_arrivals_of_the_snapshot_count_jobs_with_their_pods_and_bare_pods() -> 
         (BATCH, "demo", 4 * HOUR),  # wait: its limit
         (BATCH, "demo", 2 * 3 * 0.5 * HOUR),  # two pods of 3 cores for its limit
         (INTERACTIVE, "other", 8 * 2 * HOUR),
+        (BATCH, "demo", 2 * HOUR),  # the finished Job: its pod's 2 cores for its hour
     ])
 
 
