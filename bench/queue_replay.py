@@ -79,13 +79,16 @@ Figures, per system:
   clean (no later arrival ranked ahead while waiting) and among all, tightness beside the
   to-the-limit start (the first placement: every job to its time limit), the expected start's
   calibration and error (predicted runtimes: the mean of the last two runs of the same program,
-  else of the account, clamped to the limit and corrected once outlived, as runtimes.py does),
+  else of the account, clamped to the limit and corrected once outlived, as runtimes.py does;
+  its wait stretched by forecast.py's 1 / (1 - rho) for the arrivals of the last --forecast-h hours
+  that rank ahead, built from the replay's arrivals as the planner builds it from the cluster's),
   utilisation, mean bounded slowdown (10 s), the longest wait of a gang.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import heapq
 import json
 import math
@@ -103,6 +106,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay_measures import Record, measures
 
 from webhook.bundle import FairShare
+from webhook.reconciler.forecast import WINDOW, Arrival, Forecast, stretched
 from webhook.reconciler.model import NodeView, PodSched, PodView, Ref, Snapshot
 from webhook.reconciler.queue import (
     START_BY_SLACK,
@@ -116,7 +120,7 @@ from webhook.reconciler.queue import (
 from webhook.reconciler.runtimes import corrected
 from webhook.reconciler.settings import QueuePolicy
 from webhook.reconciler.shadow import shadow_schedule
-from webhook.reconciler.usage import Usage
+from webhook.reconciler.usage import Usage, factors
 
 HOUR = 3600.0
 EPOCH = 1_800_000_000.0  # the replay's time 0, as the product's clock (its code reads 0.0 as "no time")
@@ -137,6 +141,7 @@ class Params:
     gang_share: float = 0.5
     depth: int = 0  # at most this many workloads placed per pass (as Slurm's bf_max_job_test); 0: all
     placement: str = "shadow"  # the queue's: shadow (the product's), simple, greedy (no reservations)
+    forecast: float = WINDOW  # the expected start's forecast of arrivals ranking ahead (forecast.py); 0: none
 
 
 @dataclass
@@ -162,6 +167,9 @@ class Work:
     promised_at: float | None = None  # when start_by was given
     current: float | None = None  # its start-by as the reconciler rewrites it (moved by more than the slack)
     overtaken: bool = False  # a workload that arrived after its promise was ranked ahead of it
+    placed_at: float | None = None  # when its expected start was first placed
+    raw_expected: float | None = None  # that placement's start, before the forecast's stretch
+    load_ahead: float = 0.0  # the forecast's load of recent arrivals ranking ahead, then
 
     @property
     def started(self) -> float | None:
@@ -347,6 +355,7 @@ class _Run:
     contended_cores: dict[str, float] = field(default_factory=dict)
     live: dict[int, Work] = field(default_factory=dict)  # running (for predicted ends)
     runs: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # the last runtimes, per (account, program) and (account, "")
+    arrived: list[Work] = field(default_factory=list)  # every arrival so far, in order
 
     def started(self, w: Work, i: int) -> None:
         self.running_cores[w.account] += w.cores
@@ -403,6 +412,7 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
             w = works[wid]
             if kind == 1:
                 pending.append(w)
+                run.arrived.append(w)
                 continue
             for i in range(w.pods) if pod < 0 else (pod,):
                 cluster.unbind(w.nodes[i], w.cores, w.starts[i] + w.limit if system != "kube" else math.inf)
@@ -465,11 +475,26 @@ def _predicted(w: Work, runs: dict[tuple[str, str], list[float]]) -> float:
     return min(sum(seen) / len(seen), w.limit) if seen else w.limit
 
 
+def _forecast(run: _Run, now: float, usage: Usage, fair: FairShare, pending: list[Work], p: Params) -> Forecast:
+    """forecast.Forecast over the arrivals of the last ``p.forecast`` seconds, as the planner builds
+    it from the workloads the cluster shows (``forecast.arrivals``): cores x pods x predicted runtime,
+    the fair-share factors now."""
+    lo = bisect.bisect_left(run.arrived, now - p.forecast, key=lambda w: w.arrival)
+    recent = run.arrived[lo:]
+    billing = usage.at(now, fair.half_life) if usage.sampled_at is not None else {}
+    f = factors(billing, {w.account for w in pending} | {w.account for w in recent}, fair)
+    return Forecast.of([Arrival(w.arrival, w.prio, w.account, w.cores * w.pods * _predicted(w, run.runs))
+                        for w in recent], now=now, capacity=p.nodes * p.node_cpu, factors=f, window=p.forecast)
+
+
 def _expected(cluster: Cluster, ranked: list[Work], now: float, live: dict[int, Work],
-              runs: dict[tuple[str, str], list[float]]) -> None:
+              runs: dict[tuple[str, str], list[float]], forecast: Forecast | None = None,
+              scores: dict[int, float] | None = None) -> None:
     """The expected start of each workload not yet seen: the placement in queue order with predicted
     runtimes (a running job that outlived its prediction: ``runtimes.corrected``), as the reconciler's
-    second shadow schedule (estimate=True) does."""
+    second shadow schedule (estimate=True) does; its wait stretched by ``forecast`` (the load of
+    recent arrivals that rank ahead of it: its priority, its fair-share ``scores``), as the planner
+    does."""
     view = Cluster.__new__(Cluster)
     view.free, view.cap = cluster.free, cluster.cap
     view.running = [[] for _ in cluster.free]
@@ -487,7 +512,9 @@ def _expected(cluster: Cluster, ranked: list[Work], now: float, live: dict[int, 
             continue
         t, nodes = placed
         if not w.seen:
-            w.expected = t
+            w.placed_at, w.raw_expected = now, t
+            w.load_ahead = forecast.load(w.prio, (scores or {}).get(w.wid)) if forecast is not None else 0.0
+            w.expected = stretched(t, now=now, load=w.load_ahead)
         for n in nodes:
             reserved[n].append((t, t + length, w.cores))
 
@@ -564,13 +591,15 @@ def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, u
     easy = bool(policy.easy)
     items = {w.wid: _waiting(w) for w in pending}
     ranked = order(list(items.values()), at, usage.at(now, fair.half_life), fair)
+    scores = {int(item.ref.uid): item.score for item in ranked}
     by_id = {w.wid: w for w in pending}
     ranked_works = _rank([by_id[int(item.ref.uid)] for item in ranked], easy=easy, keep=keep)
     ranked = [items[w.wid] for w in ranked_works]
     assert run.views is not None
     placed = ranked[:p.depth] if p.depth else ranked  # beyond the depth: neither reserved nor released
     if any(not w.seen for w in pending):
-        _expected(cluster, ranked_works[:len(placed)], now, run.live, run.runs)
+        fc = _forecast(run, now, usage, fair, pending, p) if p.forecast else None
+        _expected(cluster, ranked_works[:len(placed)], now, run.live, run.runs, fc, scores)
     queued = [replace(q, promised=by_id[int(q.ref.uid)].start_by is not None) for q in as_queued(placed, policy)]
     estimates = shadow_schedule(run.views.snapshot(), at, (), queued=queued, easy=policy.easy)
     for e in estimates:
@@ -607,7 +636,9 @@ def _queue_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, us
     smallest = min(w.cores for w in pending)
     unseen = sum(1 for w in pending if not w.seen)
     if unseen and p.placement != "greedy":
-        _expected(cluster, ranked_works[:p.depth] if p.depth else ranked_works, now, run.live, run.runs)
+        fc = _forecast(run, now, usage, fair, pending, p) if p.forecast else None
+        _expected(cluster, ranked_works[:p.depth] if p.depth else ranked_works, now, run.live, run.runs, fc,
+                  {int(item.ref.uid): item.score for item in ranked})
     head = False  # easy: the head has reserved
     for depth, w in enumerate(ranked_works):
         full = max(cluster.free) < smallest
@@ -785,6 +816,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--half-life-h", type=float, default=dflt.half_life / HOUR, help="fairShare.halfLife")
     ap.add_argument("--age-weight", type=float, default=dflt.age_weight, help="fairShare.ageWeight")
     ap.add_argument("--max-age-h", type=float, default=dflt.max_age / HOUR, help="fairShare.maxAge")
+    ap.add_argument("--forecast-h", type=float, default=Params.forecast / HOUR,
+                    help="the expected start's forecast of arrivals that rank ahead, over this many hours "
+                         "(webhook/reconciler/forecast.py); 0: none, the expected start as placed")
     ap.add_argument("--model", choices=("accounts", "repeat", "iid"), default="accounts",
                     help="workload model: the fair-share accounts, or bench_shadow.py's repeat / iid")
     ap.add_argument("--load", type=float, default=0.6, help="offered load, repeat and iid models (0.6, 0.8)")
@@ -794,7 +828,7 @@ def main(argv: list[str] | None = None) -> int:
     node_cpu = a.node_cpu or (Params.node_cpu if a.model == "accounts" else 64)
     p = Params(nodes=a.nodes, node_cpu=node_cpu, hours=a.hours, heavy_load=a.heavy_load,
                heavy_backlog=a.heavy_backlog, light=a.light, light_load=a.light_load, gang_share=a.gang_share,
-               depth=a.depth, placement=a.placement)
+               depth=a.depth, placement=a.placement, forecast=a.forecast_h * HOUR)
     fair = FairShare(half_life=int(a.half_life_h * HOUR), age_weight=a.age_weight, max_age=int(a.max_age_h * HOUR))
     systems = [x for x in a.systems.split(",") if x]
     if any(x not in SYSTEMS for x in systems):
@@ -808,7 +842,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{p.nodes} nodes x {p.node_cpu} cores, {p.hours:g} h of arrivals; " + (
           f"heavy {p.heavy_load:g} (+{p.heavy_backlog} at 0), {p.light} light x {p.light_load:g}"
-          if a.model == "accounts" else f"model {a.model}, load {a.load:g}") + f"; placement {p.placement}; "
+          if a.model == "accounts" else f"model {a.model}, load {a.load:g}") + f"; placement {p.placement}; forecast {p.forecast / HOUR:g} h; "
           f"half-life {a.half_life_h:g} h, age weight {a.age_weight:g} over {a.max_age_h:g} h")
     hdr = (f"{'seed':>4} {'system':6} {'all-wait h':>10} {'heavy dev':>9} {'max|dev|':>8} {'heavy win':>9} {'util':>6} "
            f"{'useful':>6} {'mean w h':>8} {'p95 w h':>8} {'gang max h':>10} {'kept/prom':>9} {'kept/all':>8} {'tight':>6}")

@@ -427,6 +427,44 @@ def test_pending_work_gets_an_expected_start_and_never_fitting_work_a_warning(
     assert table.splitlines()[0].split()[:4] == ["NAMESPACE", "NAME", "QUEUE", "PRIORITY"] and waiting in table
 
 
+def test_recent_work_of_a_higher_priority_makes_the_expected_start_later(
+        kube, webhook_server, module_namespace, nodes, reconciler):
+    """The expected start counts on work that will arrive and go first (forecast.py): an urgent pod
+    created a moment ago (by the admin: users may not pick that class) makes a waiting pod's expected
+    start later than the moment the node it waits for frees, at most twice the wait, and the stored
+    reason says by how much."""
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns = module_namespace
+    n = nodes("fc-wait", cpu="2")
+    m = nodes("fc-urgent", cpu="8")
+
+    def on(node_name: str, name: str, cpu: str, **spec: Any) -> dict[str, Any]:
+        body = timed_pod(unique(name), "1h", cpu)
+        body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node_name}
+        body["spec"].update(spec)
+        return body
+
+    def ann(name: str, key: str) -> Any:
+        return (kube.get(pods_path(ns, name))["metadata"].get("annotations") or {}).get(key)
+
+    urgent = create(kube, ns, on(m, "urgent", "8", priorityClassName="batchgate-urgent"), as_user="admin")
+    urgent_name = urgent["metadata"]["name"]
+    try:
+        running = create(kube, ns, on(n, "holder", "2"))["metadata"]["name"]
+        assert scheduled_on(kube, ns, running) == n
+        kube.set_pod_phase(ns, running, "Running")
+        waiting = create(kube, ns, on(n, "next", "2"))["metadata"]["name"]
+        reconciler().wait_ready()
+        deadline = wait_for(lambda: ann(running, "batchgate.io/deadline"), 30, message="the running pod's deadline")
+        expected = wait_for(lambda: ann(waiting, "batchgate.io/expected-start"), 30, message="an expected start")
+        assert epoch(deadline) < epoch(expected) <= epoch(deadline) + 3600, (expected, deadline)
+        reason = ann(waiting, "batchgate.io/expected-start-reason")
+        assert f"resources on node {n} are free then; later by x" in reason, reason
+        assert "for the work that ranks ahead of it and arrives while it waits" in reason
+    finally:
+        kube.delete(pods_path(ns, urgent_name))  # a deleting pod counts no more: the tests after see none
+
+
 # -- 5b. expected start times from how long earlier runs took ---------------------------
 def test_an_expected_start_goes_by_how_long_a_finished_job_of_the_same_program_ran(
         kube, webhook_server, module_namespace, nodes, reconciler):

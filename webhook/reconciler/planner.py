@@ -89,6 +89,7 @@ from .actions import (
     unplannable,
 )
 from .expected import plan_expected
+from .forecast import forecast
 from .maintenance import plan_maintenance
 from .model import (
     REASON_GANG_RESTART,
@@ -298,6 +299,8 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
             else:
                 estimates = shadow_schedule(snapshot, now, windows, runtimes=predictor, limit_of=limit_of,
                                             **queue_args)
+            estimates = forecast(estimates, snapshot, now=now, policy=queues, usage=usage or {}, predictor=predictor,
+                                 limit_of=limit_of, scores={w.ref.uid: (w.account, w.score) for w in waiting})
             # the likely start is never after the promise (predicted runtimes end no later than limits)
             estimates = [dataclasses.replace(e, start=min(e.start, promised[e.workload.uid]))
                          if e.start is not None and e.workload.uid in promised else e for e in estimates]

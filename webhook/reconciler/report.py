@@ -20,9 +20,10 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..units import format_time
+from ..units import format_time, parse_time
 from ..windows import Window
 from . import queue
+from .forecast import forecast
 from .model import JobView, PodView, Snapshot, job_of
 from .planner import effective_limit
 from .runtimes import Predictor, finished_runs, remember
@@ -55,7 +56,16 @@ def _estimates(snapshot: Snapshot, now: float, windows: list[Window], predictor:
     if waiting or queues.gated:
         extra = {"queued": queue.as_queued(waiting, queues), "preempts_below": queue.preempts_below(queues),
                  "class_values": queues.class_values, "released": queue.released(queues)}
-    return shadow_schedule(snapshot, now, windows, runtimes=predictor, limit_of=limit_of, **extra)
+    estimates = shadow_schedule(snapshot, now, windows, runtimes=predictor, limit_of=limit_of, **extra)
+    # each wait stretched for the arrivals that rank ahead, as the planner does (forecast.py)
+    return forecast(estimates, snapshot, now=now, policy=queues, usage=usage or {}, predictor=predictor,
+                    limit_of=limit_of, scores={w.ref.uid: (w.account, w.score) for w in waiting})
+
+
+def _by(start: float, obj: JobView | PodView | None) -> float:
+    """An expected start never after the workload's start-by, as the planner writes it."""
+    promise = parse_time(obj.start_by) if obj is not None and obj.start_by else None
+    return min(start, promise) if promise is not None else start
 
 
 def _t(t: float | None) -> str:
@@ -87,7 +97,7 @@ def queue_rows(snapshot: Snapshot, now: float, *, namespace: str | None = None,
             "namespace": e.workload.namespace, "name": e.workload.name, "kind": e.workload.kind,
             "queue": name, "queueState": qp.states.get(name, "open"),
             "priority": e.priority, "position": e.position, "state": "Gated" if e.queued else "Pending",
-            "pods": e.pods, "start": _t(e.start) if e.start is not None else "unknown",
+            "pods": e.pods, "start": _t(_by(e.start, obj)) if e.start is not None else "unknown",
             "startBy": (obj.start_by if obj is not None and obj.start_by else "-"), "deadline": "-",
             "reason": ("never fits: " if e.never else "")
             + ("not gated (admitted while batchgate's webhook was down), kube-scheduler's to start: " if ungated else "")

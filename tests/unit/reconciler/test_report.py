@@ -53,8 +53,11 @@ def mw(start: float, end: float) -> dict:  # type: ignore[type-arg]
 def test_queue_lists_pending_work_in_order_then_running_work() -> None:
     rows = queue_rows(cluster(), T0)
     assert [(r["name"], r["state"], r["position"], r["start"]) for r in rows] == [
-        ("w2", "Pending", 1, ts(HOUR)), ("huge", "Pending", 2, "unknown"), ("w1", "Pending", 3, ts(2 * HOUR)),
+        ("w2", "Pending", 1, ts(HOUR)), ("huge", "Pending", 2, "unknown"), ("w1", "Pending", 3, ts(2.4 * HOUR)),
         ("r1", "Running", None, ts(-HOUR))]
+    # w1 would start at +2h; w2, of a higher priority, arrived a minute ago: 4 cores x 1 h of the node's
+    # 4 cores x 6 h ranked ahead, and w1's wait is stretched by 1 / (1 - 1/6) (forecast.py)
+    assert "later by x1.20" in rows[2]["reason"]
     assert rows[1]["reason"].startswith("never fits: each pod asks for cpu 64")
     assert rows[3]["deadline"] == ts(HOUR) and rows[3]["reason"] == "on n1"
     text = render(rows, "table", QUEUE_COLUMNS, QUEUE_WIDE)
