@@ -107,8 +107,8 @@ def queue_case() -> tuple[Snapshot, dict[str, Any]]:
     """bench_queue.py's cluster and the arguments ``planner.plan`` places its queue with."""
     settings = Settings(queues=QueuePolicy.from_bundle(load_bundle(ROOT / "policies")))
     policy = settings.queues
-    snap, usage = bench_queue.cluster(2000, 500, 500, gated=True)
-    usage.pop("_pods")
+    cl = bench_queue.cluster(2000, 500, 500, gated=True)
+    snap, usage = cl.snapshot(), cl.usage
     limit_of = lambda o: effective_limit(o, settings)  # noqa: E731
     waiting = queue.waiting(snap, bench_queue.NOW, policy, usage, limit_of)
     return snap, {"limit_of": limit_of, "queued": queue.as_queued(waiting, policy), "easy": policy.easy,

@@ -14,6 +14,7 @@ that passed while no reconciler ran is enforced on the first pass.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import sys
 import threading
@@ -138,8 +139,18 @@ class Controller:
         if estimate and self.settings.runtime_prediction:
             self.history = remember(self.history, finished_runs(snapshot))
         usage = self.ledger.billing(now, self.settings.queues)
-        result = plan(snapshot, now, self.settings, estimate=estimate, history=self.history, usage=usage,
-                      told=self._told)
+        # The pass allocates many small objects and frees nearly all of them by reference counting;
+        # the cyclic collector, run every few hundred allocations, would walk them (and the cache's
+        # long-lived objects) again and again for nothing. Off while it plans, back on after: what
+        # few cycles the pass (or another thread meanwhile) leaves are collected then.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            result = plan(snapshot, now, self.settings, estimate=estimate, history=self.history, usage=usage,
+                          told=self._told)
+        finally:
+            if collecting:
+                gc.enable()
         if result.runs and self.settings.runtime_prediction:
             self.history = remember(self.history, result.runs)  # stopped at their limit, deleted now
         if estimate:

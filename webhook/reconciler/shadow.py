@@ -49,15 +49,45 @@ def _added(steps: list[tuple[float, int, int]], start: float, end: float, cpu: i
     same list ``_Node.steps`` would build from scratch (a breakpoint at every start and finite end),
     without sorting every reservation again; ``steps`` itself is left as it was."""
     out = steps[:]
-    for t in (start, end) if end < INF else (start,):
-        k = bisect.bisect_left(out, (t,))
-        if k == len(out) or out[k][0] != t:
-            _, uc, um = out[k - 1] if k > 0 else (t, 0, 0)
-            out.insert(k, (t, uc, um))
     ks = bisect.bisect_left(out, (start,))
-    ke = bisect.bisect_left(out, (end,)) if end < INF else len(out)
+    if ks == len(out) or out[ks][0] != start:
+        _, uc, um = out[ks - 1] if ks > 0 else (start, 0, 0)
+        out.insert(ks, (start, uc, um))
+    if end < INF:
+        ke = bisect.bisect_left(out, (end,))
+        if ke == len(out) or out[ke][0] != end:
+            _, uc, um = out[ke - 1] if ke > 0 else (end, 0, 0)
+            out.insert(ke, (end, uc, um))
+    else:
+        ke = len(out)
     out[ks:ke] = [(t, uc + cpu, um + mem) for t, uc, um in out[ks:ke]]
     return out
+
+
+def _first_start(free: list[tuple[float, float]], blocked: list[tuple[float, float]], t0: float, duration: float,
+                 hold: float, margin: float, limit: float) -> float | None:
+    """``_Node.earliest`` over the node's stretches with room (``free``) and its windows (``blocked``):
+    the first time >= t0 and < ``limit`` in a stretch that leaves ``duration`` before it ends, past every
+    window that ``hold`` plus ``margin`` from then would run into."""
+    for k in range(max(bisect.bisect_right(free, (t0, INF)) - 1, 0), len(free)):
+        since, until = free[k]
+        t = since if since > t0 else t0
+        while t < limit:
+            if t + duration > until or t >= until:
+                break  # not room for all of it in this stretch: the next one
+            clash = 0.0
+            for ws, we in blocked:
+                if ws < t + hold + margin and t < we:
+                    clash = we
+                    break
+            if not clash:
+                return t
+            if clash == INF:
+                return None
+            t = clash  # within the window's stretch nothing fits: from its end
+        else:
+            return None
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,34 +192,13 @@ class _Node:
         running into a maintenance window: the first time in a stretch with room (``free``) that leaves
         ``duration`` before the stretch ends, past every window it would clash with.
         (``tests/unit/reconciler/test_shadow.py`` checks it against a sweep over the steps.)"""
-        if hold is None:
-            hold = duration
         if cpu > self.cpu or mem > self.mem:
             return None
         free = self._free.get((cpu, mem))
         if free is None:
             free = self.free(cpu, mem)
-        limit = min(before, t0 + HORIZON)
-        blocked = self.blocked
-        for k in range(max(bisect.bisect_right(free, (t0, INF)) - 1, 0), len(free)):
-            since, until = free[k]
-            t = since if since > t0 else t0
-            while t < limit:
-                if t + duration > until or t >= until:
-                    break  # not room for all of it in this stretch: the next one
-                clash = 0.0
-                for ws, we in blocked:
-                    if ws < t + hold + margin and t < we:
-                        clash = we
-                        break
-                if not clash:
-                    return t
-                if clash == INF:
-                    return None
-                t = clash  # within the window's stretch nothing fits: from its end
-            else:
-                return None
-        return None
+        return _first_start(free, self.blocked, t0, duration, duration if hold is None else hold, margin,
+                            min(before, t0 + HORIZON))
 
     def fits(self, t: float, until: float, cpu: int, mem: int, margin: float) -> bool:
         return self.earliest(t, until - t, cpu, mem, margin) == t
@@ -354,14 +363,17 @@ class _Earliest:
     pods fit at a time (``rooms``, until the node changes), so trying a time mostly asks none again
     (``fit``)."""
 
-    __slots__ = ("cpu", "duration", "hold", "log", "margin", "mem", "nodes", "now", "order", "pos", "rooms", "seen",
-                 "stale", "times", "undone")
+    __slots__ = ("cpu", "duration", "hold", "limit", "log", "margin", "mem", "nodes", "now", "order", "pos", "reach",
+                 "rooms", "seen", "size", "stale", "times", "undone")
 
     def __init__(self, nodes: list[_Node], log: list[_Node], now: float, duration: float, cpu: int, mem: int,
                  margin: float, hold: float | None = None) -> None:
         self.nodes, self.log = nodes, log
         self.now, self.duration, self.cpu, self.mem, self.margin = now, duration, cpu, mem, margin
         self.hold = hold
+        self.size = (cpu, mem)  # the key of the nodes' stretches with room (``_Node.free``)
+        self.reach = duration if hold is None else hold  # how long it keeps off a window
+        self.limit = now + HORIZON
         self.pos = {n.name: i for i, n in enumerate(nodes)}
         # No node can start a pod before now: that is every node's time until a placement needs to
         # know better, so a node is asked first when it is looked at (mostly after it has changed).
@@ -373,12 +385,18 @@ class _Earliest:
         self.seen = len(log)
 
     def _ask(self, i: int) -> float | None:
-        node, old, now = self.nodes[i], self.times[i], self.now
+        node, old = self.nodes[i], self.times[i]
         # Nothing before the old time fits (more reserved never makes room), so the sweep may start
-        # there, within the same horizon; unless a reservation was taken back since.
-        since = old if old is not None and self.undone[i] == node.undone else now
-        t = node.earliest(since, self.duration, self.cpu, self.mem, self.margin, now + HORIZON, self.hold)
-        self.undone[i] = node.undone
+        # there, within the same horizon; unless a reservation was taken back since. What
+        # ``node.earliest(since, ..., now + HORIZON, hold)`` answers (every node here is big enough,
+        # and ``since`` is never before now), without its checks.
+        undone = node.undone
+        since = old if old is not None and self.undone[i] == undone else self.now
+        free = node._free.get(self.size)
+        if free is None:
+            free = node.free(self.cpu, self.mem)
+        t = _first_start(free, node.blocked, since, self.duration, self.reach, self.margin, self.limit)
+        self.undone[i] = undone
         if t != old:
             order = self.order
             if old is not None:

@@ -157,3 +157,38 @@ def test_a_bundle_that_stops_loading_keeps_the_last_good_queue_policy_and_says_i
     c._reload()
     assert not c.bundle_stale and c.settings.queues.max_time_limit["batch"] == 5 * 86400
     assert metrics.REGISTRY.get_sample_value("batchgate_reconciler_bundle_stale") == 0
+
+
+def test_the_cyclic_collector_is_off_while_a_pass_plans_and_back_on_after(monkeypatch) -> None:
+    import gc
+
+    import pytest
+
+    from webhook.reconciler import controller
+
+    api = FakeApi()
+    cluster(api)
+    c = Controller(api, SETTINGS, clock=lambda: T0 + 60)
+    c.cache.list_once()
+    seen: list[bool] = []
+    real = controller.plan
+
+    def planning(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(gc.isenabled())
+        if len(seen) == 2:
+            raise RuntimeError("a pass that fails")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(controller, "plan", planning)
+    assert gc.isenabled()
+    assert c.plan_now().actions
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(RuntimeError):
+        c.plan_now()
+    assert seen == [False, False] and gc.isenabled()  # on again after a pass that raised
+    gc.disable()  # someone else's choice (a benchmark's) is left as it was
+    try:
+        c.plan_now()
+        assert seen == [False, False, False] and not gc.isenabled()
+    finally:
+        gc.enable()
