@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 from cluster import wait_for
 from harness import container, create, epoch, jobs_path, pod, pods_path, stop_reconcilers
-from test_queue import finish, pods_of, policies, queued_job, reconcile, run_pods_of, start_by, suspended  # noqa: F401
+from test_queue import finish, pods_of, queued_job, reconcile, run_pods_of, start_by, suspended
 
 from webhook.contract import START_BY_ANNOTATION
 
 pytestmark = pytest.mark.usefixtures("webhook_server")
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+@pytest.fixture
+def bundle(webhook_server: Any) -> Path:
+    return Path(webhook_server.server.policies)
 
 
 @pytest.fixture
@@ -59,7 +65,7 @@ def name_terms(spec: dict) -> list[list[str]]:
 
 
 def test_backfill_is_bound_off_the_reserved_node_kube_scheduler_would_choose_and_the_big_job_starts_there(
-        kube, namespace, two_nodes, tmp_path, policies):
+        kube, namespace, two_nodes, tmp_path, bundle):
     ns = namespace
     tag, nodes = two_nodes
     started: list = []
@@ -67,7 +73,7 @@ def test_backfill_is_bound_off_the_reserved_node_kube_scheduler_would_choose_and
         # a: 2 of 4 CPUs for 3 more minutes; b: 3 of 4 for an hour. a is the emptier node.
         create(kube, ns, timed("busy-a", tag, "2", 3, pin="a"))
         create(kube, ns, timed("busy-b", tag, "3", 60, pin="b"))
-        reconcile(kube, ns, tmp_path, policies, "r1", started)
+        reconcile(kube, ns, tmp_path, bundle, "r1", started)
         for name in ("busy-a", "busy-b"):
             wait_for(lambda name=name: not suspended(kube, ns, name), 60, message=f"{name} released")
             run_pods_of(kube, ns, name, 1)
