@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from cluster import wait_for
-from harness import container, create, epoch, jobs_path, pod, pods_path, stop_reconcilers
+from harness import container, create, epoch, events, jobs_path, pod, pods_path, stop_reconcilers
 from test_queue import finish, pods_of, queued_job, reconcile, run_pods_of, start_by, suspended
 
 from webhook.contract import START_BY_ANNOTATION
@@ -102,6 +102,9 @@ def test_backfill_is_bound_off_the_reserved_node_kube_scheduler_would_choose_and
         assert name_terms(stored) and all(t == [nodes["b"]] for t in name_terms(stored)), stored.get("affinity")
         (short_pod,) = pods_of(kube, ns, "short")
         assert all(t == [nodes["b"]] for t in name_terms(short_pod["spec"])), short_pod["spec"].get("affinity")
+        uid = kube.get(jobs_path(ns, "short"))["metadata"]["uid"]
+        (told,) = wait_for(lambda: events(kube, ns, uid=uid, reason="Released"), 60, message="short's Released Event")
+        assert f"kept to the node planned for it ({nodes['b']})" in told["message"], told["message"]
         run_pods_of(kube, ns, "short", 1)
         assert suspended(kube, ns, "big") and start_by(kube, ns, "big") == promise
 
