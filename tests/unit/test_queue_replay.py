@@ -46,7 +46,7 @@ def test_queue_starts_every_workload_whole(day: list[Any], placement: str) -> No
     res = sim.simulate(day, sim.Params(hours=2.0, heavy_backlog=10, depth=30, placement=placement), "queue")
     assert all(len(set(w.starts)) == 1 and len(w.starts) == w.pods for w in res.works)
     assert res.partial_gang_starts == 0 and res.idle_window == 0.0
-    assert res.bind_misses == 0  # the product's placement and first-fit binding agree on what fits now
+    assert res.bind_misses == 0  # bound on the nodes the product's placement chose (--bind planned): they fit
 
 
 @pytest.mark.parametrize("bind", ["planned", "spread", "first-fit"])
