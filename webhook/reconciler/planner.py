@@ -401,10 +401,14 @@ def _release(snapshot: Snapshot, now: float, queues: QueuePolicy, windows: Seque
 def _narrowed(w: queue.Waiting, planned: Mapping[str, tuple[str, ...]], queues: QueuePolicy) -> tuple[str, ...] | None:
     """The nodes ``w`` is released onto: those the placement chose for it now. None, released as it is:
     a queue that no longer holds work (its work goes as if it had never been queued), no nodes planned
-    now (the rest of a pod group, which goes whatever the room), placement rules too long to model, or
-    a Job that ran before (Kubernetes refuses a change to its template: it would never be released)."""
+    now (the rest of a pod group, which goes whatever the room), placement rules too long to model, a
+    Job that ran before (Kubernetes refuses a change to its template: it would never be released), or
+    work asking for GPUs or other extended resources, which the placement does not count (kept to a
+    node whose GPUs are taken, it would wait there while another node has them free)."""
     nodes = planned.get(w.ref.uid)
     if not nodes or w.queue not in queues.gated or w.sched.clipped or (w.job is not None and w.job.ran):
+        return None
+    if w.job.extended if w.job is not None else any(p.extended for p in w.pods):
         return None
     return nodes
 

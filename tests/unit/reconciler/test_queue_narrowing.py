@@ -100,6 +100,18 @@ def test_a_job_that_ran_is_released_as_it_is() -> None:
     assert "kept to" not in rel.message
 
 
+def test_work_asking_for_gpus_is_released_as_it_is() -> None:
+    """The placement counts cpu and memory, not GPUs: kept to its planned node, a GPU job could wait
+    there while another node has GPUs free."""
+    j = queued_job("gpu", cpu="1")
+    j["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "1"
+    (rel,) = [a for a in acts(j) if a.kind == "release"]
+    assert rel.patch["spec"] == {"suspend": False}
+    p = gated("gpu-pod", cpu="1")
+    p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "1"
+    assert [a.kind for a in acts(p) if a.target.name == "gpu-pod"] == ["release"]
+
+
 def test_a_queue_no_longer_gated_lets_its_work_go_as_it_is() -> None:
     policy = dataclasses.replace(POLICY, gated=frozenset(q for q in POLICY.gated if q != "batch"))
     (rel,) = [a for a in acts(queued_job("free", cpu="1"), policy=policy) if a.kind == "release"]
