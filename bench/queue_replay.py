@@ -18,7 +18,10 @@ The same arrivals are replayed on the same cluster by two systems:
            at its earliest start for its time limit, around what runs (to its time limit) and the
            reservations of those ahead, and ``queue.to_release`` releases those whose reservation
            starts now, whole (conservative backfill: nothing starts that delays a reservation ahead
-           of it); their pods are bound first fit, as kube-scheduler binds released pods here.
+           of it); their pods are bound on the nodes the placement chose (``--bind planned``: the
+           product narrows every release to them), or as kube-scheduler would bind them unnarrowed
+           (``--bind spread``: the emptiest node first, its default LeastAllocated scoring;
+           ``first-fit``: the first node with room, what this replay did before).
            ``--depth N`` places only the first N per pass (as Slurm's bf_max_job_test; the product
            places all). ``--placement simple`` uses the earlier re-implementation of the placement
            instead (cpu only, first fit; slow without a depth), ``greedy`` none
@@ -125,6 +128,7 @@ from webhook.reconciler.usage import Usage, factors
 HOUR = 3600.0
 EPOCH = 1_800_000_000.0  # the replay's time 0, as the product's clock (its code reads 0.0 as "no time")
 PLACEMENTS = ("shadow", "simple", "greedy")
+BINDS = ("planned", "spread", "first-fit")
 LIMITS_H = (1, 2, 4, 8, 12)
 CORES = (1, 2, 4, 8, 16)
 
@@ -142,6 +146,7 @@ class Params:
     depth: int = 0  # at most this many workloads placed per pass (as Slurm's bf_max_job_test); 0: all
     placement: str = "shadow"  # the queue's: shadow (the product's), simple, greedy (no reservations)
     forecast: float = WINDOW  # the expected start's forecast of arrivals ranking ahead (forecast.py); 0: none
+    bind: str = "planned"  # shadow placement: where released pods are bound (BINDS)
 
 
 @dataclass
@@ -257,7 +262,8 @@ class Result:
         self.max_over = 0  # most cores ever bound on one node beyond its capacity (must stay 0)
         self.partial_gang_starts = 0  # gangs some of whose pods started at another time than the rest
         self.passes = 0  # queue passes that placed (those skipped as nothing could start are not counted)
-        self.bind_misses = 0  # shadow: released by the placement, but its pods did not all fit by first fit
+        self.bind_misses = 0  # shadow: released by the placement, but its pods did not all fit where bound
+        self.off_plan = 0  # shadow: released workloads bound (in part) on other nodes than the placement chose
 
 
 def _accrue(u: Usage, running: dict[str, float], now: float, half_life: int) -> Usage:
@@ -307,17 +313,40 @@ def _place(cluster: Cluster, reserved: list[list[tuple[float, float, int]]], now
     return None  # never fits (bigger than the cluster)
 
 
-def _first_fit(cluster: Cluster, w: Work) -> list[int] | None:
-    """Nodes for all of ``w``'s pods now, first fit (as kube-scheduler binds released pods here)."""
+def _first_fit(cluster: Cluster, w: Work, among: Sequence[int] | None = None) -> list[int] | None:
+    """Nodes for all of ``w``'s pods now, first fit (``among``: only those nodes)."""
     free = cluster.free[:]
     chosen: list[int] = []
-    for n in range(len(free)):
+    for n in range(len(free)) if among is None else among:
         while free[n] >= w.cores and len(chosen) < w.pods:
             chosen.append(n)
             free[n] -= w.cores
         if len(chosen) == w.pods:
             return chosen
     return None
+
+
+def _spread(cluster: Cluster, w: Work) -> list[int] | None:
+    """Nodes for all of ``w``'s pods now as kube-scheduler's default scoring binds them one by one
+    (NodeResourcesFit LeastAllocated: the node with the most room left; the first among equals)."""
+    free = cluster.free[:]
+    chosen: list[int] = []
+    for _ in range(w.pods):
+        n = max(range(len(free)), key=lambda i: (free[i], -i))
+        if free[n] < w.cores:
+            return None
+        chosen.append(n)
+        free[n] -= w.cores
+    return chosen
+
+
+def _bind(cluster: Cluster, w: Work, how: str, planned: Sequence[str]) -> list[int] | None:
+    """Where a released workload's pods are bound (``Params.bind``): ``planned``, kube-scheduler
+    among the nodes its release was narrowed to (first fit there: any order fits, its pods are alike);
+    ``spread`` and ``first-fit``, anywhere (not narrowed)."""
+    if how == "planned":
+        return _first_fit(cluster, w, sorted(int(n[1:]) for n in planned))
+    return _spread(cluster, w) if how == "spread" else _first_fit(cluster, w)
 
 
 class _Views:
@@ -607,12 +636,15 @@ def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, u
         if e.start is not None:
             _first_seen(w, e.start - EPOCH, now, easy=easy, reserved=e.reserved)
     started: set[int] = set()
+    where = {e.workload.uid: e.nodes for e in estimates}
     for item, _ in to_release(placed, estimates, at, policy):
         w = by_id[int(item.ref.uid)]
-        nodes = _first_fit(cluster, w)
+        nodes = _bind(cluster, w, p.bind, where.get(item.ref.uid, ()))
         if nodes is None:
             res.bind_misses += 1
             continue
+        if not {f"n{n}" for n in nodes} <= set(where.get(item.ref.uid, ())):
+            res.off_plan += 1
         _start(cluster, w, nodes, now, run)
         started.add(w.wid)
     pending[:] = [w for w in pending if w.wid not in started]
@@ -707,6 +739,7 @@ def figures(res: Result, p: Params, fair: FairShare) -> dict[str, Any]:
         "gangs_started_in_parts": res.partial_gang_starts,
         "passes": res.passes,
         "bind_misses": res.bind_misses,
+        "off_plan": res.off_plan,
     }
     m = measures(records(res), capacity=p.nodes * p.node_cpu, window=p.hours * HOUR, slack=START_BY_SLACK)
     out.update({k: v for k, v in m.items() if k not in out})  # utilisation: the simulation's (kube's pods end each on their own)
@@ -810,6 +843,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--placement", choices=PLACEMENTS, default=Params.placement,
                     help="the queue's: shadow (the product's shadow_schedule), simple (a re-implementation with "
                          "--depth reservations, first fit), greedy (no reservations)")
+    ap.add_argument("--bind", choices=BINDS, default=Params.bind,
+                    help="shadow placement: released pods bound on the planned nodes (the product narrows "
+                         "them), or unnarrowed: spread (kube-scheduler's default scoring), first-fit")
     ap.add_argument("--depth", type=int, default=Params.depth,
                     help="at most this many workloads placed per pass (0: all, as the product does)")
     dflt = FairShare()
@@ -828,7 +864,7 @@ def main(argv: list[str] | None = None) -> int:
     node_cpu = a.node_cpu or (Params.node_cpu if a.model == "accounts" else 64)
     p = Params(nodes=a.nodes, node_cpu=node_cpu, hours=a.hours, heavy_load=a.heavy_load,
                heavy_backlog=a.heavy_backlog, light=a.light, light_load=a.light_load, gang_share=a.gang_share,
-               depth=a.depth, placement=a.placement, forecast=a.forecast_h * HOUR)
+               depth=a.depth, placement=a.placement, forecast=a.forecast_h * HOUR, bind=a.bind)
     fair = FairShare(half_life=int(a.half_life_h * HOUR), age_weight=a.age_weight, max_age=int(a.max_age_h * HOUR))
     systems = [x for x in a.systems.split(",") if x]
     if any(x not in SYSTEMS for x in systems):
@@ -842,7 +878,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{p.nodes} nodes x {p.node_cpu} cores, {p.hours:g} h of arrivals; " + (
           f"heavy {p.heavy_load:g} (+{p.heavy_backlog} at 0), {p.light} light x {p.light_load:g}"
-          if a.model == "accounts" else f"model {a.model}, load {a.load:g}") + f"; placement {p.placement}; forecast {p.forecast / HOUR:g} h; "
+          if a.model == "accounts" else f"model {a.model}, load {a.load:g}") + f"; placement {p.placement}, bind {p.bind}; forecast {p.forecast / HOUR:g} h; "
           f"half-life {a.half_life_h:g} h, age weight {a.age_weight:g} over {a.max_age_h:g} h")
     hdr = (f"{'seed':>4} {'system':6} {'all-wait h':>10} {'heavy dev':>9} {'max|dev|':>8} {'heavy win':>9} {'util':>6} "
            f"{'useful':>6} {'mean w h':>8} {'p95 w h':>8} {'gang max h':>10} {'kept/prom':>9} {'kept/all':>8} {'tight':>6}")
@@ -856,6 +892,9 @@ def main(argv: list[str] | None = None) -> int:
     print(MEASURES_HEADER)
     for r in rows + pooled:
         print(measures_row(r))
+    if p.placement == "shadow":
+        print("releases bound (in part) off the planned nodes / not bound at all: " + ", ".join(
+            f"{r['system']} {r['seed']}: {r['off_plan']}/{r['bind_misses']}" for r in rows if r["system"] != "kube"))
     return 0
 
 

@@ -46,7 +46,30 @@ def test_queue_starts_every_workload_whole(day: list[Any], placement: str) -> No
     res = sim.simulate(day, sim.Params(hours=2.0, heavy_backlog=10, depth=30, placement=placement), "queue")
     assert all(len(set(w.starts)) == 1 and len(w.starts) == w.pods for w in res.works)
     assert res.partial_gang_starts == 0 and res.idle_window == 0.0
-    assert res.bind_misses == 0  # the product's placement and first-fit binding agree on what fits now
+    assert res.bind_misses == 0  # bound on the nodes the product's placement chose (--bind planned): they fit
+
+
+@pytest.mark.parametrize("bind", ["planned", "spread", "first-fit"])
+def test_released_work_is_bound_where_the_placement_said_only_when_kept_there(day: list[Any], bind: str) -> None:
+    """``planned`` (the product narrows every release): no release off plan, none unbound; spread
+    unnarrowed (kube-scheduler's default scoring) takes other nodes, the emptiest first."""
+    p = sim.Params(hours=2.0, heavy_backlog=10, depth=30, bind=bind)
+    res = sim.simulate(day, p, "queue")
+    assert res.max_over == 0
+    if bind == "planned":
+        assert res.off_plan == 0 and res.bind_misses == 0
+    if bind == "spread":
+        assert res.off_plan > 0
+
+
+def test_spread_binds_on_the_emptiest_node_first() -> None:
+    cluster = sim.Cluster(sim.Params(nodes=3, node_cpu=8))
+    cluster.bind(0, 6, 1.0)
+    cluster.bind(1, 2, 1.0)
+    w = sim.Work(0, "a", 0.0, 3, 2, 3600.0, 60.0, True)
+    assert sim._spread(cluster, w) == [2, 1, 2]  # 8 free, then 6 and 6 (the first), then 6
+    assert sim._bind(cluster, w, "planned", ("n0", "n1")) == [0, 1, 1]
+    assert sim._bind(cluster, w, "first-fit", ()) == [0, 1, 1]
 
 
 def test_kube_pods_of_a_workload_that_is_no_gang_each_run_from_their_own_start() -> None:

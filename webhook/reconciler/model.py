@@ -333,6 +333,7 @@ class JobView:
     # -- the batch queue (queue.py)
     queued: bool = False  # suspended by batchgate, waiting in its queue (batchgate.io/queued)
     suspended: bool = False  # spec.suspend
+    ran: bool = False  # status.startTime is set: it ran, and Kubernetes lets no release change its template
     wanted: int = 0  # pods it runs at once while it runs: parallelism, at most the completions left
     active: int = 0  # status.active
     template: PodSched | None = None  # its pods' requests and placement (unfinished Jobs only)
@@ -938,6 +939,7 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         failed=failed if isinstance(failed, int) and not isinstance(failed, bool) and failed > 0 else 0,
         queued=suspended and ann.get(QUEUED_ANNOTATION) is not None,
         suspended=suspended,
+        ran=bool(status.get("startTime")),
         wanted=_wanted(spec, status) if unfinished else 0,
         active=_whole(status.get("active")),
         template=_sched(template.get("metadata") or md, t_spec) if unfinished else None,

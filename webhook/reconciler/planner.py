@@ -277,7 +277,8 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
                 # under EASY the placement is no estimate of the rest: the estimate pass places them all
                 to_limits = placed if not queues.easy else None
                 promised = {e.workload.uid: e.start for e in placed if e.queued and e.reserved and e.start is not None}
-                released = _release(snapshot, now, queues, windows, queue.to_release(waiting, placed, now, queues))
+                released = _release(snapshot, now, queues, windows, queue.to_release(waiting, placed, now, queues),
+                                    {e.workload.uid: e.nodes for e in placed if e.nodes})
                 targets = {a.target.uid for a in released}
                 gone = targets | {w.ref.uid for w in waiting if w.pods and w.pods[0].ref.uid in targets}
                 p.actions += released
@@ -342,11 +343,13 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
 
 
 def _release(snapshot: Snapshot, now: float, queues: QueuePolicy, windows: Sequence[Window],
-             go: list[tuple[queue.Waiting, str]]) -> list[Action]:
-    """Release what the queue says starts now. Where it fits only on room scavengers hold, the
-    gangs that lose least go first (victims.py) and the workload is narrowed to the nodes made
-    free; one that no eviction makes room for waits. Work of a queue no longer gated, and the rest
-    of a pod group released in part, go at once, as where no scavenger runs."""
+             go: list[tuple[queue.Waiting, str]], planned: Mapping[str, tuple[str, ...]]) -> list[Action]:
+    """Release what the queue says starts now, each narrowed to the nodes the placement chose for it
+    (``planned``: by uid; ``_narrowed``), so kube-scheduler cannot spread it onto room reserved for
+    work ahead of it, nor break a gang up. Where it fits only on room scavengers hold, the gangs
+    on those nodes that lose least go first (victims.py) and it is narrowed to the nodes made free;
+    one that no eviction makes room for waits. Work of a queue no longer gated goes at once, as it
+    is; so does the rest of a pod group released in part when the placement has no room for it now."""
     below = queue.preempts_below(queues)
     gangs = []
     if go and below is not None and snapshot.nodes is not None:
@@ -357,20 +360,26 @@ def _release(snapshot: Snapshot, now: float, queues: QueuePolicy, windows: Seque
         periods = {sj.ref.uid: checkpoint_period(sj) for sj in (snapshot.scavenger_jobs or {}).values()}
         gangs = victims.scavenger_gangs(snapshot, now, below, windows, start_over, intervals, periods)
     if not gangs:
-        return [a for w, why in go for a in queue.release(w, why, now)]
+        return [a for w, why in go for a in _go(w, why, now, _narrowed(w, planned, queues))]
     assert snapshot.nodes is not None
     room = victims.room(snapshot, gangs)
     out: list[Action] = []
     taken: set[str] = set()
     for w, why in go:
+        nodes = _narrowed(w, planned, queues)
         if w.rest or w.queue not in queues.gated:  # released whatever the room: no queue holds it any more
-            out += queue.release(w, why, now)
+            out += _go(w, why, now, nodes)
             continue
-        choice = victims.choose(room, w.sched, w.size, snapshot.nodes)
+        # on the nodes planned for it when they have the room free; the placement counts no scavenger,
+        # so where some would have to make room, the victims are chosen anywhere, as before
+        mine = nodes is not None and victims.free_for(room, w.sched, nodes) >= w.size
+        choice = victims.choose(room, w.sched, w.size, {n: snapshot.nodes[n] for n in nodes or () if n in snapshot.nodes}
+                                if mine else snapshot.nodes)
         if choice is None:
             continue  # the room the placement counted on is not there (yet): it waits
-        if not choice.evict or w.sched.clipped:
-            out += queue.release(w, why, now)
+        narrowable = not w.sched.clipped and not (w.job is not None and w.job.ran)
+        if not choice.evict or not narrowable:
+            out += _go(w, why, now, nodes if mine else choice.nodes if narrowable else None)
             continue
         where = ", ".join(choice.nodes)
         for g in choice.evict:
@@ -387,6 +396,33 @@ def _release(snapshot: Snapshot, now: float, queues: QueuePolicy, windows: Seque
                                 f"{'s' if len(choice.evict) != 1 else ''}", now,
                              affinity=victims.narrowed_terms(w.sched, choice.nodes))
     return out
+
+
+def _narrowed(w: queue.Waiting, planned: Mapping[str, tuple[str, ...]], queues: QueuePolicy) -> tuple[str, ...] | None:
+    """The nodes ``w`` is released onto: those the placement chose for it now. None, released as it is:
+    a queue that no longer holds work (its work goes as if it had never been queued), no nodes planned
+    now (the rest of a pod group, which goes whatever the room), placement rules too long to model, a
+    Job that ran before (Kubernetes refuses a change to its template: it would never be released), or
+    work asking for GPUs or other extended resources, which the placement does not count (kept to a
+    node whose GPUs are taken, it would wait there while another node has them free)."""
+    nodes = planned.get(w.ref.uid)
+    if not nodes or w.queue not in queues.gated or w.sched.clipped or (w.job is not None and w.job.ran):
+        return None
+    if w.job.extended if w.job is not None else any(p.extended for p in w.pods):
+        return None
+    return nodes
+
+
+def _go(w: queue.Waiting, why: str, now: float, nodes: Sequence[str] | None) -> list[Action]:
+    """Release ``w``, its required node affinity narrowed to ``nodes`` (``victims.narrowed_terms``:
+    each of its own terms gains a node-name requirement, which only tightens it, as Kubernetes allows
+    on a gated pod and on a suspended Job that never ran): so kube-scheduler, which spreads pods to
+    the emptiest node, cannot bind it on room reserved for work ranked ahead of it, nor scatter a
+    gang so that part of it does not fit. None: released as it is."""
+    if nodes is None:
+        return queue.release(w, why, now)
+    return queue.release(w, f"{why}, kept to the node{'s' if len(nodes) != 1 else ''} planned for it "
+                            f"({', '.join(nodes)})", now, affinity=victims.narrowed_terms(w.sched, nodes))
 
 
 def _own_runtimes(snapshot: Snapshot) -> bool:

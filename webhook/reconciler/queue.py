@@ -337,7 +337,7 @@ def release(w: Waiting, why: str, now: float, affinity: list[dict[str, Any]] | N
     for pod in w.pods:
         if required:  # a gated pod may gain node affinity; then the gate goes (the fence follows our patch)
             out.append(Action(kind="narrow", target=pod.ref, reason="Narrowed", quiet=True, key="narrow",
-                              message=f"bound for the nodes made free for it: {why}",
+                              message=f"kept to the nodes planned for it: {why}",
                               patch={"metadata": {"resourceVersion": pod.resource_version}, "spec": required}))
         gates = [{"name": g} for g in pod.other_gates] or None
         out.append(Action(

@@ -101,6 +101,7 @@ class Estimate:
     pods: int = 1
     queued: bool = False  # waits in batchgate's queue (its start is when the queue releases it)
     reserved: bool = True  # its start is held for it (not so behind the head of an EASY queue: a guess)
+    nodes: tuple[str, ...] = ()  # where it starts, when it starts now: the nodes the release narrows it to
 
 
 @dataclass(slots=True)
@@ -675,8 +676,8 @@ def _place(work: _Work, placer: _Placer, position: int, *, reserve_later: bool =
     size = work.size or len(work.pods)
     now, margin = placer.now, placer.margin
 
-    def est(start: float | None, reason: str, never: bool = False) -> Estimate:
-        return Estimate(work.ref, start, reason, never, s.priority, position, size, work.rank >= 0)
+    def est(start: float | None, reason: str, never: bool = False, nodes: tuple[str, ...] = ()) -> Estimate:
+        return Estimate(work.ref, start, reason, never, s.priority, position, size, work.rank >= 0, nodes=nodes)
 
     if work.held:
         return est(None, work.held)
@@ -709,6 +710,7 @@ def _place(work: _Work, placer: _Placer, position: int, *, reserve_later: bool =
                              "node it may use")
         return est(None, "waits for work without a time limit on every node it may use")
     t, n = best
+    where = {n.name}  # the nodes its pods start on now, when it starts now
     if t <= now or reserve_later:
         # Not a gang: kube-scheduler binds each pod where it fits, so each is reserved at its own
         # earliest start (all of them where the first fits would leave the other nodes looking free).
@@ -718,7 +720,9 @@ def _place(work: _Work, placer: _Placer, position: int, *, reserve_later: bool =
             if more is None or not (more[0] <= now or reserve_later):
                 break
             more[1].reserve(more[0], more[0] + duration, s.cpu, s.mem)
-    return est(t, "fits now" if t <= now else _why(n, t))
+            if more[0] <= now:
+                where.add(more[1].name)
+    return est(t, "fits now", nodes=tuple(sorted(where))) if t <= now else est(t, _why(n, t))
 
 
 def _why(node: _Node, t: float) -> str:
@@ -754,7 +758,9 @@ def _place_gang(work: _Work, index: _Earliest, now: float, duration: float, marg
             return None
         for n, k in placed if t <= now or reserve_later else ():  # EASY: behind the head, a guess only
             n.reserve(t, t + duration, s.cpu * k, s.mem * k)
-        return est(t, "fits now, all pods together" if t <= now else f"all {size} pods of the group fit together then")
+        if t <= now:
+            return est(t, "fits now, all pods together", nodes=tuple(sorted(n.name for n, _ in placed)))
+        return est(t, f"all {size} pods of the group fit together then")
 
     # A node can only take a pod at t if one could start there at t or sooner (more reserved never
     # makes room): the others are not asked, with the same outcome. The first candidate times are

@@ -177,6 +177,11 @@ def choose(r: Room, sched: PodSched, size: int, nodes: Mapping[str, NodeView]) -
     return Choice(tuple(sorted(place)), gangs, sum(g.cost for g in gangs))
 
 
+def free_for(r: Room, sched: PodSched, nodes: Sequence[str]) -> int:
+    """How many pods of ``sched`` fit in the free room of ``nodes`` now, no scavenger taken."""
+    return sum(_fit(r.free[n], sched.cpu, sched.mem) for n in nodes if n in r.free)
+
+
 def _evict(r: Room, i: int, *, sign: int) -> None:
     for p in r.gangs[i].pods:
         if p.node in r.free and p.sched is not None:

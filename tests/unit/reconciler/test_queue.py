@@ -147,8 +147,10 @@ def test_a_three_pod_job_waits_while_two_fit_and_is_released_whole_when_three_do
     (a,) = released(three)
     assert a.target.name == "gang" and a.target.kind == "Job" and a.reason == "Released"
     assert a.patch == {"metadata": {"resourceVersion": "77", "annotations": {QUEUED_ANNOTATION: None}},
-                       "spec": {"suspend": False}}
-    assert "all 3 pods fit" in a.message
+                       "spec": {"suspend": False, "template": {"spec": {"affinity": {"nodeAffinity": {
+                           "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                               {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}}}}}
+    assert "all 3 pods fit" in a.message and "kept to the node planned for it (n1)" in a.message
 
 
 def test_a_gang_of_bare_pods_waits_until_all_its_pods_exist() -> None:

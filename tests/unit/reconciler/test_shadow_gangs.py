@@ -60,8 +60,9 @@ def by_scan(work: Any, index: Any, now: float, duration: float, margin: float,
             if len(placed) == size:
                 for n in placed:
                     n.keep()
-                return est(t, "fits now, all pods together" if t <= now else
-                           f"all {size} pods of the group fit together then")
+                if t <= now:  # where it starts: the nodes the release is narrowed to
+                    return est(t, "fits now, all pods together", nodes=tuple(sorted({n.name for n in placed})))
+                return est(t, f"all {size} pods of the group fit together then")
             for n in reversed(placed):
                 n.unreserve()
             del log[mark:]
@@ -105,7 +106,7 @@ def test_a_gang_is_placed_where_asking_every_node_pod_by_pod_places_it(seed: int
     shapes = [(cpu, mem, rng.choice((0.0, 1800.0, 3600.0, 3 * 3600.0, INF)), rng.choice((None, 0.0, 3600.0, 4 * 3600.0)))
               for cpu, mem in sizes for _ in range(3)]
     indexes: dict[Any, tuple[Any, Any]] = {}
-    est = lambda start, reason, never=False: (start, reason, never)  # noqa: E731
+    est = lambda start, reason, never=False, nodes=(): (start, reason, never, nodes)  # noqa: E731
     for _ in range(40):
         cpu, mem, duration, hold = shape = rng.choice(shapes)
         hold = duration if hold is None else hold

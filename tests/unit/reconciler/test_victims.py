@@ -45,9 +45,14 @@ def test_the_two_just_checkpointed_scavengers_go_not_the_one_with_hours_of_unsav
     assert kinds.index("narrow") < kinds.index("release")  # narrowed first, then the gate goes
 
 
-def test_work_that_fits_in_free_room_takes_nobody_s_and_is_not_narrowed():
+def test_work_that_fits_in_free_room_takes_nobody_s_and_is_kept_to_that_room():
+    """The placement counts no scavenger (it planned a, where s runs); the free room on b is taken,
+    and the pod is kept there, not left for kube-scheduler to preempt s on a."""
     acts = plan(cluster(scavenger("s", "a", "4", -HOUR), gated("small", "2", "1h")), T0, S, estimate=False).actions
-    assert not [a for a in acts if a.kind in ("preempt", "narrow")]
+    assert not [a for a in acts if a.kind == "preempt"]
+    (narrow,) = [a for a in acts if a.kind == "narrow"]
+    assert narrow.patch["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b"]}]}]}
     assert [a for a in acts if a.kind == "release" and a.target.name == "small"]
 
 
