@@ -7,7 +7,7 @@ The cluster: ``--nodes`` 32-core nodes, each with a running 16-core pod (3 h lim
 deadline recorded), and ``--workloads`` waiting workloads from ``--accounts`` accounts, 10,000
 pods in all: a third queued Jobs of 4 pods, a third gangs of 10 gated bare pods, a third single
 gated pods; each account has usage. Per pass, CPU time (``time.process_time``) of
-``planner.plan``: ``queue``, an ordinary pass with the queue (gathering, ordering, placing every
+``planner.plan`` with the cyclic collector paused, as the controller runs it: ``queue``, an ordinary pass with the queue (gathering, ordering, placing every
 waiting workload with reservations, releases, promises): the first pass on this cluster, which
 promises every workload and tells each it waits; ``queue, next pass``, the pass after it, once the
 controller carried that one out (its annotations, patches and told Events recorded, ``settle``) and
@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from webhook.contract import QUEUE_GATE, QUEUED_ANNOTATION
 from webhook.contract import TIME_LIMIT_ANNOTATION as TIME_LIMIT
 from webhook.reconciler.actions import TELL_ONCE, Action
+from webhook.reconciler.controller import collector_paused
 from webhook.reconciler.model import NodeView, Snapshot, job_view, node_view, pod_view
 from webhook.reconciler.planner import plan
 from webhook.reconciler.settings import QueuePolicy, Settings
@@ -182,7 +183,8 @@ def measure(snap: Snapshot, usage: dict[str, float], settings: Settings, passes:
     actions: list[Action] = []
     for _ in range(passes):
         t = time.process_time()
-        result = plan(snap, now, settings, estimate=estimate, usage=usage, told=told or frozenset())
+        with collector_paused():  # as the controller plans
+            result = plan(snap, now, settings, estimate=estimate, usage=usage, told=told or frozenset())
         times.append(time.process_time() - t)
         actions = result.actions
     return statistics.median(times) * 1000, actions
@@ -314,7 +316,8 @@ def main() -> None:
     if a._load:  # inside valgrind: plan it N times
         snap, now, estimate, usage, told = pickle.loads(Path(a._load[0]).read_bytes())
         for _ in range(int(a._load[1])):
-            plan(snap, now, settings, estimate=estimate, usage=usage, told=told)
+            with collector_paused():  # as the controller plans
+                plan(snap, now, settings, estimate=estimate, usage=usage, told=told)
         return
     if a.instructions is not None:
         counts = instructions(a, a.instructions or ["queue", "queue, next pass"])

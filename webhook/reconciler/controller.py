@@ -13,6 +13,7 @@ that passed while no reconciler ran is enforced on the first pass.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import logging
@@ -20,7 +21,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 from . import metrics
@@ -40,6 +41,23 @@ from .settings import QueuePolicy, Settings
 
 log = logging.getLogger(__name__)
 
+
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """A planning pass allocates many small objects and frees nearly all of them by reference
+    counting; the cyclic collector, run every few hundred allocations, would walk them (and the
+    cache's long-lived objects) again and again for nothing. Off while it plans, back on after
+    (also when the pass raises): what few cycles the pass, or another thread meanwhile, leaves are
+    collected then. A collector someone else turned off stays off."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 class Controller:
     def __init__(
@@ -139,18 +157,9 @@ class Controller:
         if estimate and self.settings.runtime_prediction:
             self.history = remember(self.history, finished_runs(snapshot))
         usage = self.ledger.billing(now, self.settings.queues)
-        # The pass allocates many small objects and frees nearly all of them by reference counting;
-        # the cyclic collector, run every few hundred allocations, would walk them (and the cache's
-        # long-lived objects) again and again for nothing. Off while it plans, back on after: what
-        # few cycles the pass (or another thread meanwhile) leaves are collected then.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with collector_paused():
             result = plan(snapshot, now, self.settings, estimate=estimate, history=self.history, usage=usage,
                           told=self._told)
-        finally:
-            if collecting:
-                gc.enable()
         if result.runs and self.settings.runtime_prediction:
             self.history = remember(self.history, result.runs)  # stopped at their limit, deleted now
         if estimate:
