@@ -36,6 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tests.unit.reconciler.fakeapi import merge
 from webhook.contract import QUEUE_GATE, QUEUED_ANNOTATION
 from webhook.contract import TIME_LIMIT_ANNOTATION as TIME_LIMIT
 from webhook.reconciler.actions import TELL_ONCE, Action
@@ -126,17 +127,6 @@ def cluster(workloads: int, accounts: int, nodes: int, *, gated: bool) -> Cluste
                    usage, count)
 
 
-def _merge(obj: dict[str, Any], patch: dict[str, Any]) -> None:
-    """A JSON merge patch (RFC 7386), in place."""
-    for k, v in patch.items():
-        if v is None:
-            obj.pop(k, None)
-        elif isinstance(v, dict) and isinstance(obj.get(k), dict):
-            _merge(obj[k], v)
-        else:
-            obj[k] = v
-
-
 def settle(c: Cluster, actions: list[Action]) -> None:
     """What the controller writes for ``actions``, written: annotations and patches on the stored
     objects (a new resourceVersion each), and each TELL_ONCE action recorded as told. Released work
@@ -148,9 +138,9 @@ def settle(c: Cluster, actions: list[Action]) -> None:
         obj = (c.pods if a.target.kind == "Pod" else c.jobs)[a.target.uid]
         md = obj["metadata"]
         if a.annotations:
-            _merge(md.setdefault("annotations", {}), dict(a.annotations))
+            merge(md.setdefault("annotations", {}), dict(a.annotations))
         if a.patch is not None:
-            _merge(obj, {k: v for k, v in a.patch.items() if k != "metadata"}
+            merge(obj, {k: v for k, v in a.patch.items() if k != "metadata"}
                    | {"metadata": {k: v for k, v in a.patch.get("metadata", {}).items() if k != "resourceVersion"}})
         if a.annotations or a.patch is not None:
             md["resourceVersion"] = str(int(md["resourceVersion"]) + 1)

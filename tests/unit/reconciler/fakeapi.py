@@ -124,7 +124,7 @@ class FakeApi:
         rv = (patch.get("metadata") or {}).get("resourceVersion")
         if rv is not None and rv != cur["metadata"]["resourceVersion"]:
             raise Conflict("the object has been modified", status=409, reason="Conflict")
-        new = _merge(copy.deepcopy(cur), {k: v for k, v in patch.items()})
+        new = merge(copy.deepcopy(cur), {k: v for k, v in patch.items()})
         new["metadata"].pop("resourceVersion", None)
         return self.put(new)
 
@@ -144,7 +144,7 @@ class FakeApi:
         conditions = (patch.get("status") or {}).get("conditions")
         rest = {k: v for k, v in patch.items() if k != "status"}
         rest["status"] = {k: v for k, v in (patch.get("status") or {}).items() if k != "conditions"}
-        _merge(new, rest)
+        merge(new, rest)
         if conditions is not None:
             have = new.setdefault("status", {}).setdefault("conditions", [])
             for c in conditions:
@@ -196,12 +196,13 @@ class _QuietWatch:
         self._closed.set()
 
 
-def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch (RFC 7386) applied to ``target`` in place, as the API server applies one."""
     for k, v in patch.items():
         if v is None:
             target.pop(k, None)
         elif isinstance(v, Mapping) and isinstance(target.get(k), dict):
-            _merge(target[k], v)
+            merge(target[k], v)
         else:
             target[k] = copy.deepcopy(v)
     return target
