@@ -1285,10 +1285,12 @@ def _job_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], ...
                                         "serviceAccountName", "securityContext", "priorityClassName")]) + ")",
          "message": "the batchgate reconciler changes nothing in a Job's pod template but, while it is suspended, "
                     "its node affinity"},
-        {"expression": f"!({status}) || (has(oldObject.spec.suspend) && oldObject.spec.suspend && "
-                       f"!{_has('object', ('status', 'startTime'))} && {_unchanged(*status_paths)})",
-         "message": "the batchgate reconciler writes nothing in a Job's status but clearing its startTime while it "
-                    "is suspended (a Job it re-queues)"},
+        {"expression": f"!({status}) || (has(oldObject.spec.suspend) && oldObject.spec.suspend)",
+         "message": "the batchgate reconciler writes a Job's status only while the Job is suspended (one it re-queues)"},
+        {"expression": f"!({status}) || !({_has('object', ('status', 'startTime'))})",
+         "message": "the batchgate reconciler writes a Job's status only to clear its startTime (a Job it re-queues)"},
+        {"expression": f"!({status}) || {_unchanged(*status_paths)}",
+         "message": "the batchgate reconciler changes nothing else in a Job's status than clearing its startTime"},
     ])
 
 

@@ -16,8 +16,10 @@ next one to do:
    ``batchgate.io/queued`` (so its user cannot resume it: policy queue-gate) and
    ``batchgate.io/requeued-at`` (now), its deadline annotations removed; Warning Event
    ``Requeued`` naming the node.
-2. ``requeue-reset``: ``status.startTime`` cleared (status subresource), as Kueue does: Kubernetes
-   lets a suspended Job's template change only while it has no start time.
+2. ``requeue-reset``: ``status.startTime`` cleared (status subresource), as Kueue and JobSet do:
+   Kubernetes lets a suspended Job's template change only while it has no start time. The Job
+   controller of 1.37 clears it itself when it suspends a Job (the e2e sees no reset); this step
+   only runs where it is still set.
 3. ``requeue-unnarrow``: the narrowing removed from the template (the user's own terms again).
 
 It is then an ordinary queued Job (``queue.waiting`` leaves it out until step 3 is done): the next
