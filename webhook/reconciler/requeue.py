@@ -68,7 +68,7 @@ def vanished(node: str, nodes: Mapping[str, NodeView]) -> str | None:
         return f"node {node} is gone"
     if n.unschedulable:
         return f"node {node} is cordoned"
-    if n.ready != "True":
+    if n.ready not in (None, "True"):  # as the placement counts it (shadow.py): no Ready condition is no news
         return f"node {node} is not ready"
     return None
 
