@@ -61,6 +61,10 @@ QUEUED_ANNOTATION = f"{GROUP}/queued"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # On a workload waiting in batchgate's queue: its reservation's start, the promise (queue.py).
 START_BY_ANNOTATION = f"{GROUP}/start-by"
+# On a Job the queue re-queued (planner._requeue: a node it was narrowed to vanished while it ran):
+# when it was suspended again. Its run before that no longer dates it (its time limit counts afresh
+# from its next start), so only the reconciler may write it.
+REQUEUED_AT_ANNOTATION = f"{GROUP}/requeued-at"
 # Kata CPU (policy kata-cpu): on a pod or template it adjusted, what was asked for and the overhead taken out.
 KATA_REQUESTED_CPU_ANNOTATION = f"{GROUP}/kata-requested-cpu"
 KATA_OVERHEAD_CPU_ANNOTATION = f"{GROUP}/kata-overhead-cpu"
@@ -84,7 +88,7 @@ MANAGED_BY = "batchgate"
 # tells users (a forged expected-start or start-by would mislead them).
 RECONCILER_ANNOTATIONS = (STARTED_AT_ANNOTATION, DEADLINE_ANNOTATION, WARNED_FOR_ANNOTATION,
                           NEXT_MAINTENANCE_ANNOTATION, GANG_RESTART_ANNOTATION, EXPECTED_START_ANNOTATION,
-                          EXPECTED_START_REASON_ANNOTATION, START_BY_ANNOTATION)
+                          EXPECTED_START_REASON_ANNOTATION, START_BY_ANNOTATION, REQUEUED_AT_ANNOTATION)
 # On a ScavengerJob's Jobs and pods (and its guard's selector), written by the reconciler: the
 # ScavengerJob's name and the segment number.
 SCAVENGERJOB_LABEL = f"{GROUP}/scavengerjob"

@@ -1230,7 +1230,9 @@ def _pod_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], ...
 
 def _job_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], ...], list[dict[str, str]]]:
     """Jobs: created only as a ScavengerJob's segment (job_body in reconciler/scavenger.py) and
-    updated only in its annotations and spec.suspend."""
+    updated only in its annotations and spec.suspend (and, while suspended, its template's node
+    affinity); in its status only ``startTime`` cleared, while suspended (a Job being re-queued:
+    reconciler/requeue.py)."""
     t = "object.spec.template.spec"
     owned = ("has(object.metadata.ownerReferences) && size(object.metadata.ownerReferences) == 1 && "
              "object.metadata.ownerReferences.all(o, o.apiVersion == " + _s(API_VERSION)
@@ -1254,7 +1256,11 @@ def _job_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], ...
     create = 'request.operation == "CREATE"'
     system = _list(SYSTEM_NAMESPACES)
     job_annotations = (*RECONCILER_ANNOTATIONS, QUEUED_ANNOTATION)  # the queue releases a Job: suspend, queued
-    return ("jobs", [_rule("batch", ["jobs"], ["CREATE", "UPDATE"])], _METADATA_VARIABLES, [
+    status_paths = [("status", f) for f in ("conditions", "active", "succeeded", "failed", "terminating", "ready",
+                                             "completionTime", "completedIndexes", "failedIndexes",
+                                             "uncountedTerminatedPods")]
+    status = f'{SUB} == "status"'
+    return ("jobs", [_rule("batch", ["jobs", "jobs/status"], ["CREATE", "UPDATE"])], _METADATA_VARIABLES, [
         {"expression": f"!({create}) || ({owned})",
          "message": "the batchgate reconciler creates only the Jobs of ScavengerJobs: owned by one, as its controller"},
         {"expression": f"!({create}) || !({NS} in {system})",
@@ -1279,6 +1285,12 @@ def _job_policy() -> tuple[str, list[dict[str, Any]], tuple[tuple[str, str], ...
                                         "serviceAccountName", "securityContext", "priorityClassName")]) + ")",
          "message": "the batchgate reconciler changes nothing in a Job's pod template but, while it is suspended, "
                     "its node affinity"},
+        {"expression": f"!({status}) || (has(oldObject.spec.suspend) && oldObject.spec.suspend)",
+         "message": "the batchgate reconciler writes a Job's status only while the Job is suspended (one it re-queues)"},
+        {"expression": f"!({status}) || !({_has('object', ('status', 'startTime'))})",
+         "message": "the batchgate reconciler writes a Job's status only to clear its startTime (a Job it re-queues)"},
+        {"expression": f"!({status}) || {_unchanged(*status_paths)}",
+         "message": "the batchgate reconciler changes nothing else in a Job's status than clearing its startTime"},
     ])
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import KubeApiError, _Transport, now_rfc3339
+from cluster import KubeApiError, _Transport, now_rfc3339, wait_for
 from conftest import QUEUED
 from harness import (
     Reconciler,
@@ -175,6 +175,7 @@ IN_A_USER_NAMESPACE = {
     ("", "pods/status"): {"patch"},
     ("", "pods/eviction"): {"create"},
     ("batch", "jobs"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("batch", "jobs/status"): {"patch"},
     ("", "nodes"): {"get", "list", "watch", "patch"},
     ("batchgate.io", "maintenancewindows"): {"get", "list", "watch"},
     ("batchgate.io", "maintenancewindows/status"): {"patch"},
@@ -389,6 +390,35 @@ def test_job_writes_are_its_annotations_and_suspend(kube, stored):
     tolerate = {"spec": {"template": {"spec": {"tolerations": [{"operator": "Exists"}]}}}}
     status, message = as_reconciler(kube, "PATCH", path, tolerate)
     assert status == 403 and "its node affinity" in message, message
+
+
+def test_a_job_it_re_queues_is_suspended_then_only_its_start_time_cleared(kube, account, module_namespace):
+    """The queue's re-queue (reconciler/requeue.py): a running Job suspended and marked queued again,
+    then, through the status subresource, its startTime cleared while suspended, nothing else."""
+    ns = module_namespace
+    name = unique("rq")
+    running = job(name, nodeSelector={"batchgate.io/e2e-no-such-node": "x"})  # its pod waits: nothing runs
+    running["metadata"]["annotations"] = {"batchgate.io/started-at": "2024-05-01T10:00:00Z"}
+    kube.create(jobs_path(ns), running)
+    path = jobs_path(ns, name)
+    requeue = {"metadata": {"annotations": {"batchgate.io/queued": "true", "batchgate.io/started-at": None,
+                                            "batchgate.io/requeued-at": "2024-05-01T11:00:00Z"}},
+               "spec": {"suspend": True}}
+    assert as_reconciler(kube, "PATCH", path, requeue) == (200, "")
+    status = f"{path}/status"
+    started = wait_for(lambda: kube.get(path).get("status", {}).get("startTime"), 60, message="its start time")
+    kube.patch(path, {"spec": {"suspend": True}})
+    wait_for(lambda: not any(kube.get(path).get("status", {}).get(k) for k in ("active", "terminating")), 60,
+             message="its pods stopped")
+    if not kube.get(path).get("status", {}).get("startTime"):  # the Job controller cleared it: as if it had not
+        kube.patch(status, {"status": {"startTime": started}})
+    got = as_reconciler(kube, "PATCH", status, {"status": {"startTime": None}})
+    assert got == (200, ""), (got[1][-400:], kube.get(path)["spec"].get("suspend"))
+    got, message = as_reconciler(kube, "PATCH", status, {"status": {"startTime": None, "failed": 3}})
+    assert got == 403 and "nothing else in a Job's status" in message, message
+    kube.patch(path, {"spec": {"suspend": False}})
+    got, message = as_reconciler(kube, "PATCH", status, {"status": {"startTime": None}})
+    assert got != 200, message  # a Job that runs keeps its start time
 
 
 def test_node_writes_are_the_countdown_and_the_cordon(kube, stored):

@@ -39,6 +39,7 @@ RECONCILER_RIGHTS = {
     ("", "pods"): {"get", "list", "watch", "patch", "delete"},
     ("", "pods/status"): {"patch"},  # a gang member's DisruptionTarget condition before its deletion
     ("batch", "jobs"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("batch", "jobs/status"): {"patch"},  # a re-queued Job's startTime cleared (requeue.py)
     ("", "nodes"): {"get", "list", "watch", "patch"},
     ("", "pods/eviction"): {"create"},
     ("batchgate.io", "maintenancewindows"): {"get", "list", "watch"},

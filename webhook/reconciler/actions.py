@@ -44,6 +44,9 @@ ActionKind = Literal[
     "preempt",  # ... scavengers that lose least deleted (DisruptionTarget first) to make room for released work
     "start-by",  # ... batchgate.io/start-by on a waiting workload: its reservation's start, the promise
     "queued",  # ... a workload waits in it: an Event saying so (or that a volume it mounts is missing), once
+    "requeue",  # ... a released Job whose planned node vanished: suspended and marked queued again (requeue.py)
+    "requeue-reset",  # ... then its status.startTime cleared, so that its template may change
+    "requeue-unnarrow",  # ... then batchgate's narrowing taken out of its template: an ordinary queued Job
     # ScavengerJobs (scavenger.py); each writes the status (fenced) and, where it says so, a Job
     "sj-queued",  # first seen: status Pending, waiting to start
     "sj-waiting",  # why it still waits (no room, over the cap, can never fit): status message
@@ -184,7 +187,8 @@ class Unplannable:
 # What each concern is, in an Event's words ("could not plan its deadline").
 CONCERNS = {"deadline": "deadline", "gang": "pod group's failure handling", "pod-groups": "PodGroup",
             "expected-start": "expected start", "scavengerjob": "ScavengerJob", "maintenance": "maintenance",
-            "network": "network objects", "queue": "place in the batch queue"}
+            "network": "network objects", "queue": "place in the batch queue",
+            "requeue": "re-queueing of released Jobs whose planned node vanished"}
 
 
 def unplannable(concern: str, ref: Ref | None, error: BaseException, failed: list[Unplannable],

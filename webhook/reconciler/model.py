@@ -36,6 +36,7 @@ from ..contract import (
     QUEUE_GATE,
     QUEUE_LABEL,
     QUEUED_ANNOTATION,
+    REQUEUED_AT_ANNOTATION,
     SEGMENT_LABEL,
     SLOTS_ANNOTATION,
     SPEC_HASH_ANNOTATION,
@@ -280,6 +281,8 @@ class PodView:
     extended: tuple[tuple[str, int], ...] = ()  # requests of other resources (GPUs, ...), milli-units
     # spec.priorityClassName: immutable once the pod exists, unlike its labels (scavenger.is_scavenger)
     priority_class: str | None = None
+    # kube-scheduler tried and found no node for it (condition PodScheduled False, reason Unschedulable)
+    unschedulable: bool = False
 
     @property
     def cpu_m(self) -> int:
@@ -334,6 +337,8 @@ class JobView:
     queued: bool = False  # suspended by batchgate, waiting in its queue (batchgate.io/queued)
     suspended: bool = False  # spec.suspend
     ran: bool = False  # status.startTime is set: it ran, and Kubernetes lets no release change its template
+    # batchgate.io/requeued-at, parsed: when the queue re-queued it (requeue.py); the run before no longer dates it
+    requeued_at: float | None = None
     wanted: int = 0  # pods it runs at once while it runs: parallelism, at most the completions left
     active: int = 0  # status.active
     template: PodSched | None = None  # its pods' requests and placement (unfinished Jobs only)
@@ -809,6 +814,9 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         start_by=kept(ann.get(START_BY_ANNOTATION)),
         extended=_extended(spec),
         priority_class=_class_name(spec.get("priorityClassName")),
+        unschedulable=phase == "Pending" and any(
+            isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "False"
+            and c.get("reason") == "Unschedulable" for c in st.get("conditions") or ()),
     )
 
 
@@ -940,6 +948,7 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         queued=suspended and ann.get(QUEUED_ANNOTATION) is not None,
         suspended=suspended,
         ran=bool(status.get("startTime")),
+        requeued_at=parse_time(kept(ann.get(REQUEUED_AT_ANNOTATION))),
         wanted=_wanted(spec, status) if unfinished else 0,
         active=_whole(status.get("active")),
         template=_sched(template.get("metadata") or md, t_spec) if unfinished else None,

@@ -104,6 +104,7 @@ from .model import (
     owns,
 )
 from .network import plan_network
+from .requeue import plan_requeue, requeuing
 from .runtimes import History, Predictor, Run, finished_runs, job_key, pod_key, remember
 from .scavenger import checkpoint_period, plan_scavengers, sj_owner
 from .settings import QueuePolicy, Settings
@@ -265,7 +266,15 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
     waiting: list[queue.Waiting] = []
     n, r = len(actions), len(runs)
     try:
-        waiting = queue.waiting(snapshot, now, queues, usage or {}, limit_of)
+        if queues.gated:
+            p.actions += plan_requeue(snapshot, now, queues, jobs_by_uid.values(), pods_of_job)
+    except Exception as e:
+        p.undo("requeue", None, e, n, r)
+    n, r = len(actions), len(runs)
+    try:
+        # a Job being re-queued waits for its old narrowing to go before it can be placed
+        waiting = [w for w in queue.waiting(snapshot, now, queues, usage or {}, limit_of)
+                   if w.job is None or w.job.requeued_at is None or not requeuing(w.job)]
         p.actions += queue.plan_unmanaged(queue.unmanaged(snapshot, queues, limit_of), now)
         if snapshot.nodes is not None:  # placing needs the nodes; what waits is known without them
             if waiting or queues.gated:
@@ -480,6 +489,15 @@ def _deadline(p: _Pass, obj: JobView | PodView, pods: Sequence[PodView], is_job:
     # The hot path compares numbers only; strings are made when there is something to say. What
     # has not started (most of what waits) needs no limit looked up.
     started = obj.started_at_t
+    if isinstance(obj, JobView) and obj.requeued_at is not None:
+        # Re-queued (requeue.py): nothing counts while it waits again, and then only its new run: the
+        # pods of the run before (made before it was suspended, and ended or going) date it no more.
+        if obj.suspended:
+            return
+        requeued = obj.requeued_at
+        if started is not None and started < requeued:
+            started = None
+        pods = [x for x in pods if x.created is None or x.created >= requeued or not (x.terminal or x.deleting)]
     for pod in pods:
         t = pod.started
         if t is None:

@@ -217,15 +217,17 @@ def _cheapest_on(r: Room, node: str, candidates: Sequence[str], sched: PodSched,
     return None
 
 
+def _reqs(items: Sequence[tuple[str, str, tuple[str, ...]]]) -> list[dict[str, Any]]:
+    """Node selector requirements as a view keeps them, written out as the API takes them."""
+    return [{"key": k, "operator": op, **({"values": list(vs)} if vs else {})} for k, op, vs in items]
+
+
 def narrowed_terms(sched: PodSched, nodes: Sequence[str]) -> list[dict[str, Any]]:
     """The required node affinity's terms, each narrowed to ``nodes`` (a ``metadata.name`` field
     requirement added to every term, or one term of it alone when there were none): what
     Kubernetes lets a gated pod or a suspended Job's template gain."""
     field_req = {"key": "metadata.name", "operator": "In", "values": sorted(nodes)}
-
-    def reqs(items: Sequence[tuple[str, str, tuple[str, ...]]]) -> list[dict[str, Any]]:
-        return [{"key": k, "operator": op, **({"values": list(vs)} if vs else {})} for k, op, vs in items]
-
+    reqs = _reqs
     if not sched.terms:
         return [{"matchFields": [field_req]}]
     out = []
@@ -234,4 +236,40 @@ def narrowed_terms(sched: PodSched, nodes: Sequence[str]) -> list[dict[str, Any]
         if exprs:
             term["matchExpressions"] = reqs(exprs)
         out.append(term)
+    return out
+
+
+def narrowing(sched: PodSched) -> tuple[str, ...] | None:
+    """The nodes ``narrowed_terms`` kept ``sched`` to, when its required node affinity has exactly that
+    shape: every term ends with the same ``metadata.name In [nodes]`` field requirement (nodes sorted,
+    none twice), as the queue's release wrote it; else None. The inverse is ``unnarrowed_terms``."""
+    if sched.clipped or not sched.terms:
+        return None
+    last = sched.terms[0][1][-1] if sched.terms[0][1] else None
+    if last is None or last[0] != "metadata.name" or last[1] != "In" or not last[2]:
+        return None
+    nodes = last[2]
+    if list(nodes) != sorted(set(nodes)):
+        return None
+    for _exprs, fields in sched.terms:
+        if not fields or fields[-1] != last:
+            return None
+    return nodes
+
+
+def unnarrowed_terms(sched: PodSched) -> list[dict[str, Any]] | None:
+    """``sched``'s required node affinity terms without the narrowing ``narrowing`` found (each term's
+    last field requirement): the workload's own terms again; None when it had none (the narrowing was
+    the one term ``narrowed_terms`` made)."""
+    reqs = _reqs
+    out = []
+    for exprs, fields in sched.terms:
+        term: dict[str, Any] = {}
+        if exprs:
+            term["matchExpressions"] = reqs(exprs)
+        if fields[:-1]:
+            term["matchFields"] = reqs(fields[:-1])
+        out.append(term)
+    if len(out) == 1 and not out[0]:
+        return None
     return out
