@@ -177,6 +177,40 @@ def test_a_gang_starts_whole_and_a_held_queue_releases_nothing(kube, namespace, 
         stop_reconcilers(started)
 
 
+def test_a_bare_pod_group_waits_until_its_most_cpu_and_its_most_memory_fit(kube, namespace, queue_node, tmp_path,
+                                                                            policies):
+    """A group of two bare pods: one asks for more cpu (2, 1Gi), the other for more memory (1, 12Gi);
+    8Gi of the node's 16Gi are taken. Placed as the pod with more cpu alone (4 cpu, 2Gi), both
+    would fit; together they need 13Gi. Each pod is placed as it is: the group waits gated, promised
+    a start, and goes whole when the 8Gi are freed (on the one node, where two pods of the most cpu
+    and the most memory, 24Gi, would never fit)."""
+    ns = namespace
+    started: list = []
+    group = {"batchgate.io/queue": QUEUED, "batchgate.io/pod-group": "g", "batchgate.io/pod-group-size": "2"}
+    names = ("g-0", "g-1")
+
+    def gated(name: str) -> bool:
+        return {"name": QUEUE_GATE} in (kube.get(pods_path(ns, name))["spec"].get("schedulingGates") or [])
+    try:
+        filler = queued_job("filler", queue_node, "100m")
+        filler["spec"]["template"]["spec"]["containers"] = [container(cpu="100m", memory="8Gi")]
+        create(kube, ns, filler)
+        reconcile(kube, ns, tmp_path, policies, "r1", started)
+        wait_for(lambda: not suspended(kube, ns, "filler"), 60, message="the filler released")
+        run_pods_of(kube, ns, "filler", 1)
+        for name, cpu, memory in (("g-0", "2", "1Gi"), ("g-1", "1", "12Gi")):
+            create(kube, ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": group},
+                              "spec": {"containers": [container(cpu=cpu, memory=memory)],
+                                       "nodeSelector": {"e2e-queue": queue_node}}})
+        wait_for(lambda: any((kube.get(pods_path(ns, n))["metadata"].get("annotations") or {}).get(START_BY_ANNOTATION)
+                             for n in names), 60, message="the group placed after the filler (a start-by)")
+        assert gated("g-0") and gated("g-1"), "the group released where 13Gi do not fit"
+        finish(kube, ns, "filler")
+        wait_for(lambda: not gated("g-0") and not gated("g-1"), 60, message="the group released whole")
+    finally:
+        stop_reconcilers(started)
+
+
 def start_by(kube: Any, ns: str, name: str) -> str | None:
     return (kube.get(jobs_path(ns, name))["metadata"].get("annotations") or {}).get(START_BY_ANNOTATION)
 

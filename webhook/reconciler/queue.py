@@ -167,12 +167,21 @@ def _gather(snapshot: Snapshot, policy: QueuePolicy, limit_of: Callable[[JobView
         first = members[0]
         head = first.sched
         assert head is not None
-        sched = head
-        for m in members:  # the largest pod's shape (the first such): each pod is placed as if it were it
+        sched, cpu, mem = head, head.cpu, head.mem
+        # The group's shape: the most cpu and the most memory any of its pods asks (what a preemption
+        # frees room for, enough for each pod); the placement places each pod as it is (shadow's
+        # ``_place_mixed``), so the group goes only when all of it fits, and not later.
+        for m in members:
             o = m.sched
             assert o is not None
             if o.cpu > sched.cpu or (o.cpu == sched.cpu and o.mem > sched.mem):
-                sched = o
+                sched = o  # the largest pod's placement rules (the first such)
+            if o.cpu > cpu:
+                cpu = o.cpu
+            if o.mem > mem:
+                mem = o.mem
+        if cpu != sched.cpu or mem != sched.mem:
+            sched = replace(sched, cpu=cpu, mem=mem)
         ns, q = first.ref.namespace, queue_of(first, policy)
         if first.group:
             want = first.group_size or len(members)
