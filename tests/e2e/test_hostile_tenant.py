@@ -315,6 +315,19 @@ def test_6b_a_job_claiming_a_made_up_scavengerjob_gets_its_deadline_and_gang(kub
 
 
 # -- 8. re-parenting one's own pod to a colleague's Job ------------------------------------------
+def bobs_job(kube: Any, namespace: str, limit: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """bob's Job (queue interactive, time limit ``limit``, its pod never bound) as stored, and the pod
+    its controller made, whose record holds the Job's uid."""
+    require_components(kube, "kube-controller-manager")
+    stored = create_and_read(kube, namespace, job(unique("train"), labels={QUEUE_LABEL: "interactive"},
+                                                  annotations={TIME_LIMIT: limit},
+                                                  nodeSelector={"batchgate.io/e2e": "nowhere"}), as_user="bob")
+    uid = stored["metadata"]["uid"]
+    (own,) = kube.wait_for_pods(namespace, label_selector=f"controller-uid={uid}", count=1, timeout=60)
+    assert env_of(own)["BATCHGATE_JOB_UID"] == uid
+    return stored, own
+
+
 def test_8_a_new_pod_re_parented_to_a_colleagues_job_neither_dates_nor_stops_it(kube, webhook_server, namespace,
                                                                                 controller):
     """bob's Job (time limit 3s) waits with its pod unscheduled. alice creates a pod after it, runs
@@ -323,14 +336,8 @@ def test_8_a_new_pod_re_parented_to_a_colleagues_job_neither_dates_nor_stops_it(
     it 3 s later; the admission record says the Job controller did not make her pod (its
     BATCHGATE_JOB_UID is empty, the Job's own pod carries the Job's uid), so the Job is neither
     dated nor stopped."""
-    require_components(kube, "kube-controller-manager")
-    name = unique("train")
-    stored = create_and_read(kube, namespace, job(name, labels={QUEUE_LABEL: "interactive"},
-                                                  annotations={TIME_LIMIT: "3s"},
-                                                  nodeSelector={"batchgate.io/e2e": "nowhere"}), as_user="bob")
-    uid = stored["metadata"]["uid"]
-    (own,) = kube.wait_for_pods(namespace, label_selector=f"controller-uid={uid}", count=1, timeout=60)
-    assert env_of(own)["BATCHGATE_JOB_UID"] == uid
+    stored, _ = bobs_job(kube, namespace, "3s")
+    name, uid = stored["metadata"]["name"], stored["metadata"]["uid"]
     mine = unique("mine")
     create(kube, namespace, pod(mine, labels={QUEUE_LABEL: "interactive"}, nodeSelector={"batchgate.io/e2e": "nowhere"}))
     kube.set_pod_phase(namespace, mine, "Running")
@@ -352,6 +359,26 @@ def test_8_a_new_pod_re_parented_to_a_colleagues_job_neither_dates_nor_stops_it(
     assert after["metadata"]["uid"] == uid and not after["metadata"].get("deletionTimestamp")
     assert not {"batchgate.io/started-at", "batchgate.io/deadline"} & set(after["metadata"].get("annotations") or {})
 
+
+
+def test_8b_a_jobs_pod_whose_reference_is_rewritten_to_batch_v2_is_timed_as_a_job_of_its_own(
+        kube, webhook_server, namespace, controller):
+    """bob's Job made its pod (the record holds the Job's uid); alice rewrites the pod's controlling
+    ownerReference to ``batch/v2``, same kind, name and uid. The garbage collector resolves no such
+    Job and would leave the pod behind when the Job goes, so it is no pod of the Job (``model.owns``
+    requires ``batch/v1`` ``Job``): it is timed alone, with the limit it was admitted with (its
+    deadline stored on it), and it does not date bob's Job."""
+    stored, own = bobs_job(kube, namespace, "1h")
+    name, uid, pod_name = stored["metadata"]["name"], stored["metadata"]["uid"], own["metadata"]["name"]
+    kube.set_pod_phase(namespace, pod_name, "Running")
+    kube.patch(pods_path(namespace, pod_name), {"metadata": {"ownerReferences": [
+        {"apiVersion": "batch/v2", "kind": "Job", "name": name, "uid": uid, "controller": True}]}}, as_user="alice")
+    assert kube.get(pods_path(namespace, pod_name))["metadata"]["ownerReferences"][0]["apiVersion"] == "batch/v2"
+    planned = one_pass(controller(namespace), namespace)
+    deadlines = sorted((a.target.kind, a.target.name) for a in planned if a.kind == "record-deadline")
+    assert deadlines == [("Pod", pod_name)], [a.line() for a in planned]
+    assert "batchgate.io/deadline" in (kube.get(pods_path(namespace, pod_name))["metadata"].get("annotations") or {})
+    assert "batchgate.io/deadline" not in (kube.get(jobs_path(namespace, name))["metadata"].get("annotations") or {})
 
 
 # -- 9. a pod naming another namespace's Job ------------------------------------------------------

@@ -30,7 +30,7 @@ from webhook.reconciler import victims
 from webhook.reconciler.controller import Controller
 from webhook.reconciler.errors import NotFound, Transient
 from webhook.reconciler.maintenance import plan_maintenance
-from webhook.reconciler.model import Snapshot, job_view, pod_view, window_view
+from webhook.reconciler.model import Snapshot, job_of, job_view, pod_view, window_view
 from webhook.reconciler.planner import plan
 from webhook.reconciler.report import maintenance_rows, queue_rows
 from webhook.reconciler.runtimes import finished_runs
@@ -58,6 +58,19 @@ def test_an_owner_reference_with_the_right_uid_but_another_name_confirms_nothing
     liar["metadata"]["name"] = "mine"
     forged = [pod(f"x-{i}", owner=liar, labels=G, **(FAILED if i else {})) for i in range(2)]
     assert plan(snapshot(victim, *forged), T0 + 60, Settings()).actions == []
+
+
+@pytest.mark.parametrize("api_version", ["batch/v2", "example.com/v1"])
+def test_an_owner_reference_of_another_api_version_confirms_nothing(api_version: str) -> None:
+    """Same namespace, name and uid, but not ``batch/v1``: the garbage collector knows no such Job and
+    leaves the pod alone, so batchgate takes it for no pod of the Job either (``model.owns``)."""
+    j = job("train", template_labels=G)
+    pods = [pod(f"train-{i}", owner=j, labels=G, **(FAILED if i else {})) for i in range(2)]
+    for p in pods:
+        p["metadata"]["ownerReferences"][0]["apiVersion"] = api_version
+    s = snapshot(j, *pods)
+    assert [job_of(s, pod_view(p)) for p in pods] == [None, None]
+    assert plan(s, T0 + 60, Settings()).actions == []
 
 
 def test_the_real_owner_still_tears_its_gang_down() -> None:
