@@ -381,6 +381,34 @@ def test_8b_a_jobs_pod_whose_reference_is_rewritten_to_batch_v2_is_timed_as_a_jo
     assert "batchgate.io/deadline" not in (kube.get(jobs_path(namespace, name))["metadata"].get("annotations") or {})
 
 
+def test_8c_a_pod_re_parented_into_a_colleagues_job_network_does_not_make_the_job_own_it(
+        kube, webhook_server, namespace, controller):
+    """bob's gang Job has its network (Service, hostfile) owned by the Job. alice creates a pod of
+    the same pod group, so of the same network, and re-parents it to bob's Job. Her pod is no pod of
+    the Job (``model.owns``: its record names no Job), so the Job is not the network's one owner any
+    more: the pods own it together, as the planner times her pod as a job of its own; the stored
+    Service says so."""
+    require_components(kube, "kube-controller-manager")
+    name = unique("mpi")
+    stored = create_and_read(kube, namespace, job(name, parallelism=2, completions=2, labels=GANG,
+                                                  nodeSelector={"batchgate.io/e2e": "nowhere"}), as_user="bob")
+    uid = stored["metadata"]["uid"]
+    kube.wait_for_pods(namespace, label_selector=f"controller-uid={uid}", count=2, timeout=60)
+    c = controller(namespace)
+    one_pass(c, namespace)
+    owners = kube.get(f"/api/v1/namespaces/{namespace}/services/{name}")["metadata"]["ownerReferences"]
+    assert [(o["kind"], o["uid"]) for o in owners] == [("Job", uid)], owners
+    mine = unique("mine")
+    create(kube, namespace, pod(mine, labels={"batchgate.io/pod-group": name, "batchgate.io/pod-group-size": "2"},
+                                nodeSelector={"batchgate.io/e2e": "nowhere"}), as_user="alice")
+    kube.patch(pods_path(namespace, mine), {"metadata": {"ownerReferences": [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid, "controller": True}]}}, as_user="alice")
+    assert kube.get(pods_path(namespace, mine))["metadata"]["labels"]["batchgate.io/network"] == name
+    one_pass(c, namespace)
+    owners = kube.get(f"/api/v1/namespaces/{namespace}/services/{name}")["metadata"]["ownerReferences"]
+    assert {o["kind"] for o in owners} == {"Pod"} and mine in {o["name"] for o in owners}, owners
+
+
 # -- 9. a pod naming another namespace's Job ------------------------------------------------------
 def test_9_a_pod_naming_another_namespaces_job_ties_no_window_to_it_nor_shows_as_it(kube, webhook_server, namespace,
                                                                                      api, nodes):
