@@ -472,6 +472,16 @@ def job_of(snapshot: Snapshot, pod: PodView) -> JobView | None:
     return job if owns(job, pod) else None
 
 
+def own_job(snapshot: Snapshot, pod: PodView) -> bool:
+    """Whether ``pod`` is a job of its own (a bare job, not one of a Job's pods): it has no
+    controller, or it was admitted (the webhook recorded its queue and limit) and no Job confirms it
+    (``job_of`` is None: a Pod a user made claiming some owner, one re-parented to a Job whose
+    controller did not make it, an operator's Pod with a limit of its own). The planner times such
+    a pod alone; ``batchgate queue`` lists it and it gets its ``batchgate.io/next-maintenance`` the
+    same way. The Pods of services (ReplicaSets, StatefulSets, DaemonSets) carry no record."""
+    return pod.owner is None or (pod.admitted is not None and job_of(snapshot, pod) is None)
+
+
 # -- conversion ------------------------------------------------------------
 def ref_of(kind: Kind, md: Mapping[str, Any], api_version: str | None = None) -> Ref:
     """An object's Ref from its metadata (what is not a string there, which the API server never
