@@ -201,9 +201,6 @@ class _Node:
         return _first_start(free, self.blocked, t0, duration, duration if hold is None else hold, margin,
                             min(before, t0 + HORIZON))
 
-    def fits(self, t: float, until: float, cpu: int, mem: int, margin: float) -> bool:
-        return self.earliest(t, until - t, cpu, mem, margin) == t
-
     def room(self, t: float, duration: float, cpu: int, mem: int, margin: float, hold: float) -> int:
         """How many pods of this size can start here at ``t`` together: as many times as ``earliest(t,
         ..., before=t + 1)`` answers ``t`` with each pod reserved in turn, in one look at the steps.
