@@ -315,6 +315,19 @@ def test_6b_a_job_claiming_a_made_up_scavengerjob_gets_its_deadline_and_gang(kub
 
 
 # -- 8. re-parenting one's own pod to a colleague's Job ------------------------------------------
+def bobs_job(kube: Any, namespace: str, limit: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """bob's Job (queue interactive, time limit ``limit``, its pod never bound) as stored, and the pod
+    its controller made, whose record holds the Job's uid."""
+    require_components(kube, "kube-controller-manager")
+    stored = create_and_read(kube, namespace, job(unique("train"), labels={QUEUE_LABEL: "interactive"},
+                                                  annotations={TIME_LIMIT: limit},
+                                                  nodeSelector={"batchgate.io/e2e": "nowhere"}), as_user="bob")
+    uid = stored["metadata"]["uid"]
+    (own,) = kube.wait_for_pods(namespace, label_selector=f"controller-uid={uid}", count=1, timeout=60)
+    assert env_of(own)["BATCHGATE_JOB_UID"] == uid
+    return stored, own
+
+
 def test_8_a_new_pod_re_parented_to_a_colleagues_job_neither_dates_nor_stops_it(kube, webhook_server, namespace,
                                                                                 controller):
     """bob's Job (time limit 3s) waits with its pod unscheduled. alice creates a pod after it, runs
@@ -323,14 +336,8 @@ def test_8_a_new_pod_re_parented_to_a_colleagues_job_neither_dates_nor_stops_it(
     it 3 s later; the admission record says the Job controller did not make her pod (its
     BATCHGATE_JOB_UID is empty, the Job's own pod carries the Job's uid), so the Job is neither
     dated nor stopped."""
-    require_components(kube, "kube-controller-manager")
-    name = unique("train")
-    stored = create_and_read(kube, namespace, job(name, labels={QUEUE_LABEL: "interactive"},
-                                                  annotations={TIME_LIMIT: "3s"},
-                                                  nodeSelector={"batchgate.io/e2e": "nowhere"}), as_user="bob")
-    uid = stored["metadata"]["uid"]
-    (own,) = kube.wait_for_pods(namespace, label_selector=f"controller-uid={uid}", count=1, timeout=60)
-    assert env_of(own)["BATCHGATE_JOB_UID"] == uid
+    stored, _ = bobs_job(kube, namespace, "3s")
+    name, uid = stored["metadata"]["name"], stored["metadata"]["uid"]
     mine = unique("mine")
     create(kube, namespace, pod(mine, labels={QUEUE_LABEL: "interactive"}, nodeSelector={"batchgate.io/e2e": "nowhere"}))
     kube.set_pod_phase(namespace, mine, "Running")
@@ -354,6 +361,54 @@ def test_8_a_new_pod_re_parented_to_a_colleagues_job_neither_dates_nor_stops_it(
 
 
 
+def test_8b_a_jobs_pod_whose_reference_is_rewritten_to_batch_v2_is_timed_as_a_job_of_its_own(
+        kube, webhook_server, namespace, controller):
+    """bob's Job made its pod (the record holds the Job's uid); alice rewrites the pod's controlling
+    ownerReference to ``batch/v2``, same kind, name and uid. The garbage collector resolves no such
+    Job and would leave the pod behind when the Job goes, so it is no pod of the Job (``model.owns``
+    requires ``batch/v1`` ``Job``): it is timed alone, with the limit it was admitted with (its
+    deadline stored on it), and it does not date bob's Job."""
+    stored, own = bobs_job(kube, namespace, "1h")
+    name, uid, pod_name = stored["metadata"]["name"], stored["metadata"]["uid"], own["metadata"]["name"]
+    kube.set_pod_phase(namespace, pod_name, "Running")
+    kube.patch(pods_path(namespace, pod_name), {"metadata": {"ownerReferences": [
+        {"apiVersion": "batch/v2", "kind": "Job", "name": name, "uid": uid, "controller": True}]}}, as_user="alice")
+    assert kube.get(pods_path(namespace, pod_name))["metadata"]["ownerReferences"][0]["apiVersion"] == "batch/v2"
+    planned = one_pass(controller(namespace), namespace)
+    deadlines = sorted((a.target.kind, a.target.name) for a in planned if a.kind == "record-deadline")
+    assert deadlines == [("Pod", pod_name)], [a.line() for a in planned]
+    assert "batchgate.io/deadline" in (kube.get(pods_path(namespace, pod_name))["metadata"].get("annotations") or {})
+    assert "batchgate.io/deadline" not in (kube.get(jobs_path(namespace, name))["metadata"].get("annotations") or {})
+
+
+def test_8c_a_pod_re_parented_into_a_colleagues_job_network_does_not_make_the_job_own_it(
+        kube, webhook_server, namespace, controller):
+    """bob's gang Job has its network (Service, hostfile) owned by the Job. alice creates a pod of
+    the same pod group, so of the same network, and re-parents it to bob's Job. Her pod is no pod of
+    the Job (``model.owns``: its record names no Job), so the Job is not the network's one owner any
+    more: the pods own it together, as the planner times her pod as a job of its own; the stored
+    Service says so."""
+    require_components(kube, "kube-controller-manager")
+    name = unique("mpi")
+    stored = create_and_read(kube, namespace, job(name, parallelism=2, completions=2, labels=GANG,
+                                                  nodeSelector={"batchgate.io/e2e": "nowhere"}), as_user="bob")
+    uid = stored["metadata"]["uid"]
+    kube.wait_for_pods(namespace, label_selector=f"controller-uid={uid}", count=2, timeout=60)
+    c = controller(namespace)
+    one_pass(c, namespace)
+    owners = kube.get(f"/api/v1/namespaces/{namespace}/services/{name}")["metadata"]["ownerReferences"]
+    assert [(o["kind"], o["uid"]) for o in owners] == [("Job", uid)], owners
+    mine = unique("mine")
+    create(kube, namespace, pod(mine, labels={"batchgate.io/pod-group": name, "batchgate.io/pod-group-size": "2"},
+                                nodeSelector={"batchgate.io/e2e": "nowhere"}), as_user="alice")
+    kube.patch(pods_path(namespace, mine), {"metadata": {"ownerReferences": [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid, "controller": True}]}}, as_user="alice")
+    assert kube.get(pods_path(namespace, mine))["metadata"]["labels"]["batchgate.io/network"] == name
+    one_pass(c, namespace)
+    owners = kube.get(f"/api/v1/namespaces/{namespace}/services/{name}")["metadata"]["ownerReferences"]
+    assert {o["kind"] for o in owners} == {"Pod"} and mine in {o["name"] for o in owners}, owners
+
+
 # -- 9. a pod naming another namespace's Job ------------------------------------------------------
 def test_9_a_pod_naming_another_namespaces_job_ties_no_window_to_it_nor_shows_as_it(kube, webhook_server, namespace,
                                                                                      api, nodes):
@@ -364,7 +419,8 @@ def test_9_a_pod_naming_another_namespaces_job_ties_no_window_to_it_nor_shows_as
     reconciler took the pod for the Job's by the uid alone: it wrote alice's window into bob's
     Job (``batchgate.io/next-maintenance``, by which the webhook refuses his extensions past it), and
     ``batchgate queue`` listed bob's suspended Job as running on alice's node. Bob's own Job on the
-    node gets the window, as it should."""
+    node gets the window, as it should, and so does alice's pod, a job of its own: admitted, no Job
+    confirms it, so the planner times it alone, and ``batchgate queue`` lists it in her namespace."""
     require_components(kube, "kube-controller-manager")
     n = nodes("8", tainted=True)
     bobs = kube.create_namespace(prefix="e2e-hostile-9-bob", edit_users=("bob",))
@@ -396,22 +452,27 @@ def test_9_a_pod_naming_another_namespaces_job_ties_no_window_to_it_nor_shows_as
         # pod); what it plans about bob's namespace is carried out
         c = Controller(api, Settings(leader_elect=False, queues=QueuePolicy.from_bundle(webhook_server.bundle)))
         c.cache.list_once()
-        planned = [a for a in c.plan_now().actions if a.target.namespace == bobs]
+        planned = [a for a in c.plan_now().actions if a.target.namespace in (bobs, namespace)]
         outcomes = c.actuator.execute(planned)
         assert all(o.result in ("done", "gone", "exists") for o in outcomes), [(o.action.line(), o.result)
                                                                                 for o in outcomes]
-        assert [a.target.name for a in planned if a.kind == "record-maintenance"] == [own], [a.line() for a in planned]
+        # alice's pod is a job of its own (admitted, and no Job confirms it), as the planner times it:
+        # it is told the window on its node, as a bare pod is (model.own_job)
+        assert sorted((a.target.kind, a.target.name) for a in planned if a.kind == "record-maintenance") == \
+            sorted([("Job", own), ("Pod", forged)]), [a.line() for a in planned]
         still = kube.get(pods_path(namespace, forged))["metadata"]  # it was there for the pass, and is
         assert not still.get("deletionTimestamp") and still["ownerReferences"][0]["uid"] == uid
+        assert window in (still.get("annotations") or {})[NEXT_MAINTENANCE]
         annotations = kube.get(jobs_path(bobs, victim))["metadata"].get("annotations") or {}
         assert NEXT_MAINTENANCE not in annotations, annotations
         assert window in (kube.get(jobs_path(bobs, own))["metadata"].get("annotations") or {})[NEXT_MAINTENANCE]
 
-        out = subprocess.run([sys.executable, "-m", "webhook", "queue", "--namespace", bobs, "-o", "json",
-                              "--kubeconfig", kube.kubeconfig("admin")],
-                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=True).stdout
-        running = {r["name"]: r["reason"] for r in json.loads(out) if r["state"] == "Running"}
-        assert running == {own: f"on {n}"}, running
+        for ns, want in ((bobs, {own: f"on {n}"}), (namespace, {forged: f"on {n}"})):
+            out = subprocess.run([sys.executable, "-m", "webhook", "queue", "--namespace", ns, "-o", "json",
+                                  "--kubeconfig", kube.kubeconfig("admin")],
+                                 cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=True).stdout
+            running = {r["name"]: r["reason"] for r in json.loads(out) if r["state"] == "Running"}
+            assert running == want, running
     finally:
         with contextlib.suppress(Exception):
             kube.delete(f"{MW_PATH}/{window}")

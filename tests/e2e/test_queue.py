@@ -92,6 +92,15 @@ def reconcile(kube: Any, ns: str, tmp_path: Path, policies: Path, identity: str,
     return r.wait_ready()
 
 
+def fill(kube: Any, ns: str, node: str, tmp_path: Path, policies: Path, identity: str, started: list) -> None:
+    """A reconciler started, and a Job of the gated queue taking all 4 CPUs of ``node`` released and
+    running: the node is full from now on."""
+    create(kube, ns, queued_job("full", node, "4"))
+    reconcile(kube, ns, tmp_path, policies, identity, started)
+    wait_for(lambda: not suspended(kube, ns, "full"), 60, message="the first Job released")
+    run_pods_of(kube, ns, "full", 1)
+
+
 def test_the_lighter_tenant_goes_first_and_usage_survives_a_kill(kube, namespace, queue_node, tmp_path, policies):
     heavy, light = namespace, kube.create_namespace(prefix="e2e-queue-light")
     started: list = []
@@ -140,16 +149,20 @@ def test_the_lighter_tenant_goes_first_and_usage_survives_a_kill(kube, namespace
         kube.delete_namespace(light)
 
 
+def in_state(policies: Path, tmp_path: Path, state: str) -> Path:
+    """The e2e bundle with the gated queue in ``state``."""
+    out = tmp_path / state
+    shutil.copytree(policies, out)
+    text = (out / "bundle.yaml").read_text()
+    queue = f"    - name: {QUEUED}\n      priorityClass: batchgate-batch\n      timeLimit: {{default: 24h, max: 7d}}\n"
+    assert queue + "      state: open\n" in text
+    (out / "bundle.yaml").write_text(text.replace(queue + "      state: open\n", queue + f"      state: {state}\n"))
+    return out
+
+
 def test_a_gang_starts_whole_and_a_held_queue_releases_nothing(kube, namespace, queue_node, tmp_path, policies):
     ns = namespace
-    held = tmp_path / "held"
-    shutil.copytree(policies, held)
-    text = (held / "bundle.yaml").read_text()
-    (held / "bundle.yaml").write_text(text.replace(f"    - name: {QUEUED}\n      priorityClass: batchgate-batch\n"
-                                                   "      timeLimit: {default: 24h, max: 7d}\n      state: open\n",
-                                                   f"    - name: {QUEUED}\n      priorityClass: batchgate-batch\n"
-                                                   "      timeLimit: {default: 24h, max: 7d}\n      state: hold\n"))
-    assert "state: hold" in (held / "bundle.yaml").read_text()
+    held = in_state(policies, tmp_path, "hold")
     started: list = []
     try:
         create(kube, ns, queued_job("half", queue_node, "2"))
@@ -173,6 +186,40 @@ def test_a_gang_starts_whole_and_a_held_queue_releases_nothing(kube, namespace, 
         finish(kube, ns, "half")
         wait_for(lambda: not suspended(kube, ns, "gang"), 60, message="the gang released when all 3 fit")
         run_pods_of(kube, ns, "gang", 3)  # all three bound together
+    finally:
+        stop_reconcilers(started)
+
+
+def test_a_bare_pod_group_waits_until_its_most_cpu_and_its_most_memory_fit(kube, namespace, queue_node, tmp_path,
+                                                                            policies):
+    """A group of two bare pods: one asks for more cpu (2, 1Gi), the other for more memory (1, 12Gi);
+    8Gi of the node's 16Gi are taken. Placed as the pod with more cpu alone (4 cpu, 2Gi), both
+    would fit; together they need 13Gi. Each pod is placed as it is: the group waits gated, promised
+    a start, and goes whole when the 8Gi are freed (on the one node, where two pods of the most cpu
+    and the most memory, 24Gi, would never fit)."""
+    ns = namespace
+    started: list = []
+    group = {"batchgate.io/queue": QUEUED, "batchgate.io/pod-group": "g", "batchgate.io/pod-group-size": "2"}
+    names = ("g-0", "g-1")
+
+    def gated(name: str) -> bool:
+        return {"name": QUEUE_GATE} in (kube.get(pods_path(ns, name))["spec"].get("schedulingGates") or [])
+    try:
+        filler = queued_job("filler", queue_node, "100m")
+        filler["spec"]["template"]["spec"]["containers"] = [container(cpu="100m", memory="8Gi")]
+        create(kube, ns, filler)
+        reconcile(kube, ns, tmp_path, policies, "r1", started)
+        wait_for(lambda: not suspended(kube, ns, "filler"), 60, message="the filler released")
+        run_pods_of(kube, ns, "filler", 1)
+        for name, cpu, memory in (("g-0", "2", "1Gi"), ("g-1", "1", "12Gi")):
+            create(kube, ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": group},
+                              "spec": {"containers": [container(cpu=cpu, memory=memory)],
+                                       "nodeSelector": {"e2e-queue": queue_node}}})
+        wait_for(lambda: any((kube.get(pods_path(ns, n))["metadata"].get("annotations") or {}).get(START_BY_ANNOTATION)
+                             for n in names), 60, message="the group placed after the filler (a start-by)")
+        assert gated("g-0") and gated("g-1"), "the group released where 13Gi do not fit"
+        finish(kube, ns, "filler")
+        wait_for(lambda: not gated("g-0") and not gated("g-1"), 60, message="the group released whole")
     finally:
         stop_reconcilers(started)
 
@@ -229,6 +276,34 @@ def test_backfill_holds_the_big_jobs_reservation_and_the_promise_survives_a_rest
         stop_reconcilers(started)
 
 
+def test_a_queue_put_on_hold_withdraws_its_promises_and_opened_again_promises_afresh(
+        kube, namespace, queue_node, tmp_path, policies):
+    """A held queue reserves nothing and nobody can date its opening (docs/admin/queues.md, States):
+    the start-by of its waiting work is removed, with a Warning ``StartByWithdrawn`` saying the
+    queue is on hold; opened again, the work is promised afresh."""
+    ns = namespace
+    started: list = []
+    try:
+        fill(kube, ns, queue_node, tmp_path, policies, "open", started)
+        uid = create(kube, ns, queued_job("waits", queue_node, "2"))["metadata"]["uid"]
+        promise = wait_for(lambda: start_by(kube, ns, "waits"), 60, message="the waiting Job's start-by")
+        started[0].kill()
+
+        reconcile(kube, ns, tmp_path, in_state(policies, tmp_path, "hold"), "held", started)
+        wait_for(lambda: start_by(kube, ns, "waits") is None, 60, message="the promise withdrawn while on hold")
+        (told,) = events(kube, ns, uid=uid, reason="StartByWithdrawn")
+        assert told["type"] == "Warning" and f"its promised start {promise} is withdrawn" in told["message"]
+        assert f"queue {QUEUED!r} is on hold" in told["message"], told["message"]
+        assert suspended(kube, ns, "waits")
+        started[1].kill()
+
+        reconcile(kube, ns, tmp_path, policies, "reopened", started)
+        again = wait_for(lambda: start_by(kube, ns, "waits"), 60, message="promised afresh once open")
+        assert epoch(again) >= epoch(promise) - 60 and suspended(kube, ns, "waits")
+    finally:
+        stop_reconcilers(started)
+
+
 def test_work_gated_before_its_namespace_was_excluded_is_released(kube, namespace, queue_node, tmp_path, policies):
     """An admin adds a namespace to the bundle's exclude after its work was gated: the gate and the
     queued suspension are batchgate's and nothing else would lift them, so the reconciler releases the
@@ -242,10 +317,7 @@ def test_work_gated_before_its_namespace_was_excluded_is_released(kube, namespac
     (excluded / "bundle.yaml").write_text(text.replace(line, line.replace("]", f", {ns}]")))
     started: list = []
     try:
-        create(kube, ns, queued_job("full", queue_node, "4"))
-        reconcile(kube, ns, tmp_path, policies, "managed", started)
-        wait_for(lambda: not suspended(kube, ns, "full"), 60, message="the first Job released")
-        run_pods_of(kube, ns, "full", 1)  # the node is full from now on
+        fill(kube, ns, queue_node, tmp_path, policies, "managed", started)
         create(kube, ns, queued_job("held", queue_node, "2"))
         create(kube, ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {
             "name": "gated", "labels": {"batchgate.io/queue": QUEUED}},

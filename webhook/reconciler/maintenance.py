@@ -53,6 +53,7 @@ from .model import (
     Snapshot,
     WindowView,
     job_of,
+    own_job,
 )
 from .settings import Settings
 
@@ -321,11 +322,11 @@ def _uncordon(actions: list[Action], node: NodeView, state: Cordoned) -> None:
 # -- the next window, on the running jobs it concerns -------------------------------------------
 def _record_on_jobs(actions: list[Action], snapshot: Snapshot, upcoming: dict[str, Window],
                     fail: Callable[[Ref, Exception, int], None]) -> None:
-    """Keep ``batchgate.io/next-maintenance`` on each running time-limited job (a Job, or a bare
-    pod): the earliest window not yet started on any node its pods run on. The webhook refuses an
-    extension past it from that (it has no API access of its own). A job whose deadline already
-    passes the window's start (the window was declared after it started) is told it will be
-    evicted then."""
+    """Keep ``batchgate.io/next-maintenance`` on each running time-limited job (a Job, or a pod
+    that is a job of its own, ``model.own_job``): the earliest window not yet started on any node
+    its pods run on. The webhook refuses an extension past it from that (it has no API access of
+    its own). A job whose deadline already passes the window's start (the window was declared after
+    it started) is told it will be evicted then."""
     # Only the nodes some window is ahead on matter: a pass over the pods finds, per Job (by uid; only
     # its own pods, ``job_of``: a pod naming another namespace's Job uid must not tie that Job to a
     # window on its node) and per bare pod, the earliest of them; the annotation text is made once
@@ -341,16 +342,17 @@ def _record_on_jobs(actions: list[Action], snapshot: Snapshot, upcoming: dict[st
             w = up_get(node)
             if w is None or pod.phase in ("Succeeded", "Failed"):
                 continue
-            if pod.owner is None:
-                of_pod[pod.ref.uid] = (w, node)
-            elif (job := job_of(snapshot, pod)) is not None:
+            if (job := job_of(snapshot, pod)) is not None:
                 have = of_job.get(job.ref.uid)
                 if have is None or w.start < have[0].start:
                     of_job[job.ref.uid] = (w, node)
+            elif own_job(snapshot, pod):  # no controller, or admitted and no Job confirms it, as planned
+                of_pod[pod.ref.uid] = (w, node)
     texts: dict[tuple[str, str], str] = {}
     workloads: list[tuple[JobView | PodView, dict[str, tuple[Window, str]]]] = [
         (j, of_job) for j in snapshot.jobs.values() if not j.deleting and not j.finished]
-    workloads += [(p, of_pod) for p in snapshot.pods.values() if p.owner is None and not p.deleting and not p.terminal]
+    workloads += [(p, of_pod) for p in snapshot.pods.values()
+                  if not p.deleting and not p.terminal and own_job(snapshot, p)]
     for obj, best_of in workloads:
         if obj.time_limit is None and obj.next_maintenance is None:
             continue

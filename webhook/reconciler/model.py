@@ -441,8 +441,10 @@ def owns(job: JobView | None, pod: PodView) -> bool:
     the controller ``pod`` names: same uid, and the pod's own namespace and the name in its
     ownerReference (Kubernetes owners are never in another namespace, and the garbage collector
     ignores a reference that says otherwise; it is forged or broken, and confirms nothing), and the
-    Job's controller made the pod. An ownerReference can be rewritten by whoever may update the pod,
-    and the Job controller adopts a pod anyone labelled for it; the admission record cannot be: the
+    Job's controller made the pod. The reference must say ``batch/v1`` ``Job``: another apiVersion
+    names no Job the garbage collector knows (it leaves such a reference alone), so it confirms
+    nothing either. An ownerReference can be rewritten by whoever may update the pod, and the Job
+    controller adopts a pod anyone labelled for it; the admission record cannot be: the
     webhook records in every pod, at its CREATE, the uid of the Job whose controller made it (issue
     27: a pod re-parented to a colleague's Job dated the Job, and stopped it). A Job admitted before
     batchgate recorded that (its template's record has no such entry) has pods recorded the old
@@ -450,7 +452,8 @@ def owns(job: JobView | None, pod: PodView) -> bool:
     own old pod re-parented to it) never."""
     owner = pod.owner
     if not (job is not None and owner is not None and job.ref.uid == owner.uid
-            and job.ref.namespace == pod.ref.namespace and job.ref.name == owner.name):
+            and job.ref.namespace == pod.ref.namespace and job.ref.name == owner.name
+            and owner.kind == JOB.kind and owner.api_version == JOB.api_version):
         return False
     if job.records_maker:
         return pod.made_for == job.ref.uid
@@ -463,10 +466,20 @@ def job_of(snapshot: Snapshot, pod: PodView) -> JobView | None:
     one it is no pod of. Never by the uid alone: anyone may write another namespace's Job uid into
     an ownerReference."""
     owner = pod.owner
-    if owner is None or owner.kind != "Job":
+    if owner is None or owner.kind != JOB.kind:
         return None
     job = snapshot.jobs.get((pod.ref.namespace, owner.name))
     return job if owns(job, pod) else None
+
+
+def own_job(snapshot: Snapshot, pod: PodView) -> bool:
+    """Whether ``pod`` is a job of its own (a bare job, not one of a Job's pods): it has no
+    controller, or it was admitted (the webhook recorded its queue and limit) and no Job confirms it
+    (``job_of`` is None: a Pod a user made claiming some owner, one re-parented to a Job whose
+    controller did not make it, an operator's Pod with a limit of its own). The planner times such
+    a pod alone; ``batchgate queue`` lists it and it gets its ``batchgate.io/next-maintenance`` the
+    same way. The Pods of services (ReplicaSets, StatefulSets, DaemonSets) carry no record."""
+    return pod.owner is None or (pod.admitted is not None and job_of(snapshot, pod) is None)
 
 
 # -- conversion ------------------------------------------------------------

@@ -51,6 +51,7 @@ from .model import (
     PodView,
     Ref,
     Snapshot,
+    owns,
 )
 
 NetKey = tuple[str, str]  # (namespace, service)
@@ -94,14 +95,17 @@ def workloads(snapshot: Snapshot, excluded: Callable[[str], bool]) -> dict[NetKe
 
 
 def _owners(snapshot: Snapshot, pods: Sequence[PodView]) -> tuple[Ref, ...]:
-    """The Job all pods belong to (if it exists and is not going), else the pods themselves."""
+    """The Job all pods belong to (``model.owns``: the rule every module asks, the maker record
+    included), if it exists and is not going; else the pods themselves (a pod re-parented to a Job
+    whose controller did not make it is a job of its own, as the planner times it)."""
     jobs = {p.owner.uid: p.owner for p in pods if p.owner is not None and p.owner.kind == "Job"}
     if len(jobs) == 1 and all(p.owner is not None and p.owner.uid in jobs for p in pods):
         ref = next(iter(jobs.values()))
         job = snapshot.jobs.get((ref.namespace, ref.name))
         if job is None or job.ref.uid != ref.uid or job.deleting:
             return ()  # the Job is gone or going: the garbage collector takes what it owned
-        return (Ref("batch/v1", "Job", ref.namespace, ref.name, ref.uid),)
+        if all(owns(job, p) for p in pods):
+            return (Ref("batch/v1", "Job", ref.namespace, ref.name, ref.uid),)
     return tuple(Ref("v1", "Pod", p.ref.namespace, p.ref.name, p.ref.uid) for p in pods if not p.deleting)
 
 

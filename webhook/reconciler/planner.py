@@ -292,7 +292,7 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
                 gone = targets | {w.ref.uid for w in waiting if w.pods and w.pods[0].ref.uid in targets}
                 p.actions += released
                 p.actions += queue.plan_notices(waiting, placed, queues, skip=gone, told=told)
-                p.actions += queue.plan_start_by(waiting, placed, now)
+                p.actions += queue.plan_start_by(waiting, placed, now, queues)
     except Exception as e:
         p.undo("queue", None, e, n, r)
         queue_args = {}

@@ -19,9 +19,10 @@ suspended and marked ``batchgate.io/queued``, a bare Pod behind the scheduling g
    head, and only the head gets a start-by; a workload promised once keeps its place and its
    reservation until it starts (``promised_ahead``), so its promise holds as under conservative.
 
-Queues on ``hold`` or ``stop`` release nothing; a queue no longer gated (or gone from the bundle)
-releases what still waits in it at once, and so does a namespace the bundle now excludes
-(``unmanaged``: the hold is batchgate's, nobody else would lift it). Pure: no I/O, no clock.
+Queues on ``hold`` or ``stop`` release nothing and reserve nothing: their promises are withdrawn
+(``plan_start_by``); a queue no longer gated (or gone from the bundle) releases what still waits in
+it at once, and so does a namespace the bundle now excludes (``unmanaged``: the hold is
+batchgate's, nobody else would lift it). Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -167,12 +168,21 @@ def _gather(snapshot: Snapshot, policy: QueuePolicy, limit_of: Callable[[JobView
         first = members[0]
         head = first.sched
         assert head is not None
-        sched = head
-        for m in members:  # the largest pod's shape (the first such): each pod is placed as if it were it
+        sched, cpu, mem = head, head.cpu, head.mem
+        # The group's shape: the most cpu and the most memory any of its pods asks (what a preemption
+        # frees room for, enough for each pod); the placement places each pod as it is (shadow's
+        # ``_place_mixed``), so the group goes only when all of it fits, and not later.
+        for m in members:
             o = m.sched
             assert o is not None
             if o.cpu > sched.cpu or (o.cpu == sched.cpu and o.mem > sched.mem):
-                sched = o
+                sched = o  # the largest pod's placement rules (the first such)
+            if o.cpu > cpu:
+                cpu = o.cpu
+            if o.mem > mem:
+                mem = o.mem
+        if cpu != sched.cpu or mem != sched.mem:
+            sched = replace(sched, cpu=cpu, mem=mem)
         ns, q = first.ref.namespace, queue_of(first, policy)
         if first.group:
             want = first.group_size or len(members)
@@ -391,18 +401,28 @@ def plan_notices(items: list[Waiting], estimates: list[Estimate], policy: QueueP
 START_BY_SLACK = 60.0  # a promise is rewritten when the reservation moves by more than this
 
 
-def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float) -> list[Action]:
+def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,
+                  policy: QueuePolicy) -> list[Action]:
     """``batchgate.io/start-by`` on each waiting workload: its reservation's start (placed with the
     time limits of everything running and ahead of it, which the reconciler enforces). Later work
     ranked below it is placed after it, so it cannot move the promise; a promise moves earlier
     quietly, and later only with a Warning saying why (work ranked ahead arrived, or room it
-    counted on is gone: a node lost or cordoned, a maintenance window declared)."""
+    counted on is gone: a node lost or cordoned, a maintenance window declared). A queue on hold
+    or stopped reserves nothing and releases nothing until an admin opens it, which no one can
+    date: its workloads' promises are withdrawn (the annotation removed, with a Warning saying
+    so), as Slurm's backfill reserves nothing for the jobs of a partition that is not up; the
+    first pass after it opens promises them afresh."""
     placed = {e.workload.uid: e for e in estimates}
     unpromised_ahead: list[int] = []  # per rank, how many ranked ahead have no promise: counted once, when first asked
     texts: dict[float, str] = {}  # a promise's time as written: most promises share a few
     out = []
     etype: EventType
+    states = policy.states
     for rank, w in enumerate(items):
+        state = states.get(w.queue)
+        if state in HELD:
+            out += _withdraw(w, state, policy)
+            continue
         e = placed.get(w.ref.uid)
         if e is None or e.start is None or e.start <= now or not e.reserved:
             continue  # not placed (held, never fits), released now, or behind the head of an EASY queue
@@ -442,6 +462,21 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float) -
                           key=want_text, annotations={START_BY_ANNOTATION: want_text},
                           resource_version=target.resource_version))
     return out
+
+
+def _withdraw(w: Waiting, state: str, policy: QueuePolicy) -> list[Action]:
+    """Take back the promise of a workload whose queue holds (``state`` in ``HELD``): nothing is
+    reserved behind it any more. Not for work released at once (a queue no longer gated, the rest
+    of a gang released in part), which its release patches instead."""
+    have = _promise_of(w)
+    target = w.job if w.job is not None else w.pods[0] if w.pods else None
+    if have is None or target is None or w.rest or w.queue not in policy.gated:
+        return []
+    return [Action(kind="start-by", target=target.ref, reason="StartByWithdrawn", event_type="Warning",
+                   message=(f"its promised start {have} is withdrawn: queue {w.queue!r} {HELD[state]}, and "
+                            "reserves nothing for it meanwhile; it is promised a start again when the queue opens"),
+                   key=f"withdrawn/{have}", annotations={START_BY_ANNOTATION: None},
+                   resource_version=target.resource_version)]
 
 
 def _promised_at(w: Waiting) -> float | None:

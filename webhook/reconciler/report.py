@@ -24,7 +24,7 @@ from ..units import format_time, parse_time
 from ..windows import Window
 from . import queue
 from .forecast import forecast
-from .model import JobView, PodView, Snapshot, job_of
+from .model import JobView, PodView, Snapshot, job_of, own_job
 from .planner import effective_limit
 from .runtimes import Predictor, finished_runs, remember
 from .settings import QueuePolicy, Settings
@@ -82,7 +82,7 @@ def queue_rows(snapshot: Snapshot, now: float, *, namespace: str | None = None,
     estimates = _estimates(snapshot, now, _windows(snapshot), _predictor(snapshot), qp, usage)
     objects: dict[str, JobView | PodView] = {j.ref.uid: j for j in snapshot.jobs.values()}
     for p in snapshot.pods.values():
-        if p.owner is None:
+        if own_job(snapshot, p):  # as the planner times it: an admitted pod no Job confirms too
             objects[p.ref.uid] = p
     pending_uids = set()
     for e in estimates:

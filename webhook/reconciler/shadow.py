@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -200,9 +200,6 @@ class _Node:
             free = self.free(cpu, mem)
         return _first_start(free, self.blocked, t0, duration, duration if hold is None else hold, margin,
                             min(before, t0 + HORIZON))
-
-    def fits(self, t: float, until: float, cpu: int, mem: int, margin: float) -> bool:
-        return self.earliest(t, until - t, cpu, mem, margin) == t
 
     def room(self, t: float, duration: float, cpu: int, mem: int, margin: float, hold: float) -> int:
         """How many pods of this size can start here at ``t`` together: as many times as ``earliest(t,
@@ -691,6 +688,8 @@ def _place(work: _Work, placer: _Placer, position: int, *, reserve_later: bool =
         return est(None, "no node matches its node selector, node affinity and tolerations", never=True)
     hold = float(work.limit) if work.limit is not None else INF  # the limit keeps it off nodes before a window
     duration = work.predicted if work.predicted is not None else hold  # how long it holds its resources
+    if work.rank >= 0 and (shapes := _shapes(work)) is not None:
+        return _place_mixed(work, shapes, placer, candidates, duration, hold, est, reserve_later)
     shape = (key, s.cpu, s.mem, duration, hold)
     index = placer.indexes.get(shape)
     if index is None:
@@ -723,6 +722,80 @@ def _place(work: _Work, placer: _Placer, position: int, *, reserve_later: bool =
             if more[0] <= now:
                 where.add(more[1].name)
     return est(t, "fits now", nodes=tuple(sorted(where))) if t <= now else est(t, _why(n, t))
+
+
+def _shapes(work: _Work) -> list[tuple[int, int, int]] | None:
+    """A queued pod group's pods as (cpu, mem, how many), the most cpu first; None when they are
+    all alike (the placement of one shape, ``_place_gang``, places them)."""
+    counts: dict[tuple[int, int], int] = {}
+    for p in work.pods:
+        if p.sched is not None:
+            k = (p.sched.cpu, p.sched.mem)
+            counts[k] = counts.get(k, 0) + 1
+    if len(counts) < 2:
+        return None
+    return sorted(((c, m, k) for (c, m), k in counts.items()), reverse=True)
+
+
+def _place_mixed(work: _Work, shapes: list[tuple[int, int, int]], placer: _Placer, candidates: list[_Node],
+                 duration: float, hold: float, est: Callable[..., Estimate], reserve_later: bool) -> Estimate:
+    """A pod group whose pods differ in size (bare pods of one group), all at one time, each pod
+    placed as it is: at a candidate time each shape's pods take the room the shapes before them
+    left (reserved tentatively, taken back if a later shape does not fit), so the group starts
+    only when all of it fits, and is not kept waiting for room that pods of the largest cpu and
+    the largest memory at once would need."""
+    s = work.sched
+    now, margin = placer.now, placer.margin
+    key = (s.node_selector, s.terms, s.tolerations)
+    parts: list[tuple[int, int, int, _Earliest]] = []
+    for cpu, mem, count in shapes:
+        shape = (key, cpu, mem, duration, hold)
+        index = placer.indexes.get(shape)
+        if index is None:
+            big = [n for n in candidates if n.cpu >= cpu and n.mem >= mem]
+            index = placer.indexes[shape] = _Earliest(big, placer.log, now, duration, cpu, mem, margin, hold)
+        if not index.nodes:
+            largest = max(candidates, key=lambda n: (n.cpu, n.mem))
+            return est(None, (f"{count} of its pods ask for cpu {_fmt_cpu(cpu)}, memory {_fmt_mem(mem)} each; the "
+                              f"largest node they may use ({largest.name}) has cpu {_fmt_cpu(largest.cpu)}, memory "
+                              f"{_fmt_mem(largest.mem)}"), never=True)
+        parts.append((cpu, mem, count, index))
+    size = sum(count for _, _, count, _ in parts)
+
+    def placed_at(t: float) -> Estimate | None:
+        taken: list[_Node] = []
+        for cpu, mem, count, index in parts:
+            placed = index.fit(t, count)
+            if placed is None:
+                for n in reversed(taken):
+                    n.unreserve()
+                return None
+            for n, k in placed:
+                n.reserve(t, t + duration, cpu * k, mem * k, tentative=True)
+                taken.append(n)
+        if t <= now or reserve_later:
+            for n in taken:
+                n.keep()
+        else:  # EASY: behind the head, a guess only
+            for n in reversed(taken):
+                n.unreserve()
+        if t <= now:
+            return est(t, "fits now, all pods together", nodes=tuple(sorted({n.name for n in taken})))
+        return est(t, f"all {size} pods of the group fit together then")
+
+    # As ``_place_gang``: first the times a pod of some shape could start on some node, then later
+    # ones (``_later``).
+    nodes = list({n.name: n for *_, index in parts for n in index.nodes}.values())
+    times = sorted({t for *_, index in parts for t in index.all_times() if t is not None})
+    for t in times:
+        if (done := placed_at(t)) is not None:
+            return done
+    for batch in _later(nodes, times[-1], [(c, m) for c, m, _, _ in parts], duration, margin, hold) if times else ():
+        for t in batch:
+            if (done := placed_at(t)) is not None:
+                return done
+    return est(None, f"its {size} pods (one group) never fit together on the nodes they may use"
+               if duration < INF else "waits for work without a time limit")
 
 
 def _why(node: _Node, t: float) -> str:
@@ -775,19 +848,30 @@ def _place_gang(work: _Work, index: _Earliest, now: float, duration: float, marg
             return done
         first = index.next_first(first)
     times = [t for t in index.all_times() if t is not None]
-    for _ in range(49 if times else 0):  # then the earliest starts after the last of those, and so on
-        # from when room grows next (something reserved or a window ends): a node with room for one
-        # pod all along answers every later time with that time itself, so one second past the last
-        # time tried would crawl while the room the group waits for frees later on
-        later = [c for n in nodes if (c := _next_freed(n, max(times))) is not None]
-        if not later:
-            break  # no room grows after the last time tried: nothing later fits either
-        t0 = min(later)
-        times = [t for n in nodes if (t := n.earliest(t0, duration, s.cpu, s.mem, margin, INF, hold)) is not None]
-        for t in sorted(set(times)):
+    for batch in _later(nodes, max(times), ((s.cpu, s.mem),), duration, margin, hold) if times else ():
+        for t in batch:
             if (done := placed_at(t)) is not None:
                 return done
-        if not times:
-            break
     return est(None, f"its {size} pods (one group) never fit together on the nodes they may use"
                if duration < INF else "waits for work without a time limit")
+
+
+def _later(nodes: list[_Node], last: float, shapes: Iterable[tuple[int, int]], duration: float, margin: float,
+           hold: float) -> Iterator[list[float]]:
+    """A gang's candidate times after the last tried (``last``), a batch at a time, sorted: the
+    earliest starts of a pod of each of ``shapes`` (cpu, mem) on each node from when room grows next
+    (something reserved or a window ends), then from the next such time after the last of those,
+    and so on, 49 times at most. A node with room for one pod all along answers every later time
+    with that time itself, so one second past the last time tried would crawl while the room the
+    group waits for frees later on."""
+    for _ in range(49):
+        later = [c for n in nodes if (c := _next_freed(n, last)) is not None]
+        if not later:
+            return  # no room grows after the last time tried: nothing later fits either
+        t0 = min(later)
+        times = sorted({u for cpu, mem in shapes for n in nodes
+                        if (u := n.earliest(t0, duration, cpu, mem, margin, INF, hold)) is not None})
+        if not times:
+            return
+        yield times
+        last = times[-1]

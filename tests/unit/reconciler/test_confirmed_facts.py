@@ -30,7 +30,7 @@ from webhook.reconciler import victims
 from webhook.reconciler.controller import Controller
 from webhook.reconciler.errors import NotFound, Transient
 from webhook.reconciler.maintenance import plan_maintenance
-from webhook.reconciler.model import Snapshot, job_view, pod_view, window_view
+from webhook.reconciler.model import Snapshot, job_of, job_view, pod_view, window_view
 from webhook.reconciler.planner import plan
 from webhook.reconciler.report import maintenance_rows, queue_rows
 from webhook.reconciler.runtimes import finished_runs
@@ -58,6 +58,19 @@ def test_an_owner_reference_with_the_right_uid_but_another_name_confirms_nothing
     liar["metadata"]["name"] = "mine"
     forged = [pod(f"x-{i}", owner=liar, labels=G, **(FAILED if i else {})) for i in range(2)]
     assert plan(snapshot(victim, *forged), T0 + 60, Settings()).actions == []
+
+
+@pytest.mark.parametrize("api_version", ["batch/v2", "example.com/v1"])
+def test_an_owner_reference_of_another_api_version_confirms_nothing(api_version: str) -> None:
+    """Same namespace, name and uid, but not ``batch/v1``: the garbage collector knows no such Job and
+    leaves the pod alone, so batchgate takes it for no pod of the Job either (``model.owns``)."""
+    j = job("train", template_labels=G)
+    pods = [pod(f"train-{i}", owner=j, labels=G, **(FAILED if i else {})) for i in range(2)]
+    for p in pods:
+        p["metadata"]["ownerReferences"][0]["apiVersion"] = api_version
+    s = snapshot(j, *pods)
+    assert [job_of(s, pod_view(p)) for p in pods] == [None, None]
+    assert plan(s, T0 + 60, Settings()).actions == []
 
 
 def test_the_real_owner_still_tears_its_gang_down() -> None:
@@ -131,6 +144,27 @@ def test_batchgate_queue_and_maintenance_show_no_forged_pod_as_another_namespace
     assert [(r["namespace"], r["name"], r["state"]) for r in queue_rows(s, T0) if r["state"] == "Running"] == []
     (row,) = maintenance_rows(s, T0)
     assert row["stops"] == ["Pod team-a/x"]
+
+
+def test_an_admitted_pod_no_job_confirms_is_listed_and_told_its_window_as_a_job_of_its_own() -> None:
+    """The planner times an admitted pod whose Job owner is unconfirmed (here: another namespace's)
+    alone, as a bare job (``model.own_job``): ``batchgate queue`` lists it as running, and it gets
+    ``batchgate.io/next-maintenance`` for the window on its node, as a bare pod does. A pod of a
+    ReplicaSet (no admission record) is no job and gets neither."""
+    victim = job("train", ns="team-b", annotations={"batchgate.io/time-limit": "8h"})
+    forged = pod("x", ns="team-a", owner=victim, node="n1", started=-HOUR, admitted=("batch", "8h"),
+                 annotations=deadline_ann("8h", started=-HOUR, deadline=7 * HOUR))
+    service = pod("web", ns="team-a", owner=victim, node="n1", started=-HOUR, admitted=None,
+                  annotations={"batchgate.io/time-limit": "8h"})
+    service["metadata"]["ownerReferences"][0].update({"apiVersion": "apps/v1", "kind": "ReplicaSet"})
+    s = Snapshot.of(pods=[pod_view(forged), pod_view(service)], jobs=[job_view(victim)], nodes=[mw_node("n1")],
+                    windows=[window_view(mw("fw", 3 * HOUR, 5 * HOUR, nodes=["n1"]))])
+    assert [(a.kind, a.target.name) for a in plan(s, T0, Settings()).actions if a.kind == "record-deadline"] == []
+    (a,) = [a for a in plan_maintenance(s, T0, Settings())[0] if a.kind == "record-maintenance"]
+    assert (a.target.kind, a.target.namespace, a.target.name) == ("Pod", "team-a", "x")
+    assert '"window":"fw"' in a.annotations[NEXT_MAINTENANCE_ANNOTATION]  # type: ignore[index,operator]
+    rows = [(r["kind"], r["namespace"], r["name"], r["reason"]) for r in queue_rows(s, T0) if r["state"] == "Running"]
+    assert rows == [("Pod", "team-a", "x", "on n1")]
 
 
 def test_a_pod_naming_another_namespaces_job_does_not_join_its_estimate() -> None:

@@ -147,6 +147,23 @@ def test_objects_of_a_job_being_deleted_are_left_to_the_garbage_collector() -> N
     assert run(snap(MPI, [])) == [], "the Job is gone already"
 
 
+def test_a_pod_re_parented_to_the_job_makes_the_network_the_pods_own() -> None:
+    """The same rule as everywhere (``model.owns``): a pod older than the Job (someone's own pod
+    re-parented to it) is no pod of the Job, whose uid alone it names; the network is not the Job's
+    to own then, but the pods', as for any pods that are jobs of their own."""
+    made = "2026-01-01T10:00:00Z"
+    j = job("mpi")
+    j["metadata"]["creationTimestamp"] = made
+    pods = [member(f"mpi-{x}", "mpi", job_name="mpi") for x in ("a", "b", "old")]
+    for p in pods:
+        p["metadata"]["creationTimestamp"] = "2026-01-01T09:00:00Z" if p["metadata"]["name"] == "mpi-old" else made
+    svc = bodies(run(snap(pods, [j])))["Service"]
+    assert [(o["kind"], o["name"]) for o in svc["metadata"]["ownerReferences"]] == [
+        ("Pod", "mpi-a"), ("Pod", "mpi-b"), ("Pod", "mpi-old")]
+    svc = bodies(run(snap([*pods[:2], member("mpi-c", "mpi", job_name="mpi")], [j])))["Service"]
+    assert [(o["kind"], o["name"]) for o in svc["metadata"]["ownerReferences"]] == [("Job", "mpi")]
+
+
 def test_bare_pods_own_their_network_together() -> None:
     pods = [member("ring-0", "ring", size=2), member("ring-1", "ring", size=2)]
     svc = bodies(run(snap(pods)))["Service"]

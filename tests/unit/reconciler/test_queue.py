@@ -168,6 +168,31 @@ def test_a_gang_of_bare_pods_is_released_only_whole() -> None:
     assert names(released(snap(*pods, nodes=[node("n1", cpu="4"), node("n2", cpu="2")]))) == ["g-0", "g-1", "g-2"]
 
 
+def test_a_gang_of_bare_pods_of_different_sizes_is_placed_pod_by_pod_and_released_only_whole() -> None:
+    """One pod asks for more cpu, the other for more memory: placed as the first alone (2 cpu, 1Gi
+    each) both would fit beside the 8Gi already running; together they need 3 cpu and 13Gi, which
+    do not: the gang waits, and its start is when the 8Gi are freed (+1h). Nor is each pod placed
+    as asking for both maxima (2 cpu, 12Gi: 24Gi, more than the node has, "never fits"): on the
+    empty node the two fit as they are, and go. The workload's shape is the maxima (what a
+    preemption frees room for: enough for any of its pods)."""
+    pods = [gated("g-0", cpu="2", mem="1Gi", labels=group_labels("g", 2), created=-HOUR),
+            gated("g-1", cpu="1", mem="12Gi", labels=group_labels("g", 2), created=-HOUR + 1)]
+    full = snap(running("r", "n1", limit="2h", cpu="0", mem="8Gi", priority=BATCH), *pods, nodes=ONE)
+    assert released(full) == []
+    (e,) = [e for e in plan(full, T0, Settings(queues=POLICY)).actions if e.kind == "start-by"]
+    assert e.annotations == {START_BY_ANNOTATION: ts(HOUR)}
+    (w,) = queue.waiting(snap(*pods, nodes=ONE), T0, POLICY, {}, lambda o: None)
+    assert (w.sched.cpu, w.sched.mem) == (2000, 12 * 2**30)
+    (a, b) = released(snap(*pods, nodes=ONE))
+    assert (a.target.name, b.target.name) == ("g-0", "g-1") and "all 2 pods fit" in a.message
+    # three sizes over two nodes: the 12Gi pod and the 2-cpu pod share n1, the 3-cpu pod takes n2
+    third = gated("g-2", cpu="3", mem="1Gi", labels=group_labels("g", 3), created=-HOUR + 2)
+    for p in pods:
+        p["metadata"]["labels"].update(group_labels("g", 3))
+    assert names(released(snap(*pods, third, nodes=[node("n1"), node("n2")]))) == ["g-0", "g-1", "g-2"]
+    assert released(snap(*pods, third, nodes=ONE)) == []
+
+
 # -- states ------------------------------------------------------------------------------
 def _state(state: str) -> QueuePolicy:
     return dataclasses.replace(POLICY, states={**POLICY.states, "batch": state})

@@ -105,6 +105,24 @@ def test_a_held_queue_releases_nothing_and_promises_nothing():
     assert "is on hold" in of(acts, "queued", "w")[0].message
 
 
+def test_a_queue_put_on_hold_or_stopped_withdraws_its_promises_with_a_warning():
+    """Nothing is reserved behind a promise of a queue that holds, and nobody can say when an admin
+    opens it: the start-by is removed, a Warning says why; a draining queue keeps its promises (it
+    releases in order); opened again, the workload is promised afresh."""
+    def with_state(state: str) -> Settings:
+        return dataclasses.replace(S, queues=dataclasses.replace(QP, states={**QP.states, "batch": state}))
+    promised = gated("w", "4", "1h", start_by=HOUR)
+    for state, says in (("hold", "is on hold"), ("stop", "is stopped")):
+        acts = run(busy("b", "2", HOUR), promised, gated("new", "1", "1h"), settings=with_state(state))
+        (a,) = of(acts, "start-by", "w")
+        assert (a.reason, a.event_type, a.annotations) == ("StartByWithdrawn", "Warning", {START_BY_ANNOTATION: None})
+        assert f"its promised start {ts(HOUR)} is withdrawn: queue 'batch' {says}" in a.message
+        assert not of(acts, "start-by", "new") and not of(acts, "release", "new")
+    assert not of(run(busy("b", "2", HOUR), promised, settings=with_state("drain")), "start-by", "w")
+    (again,) = of(run(busy("b", "2", HOUR), gated("w", "4", "1h")), "start-by", "w")
+    assert again.reason == "StartBy" and again.annotations == {START_BY_ANNOTATION: ts(HOUR)}
+
+
 def test_a_node_an_admin_cordoned_before_a_window_is_not_promised_when_the_window_ends():
     """Issue 24's flaw: the window's cordon recorded that the node was cordoned before; its end gives
     the node back cordoned, so no promise may count on it (nor did the estimate before the window)."""
