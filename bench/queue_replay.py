@@ -37,6 +37,10 @@ The same arrivals are replayed on the same cluster by two systems:
   keep     the queue, but a promise holds against later work of the same priority: workloads with
            a start-by are placed first (in the order of their start-bys), then the rest in queue
            order (what issue 24's wording asks; fair share then orders only the promises to come).
+  yield    the queue, but a workload ranked ahead of promised work of its priority goes behind it
+           when placed there it starts no later (to the limit) than in queue order: the promises a
+           smarter placement could keep without making the higher-ranked work wait (a bench
+           counterfactual, three placements a pass; issue 24's breakdown of broken promises).
 
 The model (each number a flag where it matters):
 
@@ -172,6 +176,7 @@ class Work:
     promised_at: float | None = None  # when start_by was given
     current: float | None = None  # its start-by as the reconciler rewrites it (moved by more than the slack)
     overtaken: bool = False  # a workload that arrived after its promise was ranked ahead of it
+    by_priority: bool = False  # of those, one of a higher priority
     placed_at: float | None = None  # when its expected start was first placed
     raw_expected: float | None = None  # that placement's start, before the forecast's stretch
     load_ahead: float = 0.0  # the forecast's load of recent arrivals ranking ahead, then
@@ -456,7 +461,8 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
         if system == "kube":
             idle_cores = _kube_pass(cluster, pending, now, run)
         elif p.placement == "shadow":
-            _shadow_pass(cluster, pending, now, run, usage, policy, p, res, keep=system == "keep")
+            _shadow_pass(cluster, pending, now, run, usage, policy, p, res, keep=system == "keep",
+                         yielding=system == "yield")
         else:
             _queue_pass(cluster, pending, now, run, usage, fair, p, res, easy=system == "easy", keep=system == "keep")
         res.max_over = max(res.max_over, max(-f for f in cluster.free))
@@ -557,12 +563,42 @@ def _rank(ranked_works: list[Work], *, easy: bool, keep: bool) -> list[Work]:
         ranked_works = promised_first(ranked_works, lambda w: w.current, lambda w: w.prio)
         if easy:
             ranked_works = promised_ahead(ranked_works, lambda w: w.current, lambda w: ("batch", w.prio))
+    return ranked_works
+
+
+def _mark_overtaken(ranked_works: list[Work]) -> None:
+    """Which promises a later arrival overtook in the order placed (and whether of a higher priority)."""
     latest = -math.inf  # the latest arrival ranked ahead so far: a promise made before it is overtaken
+    higher: dict[int, float] = {}  # the same, per priority ranked ahead
     for w in ranked_works:
         if w.promised_at is not None and latest > w.promised_at:
             w.overtaken = True
+            w.by_priority = w.by_priority or any(t > w.promised_at for q, t in higher.items() if q > w.prio)
         latest = max(latest, w.arrival)
-    return ranked_works
+        higher[w.prio] = max(higher.get(w.prio, -math.inf), w.arrival)
+
+
+def _yielding(ranked_works: list[Work], starts_a: dict[int, float | None],
+              starts_b: dict[int, float | None]) -> list[Work]:
+    """``yield``: a workload ranked ahead of promised work of its priority goes behind that work when
+    placed there (``starts_b``: promised work first, in the order of the promises and then of when they
+    were made) it starts no later than in queue order (``starts_a``)."""
+    last: dict[int, int] = {}
+    for i, w in enumerate(ranked_works):
+        if w.current is not None:
+            last[w.prio] = i
+    out: list[Work] = []
+    moved: dict[int, list[Work]] = {}
+    for i, w in enumerate(ranked_works):
+        a, b = starts_a.get(w.wid), starts_b.get(w.wid)
+        if (i < last.get(w.prio, -1) and a is not None and b is not None
+                and b <= a + START_BY_SLACK):
+            moved.setdefault(w.prio, []).append(w)
+        else:
+            out.append(w)
+        if i == last.get(w.prio):
+            out.extend(moved.pop(w.prio, []))
+    return out
 
 
 def _first_seen(w: Work, t: float, now: float, *, easy: bool, reserved: bool) -> None:
@@ -609,7 +645,8 @@ def _waiting(w: Work) -> Waiting:
 
 
 def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, usage: Usage,
-                 policy: QueuePolicy, p: Params, res: Result, *, keep: bool = False) -> None:
+                 policy: QueuePolicy, p: Params, res: Result, *, keep: bool = False,
+                 yielding: bool = False) -> None:
     """The product's pass: ``queue.order``, ``shadow.shadow_schedule`` over what runs and every
     waiting workload, ``queue.to_release``; the released pods bound first fit."""
     if _nothing_to_do(cluster, pending):
@@ -623,8 +660,18 @@ def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, u
     scores = {int(item.ref.uid): item.score for item in ranked}
     by_id = {w.wid: w for w in pending}
     ranked_works = _rank([by_id[int(item.ref.uid)] for item in ranked], easy=easy, keep=keep)
-    ranked = [items[w.wid] for w in ranked_works]
     assert run.views is not None
+    if yielding and not p.depth:
+        def starts(ws: list[Work]) -> dict[int, float | None]:
+            qs = [replace(q, promised=by_id[int(q.ref.uid)].start_by is not None)
+                  for q in as_queued([items[w.wid] for w in ws], policy)]
+            return {int(e.workload.uid): e.start for e in shadow_schedule(run.views.snapshot(), at, (), queued=qs)}  # type: ignore[union-attr]
+        first = sorted(ranked_works, key=lambda w: (-w.prio, w.current is None, w.current or 0.0,
+                                                    w.promised_at or 0.0))
+        if first != ranked_works:
+            ranked_works = _yielding(ranked_works, starts(ranked_works), starts(first))
+    _mark_overtaken(ranked_works)
+    ranked = [items[w.wid] for w in ranked_works]
     placed = ranked[:p.depth] if p.depth else ranked  # beyond the depth: neither reserved nor released
     if any(not w.seen for w in pending):
         fc = _forecast(run, now, usage, fair, pending, p) if p.forecast else None
@@ -663,6 +710,7 @@ def _queue_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, us
     ranked = order(items, now, usage.at(now, fair.half_life), fair)
     by_id = {w.wid: w for w in pending}
     ranked_works = _rank([by_id[int(item.ref.uid)] for item in ranked], easy=easy, keep=keep)
+    _mark_overtaken(ranked_works)
     reserved: list[list[tuple[float, float, int]]] = [[] for _ in cluster.free]
     started: set[int] = set()
     smallest = min(w.cores for w in pending)
@@ -754,10 +802,10 @@ def records(res: Result) -> list[Record]:
     """What replay_measures reads of each workload."""
     return [Record(arrival=w.arrival, start=w.started or 0.0, end=w.end or 0.0, gang=w.gang,
                    pieces=tuple((s, w.cores) for s in w.starts), start_by=w.start_by, to_limit=w.to_limit,
-                   expected=w.expected, overtaken=w.overtaken) for w in res.works]
+                   expected=w.expected, overtaken=w.overtaken, by_priority=w.by_priority) for w in res.works]
 
 
-SYSTEMS = ("kube", "queue", "easy", "keep")
+SYSTEMS = ("kube", "queue", "easy", "keep", "yield")
 
 
 def run(seed: int, p: Params, fair: FairShare | None = None, *, model: str = "accounts", load: float = 0.6,
@@ -892,6 +940,11 @@ def main(argv: list[str] | None = None) -> int:
     print(MEASURES_HEADER)
     for r in rows + pooled:
         print(measures_row(r))
+    print("not kept among all, by cause (replay_measures.broken): waited unpromised / a higher priority went "
+          "ahead / fair share did / none")
+    for r in pooled:
+        print(f"{r['seed']:>4} {r['system']:6} " + " / ".join(
+            str(r[f"broken_{c}"]) for c in ("unpromised", "priority", "fair_share", "clean")))
     if p.placement == "shadow":
         print("releases bound (in part) off the planned nodes / not bound at all: " + ", ".join(
             f"{r['system']} {r['seed']}: {r['off_plan']}/{r['bind_misses']}" for r in rows if r["system"] != "kube"))
