@@ -177,6 +177,7 @@ class Work:
     current: float | None = None  # its start-by as the reconciler rewrites it (moved by more than the slack)
     overtaken: bool = False  # a workload that arrived after its promise was ranked ahead of it
     by_priority: bool = False  # of those, one of a higher priority
+    at_risk: str = ""  # the first pass that placed it past its first start-by: why (``_why_at_risk``)
     placed_at: float | None = None  # when its expected start was first placed
     raw_expected: float | None = None  # that placement's start, before the forecast's stretch
     load_ahead: float = 0.0  # the forecast's load of recent arrivals ranking ahead, then
@@ -578,27 +579,61 @@ def _mark_overtaken(ranked_works: list[Work]) -> None:
         higher[w.prio] = max(higher.get(w.prio, -math.inf), w.arrival)
 
 
-def _yielding(ranked_works: list[Work], starts_a: dict[int, float | None],
+def _why_at_risk(ranked_works: list[Work], estimates: list[Any], items: dict[int, Waiting], policy: QueuePolicy,
+                 views: _Views, now: float, running: list[Work]) -> None:
+    """At the first pass that places a promised workload past its first start-by (plus the slack),
+    why, by placing the same pass again with the later arrivals ranked ahead of it moved to just
+    behind it: ``other-room`` (it then keeps its promise and none of them starts later: a smarter
+    placement had room for both), ``needed`` (it keeps its promise, but one of them starts later: the
+    arrivals needed its room); else ``started-ahead`` (later arrivals of its priority already run:
+    released ahead of it at earlier passes, their room is not the placement's to give back) or
+    ``other`` (none do: a defect to look into)."""
+    start = {int(e.workload.uid): e.start for e in estimates}
+    for i, w in enumerate(ranked_works):
+        s = start.get(w.wid)
+        if (w.at_risk or w.start_by is None or w.promised_at is None or s is None
+                or s - EPOCH <= w.start_by + START_BY_SLACK):
+            continue
+        ahead = [x for x in ranked_works[:i] if x.arrival > w.promised_at and x.prio == w.prio]
+        otherwise = ("started-ahead" if any(x.arrival > w.promised_at and x.prio >= w.prio for x in running)
+                     else "other")
+        if not ahead:
+            w.at_risk = otherwise
+            continue
+        moved = {x.wid for x in ahead}
+        order_b = [x for x in ranked_works[:i] if x.wid not in moved] + [w] + ahead + ranked_works[i + 1:]
+        qs = [replace(q, promised=q_w.start_by is not None)
+              for q, q_w in zip(as_queued([items[x.wid] for x in order_b], policy), order_b, strict=True)]
+        b = {int(e.workload.uid): e.start for e in shadow_schedule(views.snapshot(), EPOCH + now, (), queued=qs)}
+        bw = b.get(w.wid)
+        if bw is None or bw - EPOCH > w.start_by + START_BY_SLACK:
+            w.at_risk = otherwise
+        elif all((b.get(x.wid) or math.inf) <= (start.get(x.wid) or math.inf) + START_BY_SLACK for x in ahead):
+            w.at_risk = "other-room"
+        else:
+            w.at_risk = "needed"
+
+
+def _yielding(ranked_works: list[Work], first: list[Work], starts_a: dict[int, float | None],
               starts_b: dict[int, float | None]) -> list[Work]:
-    """``yield``: a workload ranked ahead of promised work of its priority goes behind that work when
-    placed there (``starts_b``: promised work first, in the order of the promises and then of when they
-    were made) it starts no later than in queue order (``starts_a``)."""
+    """``yield``: promised work first (``first``, placed: ``starts_b``), but a workload ranked ahead of
+    promised work of its priority that starts later so than in queue order (``starts_a``) goes
+    first, in queue order."""
     last: dict[int, int] = {}
     for i, w in enumerate(ranked_works):
         if w.current is not None:
             last[w.prio] = i
-    out: list[Work] = []
-    moved: dict[int, list[Work]] = {}
+    ahead = []
     for i, w in enumerate(ranked_works):
         a, b = starts_a.get(w.wid), starts_b.get(w.wid)
-        if (i < last.get(w.prio, -1) and a is not None and b is not None
-                and b <= a + START_BY_SLACK):
-            moved.setdefault(w.prio, []).append(w)
-        else:
-            out.append(w)
-        if i == last.get(w.prio):
-            out.extend(moved.pop(w.prio, []))
-    return out
+        if i < last.get(w.prio, -1) and a is not None and (b is None or b > a + START_BY_SLACK):
+            ahead.append(w)
+    out = sorted(ahead, key=lambda w: -w.prio)  # stable: queue order within a priority
+    taken = {w.wid for w in ahead}
+    merged: list[Work] = []
+    for prio in sorted({w.prio for w in first}, reverse=True):
+        merged += [w for w in out if w.prio == prio] + [w for w in first if w.prio == prio and w.wid not in taken]
+    return merged
 
 
 def _first_seen(w: Work, t: float, now: float, *, easy: bool, reserved: bool) -> None:
@@ -669,7 +704,7 @@ def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, u
         first = sorted(ranked_works, key=lambda w: (-w.prio, w.current is None, w.current or 0.0,
                                                     w.promised_at or 0.0))
         if first != ranked_works:
-            ranked_works = _yielding(ranked_works, starts(ranked_works), starts(first))
+            ranked_works = _yielding(ranked_works, first, starts(ranked_works), starts(first))
     _mark_overtaken(ranked_works)
     ranked = [items[w.wid] for w in ranked_works]
     placed = ranked[:p.depth] if p.depth else ranked  # beyond the depth: neither reserved nor released
@@ -682,6 +717,8 @@ def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, u
         w = by_id[int(e.workload.uid)]
         if e.start is not None:
             _first_seen(w, e.start - EPOCH, now, easy=easy, reserved=e.reserved)
+    if not keep and not yielding and not easy and not p.depth:
+        _why_at_risk(ranked_works, estimates, items, policy, run.views, now, list(run.live.values()))
     started: set[int] = set()
     where = {e.workload.uid: e.nodes for e in estimates}
     for item, _ in to_release(placed, estimates, at, policy):

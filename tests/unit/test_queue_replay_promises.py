@@ -138,3 +138,10 @@ def test_under_yield_a_later_arrival_with_other_room_goes_behind_the_promise() -
     promised, newer = res.works[3], res.works[4]
     assert promised.start_by == 3600.0 and promised.started == 3600.0
     assert newer.started == 3600.0  # no later than ahead of it
+
+
+def test_a_promise_first_placed_past_its_start_by_says_whether_the_arrival_had_other_room() -> None:
+    p, works = _fragmented()
+    assert sim.simulate(works, p, "queue").works[3].at_risk == "other-room"  # node 1 had room for it
+    p, works = _outranked()
+    assert sim.simulate(works, p, "queue").works[1].at_risk == "needed"  # one node: it needed the room
