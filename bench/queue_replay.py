@@ -586,8 +586,8 @@ def _why_at_risk(ranked_works: list[Work], estimates: list[Any], items: dict[int
     behind it: ``other-room`` (it then keeps its promise and none of them starts later: a smarter
     placement had room for both), ``needed`` (it keeps its promise, but one of them starts later: the
     arrivals needed its room); else ``started-ahead`` (later arrivals of its priority already run:
-    released ahead of it at earlier passes, their room is not the placement's to give back) or
-    ``other`` (none do: a defect to look into)."""
+    released ahead of it at earlier passes, their room is not the placement's to give back),
+    ``cascade`` (promised work ahead of it is itself placed past its first start-by) or ``other``."""
     start = {int(e.workload.uid): e.start for e in estimates}
     for i, w in enumerate(ranked_works):
         s = start.get(w.wid)
@@ -596,6 +596,8 @@ def _why_at_risk(ranked_works: list[Work], estimates: list[Any], items: dict[int
             continue
         ahead = [x for x in ranked_works[:i] if x.arrival > w.promised_at and x.prio == w.prio]
         otherwise = ("started-ahead" if any(x.arrival > w.promised_at and x.prio >= w.prio for x in running)
+                     else "cascade" if any(x.start_by is not None and (start.get(x.wid) or 0.0) - EPOCH
+                                           > x.start_by + START_BY_SLACK for x in ranked_works[:i])
                      else "other")
         if not ahead:
             w.at_risk = otherwise
