@@ -37,10 +37,12 @@ The same arrivals are replayed on the same cluster by two systems:
   keep     the queue, but a promise holds against later work of the same priority: workloads with
            a start-by are placed first (in the order of their start-bys), then the rest in queue
            order (what issue 24's wording asks; fair share then orders only the promises to come).
-  yield    the queue, but a workload ranked ahead of promised work of its priority goes behind it
-           when placed there it starts no later (to the limit) than in queue order: the promises a
-           smarter placement could keep without making the higher-ranked work wait (a bench
-           counterfactual, three placements a pass; issue 24's breakdown of broken promises).
+  yield    the queue, but promised work is placed first (in the order of its promises), except a
+           workload ranked ahead of it that would start later so (to the limit) than in queue
+           order: what a smarter placement keeps without making higher-ranked work wait (a bench
+           counterfactual, three placements a pass). Under ``queue`` each promise first placed
+           past its start-by records why (``_why_at_risk``); ``replay_measures.broken`` counts the
+           promises not kept by cause.
 
 The model (each number a flag where it matters):
 
