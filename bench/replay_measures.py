@@ -9,7 +9,11 @@ functions here know nothing of how the day was simulated, so they are tested on 
   a promise is only rewritten when it moves by more). *Clean*: given a promise, and no workload that
   arrived after it was ranked ahead of it while it waited, and no node it counted on was lost.
   *Among all*: a workload that started within ``slack`` of its arrival without a promise counts as
-  kept (it needed none); one that waited without ever getting one counts as not kept.
+  kept (it needed none); one that waited without ever getting one counts as not kept. A start-by
+  that moved later for an allowed reason counts as kept if the workload started by its *first* one.
+  ``broken``: the workloads not kept among all, by cause: *unpromised* (waited without a promise),
+  *priority* (a later arrival of a higher priority was ranked ahead of it), *fair share* (only later
+  arrivals of its own priority were, ranked ahead by fair share), *clean* (none: a defect).
 - **tightness**: the median of (start-by - arrival) / actual wait over the promised workloads that
   waited, beside the same for the Slurm-style *to-the-limit* start (the start computed when it was
   first seen, with every job running to its time limit). Goal: no looser (not above).
@@ -52,6 +56,7 @@ class Record:
     to_limit: float | None = None  # the to-the-limit start when first seen
     expected: float | None = None  # the expected start when first seen
     overtaken: bool = False  # a later arrival was ranked ahead of it while it waited, or a node was lost
+    by_priority: bool = False  # of those arrivals, one of a higher priority
 
     @property
     def wait(self) -> float:
@@ -86,6 +91,18 @@ def promises(records: Sequence[Record], slack: float = SLACK) -> dict[str, Any]:
         "broken_overtaken": sum(1 for r in promised if r.overtaken and not kept(r, slack)),
         "waited_unpromised": sum(1 for r in records if r.start_by is None and r.wait > slack),
     }
+
+
+def broken(records: Sequence[Record], slack: float = SLACK) -> dict[str, int]:
+    """The workloads not kept (among all), by cause (the module docstring's ``broken``)."""
+    out = {"broken_unpromised": 0, "broken_priority": 0, "broken_fair_share": 0, "broken_clean": 0}
+    for r in records:
+        if kept(r, slack):
+            continue
+        cause = ("unpromised" if r.start_by is None else "priority" if r.by_priority
+                 else "fair_share" if r.overtaken else "clean")
+        out[f"broken_{cause}"] += 1
+    return out
 
 
 def tightness(records: Sequence[Record]) -> dict[str, Any]:
@@ -144,7 +161,7 @@ def costs(records: Sequence[Record], capacity: float, window: float, tau: float 
 def measures(records: Sequence[Record], *, capacity: float, window: float, tau: float = TAU,
              slack: float = SLACK, near: float = NEAR) -> dict[str, Any]:
     """Every measure above, one flat dict."""
-    return {**promises(records, slack), **tightness(records), **estimates(records, slack, near),
+    return {**promises(records, slack), **broken(records, slack), **tightness(records), **estimates(records, slack, near),
             **costs(records, capacity, window, tau)}
 
 

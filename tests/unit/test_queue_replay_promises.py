@@ -103,3 +103,45 @@ def test_under_easy_the_replay_keeps_a_promised_head_ahead_of_older_work_fair_sh
     assert [w.wid for w in sim._rank([older, head], easy=True, keep=False)] == [1, 0]
     assert not head.overtaken
     assert [w.wid for w in sim._rank([older, head], easy=False, keep=False)] == [0, 1], "(conservative would have promised the older too)"
+
+
+def test_the_overtaken_promise_says_whether_a_higher_priority_or_fair_share_went_ahead() -> None:
+    p, works = _outranked()
+    assert not sim.simulate(works, p, "queue").works[1].by_priority  # one priority: fair share went ahead
+    works[2].prio = 1  # now b's later work is of a higher priority
+    older = sim.simulate(works, p, "queue").works[1]
+    assert older.overtaken and older.by_priority
+
+
+def _fragmented() -> tuple[Any, list[Any]]:
+    """Two nodes of 8 cores: node 0 frees whole at 3600, node 1 half at 3600 and whole at 7200. a's
+    whole-node workload is promised node 0 at 3600; b's 4-core one arrives later and outranks it on
+    fair share: the first node with room at 3600 is node 0, but node 1 has room for it then too."""
+    W = sim.Work
+    return sim.Params(nodes=2, node_cpu=8, hours=1.0), [
+        W(0, "a", 0.0, 1, 8, 3600.0, 3600.0, False), W(1, "c", 0.0, 1, 4, 3600.0, 3600.0, False),
+        W(2, "c", 0.0, 1, 4, 7200.0, 7200.0, False), W(3, "a", 1.0, 1, 8, 3600.0, 3600.0, False),
+        W(4, "b", 100.0, 1, 4, 3600.0, 3600.0, False)]
+
+
+def test_in_queue_order_a_later_arrival_takes_the_promised_room_it_had_elsewhere() -> None:
+    p, works = _fragmented()
+    res = sim.simulate(works, p, "queue")
+    promised, newer = res.works[3], res.works[4]
+    assert promised.start_by == 3600.0 and promised.started == 7200.0 and promised.overtaken
+    assert newer.started == 3600.0
+
+
+def test_under_yield_a_later_arrival_with_other_room_goes_behind_the_promise() -> None:
+    p, works = _fragmented()
+    res = sim.simulate(works, p, "yield")
+    promised, newer = res.works[3], res.works[4]
+    assert promised.start_by == 3600.0 and promised.started == 3600.0
+    assert newer.started == 3600.0  # no later than ahead of it
+
+
+def test_a_promise_first_placed_past_its_start_by_says_whether_the_arrival_had_other_room() -> None:
+    p, works = _fragmented()
+    assert sim.simulate(works, p, "queue").works[3].at_risk == "other-room"  # node 1 had room for it
+    p, works = _outranked()
+    assert sim.simulate(works, p, "queue").works[1].at_risk == "needed"  # one node: it needed the room

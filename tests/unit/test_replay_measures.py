@@ -93,3 +93,14 @@ def test_measures_is_every_group_and_pooled_takes_mean_and_range() -> None:
     assert {"kept_clean", "tightness", "calibration", "utilisation", "mean_bounded_slowdown"} <= m.keys()
     assert rm.pooled([{"x": 0.5}, {"x": 1.0}, {"x": None}], "x") == (0.75, 0.5, 1.0)
     assert rm.pooled([{"x": None}], "x") is None
+
+
+def test_broken_promises_are_counted_by_cause() -> None:
+    records = [R(arrival=0, start=100, end=200, start_by=200),  # kept
+               R(arrival=0, start=900, end=1000, start_by=500, overtaken=True, by_priority=True),
+               R(arrival=0, start=900, end=1000, start_by=500, overtaken=True),  # fair share only
+               R(arrival=0, start=900, end=1000, start_by=500),  # nothing ranked ahead: a defect
+               R(arrival=0, start=400, end=1000, start_by=500, overtaken=True),  # moved, yet by its first: kept
+               R(arrival=0, start=700, end=800)]  # waited, no promise
+    assert rm.broken(records) == {"broken_unpromised": 1, "broken_priority": 1, "broken_fair_share": 1,
+                                  "broken_clean": 1}
