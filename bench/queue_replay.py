@@ -818,7 +818,6 @@ def figures(res: Result, p: Params, fair: FairShare) -> dict[str, Any]:
         "contended_deviation": dev_c,
         "max_abs_contended_deviation": max(abs(d) for d in dev_c.values()) if total_c else None,
         "window_share": {a: v / (sum(res.used_window.values()) or 1.0) for a, v in res.used_window.items()},
-        "utilisation": res.alloc_window / (p.nodes * p.node_cpu * p.hours * HOUR),
         "useful_utilisation": (res.alloc_window - res.idle_window) / (p.nodes * p.node_cpu * p.hours * HOUR),
         "mean_wait_h": statistics.fmean(waits) / HOUR,
         "p95_wait_h": _pct(waits, 0.95) / HOUR,
@@ -831,7 +830,9 @@ def figures(res: Result, p: Params, fair: FairShare) -> dict[str, Any]:
         "off_plan": res.off_plan,
     }
     m = measures(records(res), capacity=p.nodes * p.node_cpu, window=p.hours * HOUR, slack=START_BY_SLACK)
-    out.update({k: v for k, v in m.items() if k not in out})  # utilisation: the simulation's (kube's pods end each on their own)
+    out.update({k: v for k, v in m.items() if k not in out})
+    # utilisation: replay_measures' over the records, which must be the simulation's own core-seconds
+    assert math.isclose(m["utilisation"], res.alloc_window / (p.nodes * p.node_cpu * p.hours * HOUR), abs_tol=1e-9)
     if res.name != "kube":  # the names the table has always had
         out["kept_among_promised"] = m["kept_promised"]
         out["kept_among_all"] = m["kept_all"]
@@ -842,8 +843,9 @@ def figures(res: Result, p: Params, fair: FairShare) -> dict[str, Any]:
 def records(res: Result) -> list[Record]:
     """What replay_measures reads of each workload."""
     return [Record(arrival=w.arrival, start=w.started or 0.0, end=w.end or 0.0, gang=w.gang,
-                   pieces=tuple((s, w.cores) for s in w.starts), start_by=w.start_by, to_limit=w.to_limit,
-                   expected=w.expected, overtaken=w.overtaken, by_priority=w.by_priority) for w in res.works]
+                   pieces=tuple((s, w.cores) for s in w.starts), ends=tuple(w.ends), start_by=w.start_by,
+                   to_limit=w.to_limit, expected=w.expected, overtaken=w.overtaken, by_priority=w.by_priority)
+            for w in res.works]
 
 
 SYSTEMS = ("kube", "queue", "easy", "keep", "yield")

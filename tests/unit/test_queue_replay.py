@@ -41,6 +41,22 @@ def test_no_node_over_capacity_and_all_work_runs(day: list[Any], system: str, pl
             assert level <= P.node_cpu
 
 
+@pytest.mark.parametrize("system", ["kube", "queue"])
+def test_utilisation_is_the_core_seconds_the_simulation_held_and_never_above_capacity(system: str) -> None:
+    """The measure over the records (each pod to its own end) is the simulation's integral; figures()
+    checks it too. Before, a kube pod of a workload that is not a gang was held to the workload's last
+    pod's end: the pooled 24-hour day gave kube alone 100.8 %."""
+    p = sim.Params(hours=2.0, heavy_backlog=40, depth=30)  # a backlog that fills the cluster: pods start apart
+    res = sim.simulate(sim.generate(1, p), p, system)
+    u = sim.measures(sim.records(res), capacity=p.nodes * p.node_cpu, window=p.hours * sim.HOUR)["utilisation"]
+    assert u == pytest.approx(res.alloc_window / (p.nodes * p.node_cpu * p.hours * sim.HOUR), abs=1e-9)
+    assert 0 < u <= 1
+    if system == "kube":  # pods of one workload that end apart: held to the last one's end, above capacity
+        assert any(len(set(w.ends)) > 1 for w in res.works)
+        old = [sim.Record(**{**vars(r), "ends": ()}) for r in sim.records(res)]
+        assert sim.measures(old, capacity=p.nodes * p.node_cpu, window=p.hours * sim.HOUR)["utilisation"] > u
+
+
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_queue_starts_every_workload_whole(day: list[Any], placement: str) -> None:
     res = sim.simulate(day, sim.Params(hours=2.0, heavy_backlog=10, depth=30, placement=placement), "queue")
