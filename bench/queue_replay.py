@@ -7,7 +7,8 @@
 The same arrivals are replayed on the same cluster by two systems:
 
   kube     kube-scheduler alone: at every arrival or completion, the pending pods in priority then
-           creation order, each bound to the first node with room (first fit). A gang's pods start
+           creation order, each bound to the first node with room (first fit; ``--kube-bind spread``:
+           the emptiest node, its default LeastAllocated scoring). A gang's pods start
            one by one as room appears, and the gang computes from its last pod's start (its first
            pods hold their cores idle until then, as MPI ranks wait for their peers); the pods of a
            workload that is not a gang each compute from their own start.
@@ -72,10 +73,21 @@ Figures, per system:
   carried_in: the part of the window's core-hours held by pods that started before the window
   (when some account had nothing waiting); contended_deviation: the deviation counting only the
   pods started inside the window (what the order decided while everyone waited).
-- utilisation: allocated core-hours over capacity during the arrival window (goal: the queue
-  no more than 2 points below kube alone); useful utilisation: the same without the cores a
-  gang's pods hold idle while they wait for the rest of the gang (kube only: the queue starts a
-  gang whole).
+- utilisation: allocated core-hours over capacity during the arrival window, each pod from its
+  own start to its own end (replay_measures.utilisation; goal: the queue no more than 2 points
+  below kube alone); useful utilisation: the same without the cores a gang's pods hold idle while
+  they wait for the rest of the gang (kube only: the queue starts a gang whole). Idle room, of the
+  capacity over the window: cores free while some workload waited (``free_while_waiting``), and
+  of those, free while a waiting pod fit on some node (``room_while_waiting``: room kube alone
+  would have bound; the queue leaves it for a reservation or a whole release).
+
+Offline switches, to measure what each part of the queue costs (one at a time; the product has
+none of them): ``--reserve runtime`` places running and waiting work for its actual runtime, not
+its time limit (an oracle); ``--order fifo`` ranks by priority then arrival, not fair share;
+``--split`` queues a workload that is not a gang pod by pod (the product releases a Job whole);
+``--bind first-fit|spread`` leaves releases unnarrowed; ``--systems easy`` and ``--placement
+greedy`` are EASY backfill and no reservations. The replay plans at every arrival and completion,
+as the controller does (a pass on every change, at most one a second).
 - wait: from arrival to the start of the workload's last pod; mean, p95, and the longest wait
   of a gang.
 - promise (queue only, issue 24): a workload's start-by is its reservation's start at the
@@ -1034,6 +1046,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in pooled:
         print(f"{r['seed']:>4} {r['system']:6} " + " / ".join(
             str(r[f"broken_{c}"]) for c in ("unpromised", "priority", "fair_share", "clean")))
+    print("of the capacity over the arrival window, free while work waited / of that, while a waiting pod fit: " + ", ".join(
+        f"{r['system']} {r['seed']}: {r['free_while_waiting']:.1%} / {r['room_while_waiting']:.1%}" for r in rows))
     if p.placement == "shadow":
         print("releases bound (in part) off the planned nodes / not bound at all: " + ", ".join(
             f"{r['system']} {r['seed']}: {r['off_plan']}/{r['bind_misses']}" for r in rows if r["system"] != "kube"))
