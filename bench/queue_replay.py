@@ -7,7 +7,8 @@
 The same arrivals are replayed on the same cluster by two systems:
 
   kube     kube-scheduler alone: at every arrival or completion, the pending pods in priority then
-           creation order, each bound to the first node with room (first fit). A gang's pods start
+           creation order, each bound to the first node with room (first fit; ``--kube-bind spread``:
+           the emptiest node, its default LeastAllocated scoring). A gang's pods start
            one by one as room appears, and the gang computes from its last pod's start (its first
            pods hold their cores idle until then, as MPI ranks wait for their peers); the pods of a
            workload that is not a gang each compute from their own start.
@@ -72,10 +73,21 @@ Figures, per system:
   carried_in: the part of the window's core-hours held by pods that started before the window
   (when some account had nothing waiting); contended_deviation: the deviation counting only the
   pods started inside the window (what the order decided while everyone waited).
-- utilisation: allocated core-hours over capacity during the arrival window (goal: the queue
-  no more than 2 points below kube alone); useful utilisation: the same without the cores a
-  gang's pods hold idle while they wait for the rest of the gang (kube only: the queue starts a
-  gang whole).
+- utilisation: allocated core-hours over capacity during the arrival window, each pod from its
+  own start to its own end (replay_measures.utilisation; goal: the queue no more than 2 points
+  below kube alone); useful utilisation: the same without the cores a gang's pods hold idle while
+  they wait for the rest of the gang (kube only: the queue starts a gang whole). Idle room, of the
+  capacity over the window: cores free while some workload waited (``free_while_waiting``), and
+  of those, free while a waiting pod fit on some node (``room_while_waiting``: room kube alone
+  would have bound; the queue leaves it for a reservation or a whole release).
+
+Offline switches, to measure what each part of the queue costs (one at a time; the product has
+none of them): ``--reserve runtime`` places running and waiting work for its actual runtime, not
+its time limit (an oracle); ``--order fifo`` ranks by priority then arrival, not fair share;
+``--split`` queues a workload that is not a gang pod by pod (the product releases a Job whole);
+``--bind first-fit|spread`` leaves releases unnarrowed; ``--systems easy`` and ``--placement
+greedy`` are EASY backfill and no reservations. The replay plans at every arrival and completion,
+as the controller does (a pass on every change, at most one a second).
 - wait: from arrival to the start of the workload's last pod; mean, p95, and the longest wait
   of a gang.
 - promise (queue only, issue 24): a workload's start-by is its reservation's start at the
@@ -153,6 +165,11 @@ class Params:
     placement: str = "shadow"  # the queue's: shadow (the product's), simple, greedy (no reservations)
     forecast: float = WINDOW  # the expected start's forecast of arrivals ranking ahead (forecast.py); 0: none
     bind: str = "planned"  # shadow placement: where released pods are bound (BINDS)
+    # offline switches (shadow placement), one at a time, to measure what each part of the queue costs:
+    reserve: str = "limit"  # what running and waiting work is placed for: "limit", or "runtime" (an oracle)
+    order: str = "fair"  # the queue's order: "fair" (queue.order), or "fifo" (priority, then arrival)
+    split: bool = False  # a workload that is not a gang queued pod by pod (each pod a workload of its own)
+    kube_bind: str = "first-fit"  # kube alone: each pod on the first node with room, or "spread" (LeastAllocated)
 
 
 @dataclass
@@ -266,6 +283,8 @@ class Result:
         self.all_waiting = 0.0  # seconds
         self.alloc_window = 0.0  # core-s within the arrival window
         self.idle_window = 0.0  # of those, held idle by a gang's pods waiting for the rest of it (kube)
+        self.free_waiting = 0.0  # core-s free within the arrival window while some workload waited
+        self.room_waiting = 0.0  # of those, while a pod of a waiting workload fit on a node (kube would bind it)
         self.used_window: dict[str, float] = {a: 0.0 for a in accounts}  # core-s per account, same window
         self.max_over = 0  # most cores ever bound on one node beyond its capacity (must stay 0)
         self.partial_gang_starts = 0  # gangs some of whose pods started at another time than the rest
@@ -361,6 +380,7 @@ class _Views:
     """The running pods and the nodes as the product's shadow schedule reads them (times from EPOCH)."""
 
     def __init__(self, p: Params) -> None:
+        self.reserve = p.reserve
         self.nodes = {f"n{i}": NodeView(f"n{i}", "True", cpu=p.node_cpu * 1000) for i in range(p.nodes)}
         self.pods: dict[tuple[str, str], PodView] = {}
 
@@ -370,7 +390,7 @@ class _Views:
             ref=Ref("v1", "Pod", w.account, name, name), resource_version="", owner=None, phase="Running",
             node=f"n{w.nodes[i]}", deleting=False, started=EPOCH + w.starts[i], failure=None, failed_at=None,
             interrupted=None, group=None, group_size=None, pod_group_name=None, queue="batch", time_limit=None,
-            limit=int(w.limit), started_at=None, deadline=None, warned_for=None, started_at_t=None,
+            limit=_hold(w, self.reserve), started_at=None, deadline=None, warned_for=None, started_at_t=None,
             deadline_t=None, warned_t=None, sched=PodSched(w.cores * 1000, 0, 0, EPOCH + w.arrival, (), (), ()))
 
     def unbind(self, w: Work, i: int) -> None:
@@ -411,6 +431,10 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
     fair = fair or FairShare()
     works = [Work(w.wid, w.account, w.arrival, w.pods, w.cores, w.limit, w.runtime, w.gang, prio=w.prio,
                   program=w.program) for w in works_in]
+    if p.split and system != "kube":  # a workload that is not a gang queued pod by pod
+        works = [Work(i, w.account, w.arrival, 1, w.cores, w.limit, w.runtime, False, prio=w.prio, program=w.program)
+                 if not w.gang else replace(w, wid=i)
+                 for i, w in enumerate(x for w in works for x in ([w] if w.gang else [w] * w.pods))]
     accounts = sorted({w.account for w in works})
     res = Result(system, works, accounts)
     cluster = Cluster(p)
@@ -421,6 +445,7 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
     pending: list[Work] = []  # waiting (some pods not started)
     running_cores = run.running_cores
     idle_cores = 0.0  # held by the pods of gangs not all started (kube)
+    free_now = room_now = 0  # after the last pass: free cores while work waits; the same while a waiting pod fits
     usage = Usage()
     policy = QueuePolicy(gated=("batch",), fair_share=fair, easy=frozenset({"batch"}) if system == "easy" else frozenset())
     now = 0.0
@@ -439,6 +464,8 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
             if hi > lo:
                 res.alloc_window += sum(running_cores.values()) * (hi - lo)
                 res.idle_window += idle_cores * (hi - lo)
+                res.free_waiting += free_now * (hi - lo)
+                res.room_waiting += room_now * (hi - lo)
                 for a in accounts:
                     res.used_window[a] += running_cores[a] * (hi - lo)
         if system != "kube":
@@ -462,13 +489,15 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
                     run.runs[key] = [*run.runs.get(key, [])[-1:], w.runtime]
         run.all_waiting = len({w.account for w in pending}) == len(accounts)
         if system == "kube":
-            idle_cores = _kube_pass(cluster, pending, now, run)
+            idle_cores = _kube_pass(cluster, pending, now, run, spread=p.kube_bind == "spread")
         elif p.placement == "shadow":
             _shadow_pass(cluster, pending, now, run, usage, policy, p, res, keep=system == "keep",
                          yielding=system == "yield")
         else:
             _queue_pass(cluster, pending, now, run, usage, fair, p, res, easy=system == "easy", keep=system == "keep")
         res.max_over = max(res.max_over, max(-f for f in cluster.free))
+        free_now = sum(cluster.free) if pending else 0
+        room_now = free_now if pending and min(w.cores for w in pending) <= max(cluster.free) else 0
     for w in works:
         assert w.end is not None, f"workload {w.wid} never ran"
         if w.gang and len(set(w.starts)) > 1:
@@ -476,14 +505,20 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
     return res
 
 
-def _kube_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run) -> float:
-    """kube-scheduler alone; returns the cores now held idle by gangs' pods waiting for the rest."""
+def _kube_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, *, spread: bool = False) -> float:
+    """kube-scheduler alone; returns the cores now held idle by gangs' pods waiting for the rest.
+    ``spread``: each pod on the node with the most room (its default LeastAllocated scoring; the
+    first among equals), else the first node with room."""
     smallest = min((w.cores for w in pending), default=0)
     for w in sorted(pending, key=lambda w: (-w.prio, w.arrival, w.wid)):  # priority, then creation order
         if max(cluster.free) < smallest:
             break
         while len(w.starts) < w.pods:
-            n = next((i for i, f in enumerate(cluster.free) if f >= w.cores), None)
+            if spread:
+                n = max(range(len(cluster.free)), key=lambda i: (cluster.free[i], -i))
+                n = n if cluster.free[n] >= w.cores else None
+            else:
+                n = next((i for i, f in enumerate(cluster.free) if f >= w.cores), None)
             if n is None:
                 break
             cluster.bind(n, w.cores, math.inf)
@@ -677,10 +712,16 @@ def _nothing_to_do(cluster: Cluster, pending: list[Work]) -> bool:
     return not pending or (max(cluster.free) < min(w.cores for w in pending) and all(w.seen for w in pending))
 
 
-def _waiting(w: Work) -> Waiting:
+def _hold(w: Work, reserve: str) -> int:
+    """How long the placement holds ``w``'s room: its time limit, or (``--reserve runtime``, an oracle)
+    its actual runtime."""
+    return int(w.limit) if reserve == "limit" else math.ceil(w.runtime)
+
+
+def _waiting(w: Work, reserve: str = "limit") -> Waiting:
     sched = PodSched(w.cores * 1000, 0, 0, EPOCH + w.arrival, (), (), ())
     return Waiting(Ref("batch/v1", "Job", w.account, f"w{w.wid}", str(w.wid)), "batch", w.account, w.prio,
-                   EPOCH + w.arrival, w.pods, sched, int(w.limit))
+                   EPOCH + w.arrival, w.pods, sched, _hold(w, reserve))
 
 
 def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, usage: Usage,
@@ -694,8 +735,10 @@ def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, u
     fair = policy.fair_share
     at = EPOCH + now
     easy = bool(policy.easy)
-    items = {w.wid: _waiting(w) for w in pending}
+    items = {w.wid: _waiting(w, p.reserve) for w in pending}
     ranked = order(list(items.values()), at, usage.at(now, fair.half_life), fair)
+    if p.order == "fifo":
+        ranked.sort(key=lambda q: (-q.priority, q.created, q.ref.name))
     scores = {int(item.ref.uid): item.score for item in ranked}
     by_id = {w.wid: w for w in pending}
     ranked_works = _rank([by_id[int(item.ref.uid)] for item in ranked], easy=easy, keep=keep)
@@ -818,8 +861,11 @@ def figures(res: Result, p: Params, fair: FairShare) -> dict[str, Any]:
         "contended_deviation": dev_c,
         "max_abs_contended_deviation": max(abs(d) for d in dev_c.values()) if total_c else None,
         "window_share": {a: v / (sum(res.used_window.values()) or 1.0) for a, v in res.used_window.items()},
-        "utilisation": res.alloc_window / (p.nodes * p.node_cpu * p.hours * HOUR),
         "useful_utilisation": (res.alloc_window - res.idle_window) / (p.nodes * p.node_cpu * p.hours * HOUR),
+        # idle room: of the capacity over the arrival window, cores free while work waited, and free while
+        # a waiting pod fit on some node (what kube-scheduler would have bound)
+        "free_while_waiting": res.free_waiting / (p.nodes * p.node_cpu * p.hours * HOUR),
+        "room_while_waiting": res.room_waiting / (p.nodes * p.node_cpu * p.hours * HOUR),
         "mean_wait_h": statistics.fmean(waits) / HOUR,
         "p95_wait_h": _pct(waits, 0.95) / HOUR,
         "longest_gang_wait_h": max(gang_waits, default=0.0) / HOUR,
@@ -831,7 +877,9 @@ def figures(res: Result, p: Params, fair: FairShare) -> dict[str, Any]:
         "off_plan": res.off_plan,
     }
     m = measures(records(res), capacity=p.nodes * p.node_cpu, window=p.hours * HOUR, slack=START_BY_SLACK)
-    out.update({k: v for k, v in m.items() if k not in out})  # utilisation: the simulation's (kube's pods end each on their own)
+    out.update({k: v for k, v in m.items() if k not in out})
+    # utilisation: replay_measures' over the records, which must be the simulation's own core-seconds
+    assert math.isclose(m["utilisation"], res.alloc_window / (p.nodes * p.node_cpu * p.hours * HOUR), abs_tol=1e-9)
     if res.name != "kube":  # the names the table has always had
         out["kept_among_promised"] = m["kept_promised"]
         out["kept_among_all"] = m["kept_all"]
@@ -842,8 +890,9 @@ def figures(res: Result, p: Params, fair: FairShare) -> dict[str, Any]:
 def records(res: Result) -> list[Record]:
     """What replay_measures reads of each workload."""
     return [Record(arrival=w.arrival, start=w.started or 0.0, end=w.end or 0.0, gang=w.gang,
-                   pieces=tuple((s, w.cores) for s in w.starts), start_by=w.start_by, to_limit=w.to_limit,
-                   expected=w.expected, overtaken=w.overtaken, by_priority=w.by_priority) for w in res.works]
+                   pieces=tuple((s, w.cores) for s in w.starts), ends=tuple(w.ends), start_by=w.start_by,
+                   to_limit=w.to_limit, expected=w.expected, overtaken=w.overtaken, by_priority=w.by_priority)
+            for w in res.works]
 
 
 SYSTEMS = ("kube", "queue", "easy", "keep", "yield")
@@ -935,6 +984,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bind", choices=BINDS, default=Params.bind,
                     help="shadow placement: released pods bound on the planned nodes (the product narrows "
                          "them), or unnarrowed: spread (kube-scheduler's default scoring), first-fit")
+    ap.add_argument("--reserve", choices=("limit", "runtime"), default=Params.reserve,
+                    help="offline: the product's placement holds room for each job's time limit, or for its actual "
+                         "runtime (an oracle: what reserving from limits costs)")
+    ap.add_argument("--kube-bind", choices=("first-fit", "spread"), default=Params.kube_bind,
+                    help="kube alone: each pod on the first node with room, or on the emptiest (kube-scheduler's "
+                         "default LeastAllocated scoring)")
+    ap.add_argument("--order", choices=("fair", "fifo"), default=Params.order,
+                    help="offline: the queue's order, fair share (queue.order) or priority then arrival")
+    ap.add_argument("--split", action="store_true",
+                    help="offline: workloads that are not gangs queued pod by pod (the product releases a Job whole)")
     ap.add_argument("--depth", type=int, default=Params.depth,
                     help="at most this many workloads placed per pass (0: all, as the product does)")
     dflt = FairShare()
@@ -953,7 +1012,8 @@ def main(argv: list[str] | None = None) -> int:
     node_cpu = a.node_cpu or (Params.node_cpu if a.model == "accounts" else 64)
     p = Params(nodes=a.nodes, node_cpu=node_cpu, hours=a.hours, heavy_load=a.heavy_load,
                heavy_backlog=a.heavy_backlog, light=a.light, light_load=a.light_load, gang_share=a.gang_share,
-               depth=a.depth, placement=a.placement, forecast=a.forecast_h * HOUR, bind=a.bind)
+               depth=a.depth, placement=a.placement, forecast=a.forecast_h * HOUR, bind=a.bind, reserve=a.reserve,
+               order=a.order, split=a.split, kube_bind=a.kube_bind)
     fair = FairShare(half_life=int(a.half_life_h * HOUR), age_weight=a.age_weight, max_age=int(a.max_age_h * HOUR))
     systems = [x for x in a.systems.split(",") if x]
     if any(x not in SYSTEMS for x in systems):
@@ -986,6 +1046,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in pooled:
         print(f"{r['seed']:>4} {r['system']:6} " + " / ".join(
             str(r[f"broken_{c}"]) for c in ("unpromised", "priority", "fair_share", "clean")))
+    print("of the capacity over the arrival window, free while work waited / of that, while a waiting pod fit: " + ", ".join(
+        f"{r['system']} {r['seed']}: {r['free_while_waiting']:.1%} / {r['room_while_waiting']:.1%}" for r in rows))
     if p.placement == "shadow":
         print("releases bound (in part) off the planned nodes / not bound at all: " + ", ".join(
             f"{r['system']} {r['seed']}: {r['off_plan']}/{r['bind_misses']}" for r in rows if r["system"] != "kube"))

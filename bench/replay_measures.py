@@ -24,8 +24,10 @@ functions here know nothing of how the day was simulated, so they are tested on 
   error, beside the to-the-limit start's on the same workloads (goal: at most half); the share within
   ``near`` (10 minutes) of the actual start (anchor: 75-90 %, Brown et al. 2022, ML predictors on two
   Slurm sites).
-- **cost**: utilisation, the core-seconds held (a pod holds its cores from its own start to the
-  workload's end, so kube-scheduler's half-started gangs count what they hold idle) within
+- **cost**: utilisation, the core-seconds held (a pod holds its cores from its own start to its own
+  end: the workload's end unless ``ends`` says otherwise, as for kube-scheduler's pods of a workload
+  that is not a gang, each computing from its own start; so kube-scheduler's half-started gangs
+  count what they hold idle) within
   ``window`` over ``capacity`` x ``window``; mean bounded slowdown, mean of
   max((wait + run) / max(run, ``tau``), 1) with ``tau`` 10 s (Feitelson's usual threshold: a job of a
   second that waited a minute counts as 6, not 60); the longest wait of a gang.
@@ -51,7 +53,8 @@ class Record:
     start: float  # all its pods running
     end: float
     gang: bool = False
-    pieces: tuple[tuple[float, int], ...] = ()  # (a pod's start, its cores): held until ``end``
+    pieces: tuple[tuple[float, int], ...] = ()  # (a pod's start, its cores): held until its end
+    ends: tuple[float, ...] = ()  # each piece's own end, where pods end apart (else every piece ends at ``end``)
     start_by: float | None = None  # its first promise (None: never given one)
     to_limit: float | None = None  # the to-the-limit start when first seen
     expected: float | None = None  # the expected start when first seen
@@ -138,8 +141,8 @@ def utilisation(records: Sequence[Record], capacity: float, window: float, t0: f
     """Core-seconds held within [t0, t0 + window) over capacity x window."""
     held = 0.0
     for r in records:
-        for s, cores in r.pieces:
-            lo, hi = max(s, t0), min(r.end, t0 + window)
+        for i, (s, cores) in enumerate(r.pieces):
+            lo, hi = max(s, t0), min(r.ends[i] if r.ends else r.end, t0 + window)
             if hi > lo:
                 held += cores * (hi - lo)
     return held / (capacity * window)

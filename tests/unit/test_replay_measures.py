@@ -74,6 +74,12 @@ def test_utilisation_counts_what_each_pod_holds_within_the_window() -> None:
     assert rm.utilisation([r], capacity=4, window=100) == pytest.approx((2 * 100 + 2 * 50) / 400)
 
 
+def test_utilisation_ends_each_pod_at_its_own_end_where_pods_end_apart() -> None:
+    # two 2-core pods that are not a gang: each computes from its own start (0 and 50) for 40 s
+    r = R(arrival=0, start=50, end=90, pieces=((0, 2), (50, 2)), ends=(40, 90))
+    assert rm.utilisation([r], capacity=4, window=100) == pytest.approx((2 * 40 + 2 * 40) / 400)
+
+
 def test_bounded_slowdown_uses_the_threshold_for_short_jobs() -> None:
     assert rm.bounded_slowdown(R(arrival=0, start=60, end=61)) == pytest.approx(61 / 10)
     assert rm.bounded_slowdown(R(arrival=0, start=100, end=200)) == 2.0
