@@ -355,14 +355,17 @@ class _Earliest:
     in the candidates' order (``tests/unit/reconciler/test_shadow.py`` checks it against a scan,
     ``test_shadow_gangs.py`` the gangs against asking every node pod by pod).
 
-    ``order`` holds (time, node) of every node with a time (a stale one's old time), sorted, so the
-    first, once asked, is the answer and a gang trying a time finds the nodes that could take a pod
-    then in one slice; each node starts there at ``now``, stale. Per node it also keeps how many
+    ``order`` holds the distinct times of the nodes that have one (a stale node's old time), sorted,
+    and ``at`` for each of them the nodes with that time, in the candidates' order: so the first
+    node at the first time, once asked, is the answer, and a gang trying a time finds the nodes that
+    could take a pod then in one slice. A node whose time changes moves from one short list of node
+    numbers to another, rather than through one long sorted list of (time, node) pairs, each of
+    whose comparisons costs two. Each node starts at ``now``, stale. Per node it also keeps how many
     pods fit at a time (``rooms``, until the node changes), so trying a time mostly asks none again
     (``fit``)."""
 
-    __slots__ = ("cpu", "duration", "hold", "limit", "log", "margin", "mem", "nodes", "now", "order", "pos", "reach",
-                 "rooms", "seen", "size", "stale", "times", "undone")
+    __slots__ = ("at", "cpu", "duration", "hold", "limit", "log", "margin", "mem", "nodes", "now", "order", "pos",
+                 "reach", "rooms", "seen", "size", "stale", "times", "undone")
 
     def __init__(self, nodes: list[_Node], log: list[_Node], now: float, duration: float, cpu: int, mem: int,
                  margin: float, hold: float | None = None) -> None:
@@ -377,7 +380,8 @@ class _Earliest:
         # know better, so a node is asked first when it is looked at (mostly after it has changed).
         self.times: list[float | None] = [now] * len(nodes)
         self.stale = [True] * len(nodes)
-        self.order = [(now, i) for i in range(len(nodes))]
+        self.order: list[float] = [now] if nodes else []  # the distinct times in ``times``, sorted
+        self.at: dict[float, list[int]] = {now: list(range(len(nodes)))} if nodes else {}  # time -> its nodes, ascending
         self.rooms: list[dict[float, int] | None] = [None] * len(nodes)  # per node: pods that fit at a time
         self.undone = [n.undone for n in nodes]  # reservations each node had taken back when its time was found
         self.seen = len(log)
@@ -396,14 +400,28 @@ class _Earliest:
         t = _first_start(free, node.blocked, since, self.duration, self.reach, self.margin, self.limit)
         self.undone[i] = undone
         if t != old:
-            order = self.order
-            if old is not None:
-                del order[bisect.bisect_left(order, (old, i))]
-            if t is not None:
-                bisect.insort(order, (t, i))
+            self._move(i, old, t)
         self.times[i] = t
         self.stale[i] = False
         return t
+
+    def _move(self, i: int, old: float | None, t: float | None) -> None:
+        """Node ``i`` from the nodes at ``old`` to those at ``t`` (None: at no time)."""
+        order, at = self.order, self.at
+        if old is not None:
+            nodes = at[old]
+            if len(nodes) == 1:  # the last node at that time: the time goes
+                del at[old]
+                del order[bisect.bisect_left(order, old)]
+            else:
+                del nodes[bisect.bisect_left(nodes, i)]
+        if t is not None:
+            nodes_then = at.get(t)
+            if nodes_then is None:
+                at[t] = [i]
+                bisect.insort(order, t)
+            else:
+                bisect.insort(nodes_then, i)
 
     def _note_changes(self) -> None:
         log = self.log
@@ -422,8 +440,8 @@ class _Earliest:
     def _settle(self, until: float) -> bool:
         """Ask every stale node whose old time is ``until`` or sooner; whether any was asked."""
         self._note_changes()
-        order, stale = self.order, self.stale
-        asked = [i for _, i in order[:bisect.bisect_right(order, (until, INF))] if stale[i]]
+        order, at, stale = self.order, self.at, self.stale
+        asked = [i for t in order[:bisect.bisect_right(order, until)] for i in at[t] if stale[i]]
         for i in asked:
             self._ask(i)
         return bool(asked)
@@ -435,9 +453,10 @@ class _Earliest:
 
     def best(self) -> tuple[float, _Node] | None:
         self._note_changes()
-        order, stale = self.order, self.stale
+        order, at, stale = self.order, self.at, self.stale
         while order:
-            t, i = order[0]
+            t = order[0]
+            i = at[t][0]
             if not stale[i] or self._ask(i) == t:
                 return t, self.nodes[i]
         return None
@@ -446,10 +465,10 @@ class _Earliest:
         """The earliest start of any node that is later than ``after``, the nodes up to it asked."""
         order = self.order
         while True:
-            q = bisect.bisect_right(order, (after, INF))
+            q = bisect.bisect_right(order, after)
             if q == len(order):
                 return None
-            t = order[q][0]
+            t = order[q]
             if not self._settle(t):
                 return t
 
@@ -468,7 +487,7 @@ class _Earliest:
         placement changed since can only have moved later), and it is that node's if it still has
         room then (``fit``)."""
         self._note_changes()
-        return self.order[0][0] if self.order else None
+        return self.order[0] if self.order else None
 
     def fit(self, t: float, size: int) -> list[tuple[_Node, int]] | None:
         """Where ``size`` pods start together at ``t``: the nodes whose earliest start is ``t`` or
@@ -476,23 +495,16 @@ class _Earliest:
         by pod does; None if they do not all fit. Only the nodes looked at are asked again if a
         placement changed them (one that moved past ``t`` takes no pod), not every node up to ``t``."""
         self._note_changes()
-        order, room, stale = self.order, self._room, self.stale
-        end = bisect.bisect_right(order, (t, INF))
-        eligible: list[int] | None = None  # None: all at ``t``, so ``order`` is in the candidates' order
-        if end and order[0][0] != t:
-            eligible = sorted(i for _, i in order[:end])  # the candidates' order is the nodes' own
-            end = len(eligible)
+        order, at, room, stale = self.order, self.at, self._room, self.stale
+        end = bisect.bisect_right(order, t)
+        # The nodes up to t in the candidates' order (the nodes' own): all at one time, its list as it is
+        # (a copy: asking a node may move it out), else merged.
+        eligible = list(at[order[0]]) if end == 1 else sorted(i for s in order[:end] for i in at[s])
         placed: list[tuple[_Node, int]] = []
-        need, q = size, 0
-        while q < end:
-            i = order[q][1] if eligible is None else eligible[q]
+        need = size
+        for i in eligible:
             if stale[i] and ((later := self._ask(i)) is None or later > t):  # moved past t: no room then
-                if eligible is None:
-                    end -= 1  # out of ``order`` up to t: the next node is at q now
-                else:
-                    q += 1
                 continue
-            q += 1
             k = room(i, t)
             if k:
                 take = min(k, need)
