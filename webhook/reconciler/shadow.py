@@ -116,8 +116,9 @@ class _Node:
     _steps: list[tuple[float, int, int]] | None = None  # (from, cpu used, mem used), sorted; cached
     _undo: list[list[tuple[float, int, int]] | None] = field(default_factory=list)  # steps before each tentative reserve
     _free: dict[tuple[int, int], list[tuple[float, float]]] = field(default_factory=dict)  # per pod size; cached
-    log: list[_Node] | None = None  # where changes are told (the indexes of earliest starts read it)
+    log: list[_Node] | None = None  # where a reservation taken back is told (the indexes of earliest starts read it)
     undone: int = 0  # reservations taken back (``unreserve``): what an index saw of ``res`` may be gone
+    changes: int = 0  # reservations made and taken back: an index that saw fewer must ask the node again
 
     def reserve(self, start: float, end: float, cpu: int, mem: int, *, tentative: bool = False) -> None:
         """Hold ``cpu``/``mem`` from ``start`` to ``end``; a ``tentative`` one can be taken back
@@ -129,8 +130,7 @@ class _Node:
         if steps is not None:
             self._steps = _added(steps, start, end, cpu, mem)
         self._free = {}
-        if self.log is not None:
-            self.log.append(self)
+        self.changes += 1
 
     def unreserve(self) -> None:
         """Take back the last tentative reservation."""
@@ -138,6 +138,7 @@ class _Node:
         self.undone += 1
         self._steps = self._undo.pop()
         self._free = {}
+        self.changes += 1
         if self.log is not None:
             self.log.append(self)
 
@@ -348,8 +349,8 @@ class _Earliest:
     """For one pod shape (candidate nodes, size, duration): the earliest start from ``now`` on each
     node, kept from one workload to the next, so a placement does not mean asking every node
     again. A placement only adds reservations, and that can only make a node's earliest start later
-    (or none): so a node that changed (the nodes tell the shared ``log``) keeps its old time as a
-    lower bound, marked stale, and is asked again (from that time on) only when a placement needs
+    (or none): so a node that changed (its ``changes`` count is past the one its time was found at,
+    ``known``) keeps its old time as a lower bound, stale, and is asked again (from that time on) only when a placement needs
     to know: when it comes first in ``order``, or when a gang tries a time at or after it. The
     answer is what a scan of every node gives: the earliest time, and among equals the first node
     in the candidates' order (``tests/unit/reconciler/test_shadow.py`` checks it against a scan,
@@ -364,8 +365,8 @@ class _Earliest:
     pods fit at a time (``rooms``, until the node changes), so trying a time mostly asks none again
     (``fit``)."""
 
-    __slots__ = ("at", "cpu", "duration", "hold", "limit", "log", "margin", "mem", "nodes", "now", "order", "pos",
-                 "reach", "rooms", "seen", "size", "stale", "times", "undone")
+    __slots__ = ("at", "cpu", "duration", "hold", "known", "limit", "log", "margin", "mem", "nodes", "now", "order",
+                 "pos", "reach", "rooms", "seen", "size", "times", "undone")
 
     def __init__(self, nodes: list[_Node], log: list[_Node], now: float, duration: float, cpu: int, mem: int,
                  margin: float, hold: float | None = None) -> None:
@@ -379,10 +380,10 @@ class _Earliest:
         # No node can start a pod before now: that is every node's time until a placement needs to
         # know better, so a node is asked first when it is looked at (mostly after it has changed).
         self.times: list[float | None] = [now] * len(nodes)
-        self.stale = [True] * len(nodes)
+        self.known = [-1] * len(nodes)  # per node: its ``changes`` when its time was found (-1: never, stale)
         self.order: list[float] = [now] if nodes else []  # the distinct times in ``times``, sorted
         self.at: dict[float, list[int]] = {now: list(range(len(nodes)))} if nodes else {}  # time -> its nodes, ascending
-        self.rooms: list[dict[float, int] | None] = [None] * len(nodes)  # per node: pods that fit at a time
+        self.rooms: list[dict[float, int] | None] = [None] * len(nodes)  # per node: pods that fit at a time, as known
         self.undone = [n.undone for n in nodes]  # reservations each node had taken back when its time was found
         self.seen = len(log)
 
@@ -402,7 +403,8 @@ class _Earliest:
         if t != old:
             self._move(i, old, t)
         self.times[i] = t
-        self.stale[i] = False
+        self.known[i] = node.changes
+        self.rooms[i] = None
         return t
 
     def _move(self, i: int, old: float | None, t: float | None) -> None:
@@ -424,24 +426,20 @@ class _Earliest:
                 bisect.insort(nodes_then, i)
 
     def _note_changes(self) -> None:
+        """Ask at once the nodes that took a reservation back: their old time is no lower bound (``lowest``)."""
         log = self.log
         if self.seen < len(log):
-            pos, stale, times, rooms, undone = self.pos, self.stale, self.times, self.rooms, self.undone
             for n in log[self.seen:]:
-                i = pos.get(n.name)
-                if i is not None:
-                    rooms[i] = None
-                    if n.undone != undone[i]:
-                        self._ask(i)  # a reservation taken back: its old time is no lower bound (``lowest``)
-                    elif times[i] is not None:
-                        stale[i] = True  # None stays None: more reserved never makes room
+                i = self.pos.get(n.name)
+                if i is not None and n.undone != self.undone[i]:
+                    self._ask(i)
             self.seen = len(log)
 
     def _settle(self, until: float) -> bool:
         """Ask every stale node whose old time is ``until`` or sooner; whether any was asked."""
         self._note_changes()
-        order, at, stale = self.order, self.at, self.stale
-        asked = [i for t in order[:bisect.bisect_right(order, until)] for i in at[t] if stale[i]]
+        order, at, nodes, known = self.order, self.at, self.nodes, self.known
+        asked = [i for t in order[:bisect.bisect_right(order, until)] for i in at[t] if nodes[i].changes != known[i]]
         for i in asked:
             self._ask(i)
         return bool(asked)
@@ -453,11 +451,11 @@ class _Earliest:
 
     def best(self) -> tuple[float, _Node] | None:
         self._note_changes()
-        order, at, stale = self.order, self.at, self.stale
+        order, at, nodes, known = self.order, self.at, self.nodes, self.known
         while order:
             t = order[0]
             i = at[t][0]
-            if not stale[i] or self._ask(i) == t:
+            if nodes[i].changes == known[i] or self._ask(i) == t:
                 return t, self.nodes[i]
         return None
 
@@ -495,7 +493,7 @@ class _Earliest:
         by pod does; None if they do not all fit. Only the nodes looked at are asked again if a
         placement changed them (one that moved past ``t`` takes no pod), not every node up to ``t``."""
         self._note_changes()
-        order, at, room, stale = self.order, self.at, self._room, self.stale
+        order, at, room, nodes, known = self.order, self.at, self._room, self.nodes, self.known
         end = bisect.bisect_right(order, t)
         # The nodes up to t in the candidates' order (the nodes' own): all at one time, its list as it is
         # (a copy: asking a node may move it out), else merged.
@@ -503,12 +501,12 @@ class _Earliest:
         placed: list[tuple[_Node, int]] = []
         need = size
         for i in eligible:
-            if stale[i] and ((later := self._ask(i)) is None or later > t):  # moved past t: no room then
+            if nodes[i].changes != known[i] and ((later := self._ask(i)) is None or later > t):  # moved past t: no room
                 continue
             k = room(i, t)
             if k:
                 take = min(k, need)
-                placed.append((self.nodes[i], take))
+                placed.append((nodes[i], take))
                 need -= take
                 if not need:
                     return placed
