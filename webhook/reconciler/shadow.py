@@ -69,8 +69,9 @@ def _first_start(free: list[tuple[float, float]], blocked: list[tuple[float, flo
     """``_Node.earliest`` over the node's stretches with room (``free``) and its windows (``blocked``):
     the first time >= t0 and < ``limit`` in a stretch that leaves ``duration`` before it ends, past every
     window that ``hold`` plus ``margin`` from then would run into."""
-    for k in range(max(bisect.bisect_right(free, (t0, INF)) - 1, 0), len(free)):
-        since, until = free[k]
+    for since, until in free:  # a few (one per gap in the node's reservations): a scan beats a bisect
+        if until <= t0:
+            continue  # over by t0
         t = since if since > t0 else t0
         while t < limit:
             if t + duration > until or t >= until:
