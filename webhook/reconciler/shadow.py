@@ -43,12 +43,10 @@ HORIZON = 60 * 86400  # beyond this, "unknown"
 ROOMY = 1 << 62  # room for any number of pods (``_Node.room``)
 
 
-def _added(steps: list[tuple[float, int, int]], start: float, end: float, cpu: int,
-           mem: int) -> list[tuple[float, int, int]]:
-    """A new step function of usage: ``steps`` plus ``cpu``/``mem`` from ``start`` to ``end``. The
-    same list ``_Node.steps`` would build from scratch (a breakpoint at every start and finite end),
-    without sorting every reservation again; ``steps`` itself is left as it was."""
-    out = steps[:]
+def _add(out: list[tuple[float, int, int]], start: float, end: float, cpu: int, mem: int) -> None:
+    """Add ``cpu``/``mem`` from ``start`` to ``end`` to the step function of usage ``out``, in place:
+    the same list ``_Node.steps`` would build from scratch (a breakpoint at every start and finite
+    end), without sorting every reservation again."""
     ks = bisect.bisect_left(out, (start,))
     if ks == len(out) or out[ks][0] != start:
         _, uc, um = out[ks - 1] if ks > 0 else (start, 0, 0)
@@ -60,8 +58,9 @@ def _added(steps: list[tuple[float, int, int]], start: float, end: float, cpu: i
             out.insert(ke, (end, uc, um))
     else:
         ke = len(out)
-    out[ks:ke] = [(t, uc + cpu, um + mem) for t, uc, um in out[ks:ke]]
-    return out
+    for k in range(ks, ke):  # a few steps: a loop costs less than a slice, a new list and a slice back
+        t, uc, um = out[k]
+        out[k] = (t, uc + cpu, um + mem)
 
 
 def _first_start(free: list[tuple[float, float]], blocked: list[tuple[float, float]], t0: float, duration: float,
@@ -127,9 +126,9 @@ class _Node:
         self.res.append((start, end, cpu, mem))
         steps = self._steps
         if tentative:
-            self._undo.append(steps)
+            self._undo.append(steps[:] if steps is not None else None)
         if steps is not None:
-            self._steps = _added(steps, start, end, cpu, mem)
+            _add(steps, start, end, cpu, mem)
         self._free = {}
         self.changes += 1
 
@@ -377,7 +376,7 @@ class _Earliest:
         self.size = (cpu, mem)  # the key of the nodes' stretches with room (``_Node.free``)
         self.reach = duration if hold is None else hold  # how long it keeps off a window
         self.limit = now + HORIZON
-        self.pos = {n.name: i for i, n in enumerate(nodes)}
+        self.pos: dict[str, int] | None = None  # node name -> its number; made when first needed (``_note_changes``)
         # No node can start a pod before now: that is every node's time until a placement needs to
         # know better, so a node is asked first when it is looked at (mostly after it has changed).
         self.times: list[float | None] = [now] * len(nodes)
@@ -430,6 +429,8 @@ class _Earliest:
         """Ask at once the nodes that took a reservation back: their old time is no lower bound (``lowest``)."""
         log = self.log
         if self.seen < len(log):
+            if self.pos is None:
+                self.pos = {n.name: i for i, n in enumerate(self.nodes)}
             for n in log[self.seen:]:
                 i = self.pos.get(n.name)
                 if i is not None and n.undone != self.undone[i]:
