@@ -43,12 +43,10 @@ HORIZON = 60 * 86400  # beyond this, "unknown"
 ROOMY = 1 << 62  # room for any number of pods (``_Node.room``)
 
 
-def _added(steps: list[tuple[float, int, int]], start: float, end: float, cpu: int,
-           mem: int) -> list[tuple[float, int, int]]:
-    """A new step function of usage: ``steps`` plus ``cpu``/``mem`` from ``start`` to ``end``. The
-    same list ``_Node.steps`` would build from scratch (a breakpoint at every start and finite end),
-    without sorting every reservation again; ``steps`` itself is left as it was."""
-    out = steps[:]
+def _add(out: list[tuple[float, int, int]], start: float, end: float, cpu: int, mem: int) -> None:
+    """Add ``cpu``/``mem`` from ``start`` to ``end`` to the step function of usage ``out``, in place:
+    the same list ``_Node.steps`` would build from scratch (a breakpoint at every start and finite
+    end), without sorting every reservation again."""
     ks = bisect.bisect_left(out, (start,))
     if ks == len(out) or out[ks][0] != start:
         _, uc, um = out[ks - 1] if ks > 0 else (start, 0, 0)
@@ -60,8 +58,9 @@ def _added(steps: list[tuple[float, int, int]], start: float, end: float, cpu: i
             out.insert(ke, (end, uc, um))
     else:
         ke = len(out)
-    out[ks:ke] = [(t, uc + cpu, um + mem) for t, uc, um in out[ks:ke]]
-    return out
+    for k in range(ks, ke):  # a few steps: a loop costs less than a slice, a new list and a slice back
+        t, uc, um = out[k]
+        out[k] = (t, uc + cpu, um + mem)
 
 
 def _first_start(free: list[tuple[float, float]], blocked: list[tuple[float, float]], t0: float, duration: float,
@@ -69,8 +68,9 @@ def _first_start(free: list[tuple[float, float]], blocked: list[tuple[float, flo
     """``_Node.earliest`` over the node's stretches with room (``free``) and its windows (``blocked``):
     the first time >= t0 and < ``limit`` in a stretch that leaves ``duration`` before it ends, past every
     window that ``hold`` plus ``margin`` from then would run into."""
-    for k in range(max(bisect.bisect_right(free, (t0, INF)) - 1, 0), len(free)):
-        since, until = free[k]
+    for since, until in free:  # a few (one per gap in the node's reservations): a scan beats a bisect
+        if until <= t0:
+            continue  # over by t0
         t = since if since > t0 else t0
         while t < limit:
             if t + duration > until or t >= until:
@@ -116,8 +116,9 @@ class _Node:
     _steps: list[tuple[float, int, int]] | None = None  # (from, cpu used, mem used), sorted; cached
     _undo: list[list[tuple[float, int, int]] | None] = field(default_factory=list)  # steps before each tentative reserve
     _free: dict[tuple[int, int], list[tuple[float, float]]] = field(default_factory=dict)  # per pod size; cached
-    log: list[_Node] | None = None  # where changes are told (the indexes of earliest starts read it)
+    log: list[_Node] | None = None  # where a reservation taken back is told (the indexes of earliest starts read it)
     undone: int = 0  # reservations taken back (``unreserve``): what an index saw of ``res`` may be gone
+    changes: int = 0  # reservations made and taken back: an index that saw fewer must ask the node again
 
     def reserve(self, start: float, end: float, cpu: int, mem: int, *, tentative: bool = False) -> None:
         """Hold ``cpu``/``mem`` from ``start`` to ``end``; a ``tentative`` one can be taken back
@@ -125,12 +126,11 @@ class _Node:
         self.res.append((start, end, cpu, mem))
         steps = self._steps
         if tentative:
-            self._undo.append(steps)
+            self._undo.append(steps[:] if steps is not None else None)
         if steps is not None:
-            self._steps = _added(steps, start, end, cpu, mem)
+            _add(steps, start, end, cpu, mem)
         self._free = {}
-        if self.log is not None:
-            self.log.append(self)
+        self.changes += 1
 
     def unreserve(self) -> None:
         """Take back the last tentative reservation."""
@@ -138,6 +138,7 @@ class _Node:
         self.undone += 1
         self._steps = self._undo.pop()
         self._free = {}
+        self.changes += 1
         if self.log is not None:
             self.log.append(self)
 
@@ -348,21 +349,24 @@ class _Earliest:
     """For one pod shape (candidate nodes, size, duration): the earliest start from ``now`` on each
     node, kept from one workload to the next, so a placement does not mean asking every node
     again. A placement only adds reservations, and that can only make a node's earliest start later
-    (or none): so a node that changed (the nodes tell the shared ``log``) keeps its old time as a
-    lower bound, marked stale, and is asked again (from that time on) only when a placement needs
+    (or none): so a node that changed (its ``changes`` count is past the one its time was found at,
+    ``known``) keeps its old time as a lower bound, stale, and is asked again (from that time on) only when a placement needs
     to know: when it comes first in ``order``, or when a gang tries a time at or after it. The
     answer is what a scan of every node gives: the earliest time, and among equals the first node
     in the candidates' order (``tests/unit/reconciler/test_shadow.py`` checks it against a scan,
     ``test_shadow_gangs.py`` the gangs against asking every node pod by pod).
 
-    ``order`` holds (time, node) of every node with a time (a stale one's old time), sorted, so the
-    first, once asked, is the answer and a gang trying a time finds the nodes that could take a pod
-    then in one slice; each node starts there at ``now``, stale. Per node it also keeps how many
+    ``order`` holds the distinct times of the nodes that have one (a stale node's old time), sorted,
+    and ``at`` for each of them the nodes with that time, in the candidates' order: so the first
+    node at the first time, once asked, is the answer, and a gang trying a time finds the nodes that
+    could take a pod then in one slice. A node whose time changes moves from one short list of node
+    numbers to another, rather than through one long sorted list of (time, node) pairs, each of
+    whose comparisons costs two. Each node starts at ``now``, stale. Per node it also keeps how many
     pods fit at a time (``rooms``, until the node changes), so trying a time mostly asks none again
     (``fit``)."""
 
-    __slots__ = ("cpu", "duration", "hold", "limit", "log", "margin", "mem", "nodes", "now", "order", "pos", "reach",
-                 "rooms", "seen", "size", "stale", "times", "undone")
+    __slots__ = ("at", "cpu", "duration", "hold", "known", "limit", "log", "margin", "mem", "nodes", "now", "order",
+                 "pos", "reach", "rooms", "seen", "size", "times", "undone")
 
     def __init__(self, nodes: list[_Node], log: list[_Node], now: float, duration: float, cpu: int, mem: int,
                  margin: float, hold: float | None = None) -> None:
@@ -372,13 +376,14 @@ class _Earliest:
         self.size = (cpu, mem)  # the key of the nodes' stretches with room (``_Node.free``)
         self.reach = duration if hold is None else hold  # how long it keeps off a window
         self.limit = now + HORIZON
-        self.pos = {n.name: i for i, n in enumerate(nodes)}
+        self.pos: dict[str, int] | None = None  # node name -> its number; made when first needed (``_note_changes``)
         # No node can start a pod before now: that is every node's time until a placement needs to
         # know better, so a node is asked first when it is looked at (mostly after it has changed).
         self.times: list[float | None] = [now] * len(nodes)
-        self.stale = [True] * len(nodes)
-        self.order = [(now, i) for i in range(len(nodes))]
-        self.rooms: list[dict[float, int] | None] = [None] * len(nodes)  # per node: pods that fit at a time
+        self.known = [-1] * len(nodes)  # per node: its ``changes`` when its time was found (-1: never, stale)
+        self.order: list[float] = [now] if nodes else []  # the distinct times in ``times``, sorted
+        self.at: dict[float, list[int]] = {now: list(range(len(nodes)))} if nodes else {}  # time -> its nodes, ascending
+        self.rooms: list[dict[float, int] | None] = [None] * len(nodes)  # per node: pods that fit at a time, as known
         self.undone = [n.undone for n in nodes]  # reservations each node had taken back when its time was found
         self.seen = len(log)
 
@@ -396,34 +401,47 @@ class _Earliest:
         t = _first_start(free, node.blocked, since, self.duration, self.reach, self.margin, self.limit)
         self.undone[i] = undone
         if t != old:
-            order = self.order
-            if old is not None:
-                del order[bisect.bisect_left(order, (old, i))]
-            if t is not None:
-                bisect.insort(order, (t, i))
+            self._move(i, old, t)
         self.times[i] = t
-        self.stale[i] = False
+        self.known[i] = node.changes
+        self.rooms[i] = None
         return t
 
+    def _move(self, i: int, old: float | None, t: float | None) -> None:
+        """Node ``i`` from the nodes at ``old`` to those at ``t`` (None: at no time)."""
+        order, at = self.order, self.at
+        if old is not None:
+            nodes = at[old]
+            if len(nodes) == 1:  # the last node at that time: the time goes
+                del at[old]
+                del order[bisect.bisect_left(order, old)]
+            else:
+                del nodes[bisect.bisect_left(nodes, i)]
+        if t is not None:
+            nodes_then = at.get(t)
+            if nodes_then is None:
+                at[t] = [i]
+                bisect.insort(order, t)
+            else:
+                bisect.insort(nodes_then, i)
+
     def _note_changes(self) -> None:
+        """Ask at once the nodes that took a reservation back: their old time is no lower bound (``lowest``)."""
         log = self.log
         if self.seen < len(log):
-            pos, stale, times, rooms, undone = self.pos, self.stale, self.times, self.rooms, self.undone
+            if self.pos is None:
+                self.pos = {n.name: i for i, n in enumerate(self.nodes)}
             for n in log[self.seen:]:
-                i = pos.get(n.name)
-                if i is not None:
-                    rooms[i] = None
-                    if n.undone != undone[i]:
-                        self._ask(i)  # a reservation taken back: its old time is no lower bound (``lowest``)
-                    elif times[i] is not None:
-                        stale[i] = True  # None stays None: more reserved never makes room
+                i = self.pos.get(n.name)
+                if i is not None and n.undone != self.undone[i]:
+                    self._ask(i)
             self.seen = len(log)
 
     def _settle(self, until: float) -> bool:
         """Ask every stale node whose old time is ``until`` or sooner; whether any was asked."""
         self._note_changes()
-        order, stale = self.order, self.stale
-        asked = [i for _, i in order[:bisect.bisect_right(order, (until, INF))] if stale[i]]
+        order, at, nodes, known = self.order, self.at, self.nodes, self.known
+        asked = [i for t in order[:bisect.bisect_right(order, until)] for i in at[t] if nodes[i].changes != known[i]]
         for i in asked:
             self._ask(i)
         return bool(asked)
@@ -435,10 +453,11 @@ class _Earliest:
 
     def best(self) -> tuple[float, _Node] | None:
         self._note_changes()
-        order, stale = self.order, self.stale
+        order, at, nodes, known = self.order, self.at, self.nodes, self.known
         while order:
-            t, i = order[0]
-            if not stale[i] or self._ask(i) == t:
+            t = order[0]
+            i = at[t][0]
+            if nodes[i].changes == known[i] or self._ask(i) == t:
                 return t, self.nodes[i]
         return None
 
@@ -446,10 +465,10 @@ class _Earliest:
         """The earliest start of any node that is later than ``after``, the nodes up to it asked."""
         order = self.order
         while True:
-            q = bisect.bisect_right(order, (after, INF))
+            q = bisect.bisect_right(order, after)
             if q == len(order):
                 return None
-            t = order[q][0]
+            t = order[q]
             if not self._settle(t):
                 return t
 
@@ -468,7 +487,7 @@ class _Earliest:
         placement changed since can only have moved later), and it is that node's if it still has
         room then (``fit``)."""
         self._note_changes()
-        return self.order[0][0] if self.order else None
+        return self.order[0] if self.order else None
 
     def fit(self, t: float, size: int) -> list[tuple[_Node, int]] | None:
         """Where ``size`` pods start together at ``t``: the nodes whose earliest start is ``t`` or
@@ -476,27 +495,20 @@ class _Earliest:
         by pod does; None if they do not all fit. Only the nodes looked at are asked again if a
         placement changed them (one that moved past ``t`` takes no pod), not every node up to ``t``."""
         self._note_changes()
-        order, room, stale = self.order, self._room, self.stale
-        end = bisect.bisect_right(order, (t, INF))
-        eligible: list[int] | None = None  # None: all at ``t``, so ``order`` is in the candidates' order
-        if end and order[0][0] != t:
-            eligible = sorted(i for _, i in order[:end])  # the candidates' order is the nodes' own
-            end = len(eligible)
+        order, at, room, nodes, known = self.order, self.at, self._room, self.nodes, self.known
+        end = bisect.bisect_right(order, t)
+        # The nodes up to t in the candidates' order (the nodes' own): all at one time, its list as it is
+        # (a copy: asking a node may move it out), else merged.
+        eligible = list(at[order[0]]) if end == 1 else sorted(i for s in order[:end] for i in at[s])
         placed: list[tuple[_Node, int]] = []
-        need, q = size, 0
-        while q < end:
-            i = order[q][1] if eligible is None else eligible[q]
-            if stale[i] and ((later := self._ask(i)) is None or later > t):  # moved past t: no room then
-                if eligible is None:
-                    end -= 1  # out of ``order`` up to t: the next node is at q now
-                else:
-                    q += 1
+        need = size
+        for i in eligible:
+            if nodes[i].changes != known[i] and ((later := self._ask(i)) is None or later > t):  # moved past t: no room
                 continue
-            q += 1
             k = room(i, t)
             if k:
                 take = min(k, need)
-                placed.append((self.nodes[i], take))
+                placed.append((nodes[i], take))
                 need -= take
                 if not need:
                     return placed

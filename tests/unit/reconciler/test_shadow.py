@@ -272,6 +272,22 @@ def test_the_index_of_earliest_starts_answers_as_a_scan_of_every_node_does(seed:
         n.reserve(t, t + duration, cpu, 2**30)
 
 
+def test_a_reservation_taken_back_makes_the_index_ask_its_node_at_once() -> None:
+    """A node's time in the index is a lower bound only while reservations are added: one taken
+    back (``unreserve``, told through the log) can make room sooner, so the index asks the node
+    again before it answers ``lowest``, which a gang's placement tries first."""
+    log: list[Any] = []
+    n = shadow._Node("n", 4000, 2**34, {}, (), [])
+    n.log = log
+    index = shadow._Earliest([n], log, T0, HOUR, 4000, 2**30, 300.0)
+    assert index.best() == (T0, n)
+    n.reserve(T0, T0 + 2 * HOUR, 4000, 2**30, tentative=True)
+    assert index.best() == (T0 + 2 * HOUR, n) and index.lowest() == T0 + 2 * HOUR
+    n.unreserve()
+    assert index.lowest() == T0
+    assert index.fit(T0, 1) == [(n, 1)]
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_a_reservation_added_to_the_steps_gives_the_steps_built_from_scratch(seed: int) -> None:
     rng = random.Random(seed)
