@@ -29,14 +29,26 @@ def bundle(webhook_server: Any) -> Path:
     return Path(webhook_server.server.policies)
 
 
+TAINT = "batchgate.io/e2e-narrowing"
+
+
+def tolerate(tag: str) -> list[dict]:
+    return [{"key": TAINT, "operator": "Equal", "value": tag, "effect": "NoSchedule"}]
+
+
 @pytest.fixture
 def two_nodes(kube: Any):
-    """Two 4-CPU nodes only this test's pods select (label ``e2e-queue``), told apart by ``e2e-pin``."""
+    """Two 4-CPU nodes for this test's pods alone: labelled ``e2e-queue`` (its pods select them, told
+    apart by ``e2e-pin``) and tainted (its pods tolerate it). A label keeps the test's pods on the nodes,
+    not others off them: untainted, they take any pending pod of the session, and one of higher priority
+    (an earlier module's interactive whole-node Deployment, its namespace still being deleted) makes
+    kube-scheduler preempt busy-a or busy-b; with no kubelet to end it, the victim stays Terminating,
+    and the placement counts its room free once its grace period is over (a start-by 30 s away)."""
     tag = uuid.uuid4().hex[:6]
     names = {side: f"bg-n{side}-{tag}" for side in ("a", "b")}
     for side, name in names.items():
-        kube.create_node(name, cpu="4", memory="16Gi")
-        kube.patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {"e2e-queue": tag, "e2e-pin": side}}})
+        kube.create_node(name, cpu="4", memory="16Gi", labels={"e2e-queue": tag, "e2e-pin": side},
+                         taints=[{"key": TAINT, "value": tag, "effect": "NoSchedule"}])
     yield tag, names
     for name in names.values():
         kube.delete_node(name)
@@ -45,6 +57,7 @@ def two_nodes(kube: Any):
 def timed(name: str, tag: str, cpu: str, minutes: int, pin: str | None = None) -> dict:
     j = queued_job(name, tag, cpu)
     j["metadata"]["annotations"] = {"batchgate.io/time-limit": f"{minutes}m"}
+    j["spec"]["template"]["spec"]["tolerations"] = tolerate(tag)
     if pin:
         j["spec"]["template"]["spec"]["nodeSelector"]["e2e-pin"] = pin
     return j
@@ -82,7 +95,7 @@ def test_backfill_is_bound_off_the_reserved_node_kube_scheduler_would_choose_and
 
         # What kube-scheduler does with such a pod when nobody narrows it: the emptier node, a.
         probe = pod("probe", labels={"batchgate.io/queue": "batch"}, containers=[container(cpu="1", memory="1Gi")],
-                    nodeSelector={"e2e-queue": tag})
+                    nodeSelector={"e2e-queue": tag}, tolerations=tolerate(tag))
         create(kube, ns, probe)
         chosen = wait_for(lambda: kube.get(pods_path(ns, "probe"))["spec"].get("nodeName"), 60,
                           message="the probe bound")
