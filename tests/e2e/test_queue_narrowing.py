@@ -15,7 +15,17 @@ from typing import Any
 
 import pytest
 from cluster import wait_for
-from harness import container, create, epoch, events, jobs_path, pod, pods_path, stop_reconcilers
+from harness import (
+    container,
+    create,
+    deployment,
+    epoch,
+    events,
+    jobs_path,
+    pod,
+    pods_path,
+    stop_reconcilers,
+)
 from test_queue import finish, pods_of, queued_job, reconcile, run_pods_of, start_by, suspended
 
 from webhook.contract import START_BY_ANNOTATION
@@ -127,5 +137,42 @@ def test_backfill_is_bound_off_the_reserved_node_kube_scheduler_would_choose_and
         assert time.time() <= epoch(promise), "released after its start-by"
         ann = kube.get(jobs_path(ns, "big"))["metadata"].get("annotations") or {}
         assert ann.get(START_BY_ANNOTATION) in (None, promise)
+    finally:
+        stop_reconcilers(started)
+
+
+def test_room_kube_scheduler_preempts_for_an_interactive_session_is_the_sessions_not_a_promises(
+        kube, namespace, two_nodes, tmp_path, bundle):
+    """An interactive Deployment (ungated: kube-scheduler and its preemption serve it) wants a: kube-scheduler
+    preempts busy-a for its pod and nominates it there (status.nominatedNodeName, read back). busy-a, being
+    deleted, would free a 30 s from now, but that room is the session's: the big job is promised b, at
+    busy-b's deadline."""
+    ns = namespace
+    tag, nodes = two_nodes
+    started: list = []
+    try:
+        create(kube, ns, timed("busy-a", tag, "2", 3, pin="a"))
+        create(kube, ns, timed("busy-b", tag, "3", 60, pin="b"))
+        reconcile(kube, ns, tmp_path, bundle, "r1", started)
+        for name in ("busy-a", "busy-b"):
+            wait_for(lambda name=name: not suspended(kube, ns, name), 60, message=f"{name} released")
+            run_pods_of(kube, ns, name, 1)
+        deadline = wait_for(lambda: (kube.get(jobs_path(ns, "busy-b"))["metadata"].get("annotations") or {}).get(
+            "batchgate.io/deadline"), 60, message="busy-b's deadline recorded")
+
+        session = {"batchgate.io/queue": "interactive"}
+        web = deployment("web", labels=session, containers=[container(cpu="3", memory="1Gi")],
+                         nodeSelector={"e2e-queue": tag, "e2e-pin": "a"}, tolerations=tolerate(tag))
+        web["spec"]["template"]["metadata"]["labels"].update(session)
+        create(kube, ns, web)
+        wait_for(lambda: [p for p in kube.get(pods_path(ns), labelSelector="app=web")["items"]
+                          if p["status"].get("nominatedNodeName") == nodes["a"]], 60,
+                 message="the session's pod nominated to a")
+        (victim,) = pods_of(kube, ns, "busy-a")
+        assert victim["metadata"].get("deletionTimestamp"), "busy-a's pod not preempted"
+
+        create(kube, ns, timed("big", tag, "4", 60))
+        promise = wait_for(lambda: start_by(kube, ns, "big"), 60, message="the big job's start-by")
+        assert promise == deadline, (promise, deadline)
     finally:
         stop_reconcilers(started)
