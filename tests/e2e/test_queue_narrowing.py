@@ -3,7 +3,9 @@
 kube-scheduler's default scoring binds a pod on the emptiest node that fits: here that is the node
 being emptied for a reserved whole-node job. The reconciler narrows every release to the nodes its
 placement chose, so a short job that backfills is bound on the other node (its stored required node
-affinity says so), and the big job starts on its node by its start-by.
+affinity says so), and the big job starts on its node by its start-by. Room kube-scheduler preempted
+for a pod of something the queue does not place (an interactive Deployment's) is that pod's: no
+start-by counts on it.
 """
 
 from __future__ import annotations
