@@ -3,7 +3,9 @@
 kube-scheduler's default scoring binds a pod on the emptiest node that fits: here that is the node
 being emptied for a reserved whole-node job. The reconciler narrows every release to the nodes its
 placement chose, so a short job that backfills is bound on the other node (its stored required node
-affinity says so), and the big job starts on its node by its start-by.
+affinity says so), and the big job starts on its node by its start-by. Room kube-scheduler preempted
+for a pod of something the queue does not place (an interactive Deployment's) is that pod's: no
+start-by counts on it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,17 @@ from typing import Any
 
 import pytest
 from cluster import wait_for
-from harness import container, create, epoch, events, jobs_path, pod, pods_path, stop_reconcilers
+from harness import (
+    container,
+    create,
+    deployment,
+    epoch,
+    events,
+    jobs_path,
+    pod,
+    pods_path,
+    stop_reconcilers,
+)
 from test_queue import finish, pods_of, queued_job, reconcile, run_pods_of, start_by, suspended
 
 from webhook.contract import START_BY_ANNOTATION
@@ -29,14 +41,26 @@ def bundle(webhook_server: Any) -> Path:
     return Path(webhook_server.server.policies)
 
 
+TAINT = "batchgate.io/e2e-narrowing"
+
+
+def tolerate(tag: str) -> list[dict]:
+    return [{"key": TAINT, "operator": "Equal", "value": tag, "effect": "NoSchedule"}]
+
+
 @pytest.fixture
 def two_nodes(kube: Any):
-    """Two 4-CPU nodes only this test's pods select (label ``e2e-queue``), told apart by ``e2e-pin``."""
+    """Two 4-CPU nodes for this test's pods alone: labelled ``e2e-queue`` (its pods select them, told
+    apart by ``e2e-pin``) and tainted (its pods tolerate it). A label keeps the test's pods on the nodes,
+    not others off them: untainted, they take any pending pod of the session, and one of higher priority
+    (an earlier module's interactive whole-node Deployment, its namespace still being deleted) makes
+    kube-scheduler preempt busy-a or busy-b; with no kubelet to end it, the victim stays Terminating,
+    and the placement counts its room free once its grace period is over (a start-by 30 s away)."""
     tag = uuid.uuid4().hex[:6]
     names = {side: f"bg-n{side}-{tag}" for side in ("a", "b")}
     for side, name in names.items():
-        kube.create_node(name, cpu="4", memory="16Gi")
-        kube.patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {"e2e-queue": tag, "e2e-pin": side}}})
+        kube.create_node(name, cpu="4", memory="16Gi", labels={"e2e-queue": tag, "e2e-pin": side},
+                         taints=[{"key": TAINT, "value": tag, "effect": "NoSchedule"}])
     yield tag, names
     for name in names.values():
         kube.delete_node(name)
@@ -45,6 +69,7 @@ def two_nodes(kube: Any):
 def timed(name: str, tag: str, cpu: str, minutes: int, pin: str | None = None) -> dict:
     j = queued_job(name, tag, cpu)
     j["metadata"]["annotations"] = {"batchgate.io/time-limit": f"{minutes}m"}
+    j["spec"]["template"]["spec"]["tolerations"] = tolerate(tag)
     if pin:
         j["spec"]["template"]["spec"]["nodeSelector"]["e2e-pin"] = pin
     return j
@@ -82,7 +107,7 @@ def test_backfill_is_bound_off_the_reserved_node_kube_scheduler_would_choose_and
 
         # What kube-scheduler does with such a pod when nobody narrows it: the emptier node, a.
         probe = pod("probe", labels={"batchgate.io/queue": "batch"}, containers=[container(cpu="1", memory="1Gi")],
-                    nodeSelector={"e2e-queue": tag})
+                    nodeSelector={"e2e-queue": tag}, tolerations=tolerate(tag))
         create(kube, ns, probe)
         chosen = wait_for(lambda: kube.get(pods_path(ns, "probe"))["spec"].get("nodeName"), 60,
                           message="the probe bound")
@@ -114,5 +139,42 @@ def test_backfill_is_bound_off_the_reserved_node_kube_scheduler_would_choose_and
         assert time.time() <= epoch(promise), "released after its start-by"
         ann = kube.get(jobs_path(ns, "big"))["metadata"].get("annotations") or {}
         assert ann.get(START_BY_ANNOTATION) in (None, promise)
+    finally:
+        stop_reconcilers(started)
+
+
+def test_room_kube_scheduler_preempts_for_an_interactive_session_is_the_sessions_not_a_promises(
+        kube, namespace, two_nodes, tmp_path, bundle):
+    """An interactive Deployment (ungated: kube-scheduler and its preemption serve it) wants a: kube-scheduler
+    preempts busy-a for its pod and nominates it there (status.nominatedNodeName, read back). busy-a, being
+    deleted, would free a 30 s from now, but that room is the session's: the big job is promised b, at
+    busy-b's deadline."""
+    ns = namespace
+    tag, nodes = two_nodes
+    started: list = []
+    try:
+        create(kube, ns, timed("busy-a", tag, "2", 3, pin="a"))
+        create(kube, ns, timed("busy-b", tag, "3", 60, pin="b"))
+        reconcile(kube, ns, tmp_path, bundle, "r1", started)
+        for name in ("busy-a", "busy-b"):
+            wait_for(lambda name=name: not suspended(kube, ns, name), 60, message=f"{name} released")
+            run_pods_of(kube, ns, name, 1)
+        deadline = wait_for(lambda: (kube.get(jobs_path(ns, "busy-b"))["metadata"].get("annotations") or {}).get(
+            "batchgate.io/deadline"), 60, message="busy-b's deadline recorded")
+
+        session = {"batchgate.io/queue": "interactive"}
+        web = deployment("web", labels=session, containers=[container(cpu="3", memory="1Gi")],
+                         nodeSelector={"e2e-queue": tag, "e2e-pin": "a"}, tolerations=tolerate(tag))
+        web["spec"]["template"]["metadata"]["labels"].update(session)
+        create(kube, ns, web)
+        wait_for(lambda: [p for p in kube.get(pods_path(ns), labelSelector="app=web")["items"]
+                          if p["status"].get("nominatedNodeName") == nodes["a"]], 60,
+                 message="the session's pod nominated to a")
+        (victim,) = pods_of(kube, ns, "busy-a")
+        assert victim["metadata"].get("deletionTimestamp"), "busy-a's pod not preempted"
+
+        create(kube, ns, timed("big", tag, "4", 60))
+        promise = wait_for(lambda: start_by(kube, ns, "big"), 60, message="the big job's start-by")
+        assert promise == deadline, (promise, deadline)
     finally:
         stop_reconcilers(started)

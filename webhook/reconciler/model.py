@@ -276,6 +276,7 @@ class PodView:
     # -- the batch queue (queue.py)
     gated: bool = False  # waits behind batchgate's scheduling gate
     other_gates: tuple[str, ...] = ()  # the other scheduling gates on a gated pod (kept when ours goes)
+    nominated: str = ""  # status.nominatedNodeName: where kube-scheduler preempted for this pending pod
     mounts: tuple[tuple[str, str], ...] = ()  # a gated pod's volume sources: (kind, name), volume_sources()
     start_by: str | None = None  # batchgate.io/start-by as written (a gated pod)
     extended: tuple[tuple[str, int], ...] = ()  # requests of other resources (GPUs, ...), milli-units
@@ -824,6 +825,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         disrupted_at=disrupted_at,
         created=created,
         **_gates(spec),
+        nominated=_str(st.get("nominatedNodeName")),
         start_by=kept(ann.get(START_BY_ANNOTATION)),
         extended=_extended(spec),
         priority_class=_class_name(spec.get("priorityClassName")),

@@ -7,6 +7,9 @@ ends, without scheduling anything itself:
 - running (and bound) pods hold their requests on their node until their
   job's deadline (``batchgate.io/deadline``, else start + time limit); work
   without a time limit holds them for good;
+- a pending pod of something not modelled as work (a ReplicaSet's) holds its
+  requests only on the node kube-scheduler nominated it to after preempting
+  there (``status.nominatedNodeName``): the room its victims free is its;
 - maintenance windows block their nodes from start to end, and a job only
   starts on a node if its time limit (plus the admission margin) ends before
   the node's next window, as the ``maintenance-affinity`` policy makes
@@ -612,7 +615,13 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
         if pod.deleting:
             continue
         if pod.owner is not None and job is None:
-            continue  # owned by something we do not model (a ReplicaSet's pod is not a job)
+            # Owned by something not modelled as work (a ReplicaSet's pod is not a job). Nominated to
+            # a node (kube-scheduler preempted there for it), the room its victims free is its own:
+            # it holds it from now, to its time limit or for good.
+            node = nodes.get(pod.nominated) if pod.nominated else None
+            if node is not None and not (preempts_below is not None and pod.sched.priority < preempts_below):
+                node.reserve(now, now + limit if limit is not None else INF, pod.sched.cpu, pod.sched.mem)
+            continue
         ref = job.ref if job is not None else pod.ref
         w = pending.get(ref.uid)
         if w is None:

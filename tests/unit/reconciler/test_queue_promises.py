@@ -143,6 +143,28 @@ def test_a_node_an_admin_cordoned_before_a_window_is_not_promised_when_the_windo
             assert parse_time(promise.annotations[START_BY_ANNOTATION]) == T0 + 3 * HOUR
 
 
+def test_room_kube_scheduler_preempted_for_a_pod_it_does_not_model_is_that_pods_not_a_promises():
+    """kube-scheduler preempts a batch pod on n1 for a higher-priority Deployment's pod (not work the
+    placement models: no Job, no time limit) and nominates it to n1. The victim, being deleted, frees
+    its room at the end of its grace period, and that room is the preemptor's: the big job is promised
+    n2, where room really comes, not n1 30 seconds from now."""
+    victim = busy("victim", "2", HOUR)
+    victim["metadata"]["deletionTimestamp"] = ts(30)
+    other = busy("other", "4", 2 * HOUR)
+    other["spec"]["nodeName"] = "n2"
+    web = with_spec(pod("web-7d9f-x2k", phase="Pending", node="", started=None, admitted=None), cpu="3",
+                    priority=10_000)
+    web["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9f",
+                                           "uid": "uid-rs", "controller": True}]
+    nodes = [node("n1", cpu="4"), node("n2", cpu="4")]
+    for nominated, start_by in (("n1", 2 * HOUR), ("n2", 30)):  # nominated to n2: n1's room is free then
+        web["status"]["nominatedNodeName"] = nominated
+        snap = Snapshot.of(pods=[pod_view(o) for o in (victim, other, web, gated("big", "4", "1h"))], jobs=[],
+                           nodes=nodes)
+        (promise,) = of(plan(snap, T0, S, estimate=False).actions, "start-by", "big")
+        assert parse_time(promise.annotations[START_BY_ANNOTATION]) == T0 + start_by, nominated
+
+
 def test_the_waiting_metric_counts_what_the_pass_gathered_per_queue_and_account():
     """batchgate_queue_waiting_workloads comes from the pass's own gathering (Plan.waiting)."""
     from tests.unit.reconciler.fakeapi import FakeApi
