@@ -13,7 +13,15 @@ import pytest
 import yaml
 
 from tests.conftest import POLICIES
-from tests.unit.conftest import check, decided, load_sample, only, settings_error, shipped_bundle, workload
+from tests.unit.conftest import (
+    check,
+    decided,
+    load_sample,
+    only,
+    settings_error,
+    shipped_bundle,
+    workload,
+)
 from webhook.bundle import Bundle
 from webhook.contract import KUEUE_QUEUE_LABEL, QUEUE_GATE, QUEUED_ANNOTATION, QUEUED_BY_SUSPEND
 from webhook.engine import Decision
