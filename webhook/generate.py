@@ -478,8 +478,6 @@ def _actions(bundle: Bundle, *, mutating: bool, operation: str, res: Resource) -
     for p in bundle.candidates(mutating=mutating, operation=operation, group=res.group,
                                version=res.versions[0], kind=res.kind):
         acts: Entries | str
-        if mutating and operation == "UPDATE" and p.rule.name == "queue-gate" and (shape is None or shape.is_pod):
-            continue  # on UPDATE it marks Jobs its users suspend, and nothing else (rules.queue_gate.mutate)
         if operation == "UPDATE" and p.rule.decides_pod:
             if shape is None or not shape.template_mutable:
                 continue  # the engine runs it on UPDATE only where the pod template may change

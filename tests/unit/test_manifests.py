@@ -521,7 +521,9 @@ def _needed(mutating: bool) -> set[tuple[str, str, str]]:
                     # the engine skips pod-deciding policies on UPDATE of an immutable template
                     if not (op == "UPDATE" and policy.rule.decides_pod and shape and not shape.template_mutable)
                     # and mutates only on the type's mutate_operations (job-network validates on UPDATE)
-                    and (not mutating or op in policy.rule.mutate_operations)}
+                    and (not mutating or op in policy.rule.mutate_operations)
+                    and (not mutating or op != "UPDATE" or policy.rule.mutate_update_kinds is None
+                         or kind in policy.rule.mutate_update_kinds)}
     return out
 
 

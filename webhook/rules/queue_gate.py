@@ -179,6 +179,7 @@ TYPE = RuleType(
     default_kinds=KINDS,
     default_operations=("CREATE", "UPDATE"),
     mutate_operations=("CREATE", "UPDATE"),
+    mutate_update_kinds=("Job",),  # on UPDATE it marks a Job its user suspends, and nothing else
     default_failure_policy="Ignore",
     order=60,
 )
