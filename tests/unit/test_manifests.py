@@ -428,11 +428,12 @@ def test_webhook_settings(objects):
         assert svc["path"] == ("/mutate" if kind.startswith("Mutating") else "/validate")
         if kind.startswith("Mutating"):
             assert w["reinvocationPolicy"] == "IfNeeded"
-            # UPDATE only of kinds whose pod template may change (never a Pod's or Job's spec)
+            # UPDATE only of kinds whose pod template may change (never a Pod's spec), and of
+            # Jobs, which queue-gate marks queued when their user suspends them
             for r in w["rules"]:
                 if "UPDATE" in r["operations"]:
                     assert set(r["resources"]) <= {"deployments", "statefulsets", "replicasets",
-                                                   "daemonsets", "cronjobs"}, r
+                                                   "daemonsets", "cronjobs", "jobs"}, r
 
 
 def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
