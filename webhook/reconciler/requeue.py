@@ -95,7 +95,7 @@ def plan_requeue(snapshot: Snapshot, now: float, policy: QueuePolicy, jobs: Iter
         rv = job.resource_version
         if job.queued and job.user_suspended:
             out.append(Action(
-                kind="requeue", target=job.ref, reason="Requeued", key="suspended",
+                kind="requeue", target=job.ref, reason="Requeued", key=f"suspended/{rv}",
                 message=(f"suspended by its user: the Job waits in queue {queue_of(job, policy)!r} again and is "
                          "released when its turn comes (its time limit counts afresh from then)"),
                 patch={"metadata": {"resourceVersion": rv, "annotations": {
