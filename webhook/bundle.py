@@ -122,6 +122,7 @@ class RuleType(Generic[S]):
     default_kinds: tuple[tuple[str, str, str], ...] = WORKLOAD_KINDS
     default_operations: tuple[str, ...] = ("CREATE",)
     mutate_operations: tuple[str, ...] = ("CREATE",)
+    mutate_update_kinds: tuple[str, ...] | None = None  # the kinds it mutates on UPDATE; None: all it matches
     # Decides the pod (or pod template): runs on every kind that makes pods, and on UPDATE only
     # where the pod template may change and did (the engine skips it otherwise).
     decides_pod: bool = False
@@ -493,6 +494,8 @@ class Bundle:
                 if operation in p.match.operations and p.match.matches_kind(group, version, kind)
                 # a type that validates on more operations than it mutates (job-network) mutates on its own
                 and (not mutating or operation in p.rule.mutate_operations)
+                and (not mutating or operation != "UPDATE" or p.rule.mutate_update_kinds is None
+                     or kind in p.rule.mutate_update_kinds)
             ))
         return found
 

@@ -57,6 +57,9 @@ SEAL_ANNOTATION = f"{GROUP}/admitted"
 # reconciler (and admins) take either away, when the workload's turn comes.
 QUEUE_GATE = f"{GROUP}/queue"
 QUEUED_ANNOTATION = f"{GROUP}/queued"
+# Its value on a released Job its user suspended (the webhook marks it; "true" elsewhere): the Job goes
+# back to its queue, and the reconciler re-queues it as its own (requeue.py) before it is placed again.
+QUEUED_BY_SUSPEND = "suspended"
 # Workloads another queue manager admits (Kueue) are never gated.
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # On a workload waiting in batchgate's queue: its reservation's start, the promise (queue.py).

@@ -558,15 +558,16 @@ def _reads(policy: Policy, bundle: Bundle, shape: Shape | None) -> tuple[str, En
         queue_at = [("metadata",)] + ([] if shape.is_pod else [shape.pod_meta])
         return "true", (tuple((_meta(path), "annotations", keys) for path, _ in LOCATIONS[shape.kind])
                         + tuple((_meta(pl), "labels", (QUEUE_LABEL,)) for pl in queue_at))
-    if t == "queue-gate":  # a waiting workload (gated Pod, queued Job), or the mark added, by a non-releaser
+    if t == "queue-gate":  # a waiting workload (gated Pod, queued Job), or the mark added, or a Job
+        # suspended (it goes back to its queue), by a non-releaser
         from .contract import QUEUE_GATE, QUEUED_ANNOTATION
 
         if shape is not None and shape.is_pod:
             gates = "oldObject.spec.schedulingGates"
             acts = f"has({gates}) && {gates}.exists(g, g.name == {_s(QUEUE_GATE)})"
         else:
-            acts = _or([f"{_s(QUEUED_ANNOTATION)} in {_map_at(r, ('metadata', 'annotations'))}"
-                        for r in ("oldObject", "object")])
+            acts = _or([*(f"{_s(QUEUED_ANNOTATION)} in {_map_at(r, ('metadata', 'annotations'))}"
+                          for r in ("oldObject", "object")), _SUSPENDING])
         return f"!({_exempt(bundle, policy)}) || ({controller})", acts
     if t in ("scavengerjob", "maintenance-window"):  # a changed spec
         return "true", _changed(("spec",))
@@ -897,11 +898,17 @@ def _queue_of(bundle: Bundle, shape: Shape) -> str:
     return out
 
 
+# An UPDATE turns a Job's spec.suspend true (rules.queue_gate.suspending)
+_SUSPENDING = ("(has(object.spec.suspend) && object.spec.suspend == true && "
+               "!(has(oldObject.spec.suspend) && oldObject.spec.suspend == true))")
+
+
 def _queue_gate_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
     """queue-gate's rule on UPDATE, so that it holds while the webhook is down: only the releasers
     (the reconciler) and admins take the gate off a Pod, resume a queued Job or drop its mark, and
-    nobody else marks a Job queued."""
-    from .contract import QUEUE_GATE, QUEUED_ANNOTATION
+    nobody else marks a Job queued, but as the webhook marks one its user suspends in a gated queue
+    (which is refused unmarked: rules.queue_gate.requeues)."""
+    from .contract import QUEUE_GATE, QUEUED_ANNOTATION, QUEUED_BY_SUSPEND
 
     exempt = _exempt(bundle, policy)
     mark = _s(QUEUED_ANNOTATION)
@@ -918,6 +925,7 @@ def _queue_gate_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
         },)))
     jobs = _routes(policy, kinds=[r for r in RESOURCES if r.kind == "Job"])
     if jobs:
+        gated = _job_gated(bundle, policy)
         parts.append(_Part("-jobs", tuple((res, tuple(o for o in ops if o == "UPDATE")) for res, ops in jobs
                                           if "UPDATE" in ops), (
             ("exempt", exempt),
@@ -925,15 +933,35 @@ def _queue_gate_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
             ("oldAnnotations", _map_at("oldObject", ("metadata", "annotations"))),
             ("wasQueued", f"{mark} in variables.oldAnnotations && has(oldObject.spec.suspend) && "
                           "oldObject.spec.suspend == true"),
+            ("suspending", _SUSPENDING),
+            ("requeue", f"{mark} in variables.annotations && variables.annotations[{mark}] == {_s(QUEUED_BY_SUSPEND)}"),
         ), ({
             "expression": (f"variables.exempt || !variables.wasQueued || ({mark} in variables.annotations && "
                            "has(object.spec.suspend) && object.spec.suspend == true)"),
             "message": f"queue-gate: the Job waits in its queue, suspended; {hint}",
         }, {
-            "expression": f"variables.exempt || {mark} in variables.oldAnnotations || !({mark} in variables.annotations)",
+            "expression": (f"variables.exempt || {mark} in variables.oldAnnotations || !({mark} in variables.annotations) "
+                           "|| (variables.suspending && variables.requeue)"),
             "message": f"queue-gate: {QUEUED_ANNOTATION} is written by batchgate only",
-        })))
+        }, *([{
+            "expression": f"variables.exempt || !variables.suspending || variables.requeue || !({gated})",
+            "message": (f"queue-gate: a Job of a gated queue goes back to its queue when suspended, marked "
+                        f"{QUEUED_ANNOTATION}: {QUEUED_BY_SUSPEND} by batchgate's webhook, which did not answer; "
+                        "try again later"),
+        }] if gated else ()))))
     return [p for p in parts if p.routes]
+
+
+def _job_gated(bundle: Bundle, policy: Policy) -> str:
+    """CEL: the Job waits in a gated queue (rules.queue_gate.holds); "" when no queue is gated."""
+    gated = [name for name, q in bundle.queues.items() if q.gated]
+    shape = shape_of("batch", "Job")
+    if not gated or shape is None:
+        return ""
+    labels = _map_at("object", ("metadata", "labels"))
+    managers = getattr(policy.settings, "managers", ())
+    return _and([f"{_queue_of(bundle, shape)} in {_list(gated)}",
+                 *([f"!{_list(managers)}.exists(l, l in {labels})"] if managers else [])])
 
 
 def _fixed_labels_policy(bundle: Bundle, policy: Policy) -> list[_Part]:

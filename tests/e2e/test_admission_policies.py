@@ -54,6 +54,7 @@ ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 PLURALS = {"ValidatingAdmissionPolicy": "validatingadmissionpolicies",
            "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}
 SCOPE = "batchgate-e2e/conditions"
+QUEUED_MARK = "batchgate.io/queued"
 CONFIG = "batchgate-e2e-conditions"
 HOOK = "update.validate.conditions.batchgate.io"
 
@@ -198,6 +199,10 @@ def test_what_holds_while_the_webhook_is_down(kube, webhook_server, admission_po
     create(kube, ns, pod(p0))
     waiting, gated = unique("waiting"), unique("gated")  # in the e2e bundle's gated queue (conftest.py)
     assert create(kube, ns, job(waiting, labels={QUEUE_LABEL: QUEUED}))["spec"]["suspend"] is True
+    # ... and a running Job of `batch`, gated in the shipped bundle the admission policies are made
+    # from (the e2e webhook's bundle ungates it, so it runs as if released)
+    released = unique("released")
+    assert create(kube, ns, job(released, labels={QUEUE_LABEL: "batch"}))["spec"].get("suspend") is not True
     assert create(kube, ns, pod(gated, labels={QUEUE_LABEL: QUEUED}))["spec"]["schedulingGates"]
     own = f"e2e-ns-{uuid.uuid4().hex[:6]}"  # alice's own namespace (she may create and label them)
     kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": own}},
@@ -260,6 +265,18 @@ def test_what_holds_while_the_webhook_is_down(kube, webhook_server, admission_po
     # the batch queue: alice may not release her own waiting work; an admin may
     status, msg = attempt(lambda: kube.patch(jobs_path(ns, waiting), {"spec": {"suspend": False}}, as_user="alice"))
     problems += _refused_by("batchgate-queue-gate-jobs", status, msg, "the Job waits in its queue, suspended")
+    # ... nor suspend her released Job unmarked, to resume it at once (the webhook would mark it
+    # queued: it goes back to its queue); marked as the webhook would, it is suspended, and stays so
+    status, msg = attempt(lambda: kube.patch(jobs_path(ns, released), {"spec": {"suspend": True}}, as_user="alice"))
+    problems += _refused_by("batchgate-queue-gate-jobs", status, msg, "goes back to its queue when suspended")
+    status, msg = attempt(lambda: kube.patch(jobs_path(ns, released), {"spec": {"suspend": True}, "metadata": {
+        "annotations": {QUEUED_MARK: "suspended"}}}, as_user="alice"))
+    if status != 200:
+        problems.append(f"alice's suspend, marked: HTTP {status} {msg}")
+    status, msg = attempt(lambda: kube.patch(jobs_path(ns, released), {"spec": {"suspend": False}}, as_user="alice"))
+    problems += _refused_by("batchgate-queue-gate-jobs", status, msg, "the Job waits in its queue, suspended")
+    if kube.get(jobs_path(ns, released))["spec"].get("suspend") is not True:
+        problems.append("alice resumed the Job she suspended")
     status, msg = attempt(lambda: kube.patch(pods_path(ns, gated), {"spec": {"schedulingGates": None}}, as_user="alice"))
     problems += _refused_by("batchgate-queue-gate-pods", status, msg, "behind the scheduling gate batchgate.io/queue")
     status, msg = attempt(lambda: kube.patch(pods_path(ns, gated), {"spec": {"schedulingGates": None}}, as_user="bob"))

@@ -18,7 +18,12 @@ from harness import create, epoch, events, jobs_path, stop_reconcilers
 from test_queue import finish, pods_of, reconcile, run_pods_of, suspended
 from test_queue_narrowing import bundle, name_terms, node_of, timed, two_nodes  # noqa: F401 (fixtures)
 
-from webhook.contract import QUEUED_ANNOTATION, REQUEUED_AT_ANNOTATION, STARTED_AT_ANNOTATION
+from webhook.contract import (
+    QUEUED_ANNOTATION,
+    QUEUED_BY_SUSPEND,
+    REQUEUED_AT_ANNOTATION,
+    STARTED_AT_ANNOTATION,
+)
 
 pytestmark = pytest.mark.usefixtures("webhook_server")
 
@@ -93,5 +98,63 @@ def test_a_job_whose_planned_node_is_deleted_is_re_queued_and_released_onto_anot
                          message="j's new deadline recorded")
         assert epoch(since) >= epoch(ann[REQUEUED_AT_ANNOTATION]), (since, ann[REQUEUED_AT_ANNOTATION])
         assert len(events(kube, ns, uid=uid, reason="Requeued")) == 1
+    finally:
+        stop_reconcilers(started)
+
+
+def test_a_job_its_user_suspends_goes_back_to_the_queue_and_only_the_queue_resumes_it(
+        kube, namespace, two_nodes, tmp_path, bundle):  # noqa: F811 (fixtures)
+    """The hole of a Job's ``suspend``: alice suspends her released, running Job, edits what
+    Kubernetes lets a suspended Job change, and resumes it: it would run again without its turn.
+    Instead the suspended Job is marked queued (she cannot resume it), the queue takes it back as
+    it re-queues its own (its deadline and narrowing gone) and releases it in its turn, narrowed
+    once, its time limit counting from its new start."""
+    ns = namespace
+    tag, nodes = two_nodes
+    started: list = []
+    patch = {"content_type": "application/merge-patch+json", "as_user": "alice"}
+    try:
+        create(kube, ns, timed("j", tag, "3", 60))
+        reconcile(kube, ns, tmp_path, bundle, "r1", started)
+        wait_for(lambda: not suspended(kube, ns, "j"), 60, message="j released")
+        run_pods_of(kube, ns, "j", 1)
+        wait_for(lambda: annotations(kube, ns, "j").get(STARTED_AT_ANNOTATION), 60, message="j's deadline recorded")
+        stop_reconcilers(started)  # so that what alice's requests alone leave is read back
+
+        kube.request("PATCH", jobs_path(ns, "j"), {"spec": {"suspend": True}}, **patch)
+        stored = kube.get(jobs_path(ns, "j"))
+        assert stored["spec"]["suspend"] is True
+        assert stored["metadata"]["annotations"][QUEUED_ANNOTATION] == QUEUED_BY_SUSPEND, stored["metadata"]
+        with pytest.raises(Exception, match="only batchgate's reconciler"):
+            kube.request("PATCH", jobs_path(ns, "j"), {"spec": {"suspend": False}}, **patch)
+        with pytest.raises(Exception, match="only batchgate's reconciler"):  # nor by taking the mark off
+            kube.request("PATCH", jobs_path(ns, "j"), {"spec": {"suspend": False}, "metadata": {
+                "annotations": {QUEUED_ANNOTATION: None}}}, **patch)
+        # what Kubernetes lets her change while it is suspended and its start time is gone: her
+        # pods' node selector (the queue places what she then asks for)
+        wait_for(lambda: not kube.get(jobs_path(ns, "j")).get("status", {}).get("startTime"), 60,
+                 message="the Job controller clears a suspended Job's start time")
+        kube.request("PATCH", jobs_path(ns, "j"), {"spec": {"template": {"spec": {
+            "nodeSelector": {"e2e-queue": tag, "e2e-pin": "b"}}}}}, **patch)
+        assert suspended(kube, ns, "j")
+
+        # the queue takes it back and releases it in its turn, onto b, narrowed once
+        reconcile(kube, ns, tmp_path, bundle, "r2", started)
+        uid = kube.get(jobs_path(ns, "j"))["metadata"]["uid"]
+        (told,) = wait_for(lambda: events(kube, ns, uid=uid, reason="Requeued"), 60, message="j's Requeued Event")
+        assert told["type"] == "Normal" and "suspended by its user" in told["message"], told
+        wait_for(lambda: not suspended(kube, ns, "j"), 60, message="j released again by the queue")
+        stored = kube.get(jobs_path(ns, "j"))
+        ann = stored["metadata"]["annotations"]
+        assert QUEUED_ANNOTATION not in ann and REQUEUED_AT_ANNOTATION in ann, ann
+        again = name_terms(stored["spec"]["template"]["spec"])
+        assert again and all(t == [nodes["b"]] for t in again), again  # each term narrowed once
+        (pod,) = wait_for(lambda: [p for p in pods_of(kube, ns, "j") if p["spec"].get("nodeName") == nodes["b"]
+                                   and not p["metadata"].get("deletionTimestamp")], 60, message="j's new pod on b")
+        kube.set_pod_phase(ns, pod["metadata"]["name"], "Running",
+                           {"main": {"running": {"startedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}})
+        since = wait_for(lambda: annotations(kube, ns, "j").get(STARTED_AT_ANNOTATION), 60,
+                         message="j's new deadline recorded")
+        assert epoch(since) >= epoch(ann[REQUEUED_AT_ANNOTATION]), (since, ann[REQUEUED_AT_ANNOTATION])
     finally:
         stop_reconcilers(started)

@@ -141,7 +141,8 @@ def defined_names() -> set[str]:
     and every module-level ``batchgate.io/...`` or gang-scheduler name anywhere in the package."""
     names = {v for k, v in vars(contract).items()
              if isinstance(v, str) and not k.startswith("_")
-             and v not in (contract.GROUP, contract.API_VERSION, contract.OPT_OUT_VALUE, contract.MANAGED_BY)}  # values, not names
+             and v not in (contract.GROUP, contract.API_VERSION, contract.OPT_OUT_VALUE, contract.MANAGED_BY,
+                           contract.QUEUED_BY_SUSPEND)}  # values, not names
     names |= {v for v in vars(contract).values() if isinstance(v, tuple) for v in v}
     for info in pkgutil.walk_packages(webhook.__path__, "webhook."):
         if info.name.startswith("webhook.policies") or info.name.endswith("__main__"):

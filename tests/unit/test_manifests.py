@@ -428,11 +428,12 @@ def test_webhook_settings(objects):
         assert svc["path"] == ("/mutate" if kind.startswith("Mutating") else "/validate")
         if kind.startswith("Mutating"):
             assert w["reinvocationPolicy"] == "IfNeeded"
-            # UPDATE only of kinds whose pod template may change (never a Pod's or Job's spec)
+            # UPDATE only of kinds whose pod template may change (never a Pod's spec), and of
+            # Jobs, which queue-gate marks queued when their user suspends them
             for r in w["rules"]:
                 if "UPDATE" in r["operations"]:
                     assert set(r["resources"]) <= {"deployments", "statefulsets", "replicasets",
-                                                   "daemonsets", "cronjobs"}, r
+                                                   "daemonsets", "cronjobs", "jobs"}, r
 
 
 def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -521,7 +522,9 @@ def _needed(mutating: bool) -> set[tuple[str, str, str]]:
                     # the engine skips pod-deciding policies on UPDATE of an immutable template
                     if not (op == "UPDATE" and policy.rule.decides_pod and shape and not shape.template_mutable)
                     # and mutates only on the type's mutate_operations (job-network validates on UPDATE)
-                    and (not mutating or op in policy.rule.mutate_operations)}
+                    and (not mutating or op in policy.rule.mutate_operations)
+                    and (not mutating or op != "UPDATE" or policy.rule.mutate_update_kinds is None
+                         or kind in policy.rule.mutate_update_kinds)}
     return out
 
 

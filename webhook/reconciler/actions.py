@@ -44,7 +44,7 @@ ActionKind = Literal[
     "preempt",  # ... scavengers that lose least deleted (DisruptionTarget first) to make room for released work
     "start-by",  # ... batchgate.io/start-by on a waiting workload: its reservation's start, the promise
     "queued",  # ... a workload waits in it: an Event saying so (or that a volume it mounts is missing), once
-    "requeue",  # ... a released Job whose planned node vanished: suspended and marked queued again (requeue.py)
+    "requeue",  # ... a released Job whose planned node vanished (or its user suspended): marked queued again (requeue.py)
     "requeue-reset",  # ... then its status.startTime cleared, so that its template may change
     "requeue-unnarrow",  # ... then batchgate's narrowing taken out of its template: an ordinary queued Job
     # ScavengerJobs (scavenger.py); each writes the status (fenced) and, where it says so, a Job
@@ -188,7 +188,7 @@ class Unplannable:
 CONCERNS = {"deadline": "deadline", "gang": "pod group's failure handling", "pod-groups": "PodGroup",
             "expected-start": "expected start", "scavengerjob": "ScavengerJob", "maintenance": "maintenance",
             "network": "network objects", "queue": "place in the batch queue",
-            "requeue": "re-queueing of released Jobs whose planned node vanished"}
+            "requeue": "re-queueing of released Jobs whose planned node vanished or whose users suspended them"}
 
 
 def unplannable(concern: str, ref: Ref | None, error: BaseException, failed: list[Unplannable],

@@ -36,6 +36,7 @@ from ..contract import (
     QUEUE_GATE,
     QUEUE_LABEL,
     QUEUED_ANNOTATION,
+    QUEUED_BY_SUSPEND,
     REQUEUED_AT_ANNOTATION,
     SEGMENT_LABEL,
     SLOTS_ANNOTATION,
@@ -336,6 +337,9 @@ class JobView:
     failed: int = 0  # status.failed
     # -- the batch queue (queue.py)
     queued: bool = False  # suspended by batchgate, waiting in its queue (batchgate.io/queued)
+    # ... marked so by the webhook as its user suspended it (batchgate.io/queued: suspended): requeue.py
+    # takes it back as its own before it is placed
+    user_suspended: bool = False
     suspended: bool = False  # spec.suspend
     ran: bool = False  # status.startTime is set: it ran, and Kubernetes lets no release change its template
     # batchgate.io/requeued-at, parsed: when the queue re-queued it (requeue.py); the run before no longer dates it
@@ -961,6 +965,7 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
                         else _NO_POLICY),
         failed=failed if isinstance(failed, int) and not isinstance(failed, bool) and failed > 0 else 0,
         queued=suspended and ann.get(QUEUED_ANNOTATION) is not None,
+        user_suspended=suspended and ann.get(QUEUED_ANNOTATION) == QUEUED_BY_SUSPEND,
         suspended=suspended,
         ran=bool(status.get("startTime")),
         requeued_at=parse_time(kept(ann.get(REQUEUED_AT_ANNOTATION))),

@@ -274,7 +274,7 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
     try:
         # a Job being re-queued waits for its old narrowing to go before it can be placed
         waiting = [w for w in queue.waiting(snapshot, now, queues, usage or {}, limit_of)
-                   if w.job is None or w.job.requeued_at is None or not requeuing(w.job)]
+                   if w.job is None or not requeuing(w.job)]
         p.actions += queue.plan_unmanaged(queue.unmanaged(snapshot, queues, limit_of), now)
         if snapshot.nodes is not None:  # placing needs the nodes; what waits is known without them
             if waiting or queues.gated:

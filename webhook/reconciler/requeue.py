@@ -22,6 +22,14 @@ next one to do:
    only runs where it is still set.
 3. ``requeue-unnarrow``: the narrowing removed from the template (the user's own terms again).
 
+A released Job its user suspends (``spec.suspend: true``) in a gated queue goes back to the queue
+the same way, as Kueue keeps a workload's ``suspend`` for itself: the webhook marks it
+``batchgate.io/queued: suspended`` (policy queue-gate: so its user cannot resume it), and step 1 here
+only writes ``requeued-at``, the mark ``"true"`` and the deadline annotations removed (Event
+``Requeued``, Normal). Steps 2 and 3 follow where needed: a user may change what Kubernetes lets a
+suspended Job change (its pods' node affinity, once the start time is gone), and the queue places
+what it then asks for, in its turn.
+
 It is then an ordinary queued Job (``queue.waiting`` leaves it out until step 3 is done): the next
 pass places it and releases it, narrowed to nodes that exist. Its time limit counts afresh from its
 next start (``planner._deadline`` leaves out the pods of the run before ``requeued-at``): the run it
@@ -55,10 +63,12 @@ REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 def requeuing(job: JobView) -> bool:
-    """A Job the queue is taking back (``plan_requeue``'s steps 1 and 2 done, 3 not yet): it waits
-    for its start time to be cleared and its old narrowing removed before it can be placed."""
-    return (job.requeued_at is not None and job.queued
-            and (job.ran or (job.template is not None and narrowing(job.template) is not None)))
+    """A Job the queue is taking back (``plan_requeue``'s step 1 to do for one its user suspended, or
+    steps 1 and 2 done, 3 not yet): it waits for its start time to be cleared and its old narrowing
+    removed before it can be placed."""
+    return job.queued and (job.user_suspended or (
+        job.requeued_at is not None
+        and (job.ran or (job.template is not None and narrowing(job.template) is not None))))
 
 
 def vanished(node: str, nodes: Mapping[str, NodeView]) -> str | None:
@@ -83,6 +93,15 @@ def plan_requeue(snapshot: Snapshot, now: float, policy: QueuePolicy, jobs: Iter
         if job.deleting or job.finished or job.template is None:
             continue
         rv = job.resource_version
+        if job.queued and job.user_suspended:
+            out.append(Action(
+                kind="requeue", target=job.ref, reason="Requeued", key=f"suspended/{rv}",
+                message=(f"suspended by its user: the Job waits in queue {queue_of(job, policy)!r} again and is "
+                         "released when its turn comes (its time limit counts afresh from then)"),
+                patch={"metadata": {"resourceVersion": rv, "annotations": {
+                    QUEUED_ANNOTATION: "true", REQUEUED_AT_ANNOTATION: format_time(now),
+                    STARTED_AT_ANNOTATION: None, DEADLINE_ANNOTATION: None, WARNED_FOR_ANNOTATION: None}}}))
+            continue
         if requeuing(job):
             if job.ran:
                 out.append(Action(

@@ -15,7 +15,11 @@ queue by adding a label nothing else acts on), and pods a listed controller make
 template (a Job's pods: the Job waited, not its pods).
 
 On UPDATE only the ``releasers`` (the reconciler's ServiceAccount) and admins may take the gate off a
-Pod, resume a queued Job or remove its annotation; nobody else may add the annotation. Kubernetes
+Pod, resume a queued Job or remove its annotation; nobody else may add the annotation, but for the
+webhook's own: a Job its user suspends in a gated queue goes back to the queue, as Kueue keeps a
+workload's ``suspend`` for itself. The webhook marks it queued (value ``suspended``: the reconciler
+re-queues it as its own, ``reconciler/requeue.py``, its time limit counting afresh from its next start),
+so its user cannot resume it; a suspend that arrives unmarked (the webhook was not asked) is refused. Kubernetes
 itself refuses adding a scheduling gate to an existing pod. A queue whose ``state`` is ``drain`` or
 ``stop`` refuses new Pods and Jobs, naming the queue and the admin's reason.
 """
@@ -25,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..contract import QUEUE_GATE, QUEUED_ANNOTATION
+from ..contract import QUEUE_GATE, QUEUED_ANNOTATION, QUEUED_BY_SUSPEND
 from ..workloads import meta_entry
 from .base import Ctx, Finding, RuleType, deny
 
@@ -71,6 +75,20 @@ def queued(job: Any) -> bool:
             and isinstance(spec, dict) and spec.get("suspend") is True)
 
 
+def suspending(old: Any, obj: Any) -> bool:
+    """Whether an UPDATE turns a Job's ``spec.suspend`` true."""
+    spec, was = obj.get("spec"), old.get("spec")
+    return (isinstance(spec, dict) and spec.get("suspend") is True
+            and not (isinstance(was, dict) and was.get("suspend") is True))
+
+
+def requeues(settings: Settings, ctx: Ctx, obj: Any) -> bool:
+    """Whether this UPDATE is a user suspending a Job of a gated queue: it goes back to the queue."""
+    old = ctx.old_object
+    return (ctx.kind == "Job" and old is not None and suspending(old, obj) and not ctx.admin
+            and not settings.writers.contains(ctx.username, ctx.groups) and holds(settings, ctx, obj))
+
+
 def holds(settings: Settings, ctx: Ctx, obj: Any) -> bool:
     """Whether this new object waits in the queue."""
     q = ctx.queue
@@ -86,6 +104,10 @@ def holds(settings: Settings, ctx: Ctx, obj: Any) -> bool:
 
 def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     root = draft.root
+    if ctx.operation != "CREATE":
+        if requeues(settings, ctx, root):
+            draft.edit("metadata", "annotations")[QUEUED_ANNOTATION] = QUEUED_BY_SUSPEND
+        return []
     hold = holds(settings, ctx, root)
     if ctx.kind == "Pod":
         gates = _gates(root.get("spec"))  # most Pods have none: no list comprehension to start
@@ -128,8 +150,13 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
                          "comes; `batchgate queue` shows where it stands")]
         return []
     was = meta_entry(old, ("metadata",), "annotations", QUEUED_ANNOTATION) is not None
-    now = meta_entry(obj, ("metadata",), "annotations", QUEUED_ANNOTATION) is not None
-    if not was and now:
+    mark = meta_entry(obj, ("metadata",), "annotations", QUEUED_ANNOTATION)
+    now = mark is not None
+    if requeues(settings, ctx, obj) and mark != QUEUED_BY_SUSPEND:
+        return [deny(f"{ctx.subject} is in queue {ctx.queue_name!r}: suspended, it goes back to the queue, "
+                     f"marked {QUEUED_ANNOTATION}: {QUEUED_BY_SUSPEND} (batchgate's webhook marks it; it did not "
+                     "here), and only batchgate's reconciler (or an admin) resumes it, when its turn comes")]
+    if not was and now and not (mark == QUEUED_BY_SUSPEND and suspending(old, obj)):
         return [deny(f"{QUEUED_ANNOTATION} is written by batchgate only (at creation, in a gated queue)")]
     if was and queued(old) and not queued(obj):
         return [deny(f"{ctx.subject} waits in queue {ctx.queue_name!r}; only batchgate's reconciler (or an admin) "
@@ -151,7 +178,8 @@ TYPE = RuleType(
     validate=validate,
     default_kinds=KINDS,
     default_operations=("CREATE", "UPDATE"),
-    mutate_operations=("CREATE",),
+    mutate_operations=("CREATE", "UPDATE"),
+    mutate_update_kinds=("Job",),  # on UPDATE it marks a Job its user suspends, and nothing else
     default_failure_policy="Ignore",
     order=60,
 )

@@ -18,8 +18,10 @@ from tests.unit.reconciler.test_shadow import node, snap
 from webhook.contract import (
     DEADLINE_ANNOTATION,
     QUEUED_ANNOTATION,
+    QUEUED_BY_SUSPEND,
     REQUEUED_AT_ANNOTATION,
     STARTED_AT_ANNOTATION,
+    WARNED_FOR_ANNOTATION,
 )
 from webhook.reconciler.actions import Action
 from webhook.reconciler.model import job_view, pod_view
@@ -275,3 +277,46 @@ def test_views_read_the_facts() -> None:
     assert job_view(j).requeued_at == T0 - 60
     assert pod_view(job_pod("p", j)).unschedulable
     assert not pod_view(job_pod("p", j, unschedulable=False)).unschedulable
+
+
+# -- a Job its user suspended (the webhook marked it queued: suspended) ---------------------------
+def user_suspended(j: dict[str, Any], *, started: bool) -> dict[str, Any]:
+    """``j`` as its user suspended it: marked by the webhook, its deadline annotations still there."""
+    r = copy.deepcopy(j)
+    r["metadata"]["annotations"].update({QUEUED_ANNOTATION: QUEUED_BY_SUSPEND, STARTED_AT_ANNOTATION: ts(-HOUR / 2),
+                                         DEADLINE_ANNOTATION: ts(HOUR / 2)})
+    r["metadata"]["resourceVersion"] = "31"
+    r["spec"]["suspend"] = True
+    if not started:
+        r["status"].pop("startTime", None)
+    return r
+
+
+@pytest.mark.parametrize("started", [True, False])
+def test_a_job_its_user_suspended_is_taken_back_as_the_queue_re_queues_its_own(started: bool) -> None:
+    """Step 1 only marks it: re-queued now, its deadline gone; never released before that."""
+    j = user_suspended(released_job(), started=started)
+    (mark,) = acts(j, nodes=TWO)  # both nodes there: it would fit, but is not released as it is
+    assert mark.kind == "requeue" and mark.reason == "Requeued" and mark.event_type != "Warning"
+    assert "suspended by its user" in mark.message and "counts afresh" in mark.message
+    assert mark.patch == {"metadata": {"resourceVersion": "31", "annotations": {
+        QUEUED_ANNOTATION: "true", REQUEUED_AT_ANNOTATION: format_time(T0),
+        STARTED_AT_ANNOTATION: None, DEADLINE_ANNOTATION: None, WARNED_FOR_ANNOTATION: None}}}
+    # then as any re-queued Job: start time cleared (where still set), narrowing out, released
+    after = copy.deepcopy(j)
+    after["metadata"]["annotations"].update(mark.patch["metadata"]["annotations"])
+    after["metadata"]["annotations"] = {k: v for k, v in after["metadata"]["annotations"].items() if v is not None}
+    assert [a.kind for a in acts(after, nodes=TWO)] == ["requeue-reset" if started else "requeue-unnarrow"]
+
+
+def test_a_job_suspended_by_its_user_before_it_ever_ran_is_unnarrowed_too() -> None:
+    j = released_job()
+    j["status"] = {}
+    waiting = user_suspended(j, started=False)
+    del waiting["metadata"]["annotations"][STARTED_AT_ANNOTATION]
+    (mark,) = acts(waiting, nodes=TWO)
+    assert mark.kind == "requeue"
+    waiting["metadata"]["annotations"].update({QUEUED_ANNOTATION: "true", REQUEUED_AT_ANNOTATION: ts(0)})
+    assert [a.kind for a in acts(waiting, nodes=TWO)] == ["requeue-unnarrow"]  # never narrowed twice
+    assert job_view(user_suspended(j, started=False)).user_suspended and not job_view(waiting).ran
+    assert not job_view(requeued(released_job(), started=False)).user_suspended

@@ -13,10 +13,19 @@ import pytest
 import yaml
 
 from tests.conftest import POLICIES
-from tests.unit.conftest import check, load_sample, only, settings_error, shipped_bundle, workload
+from tests.unit.conftest import (
+    check,
+    decided,
+    load_sample,
+    only,
+    settings_error,
+    shipped_bundle,
+    workload,
+)
 from webhook.bundle import Bundle
-from webhook.contract import KUEUE_QUEUE_LABEL, QUEUE_GATE, QUEUED_ANNOTATION
+from webhook.contract import KUEUE_QUEUE_LABEL, QUEUE_GATE, QUEUED_ANNOTATION, QUEUED_BY_SUSPEND
 from webhook.engine import Decision
+from webhook.offline import Caller, synthetic_review
 from webhook.rules import load_bundle
 from webhook.rules.queue_gate import gated, queued
 
@@ -180,9 +189,46 @@ def test_the_hostile_user_cannot_mark_a_job_queued(qg: Bundle) -> None:
     assert not d.allowed and "written by batchgate only" in d.message
 
 
-def test_a_user_may_suspend_and_resume_a_job_that_is_not_queued(qg: Bundle) -> None:
-    assert update(qg, job(suspend=False), job(suspend=True)).allowed
-    assert update(qg, job(suspend=True), job(suspend=False)).allowed
+def test_a_user_may_suspend_and_resume_a_job_of_an_ungated_queue(qg: Bundle) -> None:
+    d = update(qg, job("scavenger", suspend=False), job("scavenger", suspend=True))
+    assert d.allowed and d.patch == []
+    assert update(qg, job("scavenger", suspend=True), job("scavenger", suspend=False)).allowed
+    assert update(qg, job(suspend=True), job(suspend=False)).allowed  # suspended, never marked: not queued
+
+
+def test_a_job_its_user_suspends_in_a_gated_queue_goes_back_to_the_queue(qg: Bundle) -> None:
+    """Kueue keeps a workload's suspend for itself: alice suspending her released Job marks it
+    queued (the reconciler re-queues it), so her resume is refused like any queued Job's."""
+    d = update(qg, job(suspend=False), job(suspend=True))
+    assert d.allowed and d.obj is not None
+    marked = d.obj
+    assert marked["metadata"]["annotations"][QUEUED_ANNOTATION] == QUEUED_BY_SUSPEND and queued(marked)
+    resumed = update(qg, marked, {**marked, "spec": {**marked["spec"], "suspend": False}})
+    assert not resumed.allowed and "only batchgate's reconciler (or an admin) resumes it" in resumed.message
+    # she may write the webhook's mark herself as she suspends; another value is written over
+    assert update(qg, job(suspend=False), job(suspend=True, annotation=QUEUED_BY_SUSPEND)).allowed
+    forged = update(qg, job(suspend=False), job(suspend=True, annotation="true"))
+    assert forged.allowed and forged.obj is not None
+    assert forged.obj["metadata"]["annotations"][QUEUED_ANNOTATION] == QUEUED_BY_SUSPEND
+    # an edit of a Job that stays suspended or running is not a suspend: nothing marked
+    assert update(qg, job(suspend=False), job(suspend=False, team="x")).patch == []
+
+
+@pytest.mark.parametrize("who", [(RECONCILER, SA_GROUPS), ("root", ADMIN)])
+def test_the_reconciler_and_admins_suspend_without_the_mark(qg: Bundle, who: tuple[str, tuple[str, ...]]) -> None:
+    d = update(qg, job(suspend=False), job(suspend=True), *who)
+    assert d.allowed and d.patch == []
+
+
+def test_a_suspend_the_webhook_did_not_mark_is_refused_in_a_gated_queue_only(qg: Bundle) -> None:
+    """What the validating webhook decides when the mutating one was not asked."""
+    def validated(queue: str) -> Decision:
+        caller = Caller(operation="UPDATE", username="alice", groups=("system:authenticated",), namespace="demo")
+        review = synthetic_review(job(queue, suspend=True), caller, old_object=job(queue, suspend=False))
+        return decided(review, qg, phase="validate")
+    d = validated("batch")
+    assert not d.allowed and "suspended, it goes back to the queue" in d.message, d.message
+    assert validated("scavenger").allowed
 
 
 @pytest.mark.parametrize("who", [(RECONCILER, SA_GROUPS), ("root", ADMIN)])
