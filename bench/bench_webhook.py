@@ -18,10 +18,12 @@ figure is the median over rounds, and the ratios are taken round by round.
 under valgrind's callgrind (counters zeroed after warm-up, then sequential POSTs on
 one kept-alive connection): slow, but the same figure on a busy machine as on a quiet
 one, which is how two versions of the edge are compared. Kernel time (sockets) is not
-in it, so it is not the throughput ratio, only the user-space part of it.
+in it, so it is not the throughput ratio, only the user-space part of it. It counts the
+two reviews of a Pod create apart: the mutating review (the fixture, to ``/mutate``) and
+the validating one (the fixture's Pod as batchgate's patch left it, to ``/validate``).
 
     python bench/bench_webhook.py [--duration 10] [--rounds 3] [--connections 16] [--fixture FILE]
-    python bench/bench_webhook.py --instructions [--requests 400] [--fixture FILE]
+    python bench/bench_webhook.py --instructions [--requests 400] [--fixture FILE] [--mutate-only]
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ ctx.minimum_version = ssl.TLSVersion.TLSv1_2
 ctx.load_cert_chain(sys.argv[2] + "/tls.crt", sys.argv[2] + "/tls.key")
 app = web.Application(client_max_size=6 * 1024 * 1024)
 app.router.add_post("/mutate", handle)
+app.router.add_post("/validate", handle)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), ssl_context=ctx, access_log=None, print=None)
 '''
 
@@ -81,6 +84,7 @@ ctx.minimum_version = ssl.TLSVersion.TLSv1_2
 ctx.load_cert_chain(sys.argv[2] + "/tls.crt", sys.argv[2] + "/tls.key")
 app = web.Application(client_max_size=6 * 1024 * 1024)
 app.router.add_post("/mutate", handle)
+app.router.add_post("/validate", handle)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), ssl_context=ctx, access_log=None, print=None,
             loop=uvloop.new_event_loop())
 '''
@@ -145,43 +149,70 @@ def server_cmd(name: str, port: int, tmp: Path) -> list[str]:
             "--cert-dir", str(tmp)]
 
 
-def instructions(name: str, port: int, tmp: Path, body: bytes, *, requests: int, core: str) -> float:
-    """Instructions per review of one server under callgrind: its counters are zeroed after
-    warm-up, ``requests`` sequential POSTs made, and the counters dumped."""
+def validating_body(mutate: bytes) -> bytes:
+    """The validating review of a create: the mutating review's object as batchgate's own patch
+    (the shipped bundle, decided in-process) left it, as bench_peers.py sends it."""
+    import base64
+
+    import jsonpatch  # type: ignore[import-untyped]
+
+    sys.path.insert(0, str(ROOT))
+    from webhook.rules import load_bundle
+    from webhook.server import answer
+
+    review = json.loads(mutate)
+    out = json.loads(answer(mutate, load_bundle(ROOT / "policies"), "mutate").body)["response"]
+    patch = json.loads(base64.b64decode(out.get("patch", "W10=")))
+    review["request"]["object"] = jsonpatch.apply_patch(review["request"]["object"], patch)
+    return json.dumps(review, separators=(",", ":")).encode()
+
+
+def instructions(name: str, port: int, tmp: Path, bodies: dict[str, bytes], *, requests: int,
+                 core: str) -> dict[str, float]:
+    """Instructions per review of one server under callgrind, per endpoint (``bodies``: path ->
+    review): after warm-up, per endpoint its counters are zeroed, ``requests`` sequential POSTs
+    made, and the counters dumped."""
     out = tmp / f"callgrind.{port}"
     cmd = server_cmd(name, port, tmp)
     if name == "batchgate":
         cmd += ["--reload-interval", "100000"]  # no file polling inside the count
     proc = subprocess.Popen(["taskset", "-c", core, "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
                              *cmd], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    dumps: dict[str, Path] = {}
     try:
         wait_ready(port, timeout=600)
         ctx = ssl.create_default_context()
         ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
         conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=120)
 
-        def post() -> None:
-            conn.request("POST", "/mutate", body=body, headers={"Content-Type": "application/json"})
+        def post(path: str) -> None:
+            conn.request("POST", path, body=bodies[path], headers={"Content-Type": "application/json"})
             r = conn.getresponse()
             r.read()
             if r.status != 200:
                 raise RuntimeError(f"{name} answered {r.status}")
 
-        for _ in range(100):
-            post()
-        subprocess.run(["callgrind_control", "--zero", str(proc.pid)], check=True, capture_output=True)
-        for _ in range(requests):
-            post()
-        subprocess.run(["callgrind_control", "--dump", str(proc.pid)], check=True, capture_output=True)
+        for path in bodies:
+            for _ in range(100):
+                post(path)
+        for path in bodies:
+            before = set(tmp.iterdir())
+            subprocess.run(["callgrind_control", "--zero", str(proc.pid)], check=True, capture_output=True)
+            for _ in range(requests):
+                post(path)
+            subprocess.run(["callgrind_control", "--dump", str(proc.pid)], check=True, capture_output=True)
+            dumps[path] = next(p for p in set(tmp.iterdir()) - before if p.name.startswith(out.name + "."))
         conn.close()
     finally:
         proc.terminate()
         proc.wait(timeout=120)
-    dump = next(p for p in tmp.iterdir() if p.name.startswith(out.name + "."))  # the --dump, not the exit's
-    total = re.search(rb"^(?:summary|totals): (\d+)", dump.read_bytes(), re.M)
-    if total is None:
-        raise RuntimeError(f"no total in {dump}")
-    return int(total.group(1)) / requests
+    counts = {}
+    for path, dump in dumps.items():  # the --dumps, not the exit's
+        total = re.search(rb"^(?:summary|totals): (\d+)", dump.read_bytes(), re.M)
+        if total is None:
+            raise RuntimeError(f"no total in {dump}")
+        counts[path] = int(total.group(1)) / requests
+    return counts
 
 
 def main() -> int:
@@ -193,6 +224,9 @@ def main() -> int:
     ap.add_argument("--instructions", action="store_true",
                     help="count CPU instructions per review under callgrind instead (slow, exact)")
     ap.add_argument("--requests", type=int, default=400, help="reviews counted with --instructions")
+    ap.add_argument("--mutate-only", action="store_true",
+                    help="with --instructions: only the mutating review (else also the validating review of "
+                         "the Pod as batchgate's patch left it, POSTed to /validate)")
     args = ap.parse_args()
     if args.instructions and not shutil.which("valgrind"):
         print("bench: valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
@@ -211,15 +245,24 @@ def main() -> int:
     json.loads(body.read_text())  # fail early on a bad fixture
 
     if args.instructions:
-        counts = {name: instructions(name, free_port(), tmp, body.read_bytes(), requests=args.requests,
-                                     core=server_core) for name in SERVERS}
+        mutate = body.read_bytes()
+        bodies = {"/mutate": mutate}
+        if not args.mutate_only:
+            bodies["/validate"] = validating_body(mutate)
+        counts = {name: instructions(name, free_port(), tmp, bodies, requests=args.requests, core=server_core)
+                  for name in SERVERS}
         shutil.rmtree(tmp, ignore_errors=True)
         print(f"fixture: {body.name}; CPU instructions per review under callgrind ({args.requests} sequential "
               "reviews after 100 warm-up, one kept-alive HTTPS connection)")
+        print(f"{'':<17} {'mutating':>9} {'validating':>11}")
         for name in SERVERS:
-            print(f"{name:<17} {counts[name] / 1000:>8.1f}k")
-        for base in ("stdlib no-op", "same-stack no-op"):
-            print(f"instructions {base} / batchgate: {counts[base] / counts['batchgate']:.2f}")
+            print(f"{name:<17} {counts[name]['/mutate'] / 1000:>8.1f}k"
+                  + (f" {counts[name]['/validate'] / 1000:>10.1f}k" if "/validate" in bodies else ""))
+        for path in bodies:
+            above = counts["batchgate"][path] - counts["same-stack no-op"][path]
+            print(f"{path}: batchgate above the same-stack no-op {above / 1000:.1f}k; instructions "
+                  + ", ".join(f"{base} / batchgate {counts[base][path] / counts['batchgate'][path]:.2f}"
+                              for base in ("stdlib no-op", "same-stack no-op")))
         return 0
 
     sat: dict[str, list[dict[str, float]]] = {k: [] for k in SERVERS}
