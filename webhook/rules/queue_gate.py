@@ -93,10 +93,12 @@ def raised(old: Any, obj: Any) -> list[tuple[str, int, int]]:
     if not isinstance(spec, dict) or spec.get("suspend") is True or not isinstance(was, dict):
         return []
     out = []
-    for field, default in (("parallelism", 1), ("completions", None)):
-        before, after = json_int(was.get(field), default), json_int(spec.get(field), default)
-        if before is not None and after is not None and after > before:
-            out.append((field, before, after))
+    before, after = json_int(was.get("parallelism"), 1), json_int(spec.get("parallelism"), 1)
+    if after > before:
+        out.append(("parallelism", before, after))
+    was_done, done = json_int(was.get("completions")), json_int(spec.get("completions"))
+    if was_done is not None and done is not None and done > was_done:
+        out.append(("completions", was_done, done))
     return out
 
 
