@@ -559,7 +559,7 @@ def _reads(policy: Policy, bundle: Bundle, shape: Shape | None) -> tuple[str, En
         return "true", (tuple((_meta(path), "annotations", keys) for path, _ in LOCATIONS[shape.kind])
                         + tuple((_meta(pl), "labels", (QUEUE_LABEL,)) for pl in queue_at))
     if t == "queue-gate":  # a waiting workload (gated Pod, queued Job), or the mark added, or a Job
-        # suspended (it goes back to its queue), by a non-releaser
+        # suspended (it goes back to its queue) or grown while not suspended, by a non-releaser
         from .contract import QUEUE_GATE, QUEUED_ANNOTATION
 
         if shape is not None and shape.is_pod:
@@ -567,7 +567,7 @@ def _reads(policy: Policy, bundle: Bundle, shape: Shape | None) -> tuple[str, En
             acts = f"has({gates}) && {gates}.exists(g, g.name == {_s(QUEUE_GATE)})"
         else:
             acts = _or([*(f"{_s(QUEUED_ANNOTATION)} in {_map_at(r, ('metadata', 'annotations'))}"
-                          for r in ("oldObject", "object")), _SUSPENDING])
+                          for r in ("oldObject", "object")), _SUSPENDING, _RAISING])
         return f"!({_exempt(bundle, policy)}) || ({controller})", acts
     if t in ("scavengerjob", "maintenance-window"):  # a changed spec
         return "true", _changed(("spec",))
@@ -902,12 +902,21 @@ def _queue_of(bundle: Bundle, shape: Shape) -> str:
 _SUSPENDING = ("(has(object.spec.suspend) && object.spec.suspend == true && "
                "!(has(oldObject.spec.suspend) && oldObject.spec.suspend == true))")
 
+# An UPDATE of a Job that is not suspended raises its spec.parallelism (1 when unset) or its
+# spec.completions (rules.queue_gate.raised)
+_RAISING = ("(!(has(object.spec.suspend) && object.spec.suspend == true) && "
+            "((has(object.spec.parallelism) ? object.spec.parallelism : 1) > "
+            "(has(oldObject.spec.parallelism) ? oldObject.spec.parallelism : 1) || "
+            "has(object.spec.completions) && has(oldObject.spec.completions) && "
+            "object.spec.completions > oldObject.spec.completions))")
+
 
 def _queue_gate_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
     """queue-gate's rule on UPDATE, so that it holds while the webhook is down: only the releasers
     (the reconciler) and admins take the gate off a Pod, resume a queued Job or drop its mark, and
     nobody else marks a Job queued, but as the webhook marks one its user suspends in a gated queue
-    (which is refused unmarked: rules.queue_gate.requeues)."""
+    (which is refused unmarked: rules.queue_gate.requeues), and nobody else raises the parallelism or
+    completions of a Job of a gated queue that is not suspended (rules.queue_gate.raised)."""
     from .contract import QUEUE_GATE, QUEUED_ANNOTATION, QUEUED_BY_SUSPEND
 
     exempt = _exempt(bundle, policy)
@@ -924,7 +933,8 @@ def _queue_gate_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
             "message": f"queue-gate: the Pod waits in its queue behind the scheduling gate {QUEUE_GATE}; {hint}",
         },)))
     jobs = _routes(policy, kinds=[r for r in RESOURCES if r.kind == "Job"])
-    if jobs:
+    shape = shape_of("batch", "Job")
+    if jobs and shape is not None:
         gated = _job_gated(bundle, policy)
         parts.append(_Part("-jobs", tuple((res, tuple(o for o in ops if o == "UPDATE")) for res, ops in jobs
                                           if "UPDATE" in ops), (
@@ -948,6 +958,17 @@ def _queue_gate_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
             "message": (f"queue-gate: a Job of a gated queue goes back to its queue when suspended, marked "
                         f"{QUEUED_ANNOTATION}: {QUEUED_BY_SUSPEND} by batchgate's webhook, which did not answer; "
                         "try again later"),
+        }, {
+            "expression": f"variables.exempt || !{_RAISING} || !({gated})",
+            "message": ("queue-gate: the Job runs in a gated queue, which gave it room for the size it released; "
+                        "raising spec.parallelism or spec.completions while it runs would take room the queue never "
+                        "gave (lowering is allowed); suspend the Job (spec.suspend: true) to send it back to the queue "
+                        "with its new size, or ask an admin"),
+            "messageExpression": (f'"queue-gate: the Job runs in queue \'" + {_queue_of(bundle, shape)} + "\', which '
+                                  'gave it room for the size it released; raising spec.parallelism or '
+                                  'spec.completions while it runs would take room the queue never gave (lowering is '
+                                  'allowed); suspend the Job (spec.suspend: true) to send it back to the queue with '
+                                  'its new size, or ask an admin"'),
         }] if gated else ()))))
     return [p for p in parts if p.routes]
 

@@ -265,6 +265,20 @@ def test_what_holds_while_the_webhook_is_down(kube, webhook_server, admission_po
     # the batch queue: alice may not release her own waiting work; an admin may
     status, msg = attempt(lambda: kube.patch(jobs_path(ns, waiting), {"spec": {"suspend": False}}, as_user="alice"))
     problems += _refused_by("batchgate-queue-gate-jobs", status, msg, "the Job waits in its queue, suspended")
+    # ... nor grow her released, running Job (room the queue never gave); an admin may, and she may
+    # lower it (it frees room)
+    grow = {"spec": {"parallelism": 2}}
+    status, msg = attempt(lambda: kube.patch(jobs_path(ns, released), grow, as_user="alice"))
+    problems += _refused_by("batchgate-queue-gate-jobs", status, msg, "the Job runs in queue 'batch'",
+                            "raising spec.parallelism", "suspend the Job (spec.suspend: true)")
+    if kube.get(jobs_path(ns, released))["spec"].get("parallelism") != 1:
+        problems.append("alice's raised parallelism was stored")
+    status, msg = attempt(lambda: kube.patch(jobs_path(ns, released), grow, as_user="bob"))
+    if status != 200:
+        problems.append(f"bob (an admin) raising parallelism: HTTP {status} {msg}")
+    status, msg = attempt(lambda: kube.patch(jobs_path(ns, released), {"spec": {"parallelism": 1}}, as_user="alice"))
+    if status != 200:
+        problems.append(f"alice lowering parallelism: HTTP {status} {msg}")
     # ... nor suspend her released Job unmarked, to resume it at once (the webhook would mark it
     # queued: it goes back to its queue); marked as the webhook would, it is suspended, and stays so
     status, msg = attempt(lambda: kube.patch(jobs_path(ns, released), {"spec": {"suspend": True}}, as_user="alice"))
@@ -277,6 +291,10 @@ def test_what_holds_while_the_webhook_is_down(kube, webhook_server, admission_po
     problems += _refused_by("batchgate-queue-gate-jobs", status, msg, "the Job waits in its queue, suspended")
     if kube.get(jobs_path(ns, released))["spec"].get("suspend") is not True:
         problems.append("alice resumed the Job she suspended")
+    # suspended, it is queued: she may resize it (the queue plans its new size)
+    status, msg = attempt(lambda: kube.patch(jobs_path(ns, released), {"spec": {"parallelism": 3}}, as_user="alice"))
+    if status != 200 or kube.get(jobs_path(ns, released))["spec"].get("parallelism") != 3:
+        problems.append(f"alice resizing her suspended Job: HTTP {status} {msg}")
     status, msg = attempt(lambda: kube.patch(pods_path(ns, gated), {"spec": {"schedulingGates": None}}, as_user="alice"))
     problems += _refused_by("batchgate-queue-gate-pods", status, msg, "behind the scheduling gate batchgate.io/queue")
     status, msg = attempt(lambda: kube.patch(pods_path(ns, gated), {"spec": {"schedulingGates": None}}, as_user="bob"))

@@ -452,3 +452,39 @@ def test_promises_made_before_a_queue_turns_easy_stay_backed(kube, namespace, qu
         assert not events(kube, ns, reason="StartByMoved")
     finally:
         stop_reconcilers(started)
+
+
+def test_a_user_cannot_grow_a_released_job_but_may_resize_it_queued(kube, namespace, queue_node, tmp_path, policies):
+    """Kubernetes lets a running Job's parallelism grow: alice, whose Job the queue released with 2
+    pods, would take room it never gave. The webhook refuses the raise (lowering frees room and
+    passes); suspended, the Job is queued again and the queue plans the size it has then."""
+    ns = namespace
+    started: list = []
+    patch = {"content_type": "application/merge-patch+json", "as_user": "alice"}
+    j = job("j", parallelism=2, labels={"batchgate.io/queue": QUEUED},
+            containers=[container(cpu="1", memory="1Gi")], nodeSelector={"e2e-queue": queue_node})
+    try:
+        create(kube, ns, j)
+        reconcile(kube, ns, tmp_path, policies, "r1", started)
+        wait_for(lambda: not suspended(kube, ns, "j"), 60, message="j released with 2 pods")
+        with pytest.raises(Exception, match=f"runs in queue '{QUEUED}'.*raising spec.parallelism from 2 to 50.*"
+                                             r"suspend the Job \(spec.suspend: true\)"):
+            kube.request("PATCH", jobs_path(ns, "j"), {"spec": {"parallelism": 50}}, **patch)
+        assert kube.get(jobs_path(ns, "j"))["spec"]["parallelism"] == 2
+        kube.request("PATCH", jobs_path(ns, "j"), {"spec": {"parallelism": 1}}, **patch)  # lowering frees room
+        assert kube.get(jobs_path(ns, "j"))["spec"]["parallelism"] == 1
+
+        # suspended with a new size in the same request: queued again, and the queue plans 5 pods
+        # (4 CPUs: they do not fit), then 2 (they do)
+        kube.request("PATCH", jobs_path(ns, "j"), {"spec": {"suspend": True, "parallelism": 5}}, **patch)
+        stored = kube.get(jobs_path(ns, "j"))
+        assert stored["spec"]["parallelism"] == 5 and stored["spec"]["suspend"] is True
+        uid = stored["metadata"]["uid"]
+        (told,) = wait_for(lambda: events(kube, ns, uid=uid, reason="Queued"), 60, message="j queued again")
+        assert "room for all its 5 pods" in told["message"], told
+        assert suspended(kube, ns, "j")
+        kube.request("PATCH", jobs_path(ns, "j"), {"spec": {"parallelism": 2}}, **patch)
+        wait_for(lambda: not suspended(kube, ns, "j"), 60, message="j released again at its new size")
+        assert kube.get(jobs_path(ns, "j"))["spec"]["parallelism"] == 2
+    finally:
+        stop_reconcilers(started)

@@ -19,7 +19,10 @@ Pod, resume a queued Job or remove its annotation; nobody else may add the annot
 webhook's own: a Job its user suspends in a gated queue goes back to the queue, as Kueue keeps a
 workload's ``suspend`` for itself. The webhook marks it queued (value ``suspended``: the reconciler
 re-queues it as its own, ``reconciler/requeue.py``, its time limit counting afresh from its next start),
-so its user cannot resume it; a suspend that arrives unmarked (the webhook was not asked) is refused. Kubernetes
+so its user cannot resume it; a suspend that arrives unmarked (the webhook was not asked) is refused. Nor
+may they raise the ``spec.parallelism`` or ``spec.completions`` of a Job of a gated queue that is not
+suspended (Kubernetes allows both on a running Job): the queue planned the room of the size it released,
+and lowering frees room; a suspended Job is queued, and the queue plans whatever size it has then. Kubernetes
 itself refuses adding a scheduling gate to an existing pod. A queue whose ``state`` is ``drain`` or
 ``stop`` refuses new Pods and Jobs, naming the queue and the admin's reason.
 """
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..contract import QUEUE_GATE, QUEUED_ANNOTATION, QUEUED_BY_SUSPEND
+from ..units import json_int
 from ..workloads import meta_entry
 from .base import Ctx, Finding, RuleType, deny
 
@@ -80,6 +84,22 @@ def suspending(old: Any, obj: Any) -> bool:
     spec, was = obj.get("spec"), old.get("spec")
     return (isinstance(spec, dict) and spec.get("suspend") is True
             and not (isinstance(was, dict) and was.get("suspend") is True))
+
+
+def raised(old: Any, obj: Any) -> list[tuple[str, int, int]]:
+    """What an UPDATE of a Job that is not suspended after it raises: ``spec.parallelism`` (1 when
+    unset) and ``spec.completions`` (where both are set), as (field, before, after)."""
+    spec, was = obj.get("spec"), old.get("spec")
+    if not isinstance(spec, dict) or spec.get("suspend") is True or not isinstance(was, dict):
+        return []
+    out = []
+    before, after = json_int(was.get("parallelism"), 1), json_int(spec.get("parallelism"), 1)
+    if after > before:
+        out.append(("parallelism", before, after))
+    was_done, done = json_int(was.get("completions")), json_int(spec.get("completions"))
+    if was_done is not None and done is not None and done > was_done:
+        out.append(("completions", was_done, done))
+    return out
 
 
 def requeues(settings: Settings, ctx: Ctx, obj: Any) -> bool:
@@ -162,6 +182,13 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
         return [deny(f"{ctx.subject} waits in queue {ctx.queue_name!r}; only batchgate's reconciler (or an admin) "
                      f"resumes it or removes {QUEUED_ANNOTATION}, when its turn comes; `batchgate queue` shows "
                      "where it stands")]
+    up = raised(old, obj)
+    if up and holds(settings, ctx, obj):
+        what = " and ".join(f"spec.{f} from {a} to {b}" for f, a, b in up)
+        return [deny(f"{ctx.subject} runs in queue {ctx.queue_name!r}, which gave it room for the size it released; "
+                     f"raising {what} while it runs would take room the queue never gave (lowering is allowed); "
+                     "suspend the Job (spec.suspend: true) to send it back to the queue with its new size, "
+                     "or ask an admin")]
     return []
 
 

@@ -231,6 +231,54 @@ def test_a_suspend_the_webhook_did_not_mark_is_refused_in_a_gated_queue_only(qg:
     assert validated("scavenger").allowed
 
 
+def sized(j: dict[str, Any], parallelism: int | None, completions: int | None = None) -> dict[str, Any]:
+    j = copy.deepcopy(j)
+    for field, n in (("parallelism", parallelism), ("completions", completions)):
+        if n is not None:
+            j["spec"][field] = n
+    return j
+
+
+def test_the_hostile_user_cannot_raise_a_released_jobs_size(qg: Bundle) -> None:
+    """Kubernetes lets a running Job's parallelism (and an elastic Indexed Job's completions) grow:
+    room the queue never planned. Raising is refused in a gated queue; lowering frees room."""
+    running = job(suspend=False)
+    d = update(qg, sized(running, 2, 2), sized(running, 50, 2))
+    assert not d.allowed, d.message
+    assert ("queue 'batch'" in d.message and "spec.parallelism from 2 to 50" in d.message
+            and "suspend the Job" in d.message and "ask an admin" in d.message), d.message
+    d = update(qg, sized(running, 2, 2), sized(running, 4, 4))
+    assert not d.allowed and "spec.parallelism from 2 to 4 and spec.completions from 2 to 4" in d.message
+    assert not update(qg, running, sized(running, 2)).allowed  # unset is 1
+    assert not update(qg, sized(running, 4, 2), sized(running, 4, 3)).allowed
+    assert update(qg, sized(running, 4, 4), sized(running, 2, 2)).allowed  # lowering frees room
+    assert update(qg, sized(running, 2), sized(job(suspend=False, team="x"), 2)).allowed  # size kept
+
+
+def test_a_suspended_job_may_change_size_and_the_queue_plans_the_new_one(qg: Bundle) -> None:
+    """Suspended (queued, or suspending now) the Job is the queue's to place again, at its new size:
+    the reconciler's model reads the spec it is given."""
+    from webhook.reconciler.model import job_view
+
+    queued_job = job(suspend=True, annotation="true")
+    assert update(qg, sized(queued_job, 2, 2), sized(queued_job, 50, 50)).allowed
+    assert update(qg, sized(job(suspend=False), 2), sized(job(suspend=True, annotation=QUEUED_BY_SUSPEND), 50)).allowed
+    view = job_view(sized(queued_job, 50, 50))
+    assert view.queued and view.wanted == 50
+
+
+@pytest.mark.parametrize("who", [(RECONCILER, SA_GROUPS), ("root", ADMIN)])
+def test_the_reconciler_and_admins_may_raise_a_running_jobs_size(qg: Bundle, who: tuple[str, tuple[str, ...]]) -> None:
+    assert update(qg, sized(job(suspend=False), 2), sized(job(suspend=False), 50), *who).allowed
+
+
+def test_a_user_may_raise_a_job_of_an_ungated_queue(qg: Bundle) -> None:
+    running = job("scavenger", suspend=False)
+    assert update(qg, sized(running, 2), sized(running, 50)).allowed
+    other = "system:serviceaccount:batchgate-system:someone-else"
+    assert not update(qg, sized(job(suspend=False), 2), sized(job(suspend=False), 3), other, SA_GROUPS).allowed
+
+
 @pytest.mark.parametrize("who", [(RECONCILER, SA_GROUPS), ("root", ADMIN)])
 def test_the_reconciler_and_admins_release(qg: Bundle, who: tuple[str, tuple[str, ...]]) -> None:
     assert update(qg, pod(gates=[QUEUE_GATE]), pod(), *who).allowed
