@@ -6,7 +6,8 @@ ends, without scheduling anything itself:
 
 - running (and bound) pods hold their requests on their node until their
   job's deadline (``batchgate.io/deadline``, else start + time limit); work
-  without a time limit holds them for good;
+  without a time limit holds them for good; a pod being deleted, to the end
+  of its grace period (``metadata.deletionTimestamp``), at least 30 s from now;
 - a pending pod of something not modelled as work (a ReplicaSet's) holds its
   requests only on the node kube-scheduler nominated it to after preempting
   there (``status.nominatedNodeName``): the room its victims free is its;
