@@ -467,7 +467,8 @@ def test_a_user_cannot_grow_a_released_job_but_may_resize_it_queued(kube, namesp
     started: list = []
     patch = {"content_type": "application/merge-patch+json", "as_user": "alice"}
     j = job("j", parallelism=2, labels={"batchgate.io/queue": QUEUED},
-            containers=[container(cpu="1", memory="1Gi")], nodeSelector={"e2e-queue": queue_node})
+            containers=[container(cpu="1", memory="1Gi")], nodeSelector={"e2e-queue": queue_node},
+            tolerations=own_tolerations(queue_node))
     try:
         create(kube, ns, j)
         reconcile(kube, ns, tmp_path, policies, "r1", started)
