@@ -406,6 +406,23 @@ def unique(stem: str) -> str:
     return f"{stem}-{uuid.uuid4().hex[:5]}"
 
 
+# Nodes a test makes for its own pods carry this taint, valued with the test's tag, and only that
+# test's pods tolerate it. A label keeps the test's pods on its nodes, not others off them: other
+# modules' pods still pending (their namespace being deleted) would land there, or one of higher
+# priority make kube-scheduler preempt the test's pods, which, with no kubelet, stay Terminating.
+OWN_NODES = "batchgate.io/e2e-own"
+
+
+def own_taint(tag: str) -> list[dict[str, str]]:
+    """The taints (for ``create_node``) of a node for the pods of the test tagged ``tag`` alone."""
+    return [{"key": OWN_NODES, "value": tag, "effect": "NoSchedule"}]
+
+
+def own_tolerations(tag: str) -> list[dict[str, str]]:
+    """What the pods of the test tagged ``tag`` tolerate to run on its nodes (``own_taint``)."""
+    return [{"key": OWN_NODES, "operator": "Equal", "value": tag, "effect": "NoSchedule"}]
+
+
 def container(name: str = "main", *, cpu: str | None = None, memory: str | None = None,
               limits: bool = True, **extra: Any) -> dict[str, Any]:
     c: dict[str, Any] = {"name": name, "image": PAUSE, **extra}

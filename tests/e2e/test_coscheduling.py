@@ -51,7 +51,7 @@ from cluster import (
     unavailable,
     wait_for,
 )
-from harness import GANG, container, create_and_read, job, unique
+from harness import GANG, container, create_and_read, job, own_taint, own_tolerations, unique
 
 BUILD_SH = REPO_ROOT / "hack" / "scheduler-plugins-build.sh"
 SCHEDULER = "batchgate-coscheduling"
@@ -62,7 +62,7 @@ CRD_NAME = "podgroups.scheduling.x-k8s.io"
 CRD_FILE = "scheduling.x-k8s.io_podgroups.yaml"
 PG_API = "/apis/scheduling.x-k8s.io/v1alpha1"
 GROUP, SIZE, COSCHED = "batchgate.io/pod-group", "batchgate.io/pod-group-size", "scheduling.x-k8s.io/pod-group"
-POOL = "batchgate.io/e2e-pool"  # node label: the test's nodes, and only they, have its value
+POOL = "batchgate.io/e2e-pool"  # node label: the test's nodes, and only they, have its value (and its taint)
 CPU_EACH, MEMBERS = "1", 3
 # The gang's binds come in one burst once its last member passes Permit.
 BIND_SPREAD = 2.0
@@ -233,13 +233,13 @@ def test_a_gang_starts_all_together_or_not_at_all(kube, webhook_server, namespac
     nodes: list[str] = []
     try:
         # Room for 2 of the 3 members: kube-scheduler alone would start two and leave one pending.
-        kube.create_node(full, cpu="2", memory="8Gi", labels={POOL: pool})
+        kube.create_node(full, cpu="2", memory="8Gi", labels={POOL: pool}, taints=own_taint(pool))
         nodes.append(full)
 
         name = unique("ranks")
         body = job(name, parallelism=MEMBERS, completions=MEMBERS, labels=GANG,
                    containers=[container(cpu=CPU_EACH, memory="64Mi")],
-                   nodeSelector={POOL: pool}, schedulerName=SCHEDULER)
+                   nodeSelector={POOL: pool}, tolerations=own_tolerations(pool), schedulerName=SCHEDULER)
         stored = create_and_read(kube, ns, body)
         # the webhook named the group for the coscheduling plugin and left the scheduler as asked
         tmpl = stored["spec"]["template"]
@@ -280,7 +280,7 @@ def test_a_gang_starts_all_together_or_not_at_all(kube, webhook_server, namespac
 
         # A node with room for the rest: the whole gang starts, at once (once kube-scheduler retries
         # it: see UNSCHEDULABLE_MAX).
-        kube.create_node(spare, cpu="2", memory="8Gi", labels={POOL: pool})
+        kube.create_node(spare, cpu="2", memory="8Gi", labels={POOL: pool}, taints=own_taint(pool))
         nodes.append(spare)
         t_room = time.monotonic()
         placed = wait_for(lambda: exactly(MEMBERS, bound(job_pods(kube, ns, uid))), 90, interval=0.1,

@@ -25,6 +25,8 @@ from harness import (
     events,
     job,
     jobs_path,
+    own_taint,
+    own_tolerations,
     pods_path,
     start_reconciler,
     stop_reconcilers,
@@ -38,10 +40,10 @@ pytestmark = pytest.mark.usefixtures("webhook_server")
 
 @pytest.fixture
 def queue_node(kube: Any):
-    """A 4-CPU node that only this test's pods select."""
+    """A 4-CPU node for this test's pods alone: they select it (label ``e2e-queue``) and tolerate its
+    taint (``own_taint``, valued with its name), which keeps other pods off it."""
     name = f"bg-q-{uuid.uuid4().hex[:6]}"
-    kube.create_node(name, cpu="4", memory="16Gi")
-    kube.patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {"e2e-queue": name}}})
+    kube.create_node(name, cpu="4", memory="16Gi", labels={"e2e-queue": name}, taints=own_taint(name))
     yield name
     kube.delete_node(name)
 
@@ -49,7 +51,8 @@ def queue_node(kube: Any):
 def queued_job(name: str, node: str, cpu: str, *, parallelism: int = 1, labels: dict[str, str] | None = None) -> dict:
     return job(name, parallelism=parallelism, completions=parallelism,
                labels={"batchgate.io/queue": QUEUED, **(labels or {})},
-               containers=[container(cpu=cpu, memory="1Gi")], nodeSelector={"e2e-queue": node})
+               containers=[container(cpu=cpu, memory="1Gi")], nodeSelector={"e2e-queue": node},
+               tolerations=own_tolerations(node))
 
 
 def suspended(kube: Any, ns: str, name: str) -> bool:
@@ -214,7 +217,8 @@ def test_a_bare_pod_group_waits_until_its_most_cpu_and_its_most_memory_fit(kube,
         for name, cpu, memory in (("g-0", "2", "1Gi"), ("g-1", "1", "12Gi")):
             create(kube, ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": group},
                               "spec": {"containers": [container(cpu=cpu, memory=memory)],
-                                       "nodeSelector": {"e2e-queue": queue_node}}})
+                                       "nodeSelector": {"e2e-queue": queue_node},
+                                       "tolerations": own_tolerations(queue_node)}})
         wait_for(lambda: any((kube.get(pods_path(ns, n))["metadata"].get("annotations") or {}).get(START_BY_ANNOTATION)
                              for n in names), 60, message="the group placed after the filler (a start-by)")
         assert gated("g-0") and gated("g-1"), "the group released where 13Gi do not fit"
@@ -321,7 +325,8 @@ def test_work_gated_before_its_namespace_was_excluded_is_released(kube, namespac
         create(kube, ns, queued_job("held", queue_node, "2"))
         create(kube, ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {
             "name": "gated", "labels": {"batchgate.io/queue": QUEUED}},
-            "spec": {"containers": [container(cpu="2", memory="1Gi")], "nodeSelector": {"e2e-queue": queue_node}}})
+            "spec": {"containers": [container(cpu="2", memory="1Gi")], "nodeSelector": {"e2e-queue": queue_node},
+                     "tolerations": own_tolerations(queue_node)}})
         wait_for(lambda: start_by(kube, ns, "held"), 60, message="the held Job placed behind the full node")
         assert suspended(kube, ns, "held")
         assert {"name": QUEUE_GATE} in kube.get(pods_path(ns, "gated"))["spec"]["schedulingGates"]
@@ -462,7 +467,8 @@ def test_a_user_cannot_grow_a_released_job_but_may_resize_it_queued(kube, namesp
     started: list = []
     patch = {"content_type": "application/merge-patch+json", "as_user": "alice"}
     j = job("j", parallelism=2, labels={"batchgate.io/queue": QUEUED},
-            containers=[container(cpu="1", memory="1Gi")], nodeSelector={"e2e-queue": queue_node})
+            containers=[container(cpu="1", memory="1Gi")], nodeSelector={"e2e-queue": queue_node},
+            tolerations=own_tolerations(queue_node))
     try:
         create(kube, ns, j)
         reconcile(kube, ns, tmp_path, policies, "r1", started)

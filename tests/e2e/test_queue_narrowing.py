@@ -24,6 +24,8 @@ from harness import (
     epoch,
     events,
     jobs_path,
+    own_taint,
+    own_tolerations,
     pod,
     pods_path,
     stop_reconcilers,
@@ -41,26 +43,18 @@ def bundle(webhook_server: Any) -> Path:
     return Path(webhook_server.server.policies)
 
 
-TAINT = "batchgate.io/e2e-narrowing"
-
-
-def tolerate(tag: str) -> list[dict]:
-    return [{"key": TAINT, "operator": "Equal", "value": tag, "effect": "NoSchedule"}]
-
-
 @pytest.fixture
 def two_nodes(kube: Any):
     """Two 4-CPU nodes for this test's pods alone: labelled ``e2e-queue`` (its pods select them, told
-    apart by ``e2e-pin``) and tainted (its pods tolerate it). A label keeps the test's pods on the nodes,
-    not others off them: untainted, they take any pending pod of the session, and one of higher priority
-    (an earlier module's interactive whole-node Deployment, its namespace still being deleted) makes
-    kube-scheduler preempt busy-a or busy-b; with no kubelet to end it, the victim stays Terminating,
-    and the placement counts its room free once its grace period is over (a start-by 30 s away)."""
+    apart by ``e2e-pin``) and tainted (``own_taint``: its pods tolerate it, and no other pod lands
+    there: one of higher priority pending would make kube-scheduler preempt busy-a or busy-b, whose
+    victim, with no kubelet to end it, stays Terminating and frees its room at its grace period's
+    end)."""
     tag = uuid.uuid4().hex[:6]
     names = {side: f"bg-n{side}-{tag}" for side in ("a", "b")}
     for side, name in names.items():
         kube.create_node(name, cpu="4", memory="16Gi", labels={"e2e-queue": tag, "e2e-pin": side},
-                         taints=[{"key": TAINT, "value": tag, "effect": "NoSchedule"}])
+                         taints=own_taint(tag))
     yield tag, names
     for name in names.values():
         kube.delete_node(name)
@@ -69,7 +63,6 @@ def two_nodes(kube: Any):
 def timed(name: str, tag: str, cpu: str, minutes: int, pin: str | None = None) -> dict:
     j = queued_job(name, tag, cpu)
     j["metadata"]["annotations"] = {"batchgate.io/time-limit": f"{minutes}m"}
-    j["spec"]["template"]["spec"]["tolerations"] = tolerate(tag)
     if pin:
         j["spec"]["template"]["spec"]["nodeSelector"]["e2e-pin"] = pin
     return j
@@ -107,7 +100,7 @@ def test_backfill_is_bound_off_the_reserved_node_kube_scheduler_would_choose_and
 
         # What kube-scheduler does with such a pod when nobody narrows it: the emptier node, a.
         probe = pod("probe", labels={"batchgate.io/queue": "batch"}, containers=[container(cpu="1", memory="1Gi")],
-                    nodeSelector={"e2e-queue": tag}, tolerations=tolerate(tag))
+                    nodeSelector={"e2e-queue": tag}, tolerations=own_tolerations(tag))
         create(kube, ns, probe)
         chosen = wait_for(lambda: kube.get(pods_path(ns, "probe"))["spec"].get("nodeName"), 60,
                           message="the probe bound")
@@ -164,7 +157,7 @@ def test_room_kube_scheduler_preempts_for_an_interactive_session_is_the_sessions
 
         session = {"batchgate.io/queue": "interactive"}
         web = deployment("web", labels=session, containers=[container(cpu="3", memory="1Gi")],
-                         nodeSelector={"e2e-queue": tag, "e2e-pin": "a"}, tolerations=tolerate(tag))
+                         nodeSelector={"e2e-queue": tag, "e2e-pin": "a"}, tolerations=own_tolerations(tag))
         web["spec"]["template"]["metadata"]["labels"].update(session)
         create(kube, ns, web)
         wait_for(lambda: [p for p in kube.get(pods_path(ns), labelSelector="app=web")["items"]

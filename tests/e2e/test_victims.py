@@ -15,21 +15,30 @@ from typing import Any
 import pytest
 from cluster import wait_for
 from conftest import QUEUED
-from harness import container, create, pods_path, start_reconciler, stop_reconcilers
+from harness import (
+    container,
+    create,
+    own_taint,
+    own_tolerations,
+    pods_path,
+    start_reconciler,
+    stop_reconcilers,
+)
 
 pytestmark = pytest.mark.usefixtures("webhook_server")
 NOW = "%Y-%m-%dT%H:%M:%SZ"
 
 
-def scavenger(name: str, node: str, cpu: str) -> dict[str, Any]:
+def scavenger(name: str, node: str, key: str, cpu: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"batchgate.io/queue": "scavenger"}},
             "spec": {"containers": [container(cpu=cpu, memory="1Gi")], "nodeSelector": {"e2e-victims": node},
-                     "restartPolicy": "Never"}}
+                     "tolerations": own_tolerations(key), "restartPolicy": "Never"}}
 
 
 def ordinary(name: str, queue: str, key: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"batchgate.io/queue": queue}},
             "spec": {"containers": [container(cpu="4", memory="1Gi")], "restartPolicy": "Never",
+                     "tolerations": own_tolerations(key),
                      "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                          "nodeSelectorTerms": [{"matchExpressions": [
                              {"key": "e2e-victims-set", "operator": "In", "values": [key]}]}]}}}}}
@@ -56,28 +65,29 @@ def deleting(kube: Any, ns: str) -> set[str]:
 
 @pytest.fixture
 def two_nodes(kube: Any):
+    """Two 4-CPU nodes for this test's pods alone (they tolerate ``own_taint``)."""
     key = uuid.uuid4().hex[:6]
     names = [f"bg-v{x}-{key}" for x in "ab"]
     for n in names:
-        kube.create_node(n, cpu="4", memory="16Gi")
-        kube.patch(f"/api/v1/nodes/{n}", {"metadata": {"labels": {"e2e-victims": n, "e2e-victims-set": key}}})
+        kube.create_node(n, cpu="4", memory="16Gi", labels={"e2e-victims": n, "e2e-victims-set": key},
+                         taints=own_taint(key))
     yield key, names
     for n in names:
         kube.delete_node(n)
 
 
-def scavengers(kube: Any, ns: str, a: str, b: str) -> None:
-    create(kube, ns, scavenger("old", a, "4"))
+def scavengers(kube: Any, ns: str, key: str, a: str, b: str) -> None:
+    create(kube, ns, scavenger("old", a, key, "4"))
     run(kube, ns, "old")
     time.sleep(30)  # two minutes of core-time unsaved on A
     for name in ("new1", "new2"):
-        create(kube, ns, scavenger(name, b, "2"))
+        create(kube, ns, scavenger(name, b, key, "2"))
         run(kube, ns, name)
 
 
 def test_kube_scheduler_alone_preempts_the_fewest_victims(kube, namespace, two_nodes):
     key, (a, b) = two_nodes
-    scavengers(kube, namespace, a, b)
+    scavengers(kube, namespace, key, a, b)
     create(kube, namespace, ordinary("whole", "batch", key))  # ungated in the e2e bundle
     victims = wait_for(lambda: deleting(kube, namespace) or None, 60, message="kube-scheduler to preempt")
     assert victims == {"old"}, victims  # one victim on A, though it loses the most work
@@ -87,7 +97,7 @@ def test_the_reconciler_takes_room_from_the_scavengers_that_lose_least(kube, nam
                                                                        webhook_server):
     key, (a, b) = two_nodes
     ns = namespace
-    scavengers(kube, ns, a, b)
+    scavengers(kube, ns, key, a, b)
     stored = create(kube, ns, ordinary("whole", QUEUED, key))
     assert stored["spec"]["schedulingGates"]
     started = [start_reconciler(kube, ns, tmp_path / "r.log", "--policies", str(webhook_server.server.policies),

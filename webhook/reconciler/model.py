@@ -274,6 +274,7 @@ class PodView:
     disrupted: bool = False  # a DisruptionTarget condition with status True, whoever wrote it
     disrupted_at: float | None = None  # its lastTransitionTime, when it came from outside (``interrupted``)
     created: float | None = None  # metadata.creationTimestamp
+    deleting_t: float | None = None  # metadata.deletionTimestamp parsed: when its grace period ends
     # -- the batch queue (queue.py)
     gated: bool = False  # waits behind batchgate's scheduling gate
     other_gates: tuple[str, ...] = ()  # the other scheduling gates on a gated pod (kept when ours goes)
@@ -828,6 +829,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         disrupted=disruption is not None,
         disrupted_at=disrupted_at,
         created=created,
+        deleting_t=parse_time(md.get("deletionTimestamp")),
         **_gates(spec),
         nominated=_str(st.get("nominatedNodeName")),
         start_by=kept(ann.get(START_BY_ANNOTATION)),

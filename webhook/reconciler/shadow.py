@@ -6,7 +6,8 @@ ends, without scheduling anything itself:
 
 - running (and bound) pods hold their requests on their node until their
   job's deadline (``batchgate.io/deadline``, else start + time limit); work
-  without a time limit holds them for good;
+  without a time limit holds them for good; a pod being deleted, to the end
+  of its grace period (``metadata.deletionTimestamp``), at least 30 s from now;
 - a pending pod of something not modelled as work (a ReplicaSet's) holds its
   requests only on the node kube-scheduler nominated it to after preempting
   there (``status.nominatedNodeName``): the room its victims free is its;
@@ -42,6 +43,7 @@ from .model import JobView, PodSched, PodView, Ref, Snapshot, job_of
 from .runtimes import Predictor, corrected, job_key, pod_key
 
 INF = float("inf")
+DELETING_ALLOWANCE = 30.0  # seconds a pod being deleted is still counted on its node past its grace period
 HORIZON = 60 * 86400  # beyond this, "unknown"
 ROOMY = 1 << 62  # room for any number of pods (``_Node.room``)
 
@@ -597,7 +599,9 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
                 continue
             deadline = (job.deadline_t if job is not None else pod.deadline_t)
             if pod.deleting:
-                end = now + 30
+                # to the end of its grace period, and no sooner than a short allowance from now:
+                # a slow node (or none, with no kubelet) keeps it past that end
+                end = max(pod.deleting_t or now, now + DELETING_ALLOWANCE)
             elif deadline is not None:
                 end = max(deadline, now)
             elif limit is not None:

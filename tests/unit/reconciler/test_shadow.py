@@ -101,6 +101,19 @@ def test_work_without_a_time_limit_holds_its_node_for_good() -> None:
     assert starts(s) == {"w": "waits for work without a time limit on every node it may use"}
 
 
+def test_a_pod_being_deleted_holds_its_room_to_the_end_of_its_grace_period_and_a_little_past_it() -> None:
+    def deleted(name: str, node_name: str, at: float) -> dict[str, Any]:
+        p = running(name, node_name, limit="2h", cpu="4")  # by its limit, n1 would be free at +1h
+        p["metadata"]["deletionTimestamp"] = ts(at)
+        return p
+
+    long_grace = snap(deleted("slow", "n1", 600), waiting("w", cpu="4"), nodes=[node("n1")])
+    assert starts(long_grace) == {"w": 600}  # a 10-minute grace period: its room for 10 minutes
+    short_grace = snap(deleted("quick", "n1", 5), waiting("w", cpu="4"), nodes=[node("n1")])
+    over = snap(deleted("kept", "n1", -600), waiting("w", cpu="4"), nodes=[node("n1")])
+    assert starts(short_grace) == starts(over) == {"w": shadow.DELETING_ALLOWANCE}  # a node may keep it past
+
+
 def test_windows_block_their_nodes_and_long_work_does_not_start_before_them() -> None:
     w, _ = parse_window({"metadata": {"name": "fw"}, "spec": {"start": ts(2 * HOUR), "end": ts(3 * HOUR),
                                                               "nodes": ["n1"]}})
