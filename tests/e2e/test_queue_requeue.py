@@ -131,11 +131,19 @@ def test_a_job_its_user_suspends_goes_back_to_the_queue_and_only_the_queue_resum
             kube.request("PATCH", jobs_path(ns, "j"), {"spec": {"suspend": False}, "metadata": {
                 "annotations": {QUEUED_ANNOTATION: None}}}, **patch)
         # what Kubernetes lets her change while it is suspended and its start time is gone: her
-        # pods' node selector (the queue places what she then asks for)
-        wait_for(lambda: not kube.get(jobs_path(ns, "j")).get("status", {}).get("startTime"), 60,
-                 message="the Job controller clears a suspended Job's start time")
-        kube.request("PATCH", jobs_path(ns, "j"), {"spec": {"template": {"spec": {
-            "nodeSelector": {"e2e-queue": tag, "e2e-pin": "b"}}}}}, **patch)
+        # pods' node selector (the queue places what she then asks for). The Job controller
+        # clears a suspended Job's start time on 1.37 but not on 1.34, whose API server then
+        # keeps the template immutable: the hole is Kubernetes' own to close there.
+        wait_for(lambda: any(c.get("type") == "Suspended" and c.get("status") == "True" for c in (
+            kube.get(jobs_path(ns, "j")).get("status") or {}).get("conditions") or ()), 60,
+            message="the Job controller saw the suspension")
+        edit = {"spec": {"template": {"spec": {"nodeSelector": {"e2e-queue": tag, "e2e-pin": "b"}}}}}
+        edited = not (kube.get(jobs_path(ns, "j")).get("status") or {}).get("startTime")
+        if edited:
+            kube.request("PATCH", jobs_path(ns, "j"), edit, **patch)
+        else:
+            with pytest.raises(Exception, match="immutable"):
+                kube.request("PATCH", jobs_path(ns, "j"), edit, **patch)
         assert suspended(kube, ns, "j")
 
         # the queue takes it back and releases it in its turn, onto b, narrowed once
@@ -148,9 +156,10 @@ def test_a_job_its_user_suspends_goes_back_to_the_queue_and_only_the_queue_resum
         ann = stored["metadata"]["annotations"]
         assert QUEUED_ANNOTATION not in ann and REQUEUED_AT_ANNOTATION in ann, ann
         again = name_terms(stored["spec"]["template"]["spec"])
-        assert again and all(t == [nodes["b"]] for t in again), again  # each term narrowed once
-        (pod,) = wait_for(lambda: [p for p in pods_of(kube, ns, "j") if p["spec"].get("nodeName") == nodes["b"]
-                                   and not p["metadata"].get("deletionTimestamp")], 60, message="j's new pod on b")
+        target = nodes["b"] if edited else again[0][0] if again and again[0] else None
+        assert target and all(t == [target] for t in again), again  # each term narrowed once
+        (pod,) = wait_for(lambda: [p for p in pods_of(kube, ns, "j") if p["spec"].get("nodeName") == target
+                                   and not p["metadata"].get("deletionTimestamp")], 60, message="j's new pod")
         kube.set_pod_phase(ns, pod["metadata"]["name"], "Running",
                            {"main": {"running": {"startedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}})
         since = wait_for(lambda: annotations(kube, ns, "j").get(STARTED_AT_ANNOTATION), 60,
