@@ -82,6 +82,22 @@ def name_terms(spec: dict) -> list[list[str]]:
              for v in f["values"]] for t in terms or ()]
 
 
+def busy(kube: Any, ns: str, tag: str, tmp_path: Path, bundle: Path, started: list) -> dict[str, str]:
+    """a: 2 of 4 CPUs for 3 more minutes (busy-a); b: 3 of 4 for an hour (busy-b): both released by
+    a reconciler started here and running, their deadlines recorded (returned by name)."""
+    create(kube, ns, timed("busy-a", tag, "2", 3, pin="a"))
+    create(kube, ns, timed("busy-b", tag, "3", 60, pin="b"))
+    reconcile(kube, ns, tmp_path, bundle, "r1", started)
+    deadlines = {}
+    for name in ("busy-a", "busy-b"):
+        wait_for(lambda name=name: not suspended(kube, ns, name), 60, message=f"{name} released")
+        run_pods_of(kube, ns, name, 1)
+    for name in ("busy-a", "busy-b"):
+        deadlines[name] = wait_for(lambda name=name: (kube.get(jobs_path(ns, name))["metadata"].get(
+            "annotations") or {}).get("batchgate.io/deadline"), 60, message=f"{name}'s deadline recorded")
+    return deadlines
+
+
 def test_backfill_is_bound_off_the_reserved_node_kube_scheduler_would_choose_and_the_big_job_starts_there(
         kube, namespace, two_nodes, tmp_path, bundle):
     ns = namespace
@@ -89,14 +105,7 @@ def test_backfill_is_bound_off_the_reserved_node_kube_scheduler_would_choose_and
     started: list = []
     try:
         # a: 2 of 4 CPUs for 3 more minutes; b: 3 of 4 for an hour. a is the emptier node.
-        create(kube, ns, timed("busy-a", tag, "2", 3, pin="a"))
-        create(kube, ns, timed("busy-b", tag, "3", 60, pin="b"))
-        reconcile(kube, ns, tmp_path, bundle, "r1", started)
-        for name in ("busy-a", "busy-b"):
-            wait_for(lambda name=name: not suspended(kube, ns, name), 60, message=f"{name} released")
-            run_pods_of(kube, ns, name, 1)
-        wait_for(lambda: (kube.get(jobs_path(ns, "busy-a"))["metadata"].get("annotations") or {}).get(
-            "batchgate.io/deadline"), 60, message="busy-a's deadline recorded")
+        busy(kube, ns, tag, tmp_path, bundle, started)
 
         # What kube-scheduler does with such a pod when nobody narrows it: the emptier node, a.
         probe = pod("probe", labels={"batchgate.io/queue": "batch"}, containers=[container(cpu="1", memory="1Gi")],
@@ -146,14 +155,7 @@ def test_room_kube_scheduler_preempts_for_an_interactive_session_is_the_sessions
     tag, nodes = two_nodes
     started: list = []
     try:
-        create(kube, ns, timed("busy-a", tag, "2", 3, pin="a"))
-        create(kube, ns, timed("busy-b", tag, "3", 60, pin="b"))
-        reconcile(kube, ns, tmp_path, bundle, "r1", started)
-        for name in ("busy-a", "busy-b"):
-            wait_for(lambda name=name: not suspended(kube, ns, name), 60, message=f"{name} released")
-            run_pods_of(kube, ns, name, 1)
-        deadline = wait_for(lambda: (kube.get(jobs_path(ns, "busy-b"))["metadata"].get("annotations") or {}).get(
-            "batchgate.io/deadline"), 60, message="busy-b's deadline recorded")
+        deadline = busy(kube, ns, tag, tmp_path, bundle, started)["busy-b"]
 
         session = {"batchgate.io/queue": "interactive"}
         web = deployment("web", labels=session, containers=[container(cpu="3", memory="1Gi")],

@@ -83,6 +83,13 @@ def vanished(node: str, nodes: Mapping[str, NodeView]) -> str | None:
     return None
 
 
+def _requeued(now: float) -> dict[str, str | None]:
+    """The annotations of a Job the queue takes back: queued again, when, and its last run's dates gone
+    (its time limit counts afresh from its next start)."""
+    return {QUEUED_ANNOTATION: "true", REQUEUED_AT_ANNOTATION: format_time(now),
+            STARTED_AT_ANNOTATION: None, DEADLINE_ANNOTATION: None, WARNED_FOR_ANNOTATION: None}
+
+
 def plan_requeue(snapshot: Snapshot, now: float, policy: QueuePolicy, jobs: Iterable[JobView],
                  pods_of_job: Mapping[str, Sequence[PodView]]) -> list[Action]:
     """The next step of re-queueing each Job that needs it (module docstring). ``pods_of_job``: the
@@ -98,9 +105,7 @@ def plan_requeue(snapshot: Snapshot, now: float, policy: QueuePolicy, jobs: Iter
                 kind="requeue", target=job.ref, reason="Requeued", key=f"suspended/{rv}",
                 message=(f"suspended by its user: the Job waits in queue {queue_of(job, policy)!r} again and is "
                          "released when its turn comes (its time limit counts afresh from then)"),
-                patch={"metadata": {"resourceVersion": rv, "annotations": {
-                    QUEUED_ANNOTATION: "true", REQUEUED_AT_ANNOTATION: format_time(now),
-                    STARTED_AT_ANNOTATION: None, DEADLINE_ANNOTATION: None, WARNED_FOR_ANNOTATION: None}}}))
+                patch={"metadata": {"resourceVersion": rv, "annotations": _requeued(now)}}))
             continue
         if requeuing(job):
             if job.ran:
@@ -139,9 +144,6 @@ def plan_requeue(snapshot: Snapshot, now: float, policy: QueuePolicy, jobs: Iter
                      "cannot be placed there; re-queued: its pods are stopped, the Job waits in its queue again and "
                      "is released onto nodes that exist when its turn comes (its time limit counts afresh from "
                      "then)"),
-            patch={"metadata": {"resourceVersion": rv, "annotations": {
-                       QUEUED_ANNOTATION: "true", REQUEUED_AT_ANNOTATION: format_time(now),
-                       STARTED_AT_ANNOTATION: None, DEADLINE_ANNOTATION: None, WARNED_FOR_ANNOTATION: None}},
-                   "spec": {"suspend": True}},
+            patch={"metadata": {"resourceVersion": rv, "annotations": _requeued(now)}, "spec": {"suspend": True}},
             tell_after=True))
     return out
