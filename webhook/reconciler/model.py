@@ -47,6 +47,7 @@ from ..contract import (
     WARNED_FOR_ANNOTATION,
 )
 from ..jobnet import MAX_LABEL, peers_view
+from ..kubefields import REQUIRED
 from ..units import MAX_TEXT, parse_duration, parse_quantity, parse_time
 from ..windows import Window, parse_window
 from ..workloads import (
@@ -656,7 +657,7 @@ def _sched(md: Mapping[str, Any], spec: Mapping[str, Any]) -> PodSched:
         tolerations: tuple[tuple[str, str, str, str], ...] = ()
     else:
         affinity = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                    .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+                    .get(REQUIRED) or {})
         terms = tuple((_requirements(t.get("matchExpressions")), _requirements(t.get("matchFields")))
                       for t in affinity.get("nodeSelectorTerms") or () if isinstance(t, dict))
         node_selector = tuple(sorted((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items()))
@@ -907,7 +908,7 @@ def _net_member(labels: Mapping[str, Any], ann: Mapping[str, Any], spec: Mapping
     if not service or not isinstance(service, str) or spec.get("subdomain") != service:
         return None  # not stamped, or the user runs their own Service
     hostname = spec.get("hostname")
-    index = ann.get("batch.kubernetes.io/job-completion-index")
+    index = ann.get(LABEL_COMPLETION_INDEX)
     slots = _size(ann.get(SLOTS_ANNOTATION)) or 1
     peers, dropped = peers_view(ann.get(CONNECT_TO_ANNOTATION))
     return NetMember(
