@@ -22,6 +22,7 @@ from typing import Any
 from ..contract import (
     API_VERSION,
     CONNECT_TO_ANNOTATION,
+    COSCHEDULING_LABEL,
     DEADLINE_ANNOTATION,
     EXPECTED_RUNTIME_ANNOTATION,
     EXPECTED_START_ANNOTATION,
@@ -60,7 +61,6 @@ from ..workloads import (
 
 # -- the names on objects --------------------------------------------------
 LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # annotation (and, 1.28+, label)
-LABEL_COSCHEDULING = "scheduling.x-k8s.io/pod-group"
 
 # Pod ``status.reason`` values that mean the pod was stopped from outside (its
 # node went away, the kubelet evicted or shut it down, the scheduler preempted
@@ -807,7 +807,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         interrupted=None if interrupted is None else cut(interrupted),
         group=group,
         group_size=_size(labels.get(POD_GROUP_SIZE_LABEL)),
-        pod_group_name=(labels.get(LABEL_COSCHEDULING) or group) if group else None,
+        pod_group_name=(labels.get(COSCHEDULING_LABEL) or group) if group else None,
         queue=labels.get(QUEUE_LABEL),
         time_limit=kept(ann.get(TIME_LIMIT_ANNOTATION)),
         limit=limit_seconds(ann.get(TIME_LIMIT_ANNOTATION)),
@@ -952,7 +952,7 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         **_state(ann),
         group=group,
         group_size=_size(t_labels.get(POD_GROUP_SIZE_LABEL)),
-        pod_group_name=(t_labels.get(LABEL_COSCHEDULING) or group) if group else None,
+        pod_group_name=(t_labels.get(COSCHEDULING_LABEL) or group) if group else None,
         next_maintenance=kept(ann.get(NEXT_MAINTENANCE_ANNOTATION)),
         expected_start=kept(ann.get(EXPECTED_START_ANNOTATION)),
         owner=_controller(md),
