@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.contract import (
+    COSCHEDULING_LABEL,
     DEADLINE_ANNOTATION,
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -51,7 +52,6 @@ from webhook.contract import (
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from webhook.reconciler.model import (
-    LABEL_COSCHEDULING,
     NodeView,
     Snapshot,
     job_view,
@@ -106,7 +106,7 @@ def cluster(n_pods: int, *, recorded: bool) -> tuple[list[dict[str, Any]], list[
     for j in range(n_gang_pods // GANG):
         ns = f"team-{j % 40}"
         name = f"job-{j}"
-        labels = {POD_GROUP_LABEL: name, POD_GROUP_SIZE_LABEL: str(GANG), LABEL_COSCHEDULING: name}
+        labels = {POD_GROUP_LABEL: name, POD_GROUP_SIZE_LABEL: str(GANG), COSCHEDULING_LABEL: name}
         job = {"apiVersion": "batch/v1", "kind": "Job",
                "metadata": {"name": name, "namespace": ns, "uid": f"0000-job-{j:08d}", "resourceVersion": str(j),
                             "annotations": {TIME_LIMIT_ANNOTATION: limit, **state}},

@@ -60,6 +60,9 @@ QUEUED_ANNOTATION = f"{GROUP}/queued"
 # Its value on a released Job its user suspended (the webhook marks it; "true" elsewhere): the Job goes
 # back to its queue, and the reconciler re-queues it as its own (requeue.py) before it is placed again.
 QUEUED_BY_SUSPEND = "suspended"
+# The gang's label for scheduler-plugins' coscheduling (policy pod-group writes it; the reconciler
+# reads the gang's PodGroup name from it).
+COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
 # Workloads another queue manager admits (Kueue) are never gated.
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # On a workload waiting in batchgate's queue: its reservation's start, the promise (queue.py).

@@ -25,6 +25,7 @@ import orjson
 from .bundle import Bundle, Ctx, Finding, Policy
 from .contract import SEAL_ANNOTATION
 from .draft import Draft, Path
+from .kubefields import REQUIRED
 from .seal import OFFLINE, Keyring, projection, seal, sealed
 from .wire import OPERATIONS, AdmissionRequest, AdmissionResponse, AdmissionReview
 from .workloads import Shape, dig, made_from_template, requested_queue, shape_of
@@ -267,7 +268,6 @@ def _string_map(value: object) -> bool:
     return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
 
 
-REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 # What policies read in a pod spec, by the JSON type Kubernetes gives it (paths under the spec).
 POD_SPEC_FIELDS: tuple[tuple[Path, str], ...] = (
     (("nodeSelector",), "string map"),

@@ -78,6 +78,7 @@ from .contract import (
     SLOTS_ANNOTATION,
     TIME_LIMIT_ANNOTATION,
 )
+from .kubefields import COMPONENT_LABEL, NAMESPACE_NAME_LABEL, PART_OF_LABEL
 from .workloads import Shape, label_places, shape_of
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ HEADER = (
 NAMESPACE = "batchgate-system"
 CONFIGMAP = "batchgate-policies"
 VOLUME = "policies"
-LABELS = {"app.kubernetes.io/part-of": "batchgate", "app.kubernetes.io/managed-by": "batchgate-manifests"}
+LABELS = {PART_OF_LABEL: "batchgate", MANAGED_BY_LABEL: "batchgate-manifests"}
 BASE = "base"  # generated files and the webhook configurations live in manifests/base/
 MUTATING_FILE = f"{BASE}/mutatingwebhookconfiguration.yaml"
 VALIDATING_FILE = f"{BASE}/validatingwebhookconfiguration.yaml"
@@ -309,7 +310,6 @@ HOOKS: tuple[Hook, ...] = (
 # Never sent to batchgate, whatever the bundle says: the control plane's namespaces and
 # batchgate's own (so that it can always be restarted).
 SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", NAMESPACE)
-NAME_LABEL = "kubernetes.io/metadata.name"
 
 MUTATING_NOTE = """\
 # Mutations run on CREATE, and on UPDATE of the kinds whose pod template may change
@@ -372,7 +372,7 @@ def webhook_objects(bundle: Bundle) -> tuple[dict[str, Any], dict[str, Any]]:
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": kind,
             "metadata": {"name": "batchgate", "labels": {
-                "app.kubernetes.io/part-of": "batchgate", "app.kubernetes.io/component": "webhook"}},
+                PART_OF_LABEL: "batchgate", COMPONENT_LABEL: "webhook"}},
             "webhooks": hooks,
         })
     return configs[0], configs[1]
@@ -447,7 +447,7 @@ def _excluded(bundle: Bundle) -> tuple[list[str], list[str]]:
 
 def _namespace_selector(names: list[str]) -> dict[str, Any]:
     return {"matchExpressions": [
-        {"key": NAME_LABEL, "operator": "NotIn", "values": names},
+        {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": names},
         {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": [OPT_OUT_VALUE]},
     ]}
 
@@ -513,7 +513,7 @@ def _creates(policy: Policy, bundle: Bundle) -> str:
     if policy.rule.name == "namespace-opt-out":
         labels = _map_at("object", ("metadata", "labels"))
         return _and([f"!({_exempt(bundle, policy)})",
-                     f'{labels}.exists(k, k != "{NAME_LABEL}" || {labels}[k] != {NAME})'])
+                     f'{labels}.exists(k, k != "{NAMESPACE_NAME_LABEL}" || {labels}[k] != {NAME})'])
     return "true"
 
 
@@ -783,7 +783,7 @@ def _opt_out_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
                     f"is for cluster admins only ({who}): {OPT_OUT_LABEL}=disabled turns every batchgate "
                     "policy off in that namespace; ask an admin"),
     }]
-    keys = [k for k in bundle.selector_keys if k != NAME_LABEL]
+    keys = [k for k in bundle.selector_keys if k != NAMESPACE_NAME_LABEL]
     if keys:
         validations.append({
             "expression": f"variables.exempt || !{_list(keys)}.exists(k, {_diff('k', new, old)})",
@@ -791,7 +791,7 @@ def _opt_out_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
                         f"Namespace is for cluster admins only ({who}): queue grants select namespaces by "
                         "them; ask an admin"),
         })
-    others = list(dict.fromkeys(k for k, _ in bundle.policy_label_keys if k != NAME_LABEL and k not in keys))
+    others = list(dict.fromkeys(k for k, _ in bundle.policy_label_keys if k != NAMESPACE_NAME_LABEL and k not in keys))
     if others:
         validations.append({
             "expression": f"variables.exempt || !{_list(others)}.exists(k, {_diff('k', new, old)})",
@@ -800,11 +800,11 @@ def _opt_out_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
                         f"{', '.join(dict.fromkeys(p for k, p in bundle.policy_label_keys if k in others))} "
                         "selects namespaces by them; ask an admin"),
         })
-    name = _s(NAME_LABEL)
+    name = _s(NAMESPACE_NAME_LABEL)
     validations.append({
         "expression": (f"variables.exempt || !({name} in {new}) || {new}[{name}] == object.metadata.name"
                        f" || ({name} in {old} && {old}[{name}] == {new}[{name}])"),
-        "message": (f"namespace-opt-out: the label {NAME_LABEL} must be the namespace's own name: the webhook "
+        "message": (f"namespace-opt-out: the label {NAMESPACE_NAME_LABEL} must be the namespace's own name: the webhook "
                     "configurations use it to leave system namespaces out"),
     })
     return [_Part("", routes, (

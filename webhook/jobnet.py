@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from .kubefields import NAMESPACE_NAME_LABEL
+
 __all__ = [
     "HOSTFILE_KEY",
     "HOSTS_KEY",
@@ -54,7 +56,7 @@ class Proxy:
 
 # The cluster's DNS pods (CoreDNS keeps kube-dns's label), found through the namespace name label
 # the API server sets itself.
-CLUSTER_DNS = Proxy(namespace_selector=(("kubernetes.io/metadata.name", "kube-system"),),
+CLUSTER_DNS = Proxy(namespace_selector=((NAMESPACE_NAME_LABEL, "kube-system"),),
                     pod_selector=(("k8s-app", "kube-dns"),))
 
 

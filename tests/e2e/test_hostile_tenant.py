@@ -30,6 +30,8 @@ from harness import (
     events,
     job,
     jobs_path,
+    own_taint,
+    own_tolerations,
     pod,
     pods_path,
     unique,
@@ -45,8 +47,6 @@ HUGE = "99999999999999999999s"
 EXCLUSIVE, GROUP = "batchgate.io/exclusive", "batchgate.io/exclusive-group"
 SJ_PATH = "/apis/batchgate.io/v1alpha1/namespaces/{ns}/scavengerjobs"
 MW_PATH = "/apis/batchgate.io/v1alpha1/maintenancewindows"
-TAINT = "batchgate.io/e2e-hostile"
-TOLERATE = [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}]
 FIXED = "cannot be set, changed or removed once it exists"
 NEXT_MAINTENANCE = "batchgate.io/next-maintenance"
 
@@ -61,13 +61,14 @@ def api(kube: Any) -> Iterator[KubeApi]:
 
 @pytest.fixture
 def nodes(kube: Any) -> Iterator[Callable[..., str]]:
-    """Fake nodes (no kubelet) made for one test, deleted after it."""
+    """Fake nodes (no kubelet) made for one test, deleted after it; ``tainted``: for the test's own
+    pods alone (``own_taint``, valued with the node's name: they tolerate ``own_tolerations(node)``)."""
     made: list[str] = []
 
     def make(cpu: str = "8", *, tainted: bool = False) -> str:
         name = unique("hostile-node")
         kube.create_node(name, cpu=cpu, memory="64Gi",
-                         taints=[{"key": TAINT, "value": "true", "effect": "NoSchedule"}] if tainted else ())
+                         taints=own_taint(name) if tainted else ())
         made.append(name)
         return name
 
@@ -224,7 +225,7 @@ def test_5_a_pod_waiting_for_an_exclusive_node_cannot_drop_out_of_its_anti_affin
     x = nodes("4", tainted=True)
     victim_ns = kube.create_namespace(prefix="e2e-hostile-victim", edit_users=("bob",))
     try:
-        small = dict(tolerations=TOLERATE, containers=[container(cpu="100m", memory="64Mi")])
+        small = dict(tolerations=own_tolerations(x), containers=[container(cpu="100m", memory="64Mi")])
         v = unique("exclusive")
         create(kube, victim_ns, pod(v, labels={EXCLUSIVE: "true"}, nodeSelector={"kubernetes.io/hostname": x},
                                     **small), as_user="bob")
@@ -432,13 +433,13 @@ def test_9_a_pod_naming_another_namespaces_job_ties_no_window_to_it_nor_shows_as
         uid = create_and_read(kube, bobs, obj, as_user="bob")["metadata"]["uid"]
         own = unique("own")
         own_uid = create_and_read(kube, bobs, job(own, labels={QUEUE_LABEL: "interactive"}, annotations={TIME_LIMIT: "1h"},
-                                                  nodeName=n, tolerations=TOLERATE), as_user="bob")["metadata"]["uid"]
+                                                  nodeName=n, tolerations=own_tolerations(n)), as_user="bob")["metadata"]["uid"]
         (own_pod,) = kube.wait_for_pods(bobs, label_selector=f"controller-uid={own_uid}", count=1, timeout=60)
         kube.set_pod_phase(bobs, own_pod["metadata"]["name"], "Running")
 
         forged = unique("forged")
         forged_uid = create(kube, namespace, owned_by(pod(forged, labels={QUEUE_LABEL: "interactive"}, nodeName=n,
-                                                          tolerations=TOLERATE), "batch/v2", "Job", victim, uid))["metadata"]["uid"]
+                                                          tolerations=own_tolerations(n)), "batch/v2", "Job", victim, uid))["metadata"]["uid"]
         kube.set_pod_phase(namespace, forged, "Running")
         kube.create(MW_PATH, {"apiVersion": "batchgate.io/v1alpha1", "kind": "MaintenanceWindow",
                               "metadata": {"name": window},

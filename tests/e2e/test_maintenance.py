@@ -25,6 +25,8 @@ from harness import (
     create,
     epoch,
     job,
+    own_taint,
+    own_tolerations,
     pod,
     pods_path,
     start_reconciler,
@@ -38,8 +40,8 @@ CREATE_HOOK = "create.validate.batchgate.io"
 UPDATE_HOOK = "update.validate.batchgate.io"
 COUNTDOWN = "batchgate.io/maintenance-in-minutes"
 MAINT_ANN = "batchgate.io/maintenance"
-TAINT = "batchgate.io/e2e-maintenance"
-TOLERATE = [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+OWN = "maintenance"  # the tag of this module's nodes (harness.own_taint)
+TOLERATE = own_tolerations(OWN)
 
 
 def sample(name: str) -> dict[str, Any]:
@@ -124,13 +126,13 @@ def reconciler(kube: Any, module_namespace: str, tmp_path: Path) -> Iterator[Cal
 
 @pytest.fixture
 def nodes(kube: Any) -> Iterator[Callable[..., str]]:
-    """Fake nodes tainted so that only this module's pods (which tolerate it) land there."""
+    """Fake nodes tainted (``own_taint``) so that only this module's pods (which tolerate it) land there."""
     made: list[str] = []
 
     def make(stem: str, *, cpu: str = "2", unschedulable: bool = False) -> str:
         name = unique(stem)
         kube.create_node(name, cpu=cpu, memory="8Gi",
-                         taints=[{"key": TAINT, "value": "true", "effect": "NoSchedule"}])
+                         taints=own_taint(OWN))
         if unschedulable:
             kube.patch(f"/api/v1/nodes/{name}", {"spec": {"unschedulable": True}})
         made.append(name)

@@ -33,6 +33,8 @@ from harness import (
     expect_denied,
     job,
     jobs_path,
+    own_taint,
+    own_tolerations,
     pod,
     pods_path,
     predict,
@@ -377,13 +379,12 @@ def test_label_update_of_existing_pod_keeps_working(kube, webhook_server, ns):
 
 
 # --------------------------------------------------------------------------
-# nodes for the scheduling tests (tainted: only the pods that tolerate it land there, so
-# other tests' pending pods cannot change what is on them)
+# nodes for the scheduling tests (tainted, harness.own_taint: only the pods that tolerate it land
+# there, so other tests' pending pods cannot change what is on them)
 
 EXCLUSIVE = "batchgate.io/exclusive"
 GROUP = "batchgate.io/exclusive-group"
-TAINT_KEY = "batchgate.io/e2e-test-node"
-TOLERATION = {"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+OWN = "policies"  # the tag of this module's nodes
 
 
 def anti_affinity_terms(spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -398,8 +399,7 @@ def two_nodes(kube):
     require_components(kube, "kube-scheduler", "kube-controller-manager")
     names = [unique("excl-node") for _ in range(2)]
     for n in names:
-        kube.create_node(n, cpu="4", memory="8Gi",
-                         taints=[{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}])
+        kube.create_node(n, cpu="4", memory="8Gi", taints=own_taint(OWN))
     yield names
     for n in names:
         kube.delete_node(n)
@@ -514,14 +514,14 @@ def test_namespace_closed_queue_denied_for_users_open_for_admins(kube, webhook_s
 
 def test_namespace_node_selector_schedules_onto_the_pool(kube, webhook_server, gpu_ns):
     require_components(kube, "kube-scheduler", "kube-controller-manager")
-    taint = [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
+    taint = own_taint(OWN)
     plain, gpu = unique("cpu-node"), unique("gpu-node")
     kube.create_node(plain, cpu="8", taints=taint)
     kube.create_node(gpu, cpu="8", labels={"batchgate.io/pool": "gpu"}, taints=taint)
     try:
         names = [unique("train") for _ in range(3)]
         for n in names:
-            create(kube, gpu_ns, pod(n, tolerations=[TOLERATION],
+            create(kube, gpu_ns, pod(n, tolerations=own_tolerations(OWN),
                                      containers=[container(cpu="100m", memory="64Mi")]))
         assert {scheduled_node(kube, gpu_ns, n) for n in names} == {gpu}
         force_delete(kube, gpu_ns, names)
@@ -679,7 +679,7 @@ def test_forged_exclusive_group_removed(kube, webhook_server, ns):
 def test_exclusive_job_does_not_share_nodes_either_way(kube, webhook_server, ns, two_nodes,
                                                        namespace):
     n1, n2 = two_nodes
-    ordinary = dict(tolerations=[TOLERATION], containers=[container(cpu="100m", memory="64Mi")])
+    ordinary = dict(tolerations=own_tolerations(OWN), containers=[container(cpu="100m", memory="64Mi")])
 
     # an ordinary queued pod already runs on n1
     a = unique("ordinary")
@@ -689,7 +689,7 @@ def test_exclusive_job_does_not_share_nodes_either_way(kube, webhook_server, ns,
     # (1) the exclusive Job's pods avoid n1, and pack onto the one free node together
     jname = unique("excl-job")
     stored_job = stored_and_predicted(kube, webhook_server, ns, job(
-        jname, parallelism=2, labels={EXCLUSIVE: "true", **GANG}, tolerations=[TOLERATION],
+        jname, parallelism=2, labels={EXCLUSIVE: "true", **GANG}, tolerations=own_tolerations(OWN),
         containers=[container(cpu="100m", memory="64Mi")]))
     tmpl = stored_job["spec"]["template"]
     group = tmpl["metadata"]["labels"][GROUP]

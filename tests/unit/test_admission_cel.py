@@ -38,12 +38,12 @@ from webhook.bundle import Bundle, load_bundle
 from webhook.engine import BadReview, Decision, decide
 from webhook.generate import (
     HOOKS,
-    NAME_LABEL,
     RESOURCES,
     admission_policies,
     creates_decided,
     webhook_objects,
 )
+from webhook.kubefields import NAMESPACE_NAME_LABEL
 from webhook.offline import Caller, synthetic_review, with_namespace_labels
 from webhook.rules import REGISTRY
 from webhook.rules import load_bundle as load_default
@@ -110,7 +110,7 @@ def _sent(rules: list[dict[str, Any]], selector: dict[str, Any] | None, req: dic
             for r in rules):
         return False
     namespaced = bool(req.get("namespace")) and req["kind"]["kind"] != "Namespace"
-    return not namespaced or _selects(selector, {NAME_LABEL: req["namespace"]})
+    return not namespaced or _selects(selector, {NAMESPACE_NAME_LABEL: req["namespace"]})
 
 
 @dataclasses.dataclass
@@ -312,7 +312,7 @@ def _variants(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         out += [
             ("opt out", _edit(obj, (*lab, "batchgate.io/admission"), "disabled")),
             ("label grant key", _edit(obj, (*lab, "team"), "physics")),
-            ("name label forged", _edit(obj, (*lab, NAME_LABEL), "kube-system")),
+            ("name label forged", _edit(obj, (*lab, NAMESPACE_NAME_LABEL), "kube-system")),
         ]
     if shape is not None and not shape.is_pod:
         pm, ps = tuple(map(str, shape.pod_meta)), tuple(map(str, shape.pod_spec))
@@ -439,7 +439,7 @@ def test_system_namespaces_are_left_to_the_admission_policies():
     (hook,) = [h for h in config.hooks if h.name == "namespaces.validate.batchgate.io"]
     checked = 0
     for name in ("kube-system", "kube-public", "kube-node-lease", "batchgate-system"):
-        ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {NAME_LABEL: name}}}
+        ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {NAMESPACE_NAME_LABEL: name}}}
         for labels in ({"batchgate.io/admission": "disabled"}, {"x": "y"}):
             new = _edit(ns, ("metadata", "labels"), {**ns["metadata"]["labels"], **labels})
             for c in ("alice", "admin"):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
+from ..kubefields import COMPONENT_LABEL, PART_OF_LABEL
 from . import metrics
 from .errors import AlreadyExists, Conflict, KubeError, NotFound
 from .kube import KubeApi
@@ -81,8 +82,7 @@ class Ledger:
         new = accrue(self.usage, pods, now, fair, account_of, queue_of)
         body = {"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": NAME, "namespace": self.namespace,
-                             "labels": {"app.kubernetes.io/part-of": "batchgate",
-                                        "app.kubernetes.io/component": "usage"}},
+                             "labels": {PART_OF_LABEL: "batchgate", COMPONENT_LABEL: "usage"}},
                 "data": {KEY: render(new, fair)}}
         if self._rv:
             body["metadata"]["resourceVersion"] = self._rv  # type: ignore[index]

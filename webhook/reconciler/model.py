@@ -22,6 +22,7 @@ from typing import Any
 from ..contract import (
     API_VERSION,
     CONNECT_TO_ANNOTATION,
+    COSCHEDULING_LABEL,
     DEADLINE_ANNOTATION,
     EXPECTED_RUNTIME_ANNOTATION,
     EXPECTED_START_ANNOTATION,
@@ -47,6 +48,7 @@ from ..contract import (
     WARNED_FOR_ANNOTATION,
 )
 from ..jobnet import MAX_LABEL, peers_view
+from ..kubefields import REQUIRED
 from ..units import MAX_TEXT, parse_duration, parse_quantity, parse_time
 from ..windows import Window, parse_window
 from ..workloads import (
@@ -59,7 +61,6 @@ from ..workloads import (
 
 # -- the names on objects --------------------------------------------------
 LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # annotation (and, 1.28+, label)
-LABEL_COSCHEDULING = "scheduling.x-k8s.io/pod-group"
 
 # Pod ``status.reason`` values that mean the pod was stopped from outside (its
 # node went away, the kubelet evicted or shut it down, the scheduler preempted
@@ -656,7 +657,7 @@ def _sched(md: Mapping[str, Any], spec: Mapping[str, Any]) -> PodSched:
         tolerations: tuple[tuple[str, str, str, str], ...] = ()
     else:
         affinity = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                    .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+                    .get(REQUIRED) or {})
         terms = tuple((_requirements(t.get("matchExpressions")), _requirements(t.get("matchFields")))
                       for t in affinity.get("nodeSelectorTerms") or () if isinstance(t, dict))
         node_selector = tuple(sorted((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items()))
@@ -806,7 +807,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         interrupted=None if interrupted is None else cut(interrupted),
         group=group,
         group_size=_size(labels.get(POD_GROUP_SIZE_LABEL)),
-        pod_group_name=(labels.get(LABEL_COSCHEDULING) or group) if group else None,
+        pod_group_name=(labels.get(COSCHEDULING_LABEL) or group) if group else None,
         queue=labels.get(QUEUE_LABEL),
         time_limit=kept(ann.get(TIME_LIMIT_ANNOTATION)),
         limit=limit_seconds(ann.get(TIME_LIMIT_ANNOTATION)),
@@ -907,7 +908,7 @@ def _net_member(labels: Mapping[str, Any], ann: Mapping[str, Any], spec: Mapping
     if not service or not isinstance(service, str) or spec.get("subdomain") != service:
         return None  # not stamped, or the user runs their own Service
     hostname = spec.get("hostname")
-    index = ann.get("batch.kubernetes.io/job-completion-index")
+    index = ann.get(LABEL_COMPLETION_INDEX)
     slots = _size(ann.get(SLOTS_ANNOTATION)) or 1
     peers, dropped = peers_view(ann.get(CONNECT_TO_ANNOTATION))
     return NetMember(
@@ -951,7 +952,7 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         **_state(ann),
         group=group,
         group_size=_size(t_labels.get(POD_GROUP_SIZE_LABEL)),
-        pod_group_name=(t_labels.get(LABEL_COSCHEDULING) or group) if group else None,
+        pod_group_name=(t_labels.get(COSCHEDULING_LABEL) or group) if group else None,
         next_maintenance=kept(ann.get(NEXT_MAINTENANCE_ANNOTATION)),
         expected_start=kept(ann.get(EXPECTED_START_ANNOTATION)),
         owner=_controller(md),

@@ -30,6 +30,7 @@ from typing import Any
 
 from .. import nsfacts
 from ..contract import MANAGED_BY, MANAGED_BY_LABEL
+from ..kubefields import COMPONENT_LABEL, PART_OF_LABEL
 from ..units import format_time
 from . import metrics
 from .cache import Store
@@ -128,8 +129,7 @@ class LabelPublisher:
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": self.name, "namespace": self.namespace,
                          # not managed-by=batchgate: that label marks job networking's ConfigMaps
-                         "labels": {"app.kubernetes.io/part-of": "batchgate",
-                                    "app.kubernetes.io/component": "namespace-labels"}},
+                         "labels": {PART_OF_LABEL: "batchgate", COMPONENT_LABEL: "namespace-labels"}},
             "data": {nsfacts.KEY: text},
         }
         if self._rv:

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from ..bundle import FairShare
 from ..contract import QUEUED_ANNOTATION, START_BY_ANNOTATION
+from ..kubefields import REQUIRED
 from ..units import format_elapsed, format_time, parse_time
 from .actions import Action, EventType, Requirement
 from .model import JobView, PodSched, PodView, Ref, Snapshot, admitted_queue
@@ -332,7 +333,7 @@ def release(w: Waiting, why: str, now: float, affinity: list[dict[str, Any]] | N
     required node affinity's terms to narrow it to first (victims.narrowed_terms)."""
     waited = max(now - w.created, 0.0)
     message = f"{why}; released after waiting {format_elapsed(int(waited))}"
-    required = ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    required = ({"affinity": {"nodeAffinity": {REQUIRED: {
         "nodeSelectorTerms": affinity}}}} if affinity is not None else {})
     if w.job is not None:
         spec: dict[str, Any] = {"suspend": False}

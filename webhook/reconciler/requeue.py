@@ -51,6 +51,7 @@ from ..contract import (
     STARTED_AT_ANNOTATION,
     WARNED_FOR_ANNOTATION,
 )
+from ..kubefields import REQUIRED
 from ..units import format_time
 from .actions import Action
 from .model import JobView, NodeView, PodView, Snapshot
@@ -58,8 +59,6 @@ from .queue import queue_of
 from .scavenger import sj_owner
 from .settings import QueuePolicy
 from .victims import narrowing, unnarrowed_terms
-
-REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 def requeuing(job: JobView) -> bool:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..contract import COUNTDOWN_LABEL, TIME_LIMIT_ANNOTATION
+from ..kubefields import REQUIRED
 from ..units import parse_duration
 from ..windows import minutes_needed
 from .base import Ctx, Finding, RuleType
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
     from ..bundle import Bundle
     from ..draft import Draft
     from ..yamlsrc import Node
-
-REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..contract import OPT_OUT_LABEL
+from ..kubefields import NAMESPACE_NAME_LABEL
 from .base import Ctx, Finding, RuleType, deny
 
 if TYPE_CHECKING:
     from ..bundle import Bundle, Principals
     from ..yamlsrc import Node
 
-NAME_LABEL = "kubernetes.io/metadata.name"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,7 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
             f"({_who(ctx)}): {OPT_OUT_LABEL}=disabled turns every batchgate policy off in "
             "that namespace; ask an admin"))
     for key in ctx.bundle.selector_keys:  # grants by namespace label: the label is the grant
-        if key == NAME_LABEL:  # Kubernetes 1.21+ sets it itself; its value is checked below
+        if key == NAMESPACE_NAME_LABEL:  # Kubernetes 1.21+ sets it itself; its value is checked below
             continue
         if new.get(key) != old.get(key):
             what = "removing" if key not in new else "changing" if key in old else "setting"
@@ -84,7 +84,7 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
                 f"{what} the label {key} on a Namespace is for cluster admins only ({_who(ctx)}): "
                 f"queue grants select namespaces by it ({_granting(ctx, key)}); ask an admin"))
     for key, policy in ctx.bundle.policy_label_keys:  # e.g. job-network's isolation proxy
-        if key == NAME_LABEL or key in ctx.bundle.selector_keys:
+        if key == NAMESPACE_NAME_LABEL or key in ctx.bundle.selector_keys:
             continue
         if new.get(key) != old.get(key):
             what = "removing" if key not in new else "changing" if key in old else "setting"
@@ -93,10 +93,10 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
                 f"{policy} selects namespaces by it (its network isolation lets such a namespace's pods in); "
                 "ask an admin"))
     name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), dict) else None
-    claimed = new.get(NAME_LABEL)
-    if claimed is not None and claimed != name and claimed != old.get(NAME_LABEL):
+    claimed = new.get(NAMESPACE_NAME_LABEL)
+    if claimed is not None and claimed != name and claimed != old.get(NAMESPACE_NAME_LABEL):
         out.append(deny(
-            f"the label {NAME_LABEL} must be the namespace's own name ({name!r}), not {claimed!r}: "
+            f"the label {NAMESPACE_NAME_LABEL} must be the namespace's own name ({name!r}), not {claimed!r}: "
             "the webhook configurations use it to leave system namespaces out (Kubernetes 1.21+ "
             "sets it; on 1.20 it is an ordinary label)"))
     return out
@@ -106,7 +106,7 @@ TYPE = RuleType(
     name="namespace-opt-out",
     doc=(
         f"Only admins may set or remove `{OPT_OUT_LABEL}` on a Namespace (or give it a "
-        f"`{NAME_LABEL}` other than its name), or the labels that queue grants select namespaces by: "
+        f"`{NAMESPACE_NAME_LABEL}` other than its name), or the labels that queue grants select namespaces by: "
         "opting out and granting queues are admin acts, enforced."
     ),
     parse=parse,

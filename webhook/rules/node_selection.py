@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..contract import EXCLUSIVE_GROUP_LABEL, EXCLUSIVE_LABEL, QUEUE_LABEL
 from ..draft import Draft
+from ..kubefields import REQUIRED
 from ..yamlsrc import Node
 from .base import ALL_POD_TEMPLATE_KINDS, Ctx, Finding, RuleType, deny, warn
 
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
     from ..bundle import Bundle
 
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
-REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 LABEL_KEY = r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
 LABEL_VALUE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
 

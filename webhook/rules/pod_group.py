@@ -48,7 +48,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..contract import GANG_LABEL, POD_GROUP_LABEL, POD_GROUP_SIZE_LABEL
+from ..contract import COSCHEDULING_LABEL, GANG_LABEL, POD_GROUP_LABEL, POD_GROUP_SIZE_LABEL
 from ..units import json_int
 from ..workloads import Gang, job_gang
 from .base import Ctx, Finding, Path, RuleType, deny, dig, warn
@@ -58,7 +58,6 @@ if TYPE_CHECKING:
     from ..draft import Draft
     from ..yamlsrc import Node
 
-COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
 KUEUE_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"

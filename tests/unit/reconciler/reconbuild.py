@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from webhook.contract import (
+    COSCHEDULING_LABEL,
     DEADLINE_ANNOTATION,
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -19,7 +20,6 @@ from webhook.contract import (
     WARNED_FOR_ANNOTATION,
 )
 from webhook.reconciler.model import (
-    LABEL_COSCHEDULING,
     NodeView,
     Snapshot,
     job_view,
@@ -79,7 +79,7 @@ def deadline_ann(limit: str, started: float | None = None, deadline: float | Non
 def group_labels(group: str, size: int, cosched: bool = True) -> dict[str, str]:
     labels = {POD_GROUP_LABEL: group, POD_GROUP_SIZE_LABEL: str(size)}
     if cosched:
-        labels[LABEL_COSCHEDULING] = group
+        labels[COSCHEDULING_LABEL] = group
     return labels
 
 

@@ -15,9 +15,10 @@ from tests.conftest import POLICIES, fixture
 from tests.unit.conftest import checked_decide, decided, load_sample, only, settings_error
 from webhook.bundle import Bundle, LabelSelector
 from webhook.engine import Decision
+from webhook.kubefields import REQUIRED
 from webhook.offline import Caller, synthetic_review
 from webhook.rules import load_bundle
-from webhook.rules.node_selection import EXCLUSIVE_GROUP_LABEL, REQUIRED, is_exclusive_term
+from webhook.rules.node_selection import EXCLUSIVE_GROUP_LABEL, is_exclusive_term
 from webhook.yamlsrc import BundleError
 
 CONTROLLER = {"user": "system:kube-controller-manager", "groups": ("system:authenticated",)}

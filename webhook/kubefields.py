@@ -1,0 +1,21 @@
+"""Kubernetes' own names that several modules spell: one definition each, so that no copy can drift.
+
+batchgate's own names (its labels, annotations, Events, environment variables) are its contract
+with users and live in ``contract.py``, each held to a row of the users' reference; the names here
+are the Kubernetes API's, defined by Kubernetes, documented there. This module imports nothing, so
+the webhook's rules, the reconciler and the building blocks can all use it.
+"""
+
+from __future__ import annotations
+
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+"""The key of a pod spec's hard node affinity (``affinity.nodeAffinity``) and hard pod (anti-)affinity
+terms (``affinity.podAffinity``, ``affinity.podAntiAffinity``)."""
+
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+"""The label the API server (1.21+) sets on every Namespace to the Namespace's own name."""
+
+# Two of Kubernetes' recommended labels, which batchgate sets on the objects it writes itself:
+# part-of ``batchgate``, and the component (``webhook``, ``usage``, ``namespace-labels``).
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+COMPONENT_LABEL = "app.kubernetes.io/component"
