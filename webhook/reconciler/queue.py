@@ -432,7 +432,7 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,
             out += _withdraw(w, (f"nothing is reserved for it while it {w.incomplete}" if w.incomplete else
                                  f"no node it may use has room for it any more ({e.reason})"), "when it fits", policy)
             continue
-        if e is None or e.start <= now or not e.reserved:
+        if e is None or e.start is None or e.start <= now or not e.reserved:
             continue  # not placed (no nodes known), released now, or behind the head of an EASY queue
         target = w.job if w.job is not None else w.pods[0] if w.pods else None
         if target is None:
