@@ -48,9 +48,11 @@ def own_node(kube: Any):
     kube.delete_node(name)
 
 
-def busy(kube: Any, ns: str, node: str, tmp_path: Any, policies: Any, started: list) -> str:
-    """A reconciler started, and a 4-CPU Job of the gated queue with a 3-minute limit released and
-    running on ``node``; its deadline (when the node frees)."""
+def busy(kube: Any, ns: str, own_node: tuple[str, Any], tmp_path: Any, policies: Any, started: list) -> str:
+    """The node made, a reconciler started, and a 4-CPU Job of the gated queue with a 3-minute
+    limit released and running on it; its deadline (when the node frees)."""
+    node, make = own_node
+    make()
     create(kube, ns, timed("busy", node, "4", 3))
     reconcile(kube, ns, tmp_path, policies, "r", started)
     wait_for(lambda: not suspended(kube, ns, "busy"), 60, message="busy released")
@@ -60,12 +62,10 @@ def busy(kube: Any, ns: str, node: str, tmp_path: Any, policies: Any, started: l
 
 def test_a_pending_service_pod_takes_the_room_that_frees_first_and_no_promise_counts_on_it(
         kube, namespace, own_node, tmp_path, policies):
-    ns = namespace
-    queue_node, make = own_node
-    make()
+    ns, queue_node = namespace, own_node[0]
     started: list = []
     try:
-        end = busy(kube, ns, queue_node, tmp_path, policies, started)
+        end = busy(kube, ns, own_node, tmp_path, policies, started)
         svc = {"batchgate.io/queue": "batch"}  # ungated in the e2e bundle; the gated queue's class
         web = deployment("web", labels=svc, containers=[container(cpu="2", memory="1Gi")],
                          nodeSelector={"e2e-queue": queue_node}, tolerations=own_tolerations(queue_node))
@@ -99,12 +99,10 @@ def test_a_pending_service_pod_takes_the_room_that_frees_first_and_no_promise_co
 
 def test_a_promise_whose_node_is_deleted_is_withdrawn_and_made_afresh_when_room_comes_back(
         kube, namespace, own_node, tmp_path, policies):
-    ns = namespace
-    name, make = own_node
-    make()
+    ns, (name, make) = namespace, own_node
     started: list = []
     try:
-        end = busy(kube, ns, name, tmp_path, policies, started)
+        end = busy(kube, ns, own_node, tmp_path, policies, started)
         uid = create(kube, ns, timed("waits", name, "4", 60))["metadata"]["uid"]
         promise = wait_for(lambda: start_by(kube, ns, "waits"), 60, message="the waiting Job's start-by")
         assert promise == end
