@@ -278,7 +278,7 @@ class PodView:
     deleting_t: float | None = None  # metadata.deletionTimestamp parsed: when its grace period ends
     # -- the batch queue (queue.py)
     gated: bool = False  # waits behind batchgate's scheduling gate
-    other_gates: tuple[str, ...] = ()  # the other scheduling gates on a gated pod (kept when ours goes)
+    other_gates: tuple[str, ...] = ()  # the scheduling gates on it that are not ours (a gated pod keeps them when ours goes)
     nominated: str = ""  # status.nominatedNodeName: where kube-scheduler preempted for this pending pod
     mounts: tuple[tuple[str, str], ...] = ()  # a gated pod's volume sources: (kind, name), volume_sources()
     start_by: str | None = None  # batchgate.io/start-by as written (a gated pod)
@@ -845,8 +845,8 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
 def _gates(spec: Mapping[str, Any]) -> dict[str, Any]:
     gates = spec.get("schedulingGates")
     names = [g.get("name") for g in gates if isinstance(g, dict)] if isinstance(gates, list) else []
-    if QUEUE_GATE not in names:
-        return {}
+    if QUEUE_GATE not in names:  # another's gates (kube-scheduler leaves such a pod alone too), if any
+        return {"other_gates": tuple(str(n)[:MAX_KEPT] for n in names[:MAX_EXTENDED])} if names else {}
     return {"gated": True, "other_gates": tuple(str(n)[:MAX_KEPT] for n in names[:MAX_EXTENDED] if n != QUEUE_GATE),
             "mounts": volume_sources(spec.get("volumes"))}
 

@@ -412,7 +412,9 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,
     or stopped reserves nothing and releases nothing until an admin opens it, which no one can
     date: its workloads' promises are withdrawn (the annotation removed, with a Warning saying
     so), as Slurm's backfill reserves nothing for the jobs of a partition that is not up; the
-    first pass after it opens promises them afresh."""
+    first pass after it opens promises them afresh. So is the promise of a workload the placement
+    finds room for nowhere (a node it counted on lost or cordoned: it fits no node it may use, or
+    only behind work without a time limit), until it fits again."""
     placed = {e.workload.uid: e for e in estimates}
     unpromised_ahead: list[int] = []  # per rank, how many ranked ahead have no promise: counted once, when first asked
     texts: dict[float, str] = {}  # a promise's time as written: most promises share a few
@@ -422,11 +424,16 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,
     for rank, w in enumerate(items):
         state = states.get(w.queue)
         if state in HELD:
-            out += _withdraw(w, state, policy)
+            out += _withdraw(w, f"queue {w.queue!r} {HELD[state]}, and reserves nothing for it meanwhile",
+                             "when the queue opens", policy)
             continue
         e = placed.get(w.ref.uid)
+        if e is not None and e.start is None:  # placed nowhere: nothing is reserved behind its promise
+            out += _withdraw(w, (f"nothing is reserved for it while it {w.incomplete}" if w.incomplete else
+                                 f"no node it may use has room for it any more ({e.reason})"), "when it fits", policy)
+            continue
         if e is None or e.start is None or e.start <= now or not e.reserved:
-            continue  # not placed (held, never fits), released now, or behind the head of an EASY queue
+            continue  # not placed (no nodes known), released now, or behind the head of an EASY queue
         target = w.job if w.job is not None else w.pods[0] if w.pods else None
         if target is None:
             continue
@@ -465,17 +472,17 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,
     return out
 
 
-def _withdraw(w: Waiting, state: str, policy: QueuePolicy) -> list[Action]:
-    """Take back the promise of a workload whose queue holds (``state`` in ``HELD``): nothing is
-    reserved behind it any more. Not for work released at once (a queue no longer gated, the rest
-    of a gang released in part), which its release patches instead."""
+def _withdraw(w: Waiting, why: str, again: str, policy: QueuePolicy) -> list[Action]:
+    """Take back the promise of a workload nothing is reserved behind any more (``why``): its queue
+    holds, or the placement has room for it nowhere (a node it counted on lost or cordoned, a
+    group's pod gone); it is promised afresh ``again``. Not for work released at once (a queue no
+    longer gated, the rest of a gang released in part), which its release patches instead."""
     have = _promise_of(w)
     target = w.job if w.job is not None else w.pods[0] if w.pods else None
     if have is None or target is None or w.rest or w.queue not in policy.gated:
         return []
     return [Action(kind="start-by", target=target.ref, reason="StartByWithdrawn", event_type="Warning",
-                   message=(f"its promised start {have} is withdrawn: queue {w.queue!r} {HELD[state]}, and "
-                            "reserves nothing for it meanwhile; it is promised a start again when the queue opens"),
+                   message=f"its promised start {have} is withdrawn: {why}; it is promised a start again {again}",
                    key=f"withdrawn/{have}", annotations={START_BY_ANNOTATION: None},
                    resource_version=target.resource_version)]
 

@@ -9,14 +9,19 @@ ends, without scheduling anything itself:
   without a time limit holds them for good; a pod being deleted, to the end
   of its grace period (``metadata.deletionTimestamp``), at least 30 s from now;
 - a pending pod of something not modelled as work (a ReplicaSet's) holds its
-  requests only on the node kube-scheduler nominated it to after preempting
-  there (``status.nominatedNodeName``): the room its victims free is its;
+  requests on the node kube-scheduler nominated it to after preempting there
+  (``status.nominatedNodeName``): the room its victims free is its; not
+  nominated, it is placed (no estimate is given for it) at its earliest fit,
+  held to its time limit or for good: kube-scheduler binds it there as soon
+  as room appears;
 - maintenance windows block their nodes from start to end, and a job only
   starts on a node if its time limit (plus the admission margin) ends before
   the node's next window, as the ``maintenance-affinity`` policy makes
   kube-scheduler do;
 - pending work is placed in the order kube-scheduler takes it (priority, then
-  creation time), each pod on a node that matches its ``nodeSelector``,
+  creation time), and all of it that is not gated before the queue's work of any
+  priority (kube-scheduler binds it as room appears; gated work is no candidate
+  until the queue releases it), each pod on a node that matches its ``nodeSelector``,
   required node affinity (the countdown expressions aside: the windows stand
   for them) and taints; a pod group's pods all start at the same time; every
   placement reserves its requests for its time limit, so later work is placed
@@ -332,6 +337,9 @@ class _Work:
     held: str = ""  # why it is not placed at all (its queue is on hold or stopped)
     queue: str = ""  # batchgate's queue it waits in
     promised: bool = False  # it holds a start-by: it reserves even behind the head of an EASY queue
+    unschedulable: bool = False  # a quiet pod kube-scheduler found no node for (``PodView.unschedulable``)
+    quiet: bool = False  # a pod of something not modelled as work (a ReplicaSet's): it holds room, no estimate
+    ahead: bool = False  # not gated and not preempted for the queue's work: placed before all of the queue's
 
 
 @dataclass(frozen=True, slots=True)
@@ -621,10 +629,18 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
         if pod.owner is not None and job is None:
             # Owned by something not modelled as work (a ReplicaSet's pod is not a job). Nominated to
             # a node (kube-scheduler preempted there for it), the room its victims free is its own:
-            # it holds it from now, to its time limit or for good.
+            # it holds it from now, to its time limit or for good. Not nominated, kube-scheduler binds
+            # it wherever room appears first, before anything the queue holds: placed (quietly, no
+            # estimate is its) at its earliest fit, with the pending work kube-scheduler has. One
+            # kube-scheduler preempts for the queue's work, or that another gate holds, holds nothing.
+            if preempts_below is not None and pod.sched.priority < preempts_below:
+                continue
             node = nodes.get(pod.nominated) if pod.nominated else None
-            if node is not None and not (preempts_below is not None and pod.sched.priority < preempts_below):
+            if node is not None:
                 node.reserve(now, now + limit if limit is not None else INF, pod.sched.cpu, pod.sched.mem)
+            elif not pod.nominated and not pod.other_gates:
+                pending[pod.ref.uid] = _Work(pod.ref, [pod], pod.sched, limit, gang=False, quiet=True,
+                                             unschedulable=pod.unschedulable)
             continue
         ref = job.ref if job is not None else pod.ref
         w = pending.get(ref.uid)
@@ -656,14 +672,28 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
             predicted = _predicted(runtimes, q.job, q.pods[0] if q.pods else None, q.limit)
         works.append(_Work(q.ref, list(q.pods), q.sched, q.limit, gang=True, predicted=predicted, size=q.size,
                            rank=q.rank, held=q.held, queue=q.queue, promised=q.promised))
-    order = sorted(works, key=lambda w: (-w.sched.priority, w.rank, w.sched.created, w.ref.namespace, w.ref.name))
+    # What kube-scheduler has (not gated) goes first, whatever its priority, unless it is preempted for
+    # the queue's work (``preempts_below``: scavengers): it binds as room appears, and the queue's work
+    # is no candidate until released, so the room it takes is not the queue's to promise.
+    for w in works:
+        w.ahead = w.rank < 0 and (preempts_below is None or w.sched.priority >= preempts_below)
+    order = sorted(works, key=lambda w: (not w.ahead, -w.sched.priority, w.rank, w.sched.created, w.ref.namespace,
+                                         w.ref.name))
     log: list[_Node] = []  # from here on, each node tells its changes
     for node in nodes.values():
         node.log = log
     placer = _Placer(nodes, now, margin, log)
     out: list[Estimate] = []
     headed: set[str] = set()  # EASY queues whose head has reserved
-    for position, work in enumerate(order, 1):
+    position = 0
+    for work in order:
+        if work.quiet:
+            # kube-scheduler's as well, but one that found no node while the placement has room for
+            # it now is kept off by what the placement does not model (inter-pod affinity, volume
+            # topology, host ports): held only from a later start, or it would hold that room for ever
+            _place(work, placer, 0, now_too=not work.unschedulable)
+            continue
+        position += 1
         behind = work.rank >= 0 and work.queue in headed and not work.promised
         e = _place(work, placer, position, reserve_later=not behind)
         if e.start is not None and e.start > now and work.rank >= 0 and work.queue in easy:
@@ -692,8 +722,10 @@ def _predicted(runtimes: Predictor, job: JobView | None, pod: PodView | None, li
     return runtimes.predict(job_key(job) if job is not None else pod_key(pod), limit)  # type: ignore[arg-type]
 
 
-def _place(work: _Work, placer: _Placer, position: int, *, reserve_later: bool = True) -> Estimate:
-    """Its earliest start, reserved (one that starts after now only with ``reserve_later``)."""
+def _place(work: _Work, placer: _Placer, position: int, *, reserve_later: bool = True,
+           now_too: bool = True) -> Estimate:
+    """Its earliest start, reserved (one that starts after now only with ``reserve_later``, one that
+    starts now only with ``now_too``: a single pod's)."""
     s = work.sched
     size = work.size or len(work.pods)
     now, margin = placer.now, placer.margin
@@ -735,7 +767,7 @@ def _place(work: _Work, placer: _Placer, position: int, *, reserve_later: bool =
         return est(None, "waits for work without a time limit on every node it may use")
     t, n = best
     where = {n.name}  # the nodes its pods start on now, when it starts now
-    if t <= now or reserve_later:
+    if (t <= now and now_too) or (t > now and reserve_later):
         # Not a gang: kube-scheduler binds each pod where it fits, so each is reserved at its own
         # earliest start (all of them where the first fits would leave the other nodes looking free).
         n.reserve(t, t + duration, s.cpu, s.mem)
