@@ -22,7 +22,9 @@ re-queues it as its own, ``reconciler/requeue.py``, its time limit counting afre
 so its user cannot resume it; a suspend that arrives unmarked (the webhook was not asked) is refused. Nor
 may they raise the ``spec.parallelism`` or ``spec.completions`` of a Job of a gated queue that is not
 suspended (Kubernetes allows both on a running Job): the queue planned the room of the size it released,
-and lowering frees room; a suspended Job is queued, and the queue plans whatever size it has then. Kubernetes
+and lowering frees room; a suspended Job is queued, and the queue plans whatever size it has then. Nor
+may they raise the time limit of a released Pod or Job of a gated queue: the queue placed it, and
+promised the work after it a start, by that limit (only admins extend it, as in Slurm). Kubernetes
 itself refuses adding a scheduling gate to an existing pod. A queue whose ``state`` is ``drain`` or
 ``stop`` refuses new Pods and Jobs, naming the queue and the admin's reason.
 """
