@@ -136,6 +136,23 @@ def test_a_job_managed_by_another_controller_is_still_queued(kube, namespace, ow
     assert stored["spec"]["suspend"] is True and stored["metadata"]["annotations"][QUEUED_ANNOTATION] == "true"
 
 
+def test_the_gate_written_twice_or_in_another_case_changes_nothing(kube, namespace, own_node):
+    """Our gate twice at CREATE is refused by the API server (gate names are unique); a look-alike
+    (``batchgate.io/Queue``) is the user's own gate, beside which ours is added: it holds only its
+    own pod, and the user may take it off, ours stays."""
+    ns = namespace
+    twice = pod("twice", labels={"batchgate.io/queue": QUEUED}, **placed(own_node))
+    twice["spec"]["schedulingGates"] = [{"name": QUEUE_GATE}, {"name": QUEUE_GATE}]
+    assert "schedulingGates" in refused(lambda: create(kube, ns, twice))
+    alike = pod("alike", labels={"batchgate.io/queue": QUEUED}, **placed(own_node))
+    alike["spec"]["schedulingGates"] = [{"name": "batchgate.io/Queue"}]
+    create(kube, ns, alike)
+    assert gates(kube, ns, "alike") == ["batchgate.io/Queue", QUEUE_GATE]
+    kube.request("PATCH", pods_path(ns, "alike"), [{"op": "remove", "path": "/spec/schedulingGates/0"}],
+                 content_type=JSON_PATCH, as_user="alice")
+    assert gates(kube, ns, "alike") == [QUEUE_GATE]
+
+
 def test_a_released_pod_cannot_be_resized_by_its_user(kube, namespace, own_node):
     """The queue placed a 1-CPU pod; pods/resize (in-place resize) would let its user take the node's
     other 3 CPUs. ``edit`` grants no pods/resize (the webhook is not asked about that subresource)."""
