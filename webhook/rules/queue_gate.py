@@ -22,7 +22,9 @@ re-queues it as its own, ``reconciler/requeue.py``, its time limit counting afre
 so its user cannot resume it; a suspend that arrives unmarked (the webhook was not asked) is refused. Nor
 may they raise the ``spec.parallelism`` or ``spec.completions`` of a Job of a gated queue that is not
 suspended (Kubernetes allows both on a running Job): the queue planned the room of the size it released,
-and lowering frees room; a suspended Job is queued, and the queue plans whatever size it has then. Kubernetes
+and lowering frees room; a suspended Job is queued, and the queue plans whatever size it has then. Nor
+may they raise the time limit of a released Pod or Job of a gated queue: the queue placed it, and
+promised the work after it a start, by that limit (only admins extend it, as in Slurm). Kubernetes
 itself refuses adding a scheduling gate to an existing pod. A queue whose ``state`` is ``drain`` or
 ``stop`` refuses new Pods and Jobs, naming the queue and the admin's reason.
 """
@@ -32,10 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..contract import QUEUE_GATE, QUEUED_ANNOTATION, QUEUED_BY_SUSPEND
+from ..contract import QUEUE_GATE, QUEUED_ANNOTATION, QUEUED_BY_SUSPEND, TIME_LIMIT_ANNOTATION
 from ..units import json_int
 from ..workloads import meta_entry
 from .base import Ctx, Finding, RuleType, deny
+from .time_limit import read_limits, seconds_or_none
 
 if TYPE_CHECKING:
     from ..bundle import Bundle, Principals
@@ -100,6 +103,18 @@ def raised(old: Any, obj: Any) -> list[tuple[str, int, int]]:
     if was_done is not None and done is not None and done > was_done:
         out.append(("completions", was_done, done))
     return out
+
+
+def lengthened(old: Any, obj: Any, kind: str) -> tuple[str, str] | None:
+    """The time limit an UPDATE raises, as (before, after): both durations, the new one longer.
+    Setting a limit where there was none shortens it; removing one or writing no duration is
+    policy time-limit-extension's to refuse."""
+    for (_, _, after), (_, _, before) in zip(read_limits(obj, kind), read_limits(old, kind), strict=True):
+        if after != before:
+            a, b = seconds_or_none(after), seconds_or_none(before)
+            if a is not None and b is not None and a > b:
+                return before, after
+    return None
 
 
 def requeues(settings: Settings, ctx: Ctx, obj: Any) -> bool:
@@ -168,7 +183,7 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
             return [deny(f"{ctx.subject} waits in queue {ctx.queue_name!r} behind the scheduling gate "
                          f"{QUEUE_GATE}, which only batchgate's reconciler (or an admin) removes, when its turn "
                          "comes; `batchgate queue` shows where it stands")]
-        return []
+        return _longer(settings, ctx, old, obj) if not gated(old) else []
     was = meta_entry(old, ("metadata",), "annotations", QUEUED_ANNOTATION) is not None
     mark = meta_entry(obj, ("metadata",), "annotations", QUEUED_ANNOTATION)
     now = mark is not None
@@ -189,7 +204,27 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
                      f"raising {what} while it runs would take room the queue never gave (lowering is allowed); "
                      "suspend the Job (spec.suspend: true) to send it back to the queue with its new size, "
                      "or ask an admin")]
-    return []
+    if was and queued(old):
+        return []  # waiting: the queue plans whatever limit it has when its turn comes
+    return _longer(settings, ctx, old, obj)
+
+
+def _longer(settings: Settings, ctx: Ctx, old: Any, obj: Any) -> list[Finding]:
+    """A released Pod or Job of a gated queue whose user raises its time limit: the queue placed
+    it, and promised the work after it a start, for the limit it had (a backfilled job fits a gap
+    before a reservation by its limit); as Slurm, only an admin extends a running job. A Job its
+    user suspends in the same request goes back to the queue, which plans the new limit."""
+    spec = obj.get("spec")
+    if ctx.kind == "Job" and isinstance(spec, dict) and spec.get("suspend") is True:
+        return []
+    up = lengthened(old, obj, ctx.kind)
+    if up is None or not holds(settings, ctx, obj):
+        return []
+    back = ("suspend the Job (spec.suspend: true) in the same request to send it back to the queue with the "
+            "new limit, or " if ctx.kind == "Job" else "")
+    return [deny(f"{ctx.subject} runs in queue {ctx.queue_name!r}, which placed it, and promised the work after "
+                 f"it a start, for its time limit of {up[0]}; raising {TIME_LIMIT_ANNOTATION} to {up[1]} while it "
+                 f"runs would take room promised to others (lowering is allowed); {back}ask an admin to extend it")]
 
 
 TYPE = RuleType(

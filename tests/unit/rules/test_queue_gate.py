@@ -329,3 +329,35 @@ def test_a_state_in_another_queue_refuses_nothing_here(tmp_path: Path) -> None:
     b = bundle_with(tmp_path, set_queue("interactive", state="stop"))
     assert check(job(), bundle=b).allowed
     assert not check(pod("interactive"), bundle=b).allowed
+
+
+# -- UPDATE: a released workload's time limit ---------------------------------------------
+def limited(obj: dict[str, Any], limit: str | None) -> dict[str, Any]:
+    o = copy.deepcopy(obj)
+    if limit is not None:
+        o["metadata"].setdefault("annotations", {})["batchgate.io/time-limit"] = limit
+    return o
+
+
+def test_a_released_pod_or_job_may_not_raise_its_time_limit_its_user_may_lower_it(qg: Bundle) -> None:
+    """Backfill released it because it ends, by its limit, before a reservation: raising the limit
+    while it runs pushes back the start the queue promised the work after it."""
+    for old, is_job in ((pod(), False), (job(suspend=False), True)):
+        d = update(qg, limited(old, "10m"), limited(old, "7d"))
+        assert not d.allowed, d
+        assert ("runs in queue 'batch', which placed it, and promised the work after it a start, for its time "
+                "limit of 10m; raising batchgate.io/time-limit to 7d") in d.message
+        assert ("suspend the Job" in d.message) is is_job and "ask an admin to extend it" in d.message
+        assert update(qg, limited(old, "10m"), limited(old, "5m")).allowed  # lowering
+        assert update(qg, limited(old, None), limited(old, "1h")).allowed  # no limit was longer still
+
+
+def test_a_waiting_or_requeued_workload_may_change_its_time_limit_and_admins_may_raise_it(qg: Bundle) -> None:
+    assert update(qg, limited(pod(gates=[QUEUE_GATE]), "10m"), limited(pod(gates=[QUEUE_GATE]), "7d")).allowed
+    queued_job = job(suspend=True, annotation="true")
+    assert update(qg, limited(queued_job, "10m"), limited(queued_job, "7d")).allowed
+    # suspended in the same request: back to the queue, which plans the new limit
+    requeue = update(qg, limited(job(suspend=False), "10m"), limited(job(suspend=True), "7d"))
+    assert requeue.allowed, requeue
+    assert update(qg, limited(pod(), "10m"), limited(pod(), "7d"), user="root", groups=("system:masters",)).allowed
+    assert update(qg, limited(pod("scavenger"), "10m"), limited(pod("scavenger"), "7d")).allowed  # not gated
