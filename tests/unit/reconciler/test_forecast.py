@@ -101,8 +101,8 @@ def _cluster(*more: dict[str, Any], holder_runtime: str = "90m") -> Any:
     return snap(holder, queued_job("wait", cpu="4", limit="1h"), *more, nodes=[node("n1", cpu="4"), node("n2", cpu="8")])
 
 
-def _written(s: Any, name: str = "wait") -> dict[str, str]:
-    actions = plan(s, T0, Settings(queues=POLICY)).actions
+def _written(s: Any, name: str = "wait", usage: dict[str, float] | None = None) -> dict[str, str]:
+    actions = plan(s, T0, Settings(queues=POLICY), usage=usage).actions
     out = {}
     for a in actions:
         if a.target.name == name:
@@ -144,23 +144,39 @@ def test_backfilled_are_those_placed_to_start_before_work_placed_ahead_of_them()
     assert backfilled([]) == frozenset()
 
 
-def test_a_workload_backfilled_ahead_of_its_turn_is_not_stretched_for_arrivals() -> None:
+def _backfill(arrival: dict[str, Any]) -> Any:
     """'small', ranked behind 'wait', fits on n3 at +20 min, before 'wait' starts (+30 min) on n1:
-    in room 'wait' cannot use, which the urgent work arriving (placed like 'wait', ahead of both)
-    does not take either. 'wait' starts in its turn and stays stretched."""
+    backfilled, in room 'wait' cannot use. ``arrival`` runs on n2."""
     short = busy("short", "2", node_name="n3", limit="4h")
     short["metadata"].setdefault("annotations", {})["batchgate.io/expected-runtime"] = "80m"  # ends at +20 min
     holder = busy("holder", "4", limit="4h")
     holder["metadata"].setdefault("annotations", {})["batchgate.io/expected-runtime"] = "90m"
-    s = snap(holder, short, queued_job("wait", cpu="4", limit="1h"),
-             queued_job("small", cpu="2", limit="1h", created=-HOUR / 2), _urgent(-HOUR),
-             nodes=[node("n1", cpu="4"), node("n2", cpu="8"), node("n3", cpu="2")])
-    small = _written(s, "small")
+    return snap(holder, short, queued_job("wait", cpu="4", limit="1h"),
+                queued_job("small", cpu="2", limit="1h", created=-HOUR / 2), arrival,
+                nodes=[node("n1", cpu="4"), node("n2", cpu="8"), node("n3", cpu="2")])
+
+
+def test_a_backfilled_workload_is_not_stretched_for_arrivals_of_its_priority_that_fair_share_ranks_ahead() -> None:
+    """Work of another account arrived in the last hour, at batch priority, and ranks ahead of
+    'demo' (which used much): 'wait', in its turn, is stretched for it; 'small' starts in room the
+    work ahead cannot use and is not."""
+    other = busy("other-work", "8", node_name="n2", limit="2h")
+    other["metadata"]["namespace"] = "other"
+    other["metadata"]["creationTimestamp"] = ts(-HOUR)
+    s = _backfill(other)
+    usage = {"demo": 1e6}
+    small = _written(s, "small", usage=usage)
     assert parse_time(small[EXPECTED_START_ANNOTATION]) - T0 == pytest.approx(1200, abs=1)
     assert "later by" not in small[EXPECTED_START_REASON_ANNOTATION]
-    wait = _written(s)
+    wait = _written(s, usage=usage)
     assert parse_time(wait[EXPECTED_START_ANNOTATION]) - T0 > 1800 + 60
     assert "later by" in wait[EXPECTED_START_REASON_ANNOTATION]
+
+
+def test_a_backfilled_workload_is_stretched_for_arrivals_of_a_higher_priority() -> None:
+    small = _written(_backfill(_urgent(-HOUR)), "small")
+    assert parse_time(small[EXPECTED_START_ANNOTATION]) - T0 > 1200 + 60
+    assert "later by" in small[EXPECTED_START_REASON_ANNOTATION]
 
 
 def test_arrivals_of_the_snapshot_count_jobs_with_their_pods_and_bare_pods() -> None:
