@@ -19,7 +19,8 @@ minus now) is stretched by ``1 / (1 - rho)``, with ``rho`` measured, not assumed
   a higher priority; or the same priority and an account whose fair-share factor now is above the
   waiting workload's score (factor plus age: what queue.order sorts by; work not in a gated queue
   has no score and only higher priorities count). Its own account's later work never ranks ahead
-  (its score is at least its account's factor).
+  (its score is at least its account's factor; ``Forecast.load`` leaves its account out, as the
+  factor summed again here can come out a last bit above a score without age).
 - at most ``MOST`` (0.5: a stretch of at most 2), so a burst does not make the estimate endless
   (in the replay a cap of 0.5 calibrates as well as 0.75 with a smaller error: the busiest hours
   overshot);
