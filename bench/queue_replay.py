@@ -101,8 +101,11 @@ as the controller does (a pass on every change, at most one a second).
   to-the-limit start (the first placement: every job to its time limit), the expected start's
   calibration and error (predicted runtimes: the mean of the last two runs of the same program,
   else of the account, clamped to the limit and corrected once outlived, as runtimes.py does;
-  its wait stretched by forecast.py's 1 / (1 - rho) for the arrivals of the last --forecast-h hours
-  that rank ahead, built from the replay's arrivals as the planner builds it from the cluster's),
+  under ``--placement shadow`` the planner's own estimate pass, ``shadow_schedule`` with
+  ``runtimes.Predictor`` over the replay's runs; its wait stretched by forecast.py's 1 / (1 - rho)
+  for the arrivals of the last --forecast-h hours that rank ahead, built from the replay's
+  arrivals as the planner builds it from the cluster's; a backfilled one, ``forecast.backfilled``,
+  for higher priorities only),
   utilisation, mean bounded slowdown (10 s), the longest wait of a gang.
 """
 
@@ -127,7 +130,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay_measures import Record, measures
 
 from webhook.bundle import FairShare
-from webhook.reconciler.forecast import WINDOW, Arrival, Forecast, stretched
+from webhook.reconciler.forecast import WINDOW, Arrival, Forecast, backfilled, stretched
 from webhook.reconciler.model import NodeView, PodSched, PodView, Ref, Snapshot
 from webhook.reconciler.queue import (
     START_BY_SLACK,
@@ -138,7 +141,7 @@ from webhook.reconciler.queue import (
     promised_first,
     to_release,
 )
-from webhook.reconciler.runtimes import corrected
+from webhook.reconciler.runtimes import History, Predictor, Run, corrected, key_of, remember
 from webhook.reconciler.settings import QueuePolicy
 from webhook.reconciler.shadow import shadow_schedule
 from webhook.reconciler.usage import Usage, factors
@@ -199,7 +202,8 @@ class Work:
     at_risk: str = ""  # the first pass that placed it past its first start-by: why (``_why_at_risk``)
     placed_at: float | None = None  # when its expected start was first placed
     raw_expected: float | None = None  # that placement's start, before the forecast's stretch
-    load_ahead: float = 0.0  # the forecast's load of recent arrivals ranking ahead, then
+    load_ahead: float = 0.0  # the forecast's load of recent arrivals ranking ahead, then (counted as stretched)
+    backfilled: bool = False  # that placement started it before work ranked ahead of it
 
     @property
     def started(self) -> float | None:
@@ -391,7 +395,8 @@ class _Views:
             node=f"n{w.nodes[i]}", deleting=False, started=EPOCH + w.starts[i], failure=None, failed_at=None,
             interrupted=None, group=None, group_size=None, pod_group_name=None, queue="batch", time_limit=None,
             limit=_hold(w, self.reserve), started_at=None, deadline=None, warned_for=None, started_at_t=None,
-            deadline_t=None, warned_t=None, sched=PodSched(w.cores * 1000, 0, 0, EPOCH + w.arrival, (), (), ()))
+            deadline_t=None, warned_t=None, sched=PodSched(w.cores * 1000, 0, 0, EPOCH + w.arrival, (), (), ()),
+            program=_program(w))
 
     def unbind(self, w: Work, i: int) -> None:
         del self.pods[(w.account, f"w{w.wid}-{i}")]
@@ -413,6 +418,7 @@ class _Run:
     live: dict[int, Work] = field(default_factory=dict)  # running (for predicted ends)
     runs: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # the last runtimes, per (account, program) and (account, "")
     arrived: list[Work] = field(default_factory=list)  # every arrival so far, in order
+    history: History = field(default_factory=dict)  # the same runs as runtimes.py keeps them (the shadow estimate's)
 
     def started(self, w: Work, i: int) -> None:
         self.running_cores[w.account] += w.cores
@@ -487,6 +493,9 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
                 run.live.pop(w.wid, None)
                 for key in ((w.account, _program(w)), (w.account, "")):
                     run.runs[key] = [*run.runs.get(key, [])[-1:], w.runtime]
+                if run.views is not None:
+                    run.history = remember(run.history, [Run(key_of(w.account, "batch", _program(w)), str(w.wid),
+                                                             EPOCH + w.starts[0], EPOCH + w.end)])
         run.all_waiting = len({w.account for w in pending}) == len(accounts)
         if system == "kube":
             idle_cores = _kube_pass(cluster, pending, now, run, spread=p.kube_bind == "spread")
@@ -578,6 +587,7 @@ def _expected(cluster: Cluster, ranked: list[Work], now: float, live: dict[int, 
             view.running[n].append((max(end, now), r.cores))
     reserved: list[list[tuple[float, float, int]]] = [[] for _ in cluster.free]
     last = max((i for i, w in enumerate(ranked) if not w.seen), default=-1)
+    latest = -math.inf  # the latest start placed so far: one placed before it is backfilled (forecast.backfilled)
     for w in ranked[:last + 1]:
         length = _predicted(w, runs)
         placed = _place(view, reserved, now, w, length)
@@ -585,11 +595,47 @@ def _expected(cluster: Cluster, ranked: list[Work], now: float, live: dict[int, 
             continue
         t, nodes = placed
         if not w.seen:
-            w.placed_at, w.raw_expected = now, t
-            w.load_ahead = forecast.load(w.prio, (scores or {}).get(w.wid)) if forecast is not None else 0.0
+            w.placed_at, w.raw_expected, w.backfilled = now, t, t < latest
+            w.load_ahead = 0.0 if forecast is None else forecast.load(w.prio) if w.backfilled else \
+                forecast.load(w.prio, (scores or {}).get(w.wid), w.account)
             w.expected = stretched(t, now=now, load=w.load_ahead)
+        latest = max(latest, t)
         for n in nodes:
             reserved[n].append((t, t + length, w.cores))
+
+
+def _expected_shadow(run: _Run, ranked_works: list[Work], placed: list[Waiting], now: float, policy: QueuePolicy,
+                     forecast: Forecast | None, scores: dict[int, float]) -> None:
+    """The product's estimate pass (planner.py): ``shadow_schedule`` in queue order with the runtimes
+    ``runtimes.Predictor`` predicts from the runs so far (each waiting workload predicted by its
+    program, as the planner predicts a Job by its images), its wait stretched by ``forecast``; the
+    expected start of each workload not yet seen."""
+    assert run.views is not None
+    queued = [replace(q, pods=(_pod_of(w),)) for q, w in zip(as_queued(placed, policy), ranked_works, strict=True)]
+    estimates = shadow_schedule(run.views.snapshot(), EPOCH + now, (), queued=queued,
+                                runtimes=Predictor.of(run.history))
+    by_id = {w.wid: w for w in ranked_works}
+    holes = backfilled(estimates)
+    for e in estimates:
+        w = by_id[int(e.workload.uid)]
+        if w.seen or e.start is None:
+            continue
+        t = e.start - EPOCH
+        w.placed_at, w.raw_expected, w.backfilled = now, t, e.workload.uid in holes
+        w.load_ahead = 0.0 if forecast is None else forecast.load(w.prio) if w.backfilled else \
+            forecast.load(w.prio, scores.get(w.wid), w.account)
+        w.expected = stretched(t, now=now, load=w.load_ahead)
+
+
+def _pod_of(w: Work) -> PodView:
+    """A waiting workload's pod as the shadow schedule reads it for a prediction (its program)."""
+    name = f"w{w.wid}"
+    return PodView(
+        ref=Ref("v1", "Pod", w.account, name, name), resource_version="", owner=None, phase="Pending",
+        node=None, deleting=False, started=None, failure=None, failed_at=None, interrupted=None, group=None,
+        group_size=None, pod_group_name=None, queue="batch", time_limit=None, limit=int(w.limit), started_at=None,
+        deadline=None, warned_for=None, started_at_t=None, deadline_t=None, warned_t=None,
+        sched=PodSched(w.cores * 1000, 0, w.prio, EPOCH + w.arrival, (), (), ()), program=_program(w))
 
 
 def _rank(ranked_works: list[Work], *, easy: bool, keep: bool) -> list[Work]:
@@ -757,7 +803,7 @@ def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, u
     placed = ranked[:p.depth] if p.depth else ranked  # beyond the depth: neither reserved nor released
     if any(not w.seen for w in pending):
         fc = _forecast(run, now, usage, fair, pending, p) if p.forecast else None
-        _expected(cluster, ranked_works[:len(placed)], now, run.live, run.runs, fc, scores)
+        _expected_shadow(run, ranked_works[:len(placed)], placed, now, policy, fc, scores)
     queued = [replace(q, promised=by_id[int(q.ref.uid)].start_by is not None) for q in as_queued(placed, policy)]
     estimates = shadow_schedule(run.views.snapshot(), at, (), queued=queued, easy=policy.easy)
     for e in estimates:

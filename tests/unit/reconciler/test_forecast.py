@@ -17,10 +17,20 @@ from webhook.contract import (
     EXPECTED_START_REASON_ANNOTATION,
     START_BY_ANNOTATION,
 )
-from webhook.reconciler.forecast import MOST, WINDOW, Arrival, Forecast, arrivals, stretched
+from webhook.reconciler.forecast import (
+    MOST,
+    WINDOW,
+    Arrival,
+    Forecast,
+    arrivals,
+    backfilled,
+    stretched,
+)
+from webhook.reconciler.model import Ref
 from webhook.reconciler.planner import plan
 from webhook.reconciler.report import queue_rows
 from webhook.reconciler.settings import Settings
+from webhook.reconciler.shadow import Estimate
 from webhook.units import format_time, parse_time
 
 NOW = 1_000_000.0
@@ -52,6 +62,18 @@ def test_within_a_priority_only_accounts_whose_factor_is_above_the_score_rank_ah
     assert f.load(0, 0.2) == pytest.approx(0.15)  # an equal factor is no rank ahead (its own account)
 
 
+def test_its_own_accounts_work_never_ranks_ahead_though_its_factor_is_a_hair_above_its_score() -> None:
+    """A workload placed as it arrives has a score of its account's factor alone; that factor summed
+    again for the forecast may come out a last bit higher, which must not count its account's own
+    arrivals (itself among them) as ranking ahead of it."""
+    f = fc(Arrival(NOW - 10, BATCH, "a", 5000.0), Arrival(NOW - 10, BATCH, "b", 2000.0),
+           factors={"a": 0.5 + 1e-15, "b": 0.9})
+    assert f.load(BATCH, 0.5) == pytest.approx(0.7)  # of no account: both count
+    assert f.load(BATCH, 0.5, "a") == pytest.approx(0.2)
+    assert f.load(BATCH, 0.95, "a") == 0.0
+    assert f.load(BATCH, 0.5, "c") == pytest.approx(0.7)
+
+
 def test_only_the_window_counts() -> None:
     f = fc(Arrival(NOW - 1001, 10, "a", 9000.0), Arrival(NOW - 1000, 10, "a", 1000.0),
            Arrival(NOW + 2, 10, "a", 500.0))  # stamped by a clock ahead of ours: it arrived now
@@ -79,11 +101,11 @@ def _cluster(*more: dict[str, Any], holder_runtime: str = "90m") -> Any:
     return snap(holder, queued_job("wait", cpu="4", limit="1h"), *more, nodes=[node("n1", cpu="4"), node("n2", cpu="8")])
 
 
-def _written(s: Any) -> dict[str, str]:
-    actions = plan(s, T0, Settings(queues=POLICY)).actions
+def _written(s: Any, name: str = "wait", usage: dict[str, float] | None = None) -> dict[str, str]:
+    actions = plan(s, T0, Settings(queues=POLICY), usage=usage).actions
     out = {}
     for a in actions:
-        if a.target.name == "wait":
+        if a.target.name == name:
             out.update({k: v for k, v in (a.annotations or {}).items() if v is not None})
     return out
 
@@ -111,6 +133,50 @@ def test_recent_work_of_a_higher_priority_makes_the_expected_start_later() -> No
 def test_the_forecast_never_moves_the_expected_start_past_the_start_by() -> None:
     w = _written(_cluster(_urgent(-HOUR, limit="12h"), holder_runtime="3h"))  # x2 of +2h: past +3h
     assert parse_time(w[EXPECTED_START_ANNOTATION]) == parse_time(w[START_BY_ANNOTATION]) == T0 + 3 * HOUR
+
+
+def test_backfilled_are_those_placed_to_start_before_work_placed_ahead_of_them() -> None:
+    def e(name: str, start: float | None) -> Estimate:
+        return Estimate(Ref("batch/v1", "Job", "demo", name, name), start, "")
+
+    placed = [e("a", 10.0), e("b", 30.0), e("c", 20.0), e("unknown", None), e("d", 25.0), e("e", 30.0), e("f", 40.0)]
+    assert backfilled(placed) == {"c", "d"}  # "e" starts with "b", in its turn
+    assert backfilled([]) == frozenset()
+
+
+def _backfill(arrival: dict[str, Any]) -> Any:
+    """'small', ranked behind 'wait', fits on n3 at +20 min, before 'wait' starts (+30 min) on n1:
+    backfilled, in room 'wait' cannot use. ``arrival`` runs on n2."""
+    short = busy("short", "2", node_name="n3", limit="4h")
+    short["metadata"].setdefault("annotations", {})["batchgate.io/expected-runtime"] = "80m"  # ends at +20 min
+    holder = busy("holder", "4", limit="4h")
+    holder["metadata"].setdefault("annotations", {})["batchgate.io/expected-runtime"] = "90m"
+    return snap(holder, short, queued_job("wait", cpu="4", limit="1h"),
+                queued_job("small", cpu="2", limit="1h", created=-HOUR / 2), arrival,
+                nodes=[node("n1", cpu="4"), node("n2", cpu="8"), node("n3", cpu="2")])
+
+
+def test_a_backfilled_workload_is_not_stretched_for_arrivals_of_its_priority_that_fair_share_ranks_ahead() -> None:
+    """Work of another account arrived in the last hour, at batch priority, and ranks ahead of
+    'demo' (which used much): 'wait', in its turn, is stretched for it; 'small' starts in room the
+    work ahead cannot use and is not."""
+    other = busy("other-work", "8", node_name="n2", limit="2h")
+    other["metadata"]["namespace"] = "other"
+    other["metadata"]["creationTimestamp"] = ts(-HOUR)
+    s = _backfill(other)
+    usage = {"demo": 1e6}
+    small = _written(s, "small", usage=usage)
+    assert parse_time(small[EXPECTED_START_ANNOTATION]) - T0 == pytest.approx(1200, abs=1)
+    assert "later by" not in small[EXPECTED_START_REASON_ANNOTATION]
+    wait = _written(s, usage=usage)
+    assert parse_time(wait[EXPECTED_START_ANNOTATION]) - T0 > 1800 + 60
+    assert "later by" in wait[EXPECTED_START_REASON_ANNOTATION]
+
+
+def test_a_backfilled_workload_is_stretched_for_arrivals_of_a_higher_priority() -> None:
+    small = _written(_backfill(_urgent(-HOUR)), "small")
+    assert parse_time(small[EXPECTED_START_ANNOTATION]) - T0 > 1200 + 60
+    assert "later by" in small[EXPECTED_START_REASON_ANNOTATION]
 
 
 def test_arrivals_of_the_snapshot_count_jobs_with_their_pods_and_bare_pods() -> None:
