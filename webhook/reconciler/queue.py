@@ -222,6 +222,28 @@ def promised_first(items: list[W], promise: Callable[[W], float | None], priorit
     return out
 
 
+def promoted(items: list[W], promise: Callable[[W], float | None], priority: Callable[[W], int],
+             at_risk: Callable[[W], bool]) -> list[W]:
+    """A promise is a deadline, not a place in line: a promised workload the placement would start
+    after its start-by (``at_risk``) moves ahead of the unpromised work of its priority ranked ahead
+    of it, to just before the first workload of its priority that holds no promise or a later one
+    (in the order of the promises: the earlier first). Nothing else moves; a promise with room to
+    spare keeps the place fair share gives it, so fair share still reorders work within the slack
+    the promises leave."""
+    risky = sorted((i for i, w in enumerate(items) if promise(w) is not None and at_risk(w)),
+                   key=lambda i: (priority(items[i]), -(promise(items[i]) or 0.0), -i), reverse=True)
+    if not risky:
+        return items
+    moving = set(risky)
+    out = [w for i, w in enumerate(items) if i not in moving]
+    for i in risky:  # the earliest promise of the highest priority first
+        w, p, prio = items[i], promise(items[i]) or 0.0, priority(items[i])
+        at = next((j for j, x in enumerate(out) if priority(x) < prio or (priority(x) == prio and (
+            (q := promise(x)) is None or q > p))), len(out))
+        out.insert(at, w)
+    return out
+
+
 def promised_ahead(items: list[W], promise: Callable[[W], float | None],
                    easy: Callable[[W], tuple[str, int] | None]) -> list[W]:
     """In an EASY queue (``easy``: its queue and priority, else None) a workload keeps its place once
@@ -399,7 +421,47 @@ def plan_notices(items: list[Waiting], estimates: list[Estimate], policy: QueueP
     return out
 
 
-START_BY_SLACK = 60.0  # a promise is rewritten when the reservation moves by more than this
+START_BY_SLACK = 60.0  # a promise is rewritten when the reservation moves later by more than this
+PROMOTION_ROUNDS = 3  # placements a pass promotes at-risk promises for; then every promise goes first
+
+
+def at_risk(items: list[W], estimates: list[Estimate], promise: Callable[[W], float | None],
+            uid: Callable[[W], str]) -> set[str]:
+    """The uids of the promised workloads the placement starts after their start-by (and its slack)."""
+    start = {e.workload.uid: e.start for e in estimates if e.start is not None}
+    out = set()
+    for w in items:
+        p = promise(w)
+        s = start.get(uid(w)) if p is not None else None
+        if s is not None and p is not None and s > p + START_BY_SLACK:
+            out.add(uid(w))
+    return out
+
+
+def place(items: list[W], schedule: Callable[[list[W]], list[Estimate]], promise: Callable[[W], float | None],
+          priority: Callable[[W], int], uid: Callable[[W], str],
+          rounds: int = PROMOTION_ROUNDS) -> tuple[list[W], list[Estimate], int]:
+    """Place ``items`` (``schedule``: the shadow schedule of them in this order) keeping promises as
+    deadlines: while some promise would start after its start-by, it is ``promoted`` ahead of the
+    unpromised work of its priority and the queue placed again; at the ``rounds``-th placement
+    every promised workload goes first, in the order of its promises, the rest behind in their
+    order. A pass with no promise at risk places once. Returns the order placed, its estimates and
+    how many placements it took."""
+    estimates = schedule(items)
+    risky: set[str] = set()
+    n = 1
+    while n <= rounds:
+        risk = at_risk(items, estimates, promise, uid)
+        if risk <= risky:
+            break
+        risky |= risk
+        n += 1
+        if n > rounds:  # bounded: every promise first
+            items = sorted(items, key=lambda w: (-priority(w), (p := promise(w)) is None, p or 0.0))
+        else:
+            items = promoted(items, promise, priority, lambda w: uid(w) in risky)
+        estimates = schedule(items)
+    return items, estimates, n
 
 
 def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,
