@@ -176,7 +176,7 @@ class Params:
     kube_bind: str = "first-fit"  # kube alone: each pod on the first node with room, or "spread" (LeastAllocated)
     # deadline: a start-by moves earlier only to within this many seconds of the reservation (< 0: never earlier)
     margin: float = -1.0
-    rounds: int = 3  # deadline: placements a pass promotes at-risk promises for, before all promised go first
+    rounds: int = 3  # deadline: a pass places again at most this often (queue.place; the last time, all promised first)
 
 
 @dataclass
@@ -1085,7 +1085,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="deadline: a start-by moves earlier only to this many hours after its reservation "
                          "(negative: never earlier)")
     ap.add_argument("--rounds", type=int, default=Params.rounds,
-                    help="deadline: placements a pass promotes at-risk promises for, before every promise goes first")
+                    help="deadline: a pass places again at most this often for promises at risk (the last time, every "
+                         "promise first)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     node_cpu = a.node_cpu or (Params.node_cpu if a.model == "accounts" else 64)

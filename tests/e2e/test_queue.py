@@ -280,6 +280,46 @@ def test_backfill_holds_the_big_jobs_reservation_and_the_promise_survives_a_rest
         stop_reconcilers(started)
 
 
+def test_a_promise_holds_against_a_later_lighter_arrival_that_would_delay_it(
+        kube, namespace, queue_node, tmp_path, policies):
+    """Issue 24: a start-by never moves later for later work of the same priority. The heavy tenant's
+    Job fills the node for 3 minutes (its time limit) and its next Job, the whole node for an
+    hour, is promised that end. A light tenant's Job of the same shape and priority arrives later:
+    fair share ranks it ahead, and placed first it would take the node then and move the promise an
+    hour later. The promise is at risk, so the heavy Job keeps its place (queue.place): its stored
+    start-by is unchanged and no StartByMoved is told; the light Job is promised after it; when the
+    node frees, the heavy Job is released, not the light one."""
+    heavy, light = namespace, kube.create_namespace(prefix="e2e-queue-light")
+    started: list = []
+
+    def timed(name: str, minutes: int) -> dict:
+        j = queued_job(name, queue_node, "4")
+        j["metadata"]["annotations"] = {"batchgate.io/time-limit": f"{minutes}m"}
+        return j
+    try:
+        create(kube, heavy, timed("full", 3))
+        reconcile(kube, heavy, tmp_path, policies, "r1", started)
+        wait_for(lambda: not suspended(kube, heavy, "full"), 60, message="the first Job released")
+        run_pods_of(kube, heavy, "full", 1)
+        uid = create(kube, heavy, timed("big", 60))["metadata"]["uid"]
+        promise = wait_for(lambda: start_by(kube, heavy, "big"), 60, message="the heavy Job's start-by")
+        wait_for(lambda: usage_of(kube, heavy).get(heavy, 0) > 0, 90, message="the heavy tenant's usage stored")
+        create(kube, light, timed("small", 60))
+        later = wait_for(lambda: (kube.get(jobs_path(light, "small"))["metadata"].get("annotations") or {}).get(
+            START_BY_ANNOTATION), 60, message="the light Job's start-by")
+        assert epoch(later) >= epoch(promise) + 59 * 60, (later, promise)  # after the heavy Job's hour
+        time.sleep(3)  # passes after it: the promise stays
+        assert start_by(kube, heavy, "big") == promise
+        assert not events(kube, heavy, uid=uid, reason="StartByMoved")
+
+        finish(kube, heavy, "full")
+        wait_for(lambda: not suspended(kube, heavy, "big"), 60, message="the promised Job released")
+        assert suspended(kube, light, "small")
+    finally:
+        stop_reconcilers(started)
+        kube.delete_namespace(light)
+
+
 def test_a_queue_put_on_hold_withdraws_its_promises_and_opened_again_promises_afresh(
         kube, namespace, queue_node, tmp_path, policies):
     """A held queue reserves nothing and nobody can date its opening (docs/admin/queues.md, States):

@@ -422,7 +422,7 @@ def plan_notices(items: list[Waiting], estimates: list[Estimate], policy: QueueP
 
 
 START_BY_SLACK = 60.0  # a promise is rewritten when the reservation moves later by more than this
-PROMOTION_ROUNDS = 3  # placements a pass promotes at-risk promises for; then every promise goes first
+PROMOTION_ROUNDS = 3  # a pass places again at most this often for promises at risk (the last time: all first)
 
 
 def at_risk(items: list[W], estimates: list[Estimate], promise: Callable[[W], float | None],
@@ -443,10 +443,10 @@ def place(items: list[W], schedule: Callable[[list[W]], list[Estimate]], promise
           rounds: int = PROMOTION_ROUNDS) -> tuple[list[W], list[Estimate], int]:
     """Place ``items`` (``schedule``: the shadow schedule of them in this order) keeping promises as
     deadlines: while some promise would start after its start-by, it is ``promoted`` ahead of the
-    unpromised work of its priority and the queue placed again; at the ``rounds``-th placement
-    every promised workload goes first, in the order of its promises, the rest behind in their
-    order. A pass with no promise at risk places once. Returns the order placed, its estimates and
-    how many placements it took."""
+    unpromised work of its priority and the queue placed again, at most ``rounds`` times, the last
+    of them with every promised workload first (in the order of the promises, the rest behind in
+    theirs). A pass with no promise at risk places once; one that promotes stops as soon as no new
+    promise is at risk. Returns the order placed, its estimates and how many placements it took."""
     estimates = schedule(items)
     risky: set[str] = set()
     n = 1
@@ -454,7 +454,7 @@ def place(items: list[W], schedule: Callable[[list[W]], list[Estimate]], promise
         risk = at_risk(items, estimates, promise, uid)
         if risk <= risky:
             break
-        risky |= risk
+        risky.update(risk)
         n += 1
         if n > rounds:  # bounded: every promise first
             items = sorted(items, key=lambda w: (-priority(w), (p := promise(w)) is None, p or 0.0))
@@ -464,13 +464,22 @@ def place(items: list[W], schedule: Callable[[list[W]], list[Estimate]], promise
     return items, estimates, n
 
 
+def placed(items: list[Waiting], schedule: Callable[[list[Waiting]], list[Estimate]]) -> tuple[
+        list[Waiting], list[Estimate]]:
+    """``place`` the waiting workloads, their promises their ``batchgate.io/start-by``."""
+    items, estimates, _ = place(items, schedule, _promised_at, lambda w: w.priority, lambda w: w.ref.uid)
+    return items, estimates
+
+
 def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,
                   policy: QueuePolicy) -> list[Action]:
     """``batchgate.io/start-by`` on each waiting workload: its reservation's start (placed with the
-    time limits of everything running and ahead of it, which the reconciler enforces). Later work
-    ranked below it is placed after it, so it cannot move the promise; a promise moves earlier
-    quietly, and later only with a Warning saying why (work ranked ahead arrived, or room it
-    counted on is gone: a node lost or cordoned, a maintenance window declared). A queue on hold
+    time limits of everything running and ahead of it, which the reconciler enforces) when first
+    placed. It is a deadline, not a place in line: it never moves earlier (work ending before its
+    limit leaves it room to spare, which fair share may give to later work ranked ahead, as long
+    as ``place`` finds the promise still kept), and later only with a Warning saying why
+    (higher-priority work ranked ahead arrived, or room it counted on is gone: a node lost or
+    cordoned, a maintenance window declared). A queue on hold
     or stopped reserves nothing and releases nothing until an admin opens it, which no one can
     date: its workloads' promises are withdrawn (the annotation removed, with a Warning saying
     so), as Slurm's backfill reserves nothing for the jobs of a partition that is not up; the
@@ -502,8 +511,8 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,
         have_text = _promise_of(w)
         have = parse_time(have_text) if have_text else None
         want = max(e.start, now)
-        if have is not None and abs(want - have) <= START_BY_SLACK:
-            continue
+        if have is not None and want <= have + START_BY_SLACK:
+            continue  # a deadline: it never moves earlier (the room to spare is fair share's to use)
         want_text = texts.get(want)
         if want_text is None:
             texts[want] = want_text = format_time(want)
@@ -511,8 +520,6 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,
             reason, etype, message = "StartBy", "Normal", (
                 f"will start by {want_text} at the latest (its reservation in queue {w.queue!r}), unless "
                 "higher-priority work arrives, a node is lost or a maintenance window is declared")
-        elif want < have:
-            reason, etype, message = "StartBy", "Normal", f"will start by {want_text}, earlier than promised"
         else:
             # every waiting workload gets its promise at the first pass that sees it: one ranked ahead
             # without one arrived since
