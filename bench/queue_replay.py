@@ -41,7 +41,13 @@ The same arrivals are replayed on the same cluster by two systems:
   yield    the queue, but promised work is placed first (in the order of its promises), except a
            workload ranked ahead of it that would start later so (to the limit) than in queue
            order: what a smarter placement keeps without making higher-ranked work wait (a bench
-           counterfactual, three placements a pass). Under ``queue`` each promise first placed
+           counterfactual, three placements a pass).
+  deadline the queue as the product runs it now: a promise is a deadline, not a place in line. A
+           start-by never moves earlier (``--margin-h H``: only to H hours after the reservation);
+           work is placed in fair-share order, and a promise placed past its start-by is promoted
+           ahead of the unpromised work of its priority and the pass placed again
+           (``queue.place``; at most ``--rounds`` times, the last with every promise first, as
+           ``keep``). Under ``queue`` each promise first placed
            past its start-by records why (``_why_at_risk``); ``replay_measures.broken`` counts the
            promises not kept by cause.
 

@@ -18,6 +18,10 @@ suspended and marked ``batchgate.io/queued``, a bare Pod behind the scheduling g
    (the first of its workloads that cannot start now): what fits now starts unless it delays the
    head, and only the head gets a start-by; a workload promised once keeps its place and its
    reservation until it starts (``promised_ahead``), so its promise holds as under conservative.
+   A promise (``batchgate.io/start-by``) is a deadline, not a place in line: it never moves
+   earlier, and a promised workload the placement would start after it is moved ahead of the
+   unpromised work of its priority and the queue placed again (``place``); fair share orders
+   everything else, within the room to spare the promises leave.
 
 Queues on ``hold`` or ``stop`` release nothing and reserve nothing: their promises are withdrawn
 (``plan_start_by``); a queue no longer gated (or gone from the bundle) releases what still waits in
@@ -529,8 +533,8 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,
                     unpromised_ahead.append(count)
                     count += _promise_of(x) is None
             ahead = unpromised_ahead[rank]
-            cause = (f"{ahead} workload{'s' if ahead != 1 else ''} ranked ahead of it arrived (higher "
-                     "priority, or a lighter fair-share account)" if ahead
+            cause = (f"{ahead} workload{'s' if ahead != 1 else ''} ranked ahead of it arrived (of a higher "
+                     "priority)" if ahead
                      else "room it counted on is gone (a node lost or cordoned, a maintenance window declared, or "
                           "work ahead of it ran longer than its time limit allowed for)")
             reason, etype, message = "StartByMoved", "Warning", (

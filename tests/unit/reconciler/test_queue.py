@@ -324,7 +324,7 @@ def test_under_easy_a_promise_moved_by_higher_priority_work_stays_backed_and_say
     moved = acts["head"]
     assert moved.annotations == {START_BY_ANNOTATION: ts(2 * HOUR)}
     assert moved.reason == "StartByMoved" and moved.event_type == "Warning"
-    assert "1 workload ranked ahead of it arrived (higher priority" in moved.message
+    assert "1 workload ranked ahead of it arrived (of a higher priority" in moved.message
 
 
 def test_easy_is_per_queue_and_a_gang_behind_the_head_reserves_nothing() -> None:
