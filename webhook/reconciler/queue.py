@@ -468,10 +468,15 @@ def place(items: list[W], schedule: Callable[[list[W]], list[Estimate]], promise
     return items, estimates, n
 
 
-def placed(items: list[Waiting], schedule: Callable[[list[Waiting]], list[Estimate]]) -> tuple[
-        list[Waiting], list[Estimate]]:
-    """``place`` the waiting workloads, their promises their ``batchgate.io/start-by``."""
-    items, estimates, _ = place(items, schedule, _promised_at, lambda w: w.priority, lambda w: w.ref.uid)
+def placed(items: list[Waiting], schedule: Callable[[list[Waiting]], list[Estimate]],
+           policy: QueuePolicy) -> tuple[list[Waiting], list[Estimate]]:
+    """``place`` the waiting workloads, their promises their ``batchgate.io/start-by`` (none held in a
+    queue with ``promise: fair-share``)."""
+    fair = policy.fair_promises
+
+    def promise(w: Waiting) -> float | None:
+        return None if w.queue in fair else _promised_at(w)
+    items, estimates, _ = place(items, schedule, promise, lambda w: w.priority, lambda w: w.ref.uid)
     return items, estimates
 
 
@@ -515,8 +520,8 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,
         have_text = _promise_of(w)
         have = parse_time(have_text) if have_text else None
         want = max(e.start, now)
-        if have is not None and want <= have + START_BY_SLACK:
-            continue  # a deadline: it never moves earlier (the room to spare is fair share's to use)
+        if have is not None and (abs(want - have) if w.queue in policy.fair_promises else want - have) <= START_BY_SLACK:
+            continue  # a deadline never moves earlier (the room to spare is fair share's to use)
         want_text = texts.get(want)
         if want_text is None:
             texts[want] = want_text = format_time(want)
@@ -524,6 +529,8 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,
             reason, etype, message = "StartBy", "Normal", (
                 f"will start by {want_text} at the latest (its reservation in queue {w.queue!r}), unless "
                 "higher-priority work arrives, a node is lost or a maintenance window is declared")
+        elif want < have:  # promise: fair-share
+            reason, etype, message = "StartBy", "Normal", f"will start by {want_text}, earlier than promised"
         else:
             # every waiting workload gets its promise at the first pass that sees it: one ranked ahead
             # without one arrived since
@@ -534,7 +541,8 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,
                     count += _promise_of(x) is None
             ahead = unpromised_ahead[rank]
             cause = (f"{ahead} workload{'s' if ahead != 1 else ''} ranked ahead of it arrived (of a higher "
-                     "priority)" if ahead
+                     "priority" + (", or a lighter fair-share account)" if w.queue in policy.fair_promises else ")")
+                     if ahead
                      else "room it counted on is gone (a node lost or cordoned, a maintenance window declared, or "
                           "work ahead of it ran longer than its time limit allowed for)")
             reason, etype, message = "StartByMoved", "Warning", (

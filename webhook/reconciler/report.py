@@ -60,7 +60,7 @@ def _estimates(snapshot: Snapshot, now: float, windows: list[Window], predictor:
         def to_limits(items: list[queue.Waiting]) -> list[Estimate]:  # the order the planner places in
             extra["queued"] = queue.as_queued(items, queues)
             return shadow_schedule(snapshot, now, windows, limit_of=limit_of, easy=queues.easy, **extra)
-        waiting, _ = queue.placed(waiting, to_limits)
+        waiting, _ = queue.placed(waiting, to_limits, queues)
     estimates = shadow_schedule(snapshot, now, windows, runtimes=predictor, limit_of=limit_of, **extra)
     # each wait stretched for the arrivals that rank ahead, as the planner does (forecast.py)
     return forecast(estimates, snapshot, now=now, policy=queues, usage=usage or {}, predictor=predictor,

@@ -533,6 +533,20 @@ def test_a_later_arrival_ranked_ahead_goes_first_within_a_promises_room_to_spare
         ("light-1", "StartBy", {START_BY_ANNOTATION: ts(HOUR)})]
 
 
+def test_a_queue_with_fair_share_promises_lets_the_later_arrival_move_a_promise_either_way() -> None:
+    """``promise: fair-share``, as before deadlines: fair share places light-1 first, so heavy-1's
+    promise of +1h moves to +2h with a StartByMoved naming the arrival; a promise of +3h moves
+    earlier, to +2h, quietly."""
+    fair = dataclasses.replace(POLICY, fair_promises=frozenset({"batch"}))
+    moved = {a.target.name: a for a in _start_bys(_heavy_promised_and_a_light_arrival(HOUR), fair, HEAVY)}
+    assert moved["light-1"].annotations == {START_BY_ANNOTATION: ts(HOUR)}
+    assert moved["heavy-1"].annotations == {START_BY_ANNOTATION: ts(2 * HOUR)}
+    assert moved["heavy-1"].reason == "StartByMoved" and "or a lighter fair-share account" in moved["heavy-1"].message
+    earlier = {a.target.name: a for a in _start_bys(_heavy_promised_and_a_light_arrival(3 * HOUR), fair, HEAVY)}
+    assert earlier["heavy-1"].annotations == {START_BY_ANNOTATION: ts(2 * HOUR)}
+    assert earlier["heavy-1"].reason == "StartBy" and "earlier than promised" in earlier["heavy-1"].message
+
+
 def test_promoted_moves_an_at_risk_promise_ahead_of_unpromised_work_of_its_priority_only() -> None:
     # (name, promise, priority): b and e are at risk
     items = [("u", None, 2), ("a", 5.0, 1), ("x", None, 1), ("b", 20.0, 1), ("y", None, 1), ("c", 30.0, 1),
