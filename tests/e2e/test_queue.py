@@ -127,8 +127,11 @@ def test_the_lighter_tenant_goes_first_and_usage_survives_a_kill(kube, namespace
             create(kube, heavy, queued_job(f"a{i}", queue_node, "2"))
         wait_for(lambda: usage_of(kube, heavy).get(heavy, 0) > 0, 60, message="the heavy tenant's usage stored")
         time.sleep(1)
-        for i in range(2):  # the light tenant, later
-            create(kube, light, queued_job(f"b{i}", queue_node, "2"))
+        for i in range(2):  # the light tenant, later: short Jobs, so the heavy tenant's promises (from
+            # hog's 24 h limit) still hold behind them and fair share decides (a promise is a deadline)
+            short = queued_job(f"b{i}", queue_node, "2")
+            short["metadata"]["annotations"] = {"batchgate.io/time-limit": "5m"}
+            create(kube, light, short)
         time.sleep(3)
         assert all(suspended(kube, heavy, f"a{i}") for i in range(3)) and suspended(kube, light, "b0")
 

@@ -283,7 +283,8 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
                               "class_values": queues.class_values, "released": queue.released(queues)}
             if waiting:
                 def schedule(items: list[queue.Waiting]) -> list[Estimate]:
-                    queue_args["queued"] = queue.as_queued(items, queues)
+                    if items is not waiting:  # placed again, in another order
+                        queue_args["queued"] = queue.as_queued(items, queues)
                     return shadow_schedule(snapshot, now, windows, limit_of=limit_of, easy=queues.easy, **queue_args)
                 # a promise the placement would break is promoted and the queue placed again (queue.place)
                 waiting, placed = queue.placed(waiting, schedule, queues)
