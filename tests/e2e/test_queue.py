@@ -105,7 +105,11 @@ def fill(kube: Any, ns: str, node: str, tmp_path: Path, policies: Path, identity
 
 
 def test_the_lighter_tenant_goes_first_and_usage_survives_a_kill(kube, namespace, queue_node, tmp_path, policies):
+    """The queue with ``promise: fair-share`` (docs/admin/queues.md): the heavy tenant's Jobs were
+    promised the end of hog's 24 h limit, and fair share may still put the light tenant's later Jobs
+    ahead of them (under the default, ``deadline``, those promises would hold them back)."""
     heavy, light = namespace, kube.create_namespace(prefix="e2e-queue-light")
+    policies = with_fair_share_promises(policies, tmp_path)
     started: list = []
     try:
         # what a pod of a gated queue gets at CREATE, read back: the gate; a Job: suspended and marked
@@ -127,11 +131,8 @@ def test_the_lighter_tenant_goes_first_and_usage_survives_a_kill(kube, namespace
             create(kube, heavy, queued_job(f"a{i}", queue_node, "2"))
         wait_for(lambda: usage_of(kube, heavy).get(heavy, 0) > 0, 60, message="the heavy tenant's usage stored")
         time.sleep(1)
-        for i in range(2):  # the light tenant, later: short Jobs, so the heavy tenant's promises (from
-            # hog's 24 h limit) still hold behind them and fair share decides (a promise is a deadline)
-            short = queued_job(f"b{i}", queue_node, "2")
-            short["metadata"]["annotations"] = {"batchgate.io/time-limit": "5m"}
-            create(kube, light, short)
+        for i in range(2):  # the light tenant, later
+            create(kube, light, queued_job(f"b{i}", queue_node, "2"))
         time.sleep(3)
         assert all(suspended(kube, heavy, f"a{i}") for i in range(3)) and suspended(kube, light, "b0")
 
@@ -155,14 +156,25 @@ def test_the_lighter_tenant_goes_first_and_usage_survives_a_kill(kube, namespace
         kube.delete_namespace(light)
 
 
+def with_fair_share_promises(policies: Path, tmp_path: Path) -> Path:
+    """The e2e bundle with the gated queue's ``promise: fair-share``."""
+    return queue_edited(policies, tmp_path, "fair-share", "      state: open\n      promise: fair-share\n")
+
+
 def in_state(policies: Path, tmp_path: Path, state: str) -> Path:
     """The e2e bundle with the gated queue in ``state``."""
-    out = tmp_path / state
+    return queue_edited(policies, tmp_path, state, f"      state: {state}\n")
+
+
+def queue_edited(policies: Path, tmp_path: Path, name: str, lines: str) -> Path:
+    """The e2e bundle (a copy in ``tmp_path/name``) with the gated queue's ``state: open`` line
+    replaced by ``lines``."""
+    out = tmp_path / name
     shutil.copytree(policies, out)
     text = (out / "bundle.yaml").read_text()
     queue = f"    - name: {QUEUED}\n      priorityClass: batchgate-batch\n      timeLimit: {{default: 24h, max: 7d}}\n"
     assert queue + "      state: open\n" in text
-    (out / "bundle.yaml").write_text(text.replace(queue + "      state: open\n", queue + f"      state: {state}\n"))
+    (out / "bundle.yaml").write_text(text.replace(queue + "      state: open\n", queue + lines))
     return out
 
 
