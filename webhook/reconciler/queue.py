@@ -488,8 +488,9 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,
     limit leaves it room to spare, which fair share may give to later work ranked ahead, as long
     as ``place`` finds the promise still kept), and later only with a Warning saying why
     (higher-priority work ranked ahead arrived, or room it counted on is gone: a node lost or
-    cordoned, a maintenance window declared). A queue on hold
-    or stopped reserves nothing and releases nothing until an admin opens it, which no one can
+    cordoned, a maintenance window declared); in a queue with ``promise: fair-share`` it moves with
+    its reservation, earlier quietly, and later too for a lighter account's arrival ranked ahead.
+    A queue on hold or stopped reserves nothing and releases nothing until an admin opens it, which no one can
     date: its workloads' promises are withdrawn (the annotation removed, with a Warning saying
     so), as Slurm's backfill reserves nothing for the jobs of a partition that is not up; the
     first pass after it opens promises them afresh. So is the promise of a workload the placement
