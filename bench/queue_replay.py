@@ -41,7 +41,13 @@ The same arrivals are replayed on the same cluster by two systems:
   yield    the queue, but promised work is placed first (in the order of its promises), except a
            workload ranked ahead of it that would start later so (to the limit) than in queue
            order: what a smarter placement keeps without making higher-ranked work wait (a bench
-           counterfactual, three placements a pass). Under ``queue`` each promise first placed
+           counterfactual, three placements a pass).
+  deadline the queue as the product runs it now: a promise is a deadline, not a place in line. A
+           start-by never moves earlier (``--margin-h H``: only to H hours after the reservation);
+           work is placed in fair-share order, and a promise placed past its start-by is promoted
+           ahead of the unpromised work of its priority and the pass placed again
+           (``queue.place``; at most ``--rounds`` times, the last with every promise first, as
+           ``keep``). Under ``queue`` each promise first placed
            past its start-by records why (``_why_at_risk``); ``replay_measures.broken`` counts the
            promises not kept by cause.
 
@@ -141,6 +147,7 @@ from webhook.reconciler.queue import (
     promised_first,
     to_release,
 )
+from webhook.reconciler.queue import place as place_keeping
 from webhook.reconciler.runtimes import History, Predictor, Run, corrected, key_of, remember
 from webhook.reconciler.settings import QueuePolicy
 from webhook.reconciler.shadow import shadow_schedule
@@ -173,6 +180,9 @@ class Params:
     order: str = "fair"  # the queue's order: "fair" (queue.order), or "fifo" (priority, then arrival)
     split: bool = False  # a workload that is not a gang queued pod by pod (each pod a workload of its own)
     kube_bind: str = "first-fit"  # kube alone: each pod on the first node with room, or "spread" (LeastAllocated)
+    # deadline: a start-by moves earlier only to within this many seconds of the reservation (< 0: never earlier)
+    margin: float = -1.0
+    rounds: int = 3  # deadline: a pass places again at most this often (queue.place; the last time, all promised first)
 
 
 @dataclass
@@ -295,6 +305,7 @@ class Result:
         self.passes = 0  # queue passes that placed (those skipped as nothing could start are not counted)
         self.bind_misses = 0  # shadow: released by the placement, but its pods did not all fit where bound
         self.off_plan = 0  # shadow: released workloads bound (in part) on other nodes than the placement chose
+        self.rounds: list[int] = []  # deadline: placements per pass
 
 
 def _accrue(u: Usage, running: dict[str, float], now: float, half_life: int) -> Usage:
@@ -501,7 +512,7 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
             idle_cores = _kube_pass(cluster, pending, now, run, spread=p.kube_bind == "spread")
         elif p.placement == "shadow":
             _shadow_pass(cluster, pending, now, run, usage, policy, p, res, keep=system == "keep",
-                         yielding=system == "yield")
+                         yielding=system == "yield", deadline=system == "deadline")
         else:
             _queue_pass(cluster, pending, now, run, usage, fair, p, res, easy=system == "easy", keep=system == "keep")
         res.max_over = max(res.max_over, max(-f for f in cluster.free))
@@ -721,9 +732,10 @@ def _yielding(ranked_works: list[Work], first: list[Work], starts_a: dict[int, f
     return merged
 
 
-def _first_seen(w: Work, t: float, now: float, *, easy: bool, reserved: bool) -> None:
+def _first_seen(w: Work, t: float, now: float, *, easy: bool, reserved: bool, margin: float | None = None) -> None:
     """Record a placement's start ``t`` of ``w``: the first (to the limit, the promise) and, under EASY,
-    the promise the head gets; the start-by as the reconciler rewrites it."""
+    the promise the head gets; the start-by as the reconciler rewrites it (``margin``, ``deadline``: it
+    moves later as the reservation does, earlier only to ``margin`` seconds after it; negative: never)."""
     if not w.seen:
         w.seen = True
         w.to_limit = t
@@ -733,8 +745,15 @@ def _first_seen(w: Work, t: float, now: float, *, easy: bool, reserved: bool) ->
         w.expected = now if t <= now else min(w.expected if w.expected is not None else t, t)
     if easy and t > now and reserved and w.start_by is None:
         w.start_by, w.promised_at = t, now
-    if t > now and w.start_by is not None and (w.current is None or abs(t - w.current) > START_BY_SLACK):
+    if t <= now or w.start_by is None:
+        return
+    if margin is None:
+        if w.current is None or abs(t - w.current) > START_BY_SLACK:
+            w.current = t
+    elif w.current is None or t > w.current + START_BY_SLACK:
         w.current = t
+    elif margin >= 0 and t + margin < w.current - START_BY_SLACK:
+        w.current = t + margin
 
 
 def _start(cluster: Cluster, w: Work, nodes: list[int], now: float, run: _Run) -> None:
@@ -772,7 +791,7 @@ def _waiting(w: Work, reserve: str = "limit") -> Waiting:
 
 def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, usage: Usage,
                  policy: QueuePolicy, p: Params, res: Result, *, keep: bool = False,
-                 yielding: bool = False) -> None:
+                 yielding: bool = False, deadline: bool = False) -> None:
     """The product's pass: ``queue.order``, ``shadow.shadow_schedule`` over what runs and every
     waiting workload, ``queue.to_release``; the released pods bound first fit."""
     if _nothing_to_do(cluster, pending):
@@ -798,19 +817,30 @@ def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, u
                                                     w.promised_at or 0.0))
         if first != ranked_works:
             ranked_works = _yielding(ranked_works, first, starts(ranked_works), starts(first))
+
+    def place(ws: list[Work]) -> tuple[list[Waiting], list[Any]]:
+        ranked = [items[w.wid] for w in ws]
+        placed = ranked[:p.depth] if p.depth else ranked  # beyond the depth: neither reserved nor released
+        queued = [replace(q, promised=by_id[int(q.ref.uid)].start_by is not None) for q in as_queued(placed, policy)]
+        return placed, shadow_schedule(run.views.snapshot(), at, (), queued=queued, easy=policy.easy)  # type: ignore[union-attr]
+
+    placed, estimates = place(ranked_works)
+    if deadline:  # at-risk promises promoted and placed again (queue.place), as the product does
+        ranked_works, estimates, rounds = place_keeping(
+            ranked_works, lambda ws: place(ws)[1], lambda w: None if w.current is None else EPOCH + w.current,
+            lambda w: w.prio, lambda w: str(w.wid), p.rounds)
+        placed = [items[w.wid] for w in ranked_works]
+        placed = placed[:p.depth] if p.depth else placed
+        res.rounds.append(rounds)
     _mark_overtaken(ranked_works)
-    ranked = [items[w.wid] for w in ranked_works]
-    placed = ranked[:p.depth] if p.depth else ranked  # beyond the depth: neither reserved nor released
     if any(not w.seen for w in pending):
         fc = _forecast(run, now, usage, fair, pending, p) if p.forecast else None
         _expected_shadow(run, ranked_works[:len(placed)], placed, now, policy, fc, scores)
-    queued = [replace(q, promised=by_id[int(q.ref.uid)].start_by is not None) for q in as_queued(placed, policy)]
-    estimates = shadow_schedule(run.views.snapshot(), at, (), queued=queued, easy=policy.easy)
     for e in estimates:
         w = by_id[int(e.workload.uid)]
         if e.start is not None:
-            _first_seen(w, e.start - EPOCH, now, easy=easy, reserved=e.reserved)
-    if not keep and not yielding and not easy and not p.depth:
+            _first_seen(w, e.start - EPOCH, now, easy=easy, reserved=e.reserved, margin=p.margin if deadline else None)
+    if not keep and not yielding and not easy and not deadline and not p.depth:
         _why_at_risk(ranked_works, estimates, items, policy, run.views, now, list(run.live.values()))
     started: set[int] = set()
     where = {e.workload.uid: e.nodes for e in estimates}
@@ -921,6 +951,10 @@ def figures(res: Result, p: Params, fair: FairShare) -> dict[str, Any]:
         "passes": res.passes,
         "bind_misses": res.bind_misses,
         "off_plan": res.off_plan,
+        # deadline: placements per pass (mean, most), and the share of passes that placed more than once
+        "rounds_mean": statistics.fmean(res.rounds) if res.rounds else None,
+        "rounds_max": max(res.rounds, default=None),
+        "rounds_over_one": sum(r > 1 for r in res.rounds) / len(res.rounds) if res.rounds else None,
     }
     m = measures(records(res), capacity=p.nodes * p.node_cpu, window=p.hours * HOUR, slack=START_BY_SLACK)
     out.update({k: v for k, v in m.items() if k not in out})
@@ -941,7 +975,7 @@ def records(res: Result) -> list[Record]:
             for w in res.works]
 
 
-SYSTEMS = ("kube", "queue", "easy", "keep", "yield")
+SYSTEMS = ("kube", "queue", "easy", "keep", "yield", "deadline")
 
 
 def run(seed: int, p: Params, fair: FairShare | None = None, *, model: str = "accounts", load: float = 0.6,
@@ -1053,13 +1087,20 @@ def main(argv: list[str] | None = None) -> int:
                     help="workload model: the fair-share accounts, or bench_shadow.py's repeat / iid")
     ap.add_argument("--load", type=float, default=0.6, help="offered load, repeat and iid models (0.6, 0.8)")
     ap.add_argument("--systems", default="kube,queue", help=f"comma-separated, of {', '.join(SYSTEMS)}")
+    ap.add_argument("--margin-h", type=float, default=-1.0,
+                    help="deadline: a start-by moves earlier only to this many hours after its reservation "
+                         "(negative: never earlier)")
+    ap.add_argument("--rounds", type=int, default=Params.rounds,
+                    help="deadline: a pass places again at most this often for promises at risk (the last time, every "
+                         "promise first)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     node_cpu = a.node_cpu or (Params.node_cpu if a.model == "accounts" else 64)
     p = Params(nodes=a.nodes, node_cpu=node_cpu, hours=a.hours, heavy_load=a.heavy_load,
                heavy_backlog=a.heavy_backlog, light=a.light, light_load=a.light_load, gang_share=a.gang_share,
                depth=a.depth, placement=a.placement, forecast=a.forecast_h * HOUR, bind=a.bind, reserve=a.reserve,
-               order=a.order, split=a.split, kube_bind=a.kube_bind)
+               order=a.order, split=a.split, kube_bind=a.kube_bind,
+               margin=a.margin_h * HOUR if a.margin_h >= 0 else -1.0, rounds=a.rounds)
     fair = FairShare(half_life=int(a.half_life_h * HOUR), age_weight=a.age_weight, max_age=int(a.max_age_h * HOUR))
     systems = [x for x in a.systems.split(",") if x]
     if any(x not in SYSTEMS for x in systems):
@@ -1094,6 +1135,11 @@ def main(argv: list[str] | None = None) -> int:
             str(r[f"broken_{c}"]) for c in ("unpromised", "priority", "fair_share", "clean")))
     print("of the capacity over the arrival window, free while work waited / of that, while a waiting pod fit: " + ", ".join(
         f"{r['system']} {r['seed']}: {r['free_while_waiting']:.1%} / {r['room_while_waiting']:.1%}" for r in rows))
+    for r in rows:
+        if r["rounds_mean"] is not None:
+            print(f"{r['system']} {r['seed']}: placements a pass {r['rounds_mean']:.2f} mean, {r['rounds_max']} most, "
+                  f"more than one in {r['rounds_over_one']:.1%} of passes; mean wait {r['mean_wait_h']:.2f} h, "
+                  f"heavy's share of the window {r['window_share'].get('heavy', 0.0):.1%}")
     if p.placement == "shadow":
         print("releases bound (in part) off the planned nodes / not bound at all: " + ", ".join(
             f"{r['system']} {r['seed']}: {r['off_plan']}/{r['bind_misses']}" for r in rows if r["system"] != "kube"))

@@ -235,10 +235,15 @@ class Queue:
     # how its waiting work is backfilled (docs/admin/queues.md): conservative, every waiting workload
     # reserves room and nothing starts that delays any reservation; easy, only the head reserves
     backfill: str = "conservative"
+    # what its promises (batchgate.io/start-by) hold against (docs/admin/queues.md): deadline, later work
+    # of the same priority goes ahead only while the promise still holds and a start-by never moves
+    # earlier; fair-share, fair share ranks later work ahead whatever it does to the promise
+    promise: str = "deadline"
 
 
 QUEUE_STATES = ("open", "hold", "drain", "stop")
 BACKFILLS = ("conservative", "easy")
+PROMISES = ("deadline", "fair-share")
 
 
 @dataclass(frozen=True, slots=True)
@@ -666,7 +671,8 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
     queues: dict[str, Queue] = {}
     for node in spec.req("queues").seq():
         node.mapping(allowed=("name", "priorityClass", "scavenger", "timeLimit", "nodeSelector", "access",
-                              "exclusiveAccess", "gang", "gated", "state", "stateReason", "backfill"))
+                              "exclusiveAccess", "gang", "gated", "state", "stateReason", "backfill",
+                              "promise"))
         name = node.req("name").str(pattern=NAME, hint="a lowercase DNS name")
         if name in queues:
             node.req("name").fail("duplicate queue")
@@ -701,6 +707,7 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
             state=st.enum(*QUEUE_STATES) if (st := node.get("state")) is not None else "open",
             state_reason=node.opt("stateReason", lambda n: n.str(), ""),
             backfill=bf.enum(*BACKFILLS) if (bf := node.get("backfill")) is not None else "conservative",
+            promise=pr.enum(*PROMISES) if (pr := node.get("promise")) is not None else "deadline",
         )
     if not queues:
         spec.req("queues").fail("declare at least one queue")

@@ -105,7 +105,11 @@ def fill(kube: Any, ns: str, node: str, tmp_path: Path, policies: Path, identity
 
 
 def test_the_lighter_tenant_goes_first_and_usage_survives_a_kill(kube, namespace, queue_node, tmp_path, policies):
+    """The queue with ``promise: fair-share`` (docs/admin/queues.md): the heavy tenant's Jobs were
+    promised the end of hog's 24 h limit, and fair share may still put the light tenant's later Jobs
+    ahead of them (under the default, ``deadline``, those promises would hold them back)."""
     heavy, light = namespace, kube.create_namespace(prefix="e2e-queue-light")
+    policies = with_fair_share_promises(policies, tmp_path)
     started: list = []
     try:
         # what a pod of a gated queue gets at CREATE, read back: the gate; a Job: suspended and marked
@@ -152,14 +156,25 @@ def test_the_lighter_tenant_goes_first_and_usage_survives_a_kill(kube, namespace
         kube.delete_namespace(light)
 
 
+def with_fair_share_promises(policies: Path, tmp_path: Path) -> Path:
+    """The e2e bundle with the gated queue's ``promise: fair-share``."""
+    return queue_edited(policies, tmp_path, "fair-share", "      state: open\n      promise: fair-share\n")
+
+
 def in_state(policies: Path, tmp_path: Path, state: str) -> Path:
     """The e2e bundle with the gated queue in ``state``."""
-    out = tmp_path / state
+    return queue_edited(policies, tmp_path, state, f"      state: {state}\n")
+
+
+def queue_edited(policies: Path, tmp_path: Path, name: str, lines: str) -> Path:
+    """The e2e bundle (a copy in ``tmp_path/name``) with the gated queue's ``state: open`` line
+    replaced by ``lines``."""
+    out = tmp_path / name
     shutil.copytree(policies, out)
     text = (out / "bundle.yaml").read_text()
     queue = f"    - name: {QUEUED}\n      priorityClass: batchgate-batch\n      timeLimit: {{default: 24h, max: 7d}}\n"
     assert queue + "      state: open\n" in text
-    (out / "bundle.yaml").write_text(text.replace(queue + "      state: open\n", queue + f"      state: {state}\n"))
+    (out / "bundle.yaml").write_text(text.replace(queue + "      state: open\n", queue + lines))
     return out
 
 
@@ -278,6 +293,46 @@ def test_backfill_holds_the_big_jobs_reservation_and_the_promise_survives_a_rest
         assert suspended(kube, ns, "long") and suspended(kube, ns, "later")
     finally:
         stop_reconcilers(started)
+
+
+def test_a_promise_holds_against_a_later_lighter_arrival_that_would_delay_it(
+        kube, namespace, queue_node, tmp_path, policies):
+    """Issue 24: a start-by never moves later for later work of the same priority. The heavy tenant's
+    Job fills the node for 3 minutes (its time limit) and its next Job, the whole node for an
+    hour, is promised that end. A light tenant's Job of the same shape and priority arrives later:
+    fair share ranks it ahead, and placed first it would take the node then and move the promise an
+    hour later. The promise is at risk, so the heavy Job keeps its place (queue.place): its stored
+    start-by is unchanged and no StartByMoved is told; the light Job is promised after it; when the
+    node frees, the heavy Job is released, not the light one."""
+    heavy, light = namespace, kube.create_namespace(prefix="e2e-queue-light")
+    started: list = []
+
+    def timed(name: str, minutes: int) -> dict:
+        j = queued_job(name, queue_node, "4")
+        j["metadata"]["annotations"] = {"batchgate.io/time-limit": f"{minutes}m"}
+        return j
+    try:
+        create(kube, heavy, timed("full", 3))
+        reconcile(kube, heavy, tmp_path, policies, "r1", started)
+        wait_for(lambda: not suspended(kube, heavy, "full"), 60, message="the first Job released")
+        run_pods_of(kube, heavy, "full", 1)
+        uid = create(kube, heavy, timed("big", 60))["metadata"]["uid"]
+        promise = wait_for(lambda: start_by(kube, heavy, "big"), 60, message="the heavy Job's start-by")
+        wait_for(lambda: usage_of(kube, heavy).get(heavy, 0) > 0, 90, message="the heavy tenant's usage stored")
+        create(kube, light, timed("small", 60))
+        later = wait_for(lambda: (kube.get(jobs_path(light, "small"))["metadata"].get("annotations") or {}).get(
+            START_BY_ANNOTATION), 60, message="the light Job's start-by")
+        assert epoch(later) >= epoch(promise) + 59 * 60, (later, promise)  # after the heavy Job's hour
+        time.sleep(3)  # passes after it: the promise stays
+        assert start_by(kube, heavy, "big") == promise
+        assert not events(kube, heavy, uid=uid, reason="StartByMoved")
+
+        finish(kube, heavy, "full")
+        wait_for(lambda: not suspended(kube, heavy, "big"), 60, message="the promised Job released")
+        assert suspended(kube, light, "small")
+    finally:
+        stop_reconcilers(started)
+        kube.delete_namespace(light)
 
 
 def test_a_queue_put_on_hold_withdraws_its_promises_and_opened_again_promises_afresh(

@@ -127,6 +127,8 @@ BUNDLE_ERRORS = [
      "state: paused", r"spec\.queues\[1\]\.state: expected one of open, hold, drain, stop"),
     ("queue-bad-backfill", "timeLimit: {default: 24h, max: 7d}", "timeLimit: {default: 24h, max: 7d}\n      backfill: greedy",
      "backfill: greedy", r"spec\.queues\[1\]\.backfill: expected one of conservative, easy"),
+    ("queue-bad-promise", "timeLimit: {default: 24h, max: 7d}", "timeLimit: {default: 24h, max: 7d}\n      promise: place",
+     "promise: place", r"spec\.queues\[1\]\.promise: expected one of deadline, fair-share"),
     ("queue-gated-not-bool", "      gated: false", "      gated: maybe", "gated: maybe", r"spec\.queues\[0\]\.gated: expected true or false"),
     ("fair-share-bad-weight", "weights: {cpu: 1,", "weights: {cpu: -1,", "weights:",
      r"spec\.fairShare\.weights\.cpu: .*a number from 0 to"),
@@ -276,6 +278,16 @@ def test_backfill_is_conservative_unless_a_queue_says_easy(tmp_bundle):
           "      timeLimit: {default: 24h, max: 7d}\n      backfill: easy")
     b = load_bundle(tmp_bundle)
     assert b.queues["batch"].backfill == "easy" and QueuePolicy.from_bundle(b).easy == frozenset({"batch"})
+
+
+def test_promises_are_deadlines_unless_a_queue_says_fair_share(tmp_bundle):
+    from webhook.reconciler.settings import QueuePolicy
+
+    assert {q.promise for q in load_bundle(tmp_bundle).queues.values()} == {"deadline"}
+    _edit(tmp_bundle / "bundle.yaml", "      timeLimit: {default: 24h, max: 7d}",
+          "      timeLimit: {default: 24h, max: 7d}\n      promise: fair-share")
+    b = load_bundle(tmp_bundle)
+    assert b.queues["batch"].promise == "fair-share" and QueuePolicy.from_bundle(b).fair_promises == frozenset({"batch"})
 
 
 def test_an_error_no_check_anticipated_still_names_the_file(tmp_bundle, monkeypatch):

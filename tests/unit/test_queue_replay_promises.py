@@ -145,3 +145,24 @@ def test_a_promise_first_placed_past_its_start_by_says_whether_the_arrival_had_o
     assert sim.simulate(works, p, "queue").works[3].at_risk == "other-room"  # node 1 had room for it
     p, works = _outranked()
     assert sim.simulate(works, p, "queue").works[1].at_risk == "needed"  # one node: it needed the room
+
+
+def test_under_deadline_a_later_arrival_goes_ahead_only_while_the_promise_holds() -> None:
+    """``deadline`` (the product's): b's later work outranks a's promised work. Where it would break
+    the promise (an hour's work ahead of a promise of 3600), the promise holds its place; where
+    the promise has room to spare (promised 7200 behind a job limited to 7200 that ended at 1000),
+    b's goes first and a's still starts by its promise."""
+    p, works = _outranked()
+    res = sim.simulate(works, p, "deadline")
+    older, newer = res.works[1], res.works[2]
+    assert older.start_by == 3600.0 and older.started == 3600.0
+    assert newer.start_by == 7200.0 and newer.started == 7200.0
+    assert max(res.rounds) == 2  # the pass b arrived at placed again, once
+
+    W = sim.Work
+    slack = [W(0, "a", 0.0, 1, 4, 3600.0, 3600.0, False), W(1, "a", 0.0, 1, 4, 7200.0, 1000.0, False),
+             W(2, "a", 1.0, 1, 8, 3600.0, 3600.0, False), W(3, "b", 1100.0, 1, 8, 1800.0, 1800.0, False)]
+    two = sim.Params(nodes=1, node_cpu=8, hours=1.0)
+    res = sim.simulate(slack, two, "deadline")
+    older, newer = res.works[2], res.works[3]
+    assert older.start_by == 7200.0 and newer.started == 3600.0 and older.started == 5400.0

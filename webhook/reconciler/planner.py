@@ -282,7 +282,12 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
                 queue_args = {"queued": queued, "preempts_below": queue.preempts_below(queues),
                               "class_values": queues.class_values, "released": queue.released(queues)}
             if waiting:
-                placed = shadow_schedule(snapshot, now, windows, limit_of=limit_of, easy=queues.easy, **queue_args)
+                def schedule(items: list[queue.Waiting]) -> list[Estimate]:
+                    if items is not waiting:  # placed again, in another order
+                        queue_args["queued"] = queue.as_queued(items, queues)
+                    return shadow_schedule(snapshot, now, windows, limit_of=limit_of, easy=queues.easy, **queue_args)
+                # a promise the placement would break is promoted and the queue placed again (queue.place)
+                waiting, placed = queue.placed(waiting, schedule, queues)
                 # under EASY the placement is no estimate of the rest: the estimate pass places them all
                 to_limits = placed if not queues.easy else None
                 promised = {e.workload.uid: e.start for e in placed if e.queued and e.reserved and e.start is not None}

@@ -18,6 +18,10 @@ suspended and marked ``batchgate.io/queued``, a bare Pod behind the scheduling g
    (the first of its workloads that cannot start now): what fits now starts unless it delays the
    head, and only the head gets a start-by; a workload promised once keeps its place and its
    reservation until it starts (``promised_ahead``), so its promise holds as under conservative.
+   A promise (``batchgate.io/start-by``) is a deadline, not a place in line: it never moves
+   earlier, and a promised workload the placement would start after it is moved ahead of the
+   unpromised work of its priority and the queue placed again (``place``); fair share orders
+   everything else, within the room to spare the promises leave.
 
 Queues on ``hold`` or ``stop`` release nothing and reserve nothing: their promises are withdrawn
 (``plan_start_by``); a queue no longer gated (or gone from the bundle) releases what still waits in
@@ -222,6 +226,28 @@ def promised_first(items: list[W], promise: Callable[[W], float | None], priorit
     return out
 
 
+def promoted(items: list[W], promise: Callable[[W], float | None], priority: Callable[[W], int],
+             at_risk: Callable[[W], bool]) -> list[W]:
+    """A promise is a deadline, not a place in line: a promised workload the placement would start
+    after its start-by (``at_risk``) moves ahead of the unpromised work of its priority ranked ahead
+    of it, to just before the first workload of its priority that holds no promise or a later one
+    (in the order of the promises: the earlier first). Nothing else moves; a promise with room to
+    spare keeps the place fair share gives it, so fair share still reorders work within the slack
+    the promises leave."""
+    risky = sorted((i for i, w in enumerate(items) if promise(w) is not None and at_risk(w)),
+                   key=lambda i: (priority(items[i]), -(promise(items[i]) or 0.0), -i), reverse=True)
+    if not risky:
+        return items
+    moving = set(risky)
+    out = [w for i, w in enumerate(items) if i not in moving]
+    for i in risky:  # the earliest promise of the highest priority first
+        w, p, prio = items[i], promise(items[i]) or 0.0, priority(items[i])
+        at = next((j for j, x in enumerate(out) if priority(x) < prio or (priority(x) == prio and (
+            (q := promise(x)) is None or q > p))), len(out))
+        out.insert(at, w)
+    return out
+
+
 def promised_ahead(items: list[W], promise: Callable[[W], float | None],
                    easy: Callable[[W], tuple[str, int] | None]) -> list[W]:
     """In an EASY queue (``easy``: its queue and priority, else None) a workload keeps its place once
@@ -399,17 +425,72 @@ def plan_notices(items: list[Waiting], estimates: list[Estimate], policy: QueueP
     return out
 
 
-START_BY_SLACK = 60.0  # a promise is rewritten when the reservation moves by more than this
+START_BY_SLACK = 60.0  # a promise is rewritten when the reservation moves later by more than this
+PROMOTION_ROUNDS = 3  # a pass places again at most this often for promises at risk (the last time: all first)
+
+
+def at_risk(items: list[W], estimates: list[Estimate], promise: Callable[[W], float | None],
+            uid: Callable[[W], str]) -> set[str]:
+    """The uids of the promised workloads the placement starts after their start-by (and its slack)."""
+    start = {e.workload.uid: e.start for e in estimates if e.start is not None}
+    out = set()
+    for w in items:
+        p = promise(w)
+        s = start.get(uid(w)) if p is not None else None
+        if s is not None and p is not None and s > p + START_BY_SLACK:
+            out.add(uid(w))
+    return out
+
+
+def place(items: list[W], schedule: Callable[[list[W]], list[Estimate]], promise: Callable[[W], float | None],
+          priority: Callable[[W], int], uid: Callable[[W], str],
+          rounds: int = PROMOTION_ROUNDS) -> tuple[list[W], list[Estimate], int]:
+    """Place ``items`` (``schedule``: the shadow schedule of them in this order) keeping promises as
+    deadlines: while some promise would start after its start-by, it is ``promoted`` ahead of the
+    unpromised work of its priority and the queue placed again, at most ``rounds`` times, the last
+    of them with every promised workload first (in the order of the promises, the rest behind in
+    theirs). A pass with no promise at risk places once; one that promotes stops as soon as no new
+    promise is at risk. Returns the order placed, its estimates and how many placements it took."""
+    estimates = schedule(items)
+    risky: set[str] = set()
+    n = 1
+    while n <= rounds:
+        risk = at_risk(items, estimates, promise, uid)
+        if risk <= risky:
+            break
+        risky.update(risk)
+        n += 1
+        if n > rounds:  # bounded: every promise first
+            items = sorted(items, key=lambda w: (-priority(w), (p := promise(w)) is None, p or 0.0))
+        else:
+            items = promoted(items, promise, priority, lambda w: uid(w) in risky)
+        estimates = schedule(items)
+    return items, estimates, n
+
+
+def placed(items: list[Waiting], schedule: Callable[[list[Waiting]], list[Estimate]],
+           policy: QueuePolicy) -> tuple[list[Waiting], list[Estimate]]:
+    """``place`` the waiting workloads, their promises their ``batchgate.io/start-by`` (none held in a
+    queue with ``promise: fair-share``)."""
+    fair = policy.fair_promises
+
+    def promise(w: Waiting) -> float | None:
+        return None if w.queue in fair else _promised_at(w)
+    items, estimates, _ = place(items, schedule, promise, lambda w: w.priority, lambda w: w.ref.uid)
+    return items, estimates
 
 
 def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,
                   policy: QueuePolicy) -> list[Action]:
     """``batchgate.io/start-by`` on each waiting workload: its reservation's start (placed with the
-    time limits of everything running and ahead of it, which the reconciler enforces). Later work
-    ranked below it is placed after it, so it cannot move the promise; a promise moves earlier
-    quietly, and later only with a Warning saying why (work ranked ahead arrived, or room it
-    counted on is gone: a node lost or cordoned, a maintenance window declared). A queue on hold
-    or stopped reserves nothing and releases nothing until an admin opens it, which no one can
+    time limits of everything running and ahead of it, which the reconciler enforces) when first
+    placed. It is a deadline, not a place in line: it never moves earlier (work ending before its
+    limit leaves it room to spare, which fair share may give to later work ranked ahead, as long
+    as ``place`` finds the promise still kept), and later only with a Warning saying why
+    (higher-priority work ranked ahead arrived, or room it counted on is gone: a node lost or
+    cordoned, a maintenance window declared); in a queue with ``promise: fair-share`` it moves with
+    its reservation, earlier quietly, and later too for a lighter account's arrival ranked ahead.
+    A queue on hold or stopped reserves nothing and releases nothing until an admin opens it, which no one can
     date: its workloads' promises are withdrawn (the annotation removed, with a Warning saying
     so), as Slurm's backfill reserves nothing for the jobs of a partition that is not up; the
     first pass after it opens promises them afresh. So is the promise of a workload the placement
@@ -440,8 +521,8 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,
         have_text = _promise_of(w)
         have = parse_time(have_text) if have_text else None
         want = max(e.start, now)
-        if have is not None and abs(want - have) <= START_BY_SLACK:
-            continue
+        if have is not None and (abs(want - have) if w.queue in policy.fair_promises else want - have) <= START_BY_SLACK:
+            continue  # a deadline never moves earlier (the room to spare is fair share's to use)
         want_text = texts.get(want)
         if want_text is None:
             texts[want] = want_text = format_time(want)
@@ -449,7 +530,7 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,
             reason, etype, message = "StartBy", "Normal", (
                 f"will start by {want_text} at the latest (its reservation in queue {w.queue!r}), unless "
                 "higher-priority work arrives, a node is lost or a maintenance window is declared")
-        elif want < have:
+        elif want < have:  # promise: fair-share
             reason, etype, message = "StartBy", "Normal", f"will start by {want_text}, earlier than promised"
         else:
             # every waiting workload gets its promise at the first pass that sees it: one ranked ahead
@@ -460,8 +541,9 @@ def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,
                     unpromised_ahead.append(count)
                     count += _promise_of(x) is None
             ahead = unpromised_ahead[rank]
-            cause = (f"{ahead} workload{'s' if ahead != 1 else ''} ranked ahead of it arrived (higher "
-                     "priority, or a lighter fair-share account)" if ahead
+            cause = (f"{ahead} workload{'s' if ahead != 1 else ''} ranked ahead of it arrived (of a higher "
+                     "priority" + (", or a lighter fair-share account)" if w.queue in policy.fair_promises else ")")
+                     if ahead
                      else "room it counted on is gone (a node lost or cordoned, a maintenance window declared, or "
                           "work ahead of it ran longer than its time limit allowed for)")
             reason, etype, message = "StartByMoved", "Warning", (

@@ -56,6 +56,11 @@ def _estimates(snapshot: Snapshot, now: float, windows: list[Window], predictor:
     if waiting or queues.gated:
         extra = {"queued": queue.as_queued(waiting, queues), "preempts_below": queue.preempts_below(queues),
                  "class_values": queues.class_values, "released": queue.released(queues)}
+    if waiting:
+        def to_limits(items: list[queue.Waiting]) -> list[Estimate]:  # the order the planner places in
+            extra["queued"] = queue.as_queued(items, queues)
+            return shadow_schedule(snapshot, now, windows, limit_of=limit_of, easy=queues.easy, **extra)
+        waiting, _ = queue.placed(waiting, to_limits, queues)
     estimates = shadow_schedule(snapshot, now, windows, runtimes=predictor, limit_of=limit_of, **extra)
     # each wait stretched for the arrivals that rank ahead, as the planner does (forecast.py)
     return forecast(estimates, snapshot, now=now, policy=queues, usage=usage or {}, predictor=predictor,

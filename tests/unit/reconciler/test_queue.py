@@ -324,7 +324,7 @@ def test_under_easy_a_promise_moved_by_higher_priority_work_stays_backed_and_say
     moved = acts["head"]
     assert moved.annotations == {START_BY_ANNOTATION: ts(2 * HOUR)}
     assert moved.reason == "StartByMoved" and moved.event_type == "Warning"
-    assert "1 workload ranked ahead of it arrived (higher priority" in moved.message
+    assert "1 workload ranked ahead of it arrived (of a higher priority" in moved.message
 
 
 def test_easy_is_per_queue_and_a_gang_behind_the_head_reserves_nothing() -> None:
@@ -497,3 +497,96 @@ def test_a_resumed_jobs_pods_are_counted_one_node_each_so_nothing_is_released_in
     assert names(released(s)) == []
     s = snap(job, gated("small", cpu="2", created=-HOUR), nodes=[node("n1", cpu="4"), node("n2", cpu="6")])
     assert names(released(s)) == ["small"]  # 2 cpu left beside the four pods
+
+
+# -- a promise is a deadline, not a place in line ---------------------------------------
+def _heavy_promised_and_a_light_arrival(start_by: float) -> Snapshot:
+    """n1 is full until +1h. The heavy account's job (the whole node for an hour) was promised
+    ``start_by``; a job of the light account arrives since, the same shape, which fair share ranks
+    ahead of it (the heavy account used much)."""
+    return _promise(snap(busy("r", "4"), gated("heavy-1", ns="heavy", cpu="4", created=-2 * HOUR),
+                         gated("light-1", ns="light", cpu="4", created=-60), nodes=ONE), **{"heavy-1": start_by})
+
+
+HEAVY = {"heavy": 1000.0}
+
+
+def test_a_later_arrival_ranked_ahead_does_not_break_a_promise_it_would_delay() -> None:
+    """heavy-1 was promised +1h, when n1 frees. Fair share ranks light-1 ahead, and placed first it
+    would take n1 from +1h and move heavy-1's promise to +2h (a StartByMoved Warning for a later
+    arrival of the same priority). heavy-1's promise is at risk: it goes ahead of the unpromised
+    light-1 and keeps +1h; light-1 is promised +2h."""
+    s = _heavy_promised_and_a_light_arrival(HOUR)
+    assert order(s, HEAVY)[:2] == ["light-1", "heavy-1"], "fair share"
+    acts = _start_bys(s, POLICY, HEAVY)
+    assert [(a.target.name, a.reason, a.annotations) for a in acts] == [
+        ("light-1", "StartBy", {START_BY_ANNOTATION: ts(2 * HOUR)})]
+
+
+def test_a_later_arrival_ranked_ahead_goes_first_within_a_promises_room_to_spare() -> None:
+    """heavy-1 was promised +3h (work since ended early): placed behind light-1 it starts at +2h,
+    still by its promise, so fair share's order stands (light-1 from +1h) and heavy-1's start-by
+    stays +3h: it never moves earlier, so the room to spare stays fair share's to give."""
+    s = _heavy_promised_and_a_light_arrival(3 * HOUR)
+    acts = _start_bys(s, POLICY, HEAVY)
+    assert [(a.target.name, a.reason, a.annotations) for a in acts] == [
+        ("light-1", "StartBy", {START_BY_ANNOTATION: ts(HOUR)})]
+
+
+def test_a_queue_with_fair_share_promises_lets_the_later_arrival_move_a_promise_either_way() -> None:
+    """``promise: fair-share``, as before deadlines: fair share places light-1 first, so heavy-1's
+    promise of +1h moves to +2h with a StartByMoved naming the arrival; a promise of +3h moves
+    earlier, to +2h, quietly."""
+    fair = dataclasses.replace(POLICY, fair_promises=frozenset({"batch"}))
+    moved = {a.target.name: a for a in _start_bys(_heavy_promised_and_a_light_arrival(HOUR), fair, HEAVY)}
+    assert moved["light-1"].annotations == {START_BY_ANNOTATION: ts(HOUR)}
+    assert moved["heavy-1"].annotations == {START_BY_ANNOTATION: ts(2 * HOUR)}
+    assert moved["heavy-1"].reason == "StartByMoved" and "or a lighter fair-share account" in moved["heavy-1"].message
+    earlier = {a.target.name: a for a in _start_bys(_heavy_promised_and_a_light_arrival(3 * HOUR), fair, HEAVY)}
+    assert earlier["heavy-1"].annotations == {START_BY_ANNOTATION: ts(2 * HOUR)}
+    assert earlier["heavy-1"].reason == "StartBy" and "earlier than promised" in earlier["heavy-1"].message
+
+
+def test_promoted_moves_an_at_risk_promise_ahead_of_unpromised_work_of_its_priority_only() -> None:
+    # (name, promise, priority): b and e are at risk
+    items = [("u", None, 2), ("a", 5.0, 1), ("x", None, 1), ("b", 20.0, 1), ("y", None, 1), ("c", 30.0, 1),
+             ("z", None, 1), ("e", 1.0, 0)]
+    out = queue.promoted(items, lambda w: w[1], lambda w: w[2], lambda w: w[0] in ("b", "e"))
+    assert [w[0] for w in out] == ["u", "a", "b", "x", "y", "c", "z", "e"]
+    assert queue.promoted(items, lambda w: w[1], lambda w: w[2], lambda w: False) == items
+
+
+def test_place_places_once_unless_a_promise_is_at_risk_and_at_most_rounds_times() -> None:
+    """A pass places once when every promise holds; while some is at risk it promotes it and places
+    again, at most ``rounds`` times, the last of them with every promise first."""
+    from webhook.reconciler.shadow import Estimate
+
+    items = [("x", None), ("p", 10.0), ("q", 5.0)]
+    calls: list[list[str]] = []
+
+    def schedule(late: set[str]) -> Any:
+        def run(ws: list[tuple[str, float | None]]) -> list[Estimate]:
+            calls.append([w[0] for w in ws])
+            return [dataclasses.replace(_estimate(w[0]), start=100.0 if w[0] in late else 0.0) for w in ws]
+        return run
+
+    out, _, n = queue.place(items, schedule(set()), lambda w: w[1], lambda w: 1, lambda w: w[0])
+    assert (out, n, len(calls)) == (items, 1, 1)
+    calls.clear()
+    out, _, n = queue.place(items, schedule({"p", "q"}), lambda w: w[1], lambda w: 1, lambda w: w[0], rounds=3)
+    assert calls == [["x", "p", "q"], ["q", "p", "x"]] and n == 2, "both promoted; still late: nothing more to try"
+    calls.clear()
+    late = iter([{"p"}, {"q"}, {"x"}])
+    moving: set[str] = set()
+
+    def drifting(ws: list[tuple[str, float | None]]) -> list[Any]:
+        moving.update(next(late, set()))
+        return schedule(set(moving))(ws)
+    out, _, n = queue.place(items, drifting, lambda w: w[1], lambda w: 1, lambda w: w[0], rounds=2)
+    assert n == 3 and [w[0] for w in out] == ["q", "p", "x"], "placed again twice, the second time every promise first"
+
+
+def _estimate(name: str) -> Any:
+    from webhook.reconciler.model import Ref
+    from webhook.reconciler.shadow import Estimate
+    return Estimate(Ref("v1", "Pod", "demo", name, name), 0.0, "")
