@@ -391,8 +391,11 @@ def _account(endpoint: str, seen: Answer) -> None:
     operation = req["operation"]
     metrics.REQUESTS.inc(endpoint, operation, seen.outcome)
     metrics.POLICY_DECISIONS.inc_each(tuple(decision.outcomes))
-    # map() over itemgetter: the scan runs in C (a generator here cost 7k instructions a review)
-    if decision.errors or not decision.allowed or "timeout" in map(_OUTCOME, decision.outcomes):
+    # A policy out of time adds a denial or a warning (engine._fail), so only a review with
+    # warnings is scanned for one; map() over itemgetter: the scan runs in C (a generator here
+    # cost 7k instructions a review)
+    if decision.errors or not decision.allowed or (
+            decision.warnings and "timeout" in map(_OUTCOME, decision.outcomes)):
         kind = req["kind"]["kind"]
         fields = {
             "uid": decision.uid,
