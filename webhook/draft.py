@@ -178,16 +178,17 @@ def _diff(a: JSON, b: JSON, path: str, ops: list[dict[str, Any]]) -> None:
 def _diff_list(a: list[Any], b: list[Any], path: str, ops: list[dict[str, Any]]) -> None:
     # Rules append to lists and remove from them; express exactly that when it is
     # what happened (readable patches, no churn on the elements that stayed).
-    if len(b) < len(a):
+    na, nb = len(a), len(b)
+    if nb < na:
         kept = _subsequence(a, b)
         if kept is not None:
-            for i in reversed(range(len(a))):
+            for i in reversed(range(na)):
                 if i not in kept:
                     ops.append({"op": "remove", "path": f"{path}/{i}"})
             for j, i in enumerate(sorted(kept)):
                 _diff(a[i], b[j], f"{path}/{j}", ops)
             return
-    common = len(a) if len(a) <= len(b) else len(b)
+    common = na if na <= nb else nb
     for i in range(common):
         x, y = a[i], b[i]
         if x is y:
@@ -196,11 +197,11 @@ def _diff_list(a: list[Any], b: list[Any], path: str, ops: list[dict[str, Any]])
             ops.append({"op": "replace", "path": f"{path}/{i}", "value": y})  # another item
         else:
             _diff(x, y, f"{path}/{i}", ops)
-    if len(a) == len(b):  # the usual edit of a list: items changed in place
+    if na == nb:  # the usual edit of a list: items changed in place
         return
-    for i in range(common, len(b)):
+    for i in range(common, nb):
         ops.append({"op": "add", "path": f"{path}/-", "value": b[i]})
-    for i in reversed(range(common, len(a))):
+    for i in reversed(range(common, na)):
         ops.append({"op": "remove", "path": f"{path}/{i}"})
 
 

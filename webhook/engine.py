@@ -720,13 +720,16 @@ def _seal_template(decision: Decision, ctx: Ctx, draft: Draft, keys: Keyring, la
     Pod is its template's."""
     shape = ctx.shape
     assert shape is not None
+    if shape.is_pod:
+        if not ctx.from_controller:
+            # check_shape made the metadata and its annotations objects (or absent)
+            meta = draft.root.get("metadata") or {}
+            if (meta.get("annotations") or {}).get(SEAL_ANNOTATION) is not None:
+                draft.delete("metadata", "annotations", SEAL_ANNOTATION)
+        return
     where = (*shape.pod_meta, "annotations")
     annotations = draft.get(*where)
     current = annotations.get(SEAL_ANNOTATION) if isinstance(annotations, dict) else None
-    if shape.is_pod:
-        if current is not None and not ctx.from_controller:
-            draft.delete(*where, SEAL_ANNOTATION)
-        return
     bundle = ctx.bundle
     if ctx.from_controller or bundle.controllers.contains(ctx.username, ctx.groups):
         return  # not the template's writer: what it carries stays (a controller compares templates)
