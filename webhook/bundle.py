@@ -484,6 +484,7 @@ class Bundle:
         default_factory=dict, init=False, compare=False, repr=False)
     _by_namespace: dict[str, NamespaceRule | None] = field(
         default_factory=dict, init=False, compare=False, repr=False)
+    _excluded: dict[str, bool] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "selector_keys", selector_keys(self.selectors))
@@ -505,7 +506,11 @@ class Bundle:
         return found
 
     def excluded(self, namespace: str) -> bool:
-        return matches(self.excluded_namespaces, namespace)
+        """Memoized per namespace, as namespace_rule (the glob match: ~2k instructions a review)."""
+        try:
+            return self._excluded[namespace]
+        except KeyError:
+            return _remember(self._excluded, namespace, len(namespace), matches(self.excluded_namespaces, namespace))
 
 
     def namespace_rule(self, namespace: str) -> NamespaceRule | None:

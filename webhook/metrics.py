@@ -32,7 +32,9 @@ class Tally(Collector):
     def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...], registry: CollectorRegistry) -> None:
         self.name, self.documentation, self.labelnames = name, documentation, labelnames
         self._one: Bag[tuple[str, ...]] = Bag()
-        self._bags: Bag[tuple[tuple[str, ...], ...]] = Bag()
+        # bag -> [count]: a cell, so that counting a bag hashes it once (a tuple's hash is not
+        # cached: ~1k instructions for a Pod's ten outcomes)
+        self._bags: dict[tuple[tuple[str, ...], ...], list[int]] = {}
         registry.register(self)
 
     def inc(self, *labels: str) -> None:
@@ -40,19 +42,23 @@ class Tally(Collector):
 
     def inc_each(self, bag: tuple[tuple[str, ...], ...]) -> None:
         """Add one to each label set in ``bag``."""
-        if len(self._bags) >= self.BAGS_LIMIT and bag not in self._bags:
+        cell = self._bags.get(bag)
+        if cell is not None:
+            cell[0] += 1
+            return
+        if len(self._bags) >= self.BAGS_LIMIT:
             self._fold()
-        self._bags[bag] += 1
+        self._bags[bag] = [1]
 
     def value(self, *labels: str) -> int:
         return self._totals().get(labels, 0)
 
     def _fold(self) -> None:
-        self._one, self._bags = self._totals(), Bag()
+        self._one, self._bags = self._totals(), {}
 
     def _totals(self) -> Bag[tuple[str, ...]]:
         totals = Bag(self._one)
-        for bag, n in self._bags.items():
+        for bag, (n,) in self._bags.items():
             for labels in bag:
                 totals[labels] += n
         return totals

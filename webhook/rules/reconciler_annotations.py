@@ -44,6 +44,8 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
     if ctx.admin or settings.writers.contains(ctx.username, ctx.groups):
         return []
     new, old = _annotations(obj), _annotations(ctx.old_object)
+    if new.keys().isdisjoint(RECONCILER_ANNOTATIONS) and old.keys().isdisjoint(RECONCILER_ANNOTATIONS):
+        return []  # the usual object: none of them, before or after (tested in C, ~5k instructions less)
     touched = [k for k in RECONCILER_ANNOTATIONS if new.get(k) != old.get(k)]
     if not touched:
         return []

@@ -47,9 +47,7 @@ _SUFFIX_RX = re.compile(_SUFFIX)
 _VOLUME_SUFFIX_RX = re.compile(rf"(-{_SUFFIX})?")
 # The exact keys of what the plugin writes (dict key views compare with these without copying).
 _MOUNT_KEYS = frozenset({"name", "mountPath", "readOnly"})
-_SECRET_VOLUME_KEYS = frozenset({"name", "secret"})
 _SECRET_KEYS = frozenset({"secretName", "defaultMode"})
-_PROJECTED_VOLUME_KEYS = frozenset({"name", "projected"})
 _PROJECTED_KEYS = frozenset({"sources", "defaultMode"})
 _PROJECTED_SOURCES = frozenset({"serviceAccountToken", "configMap", "downwardAPI"})
 
@@ -182,7 +180,9 @@ def _token_mount(m: dict[str, Any]) -> bool:
 
 def _token_volume(v: dict[str, Any], account: str) -> bool:
     name = v["name"]
-    if v.keys() == _SECRET_VOLUME_KEYS:  # legacy: the service account's token secret
+    # The volume's keys are exactly name and the source ("name" is there): two tests, cheaper than
+    # comparing key views with a set (1.3k instructions each).
+    if len(v) == 2 and "secret" in v:  # legacy: the service account's token secret
         secret = v["secret"]
         if not isinstance(secret, dict) or not secret.keys() <= _SECRET_KEYS:
             return False
@@ -191,7 +191,7 @@ def _token_volume(v: dict[str, Any], account: str) -> bool:
         legacy = secret_name.startswith(prefix) and _SUFFIX_RX.fullmatch(secret_name, len(prefix))
         return bool(legacy) and (name == secret_name or (  # or the secret's name plus a suffix
             name.startswith(secret_name) and _VOLUME_SUFFIX_RX.fullmatch(name, len(secret_name)) is not None))
-    if v.keys() == _PROJECTED_VOLUME_KEYS and _PROJECTED_NAME.fullmatch(name):
+    if len(v) == 2 and "projected" in v and _PROJECTED_NAME.fullmatch(name):
         projected = v["projected"]
         if not isinstance(projected, dict) or not projected.keys() <= _PROJECTED_KEYS:
             return False

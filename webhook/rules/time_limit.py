@@ -269,15 +269,17 @@ def runtime_problems(obj: dict[str, Any], kind: str, old: dict[str, Any] | None 
     """``batchgate.io/expected-runtime`` wherever it is set (with ``old``: where it changed): a
     duration, no longer than the time limit at the same place (else the outermost one)."""
     locations = LOCATIONS.get(kind, ())
-    if not locations:
-        return []
-    limits = [dig(obj, (*path, "annotations", TIME_LIMIT_ANNOTATION)) for path, _ in locations]
-    outer = next((v for v in limits if v is not None), None)
     findings: list[Finding] = []
-    for (path, _), limit in zip(locations, limits, strict=True):
+    limits: list[Any] = []  # the time limits, read at the first expected runtime met (most objects: none)
+    outer = None
+    for i, (path, _) in enumerate(locations):
         value = dig(obj, (*path, "annotations", EXPECTED_RUNTIME_ANNOTATION))
         if value is None or (old is not None and value == dig(old, (*path, "annotations", EXPECTED_RUNTIME_ANNOTATION))):
             continue
+        if not limits:
+            limits = [dig(obj, (*at, "annotations", TIME_LIMIT_ANNOTATION)) for at, _ in locations]
+            outer = next((v for v in limits if v is not None), None)
+        limit = limits[i]
         where = "" if path == ("metadata",) else f" in {'.'.join(map(str, path))}"
         if (problem := runtime_problem(value, limit if limit is not None else outer)) is not None:
             findings.append(deny(f"{problem}{where}"))

@@ -472,3 +472,15 @@ def test_an_owner_uid_that_is_not_a_string_records_no_job(tl):
     d = decide(synthetic_review(obj, Caller(username=CONTROLLER, namespace="demo")), tl, phase="mutate")
     assert d.errors == []
     assert {"name": "BATCHGATE_JOB_UID"} in d.obj["spec"]["containers"][0]["env"]
+
+
+def test_an_expected_runtime_is_held_to_the_limit_at_its_place_else_the_outermost(tl: Bundle) -> None:
+    """runtime_problems reads the time limits only once it meets an expected runtime: the one in a
+    Job's pod template is held to the template's own limit, else to the Job's."""
+    runtime = "batchgate.io/expected-runtime"
+    d = run(tl, job({ANN: "4h"}, {runtime: "5h"}), phase="validate")
+    assert not d.allowed and f"{runtime} 5h is longer than the job's time limit 4h:" in d.message, d.message
+    assert d.message.endswith("in spec.template.metadata"), d.message
+    d = run(tl, job({ANN: "4h"}, {ANN: "6h", runtime: "5h"}), phase="validate")
+    assert not any(runtime in m for m in d.denials), d.denials
+    assert run(tl, job({ANN: "4h"}, {ANN: "4h"}), phase="validate").allowed  # no runtime: nothing read
