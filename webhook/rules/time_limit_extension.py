@@ -110,7 +110,7 @@ TYPE = RuleType(
     name="time-limit-extension",
     doc=(
         "A running job's limit may be changed (`kubectl annotate --overwrite`) within the queue "
-        "maximum."
+        "maximum; in a gated queue only shortened once released (policy `queue-gate`)."
     ),
     parse=no_settings,
     validate=validate_extension,
