@@ -214,6 +214,7 @@ class Work:
     raw_expected: float | None = None  # that placement's start, before the forecast's stretch
     load_ahead: float = 0.0  # the forecast's load of recent arrivals ranking ahead, then (counted as stretched)
     backfilled: bool = False  # that placement started it before work ranked ahead of it
+    fails: bool = False  # it fails before its limit: no run to learn from (runtimes.finished_runs leaves it out)
 
     @property
     def started(self) -> float | None:
@@ -265,7 +266,7 @@ def generate_model(seed: int, model: str, load: float, p: Params) -> list[Work]:
     jobs = bench_shadow.workload(random.Random(seed), model=model, hours=p.hours, load=load,
                                  capacity=p.nodes * p.node_cpu, sigma=bench_shadow.SIGMA)
     return [Work(j.id, j.user, j.arrive - bench_shadow.NOW, 1, j.cpu, j.limit, j.runtime, False, prio=j.prio,
-                 program=j.program) for j in jobs]
+                 program=j.program, fails=not j.ends_well and j.runtime < j.limit) for j in jobs]
 
 
 class Cluster:
@@ -447,9 +448,10 @@ class _Run:
 def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare | None = None) -> Result:
     fair = fair or FairShare()
     works = [Work(w.wid, w.account, w.arrival, w.pods, w.cores, w.limit, w.runtime, w.gang, prio=w.prio,
-                  program=w.program) for w in works_in]
+                  program=w.program, fails=w.fails) for w in works_in]
     if p.split and system != "kube":  # a workload that is not a gang queued pod by pod
-        works = [Work(i, w.account, w.arrival, 1, w.cores, w.limit, w.runtime, False, prio=w.prio, program=w.program)
+        works = [Work(i, w.account, w.arrival, 1, w.cores, w.limit, w.runtime, False, prio=w.prio, program=w.program,
+                      fails=w.fails)
                  if not w.gang else replace(w, wid=i)
                  for i, w in enumerate(x for w in works for x in ([w] if w.gang else [w] * w.pods))]
     accounts = sorted({w.account for w in works})
@@ -502,6 +504,7 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
                     run.views.unbind(w, i)
             if pod < 0:  # the whole workload ended
                 run.live.pop(w.wid, None)
+            if pod < 0 and not w.fails:  # a run to learn from (failed work is none: runtimes.finished_runs)
                 for key in ((w.account, _program(w)), (w.account, "")):
                     run.runs[key] = [*run.runs.get(key, [])[-1:], w.runtime]
                 if run.views is not None:
