@@ -201,3 +201,15 @@ def test_the_estimate_learns_no_runtime_from_work_that_failed() -> None:
     assert res.works[2].expected == 3600.0
     learned = sim.simulate([dataclasses.replace(w, fails=False) for w in works], p, "queue")
     assert learned.works[2].expected == (200.0 + 3600.0) / 2
+
+
+def test_the_simple_estimate_places_with_the_median_runtime_and_the_forecast_sums_the_mean() -> None:
+    """As runtimes.Predictor: ``likely`` (the geometric mean of the last five runs) for start times,
+    ``predict`` (the mean of the last two) for the forecast's work; clamped to the limit."""
+    w = sim.Work(0, "a", 0.0, 1, 1, 3600.0, 60.0, False, program="P")
+    runs = {("a", "P"): [5000.0, 600.0, 2400.0]}
+    assert sim._likely(w, runs) == pytest.approx((5000.0 * 600.0 * 2400.0) ** (1 / 3))
+    assert sim._predicted(w, runs) == 1500.0
+    assert sim._likely(w, {("a", "P"): [5000.0]}) == 3600.0
+    assert sim._likely(w, {("a", ""): [600.0, 2400.0]}) == pytest.approx(1200.0)  # the account's
+    assert sim._likely(w, {}) == 3600.0
