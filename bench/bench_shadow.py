@@ -20,7 +20,8 @@ Two figures:
    estimate, from the state at that moment: ``limits``, every job running to its limit (as
    Slurm's ``squeue --start``); ``predicted``, runtimes predicted from the runs seen so far (those
    that ended well and those stopped at their limit; runtimes.py, as the reconciler does);
-   ``distribution``, the mean runtime of each program known exactly (200 runs drawn from its own
+   ``distribution``, the median runtime of each program known exactly (``Predictor.likely``, the
+   geometric mean, over 200 runs drawn from its own
    distribution: the best any predictor that learns per program can know, with nothing about
    the run at hand); ``exact``, each job's exact runtime. ``arrivals`` is the start the same
    scheduler would have given the job had nothing arrived after it: its error is what later

@@ -105,8 +105,9 @@ as the controller does (a pass on every change, at most one a second).
 - issue 24's measures (bench/replay_measures.py, every definition there): promises kept among the
   clean (no later arrival ranked ahead while waiting) and among all, tightness beside the
   to-the-limit start (the first placement: every job to its time limit), the expected start's
-  calibration and error (predicted runtimes: the mean of the last two runs of the same program,
-  else of the account, clamped to the limit and corrected once outlived, as runtimes.py does;
+  calibration and error (predicted runtimes: the median, the geometric mean of the last five runs
+  of the same program that did not fail, else of the account, clamped to the limit and corrected
+  once outlived, as runtimes.py's ``likely``; the forecast's work from the mean of the last two;
   under ``--placement shadow`` the planner's own estimate pass, ``shadow_schedule`` with
   ``runtimes.Predictor`` over the replay's runs; its wait stretched by forecast.py's 1 / (1 - rho)
   for the arrivals of the last --forecast-h hours that rank ahead, built from the replay's
@@ -148,7 +149,16 @@ from webhook.reconciler.queue import (
     to_release,
 )
 from webhook.reconciler.queue import place as place_keeping
-from webhook.reconciler.runtimes import History, Predictor, Run, corrected, key_of, remember
+from webhook.reconciler.runtimes import (
+    KEEP,
+    MEAN_OF,
+    History,
+    Predictor,
+    Run,
+    corrected,
+    key_of,
+    remember,
+)
 from webhook.reconciler.settings import QueuePolicy
 from webhook.reconciler.shadow import shadow_schedule
 from webhook.reconciler.usage import Usage, factors
@@ -214,6 +224,7 @@ class Work:
     raw_expected: float | None = None  # that placement's start, before the forecast's stretch
     load_ahead: float = 0.0  # the forecast's load of recent arrivals ranking ahead, then (counted as stretched)
     backfilled: bool = False  # that placement started it before work ranked ahead of it
+    fails: bool = False  # it fails before its limit: no run to learn from (runtimes.finished_runs leaves it out)
 
     @property
     def started(self) -> float | None:
@@ -265,7 +276,7 @@ def generate_model(seed: int, model: str, load: float, p: Params) -> list[Work]:
     jobs = bench_shadow.workload(random.Random(seed), model=model, hours=p.hours, load=load,
                                  capacity=p.nodes * p.node_cpu, sigma=bench_shadow.SIGMA)
     return [Work(j.id, j.user, j.arrive - bench_shadow.NOW, 1, j.cpu, j.limit, j.runtime, False, prio=j.prio,
-                 program=j.program) for j in jobs]
+                 program=j.program, fails=not j.ends_well and j.runtime < j.limit) for j in jobs]
 
 
 class Cluster:
@@ -427,7 +438,7 @@ class _Run:
     contended: set[tuple[int, int]] = field(default_factory=set)  # (wid, pod) started while every account waited
     contended_cores: dict[str, float] = field(default_factory=dict)
     live: dict[int, Work] = field(default_factory=dict)  # running (for predicted ends)
-    runs: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # the last runtimes, per (account, program) and (account, "")
+    runs: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # the last KEEP runtimes, per (account, program) and (account, "")
     arrived: list[Work] = field(default_factory=list)  # every arrival so far, in order
     history: History = field(default_factory=dict)  # the same runs as runtimes.py keeps them (the shadow estimate's)
 
@@ -447,9 +458,10 @@ class _Run:
 def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare | None = None) -> Result:
     fair = fair or FairShare()
     works = [Work(w.wid, w.account, w.arrival, w.pods, w.cores, w.limit, w.runtime, w.gang, prio=w.prio,
-                  program=w.program) for w in works_in]
+                  program=w.program, fails=w.fails) for w in works_in]
     if p.split and system != "kube":  # a workload that is not a gang queued pod by pod
-        works = [Work(i, w.account, w.arrival, 1, w.cores, w.limit, w.runtime, False, prio=w.prio, program=w.program)
+        works = [Work(i, w.account, w.arrival, 1, w.cores, w.limit, w.runtime, False, prio=w.prio, program=w.program,
+                      fails=w.fails)
                  if not w.gang else replace(w, wid=i)
                  for i, w in enumerate(x for w in works for x in ([w] if w.gang else [w] * w.pods))]
     accounts = sorted({w.account for w in works})
@@ -502,8 +514,9 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
                     run.views.unbind(w, i)
             if pod < 0:  # the whole workload ended
                 run.live.pop(w.wid, None)
+            if pod < 0 and not w.fails:  # a run to learn from (failed work is none: runtimes.finished_runs)
                 for key in ((w.account, _program(w)), (w.account, "")):
-                    run.runs[key] = [*run.runs.get(key, [])[-1:], w.runtime]
+                    run.runs[key] = [*run.runs.get(key, [])[1 - KEEP:], w.runtime]
                 if run.views is not None:
                     run.history = remember(run.history, [Run(key_of(w.account, "batch", _program(w)), str(w.wid),
                                                              EPOCH + w.starts[0], EPOCH + w.end)])
@@ -562,10 +575,17 @@ def _program(w: Work) -> str:
 
 
 def _predicted(w: Work, runs: dict[tuple[str, str], list[float]]) -> float:
-    """runtimes.Predictor's rule: the mean of the last two runs of the same program, else of the
-    account's, clamped to the limit; without runs, the limit."""
-    seen = runs.get((w.account, _program(w))) or runs.get((w.account, ""))
+    """runtimes.Predictor.predict's rule: the mean of the last two runs of the same program, else of
+    the account's, clamped to the limit; without runs, the limit."""
+    seen = (runs.get((w.account, _program(w))) or runs.get((w.account, "")) or [])[-MEAN_OF:]
     return min(sum(seen) / len(seen), w.limit) if seen else w.limit
+
+
+def _likely(w: Work, runs: dict[tuple[str, str], list[float]]) -> float:
+    """runtimes.Predictor.likely's: the geometric mean of the last five runs (the median), clamped to the
+    limit; without runs, the limit."""
+    seen = runs.get((w.account, _program(w))) or runs.get((w.account, ""))
+    return min(math.exp(sum(math.log(max(x, 1.0)) for x in seen) / len(seen)), w.limit) if seen else w.limit
 
 
 def _forecast(run: _Run, now: float, usage: Usage, fair: FairShare, pending: list[Work], p: Params) -> Forecast:
@@ -593,14 +613,14 @@ def _expected(cluster: Cluster, ranked: list[Work], now: float, live: dict[int, 
     view.running = [[] for _ in cluster.free]
     for r in live.values():
         start = r.starts[0]
-        end = start + corrected(_predicted(r, runs), now - start, r.limit)
+        end = start + corrected(_likely(r, runs), now - start, r.limit)
         for n in r.nodes:
             view.running[n].append((max(end, now), r.cores))
     reserved: list[list[tuple[float, float, int]]] = [[] for _ in cluster.free]
     last = max((i for i, w in enumerate(ranked) if not w.seen), default=-1)
     latest = -math.inf  # the latest start placed so far: one placed before it is backfilled (forecast.backfilled)
     for w in ranked[:last + 1]:
-        length = _predicted(w, runs)
+        length = _likely(w, runs)
         placed = _place(view, reserved, now, w, length)
         if placed is None:
             continue

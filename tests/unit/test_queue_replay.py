@@ -184,3 +184,32 @@ def test_idle_room_counts_free_cores_while_work_waits_and_a_waiting_pod_fits(day
     # b (a gang of two 2-core pods) waits from 1 to 600 while 2 cores are free and one of its pods fits
     assert queue["room_while_waiting"] == pytest.approx(2 * 599 / (4 * 3600))
     assert queue["free_while_waiting"] == queue["room_while_waiting"]
+
+
+def test_the_estimate_learns_no_runtime_from_work_that_failed() -> None:
+    """As runtimes.finished_runs: a failed run says nothing of how long a good one takes. Had the
+    failure after 60 s been learned, the job of the same program running since 0 would be expected
+    (outlived at 200 s) halfway to its limit, and the one waiting behind it then; it is expected at
+    the limit (no run to go by), as the to-the-limit start."""
+    p = sim.Params(nodes=1, node_cpu=2, hours=1.0)
+    works = [sim.Work(0, "a", 0.0, 1, 1, 3600.0, 60.0, False, program="P", fails=True),
+             sim.Work(1, "a", 0.0, 1, 1, 3600.0, 1000.0, False, program="P"),
+             sim.Work(2, "a", 200.0, 1, 2, 3600.0, 500.0, False, program="P")]
+    res = sim.simulate(works, p, "queue")
+    assert res.works[2].started == 1000.0
+    assert res.works[2].to_limit == 3600.0
+    assert res.works[2].expected == 3600.0
+    learned = sim.simulate([dataclasses.replace(w, fails=False) for w in works], p, "queue")
+    assert learned.works[2].expected == (200.0 + 3600.0) / 2
+
+
+def test_the_simple_estimate_places_with_the_median_runtime_and_the_forecast_sums_the_mean() -> None:
+    """As runtimes.Predictor: ``likely`` (the geometric mean of the last five runs) for start times,
+    ``predict`` (the mean of the last two) for the forecast's work; clamped to the limit."""
+    w = sim.Work(0, "a", 0.0, 1, 1, 3600.0, 60.0, False, program="P")
+    runs = {("a", "P"): [5000.0, 600.0, 2400.0]}
+    assert sim._likely(w, runs) == pytest.approx((5000.0 * 600.0 * 2400.0) ** (1 / 3))
+    assert sim._predicted(w, runs) == 1500.0
+    assert sim._likely(w, {("a", "P"): [5000.0]}) == 3600.0
+    assert sim._likely(w, {("a", ""): [600.0, 2400.0]}) == pytest.approx(1200.0)  # the account's
+    assert sim._likely(w, {}) == 3600.0

@@ -7,7 +7,7 @@ ahead of reality. Tsafrir, Etsion and Feitelson ("Backfilling using system-gener
 rather than user runtime estimates", IEEE TPDS 18(6), 2007) predict a job's runtime as the average
 of the last two jobs of the same user that finished, never more than the job's own limit, and
 raise a prediction that a running job outlives step by step, up to the limit. This module
-predicts the same way, with facts the reconciler has seen (and corrects an outlived prediction
+predicts much the same way, with facts the reconciler has seen (and corrects an outlived prediction
 differently, see ``corrected``):
 
 - A **run** is a workload that ended well: a Job with condition ``Complete`` (its start as the
@@ -20,8 +20,19 @@ differently, see ``corrected``):
   (predictions never exceed a job's limit). Failed work says little of how long a good run
   takes and is left out; a ScavengerJob's segments are stopped on purpose and left out too.
 - The **key** of a workload stands for Tsafrir's "same user": its namespace and queue, and what
-  it runs (its containers' images). A prediction uses the last two runs with the same key, else
-  the last two in the same namespace and queue, else there is none (the time limit stands).
+  it runs (its containers' images). A prediction uses the last runs with the same key, else
+  the last in the same namespace and queue, else there is none (the time limit stands).
+- **Two statistics of the same runs.** ``predict``, Tsafrir's, is the *mean* of the last two:
+  what the forecast of arrivals sums (forecast.py: work arriving, a mean quantity). ``likely`` is
+  the *median* runtime, what start times are placed with (shadow.py): an expected start is
+  calibrated when half the workloads start before it, a median of the start, and runtimes are
+  skewed to the right (a few runs far longer than most; the replay's models draw them lognormal),
+  so their mean is above their median: every job ahead held for its mean holds its room too
+  long, and the estimate is late. ``likely`` is the geometric mean of the last five
+  runs, the median's estimate for a spread that is symmetric in log (the lognormal), and with five
+  runs, not two, less noisy (a noisy prediction makes the earliest-fit placement late too). In
+  bench/queue_replay.py's fair-share day it took the share of workloads starting before their
+  expected start from 66 % to 57 % (every runtime known exactly: 57 %), see bench/README.md.
 - The **history** holds, per key, the last runs by end time. It is built from the Jobs and pods
   still in the cluster at each pass, and the controller keeps it in memory too, so runs whose
   objects were since deleted (a Job's ``ttlSecondsAfterFinished``) still count for as long as the
@@ -33,12 +44,14 @@ Everything here is a pure function of its inputs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from .model import JobView, PodView, Snapshot, admitted_queue, job_of
 
-KEEP = 2  # runs kept per key: Tsafrir et al. average the last two
+KEEP = 5  # runs kept per key: ``likely`` is their geometric mean
+MEAN_OF = 2  # ``predict`` averages the last two, as Tsafrir et al.
 MAX_KEYS = 20_000  # keys kept in memory; past that, those that ended longest ago are forgotten
 RunKey = tuple[str, str, str]  # (namespace, queue, program)
 
@@ -135,12 +148,26 @@ class Predictor:
     def of(history: History) -> Predictor:
         return Predictor(history, by_queue(history))
 
+    def _runs(self, key: RunKey) -> tuple[tuple[float, str, float], ...]:
+        return self.history.get(key) or self.queues.get((key[0], key[1])) or ()
+
     def predict(self, key: RunKey, limit: float | None) -> float | None:
-        """The predicted runtime in seconds (never more than ``limit``), or None: no runs to go by."""
-        runs = self.history.get(key) or self.queues.get((key[0], key[1]))
+        """The mean runtime in seconds of the last ``MEAN_OF`` runs (never more than ``limit``), or
+        None: no runs to go by. What a sum of work asks for (the forecast of arrivals)."""
+        runs = self._runs(key)[-MEAN_OF:]
         if not runs:
             return None
         seconds = sum(s for _, _, s in runs) / len(runs)
+        return min(seconds, limit) if limit is not None else seconds
+
+    def likely(self, key: RunKey, limit: float | None) -> float | None:
+        """The median runtime in seconds (never more than ``limit``), or None: no runs to go by. The
+        geometric mean of the runs kept (at most ``KEEP``; a run under a second counts as one). What a
+        start time asks for (the shadow schedule): see the module's docstring."""
+        runs = self._runs(key)
+        if not runs:
+            return None
+        seconds = math.exp(sum(math.log(max(s, 1.0)) for _, _, s in runs) / len(runs))
         return min(seconds, limit) if limit is not None else seconds
 
 

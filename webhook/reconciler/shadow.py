@@ -712,14 +712,14 @@ def _with_priority(sched: PodSched, priority_class: str, class_values: Mapping[s
 
 def _predicted(runtimes: Predictor, job: JobView | None, pod: PodView | None, limit: int | None) -> float | None:
     """How long the workload is expected to run: the user's own ``batchgate.io/expected-runtime``
-    (the webhook keeps it within the limit), else the prediction from earlier runs; never past
-    the limit."""
+    (the webhook keeps it within the limit), else the median runtime of earlier runs
+    (``Predictor.likely``: a start time is a median); never past the limit."""
     own = job.expected_runtime if job is not None else pod.expected_runtime if pod is not None else None
     if own is not None:
         return float(min(own, limit)) if limit is not None else float(own)
     if job is None and pod is None:
         return None
-    return runtimes.predict(job_key(job) if job is not None else pod_key(pod), limit)  # type: ignore[arg-type]
+    return runtimes.likely(job_key(job) if job is not None else pod_key(pod), limit)  # type: ignore[arg-type]
 
 
 def _place(work: _Work, placer: _Placer, position: int, *, reserve_later: bool = True,

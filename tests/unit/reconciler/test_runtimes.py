@@ -19,6 +19,7 @@ from webhook.reconciler.settings import Settings
 from webhook.reconciler.shadow import shadow_schedule
 
 MIN = 60
+DAY = 24 * HOUR
 
 
 def done_job(name: str, *, started: float | None, completed: float, image: str = "sim:1", ns: str = "demo",
@@ -88,10 +89,11 @@ def test_a_node_clock_ahead_of_the_control_plane_never_makes_a_run_negative() ->
 K = key_of("demo", None, "sim:1")
 
 
-def test_the_history_keeps_the_last_two_runs_per_key_each_once() -> None:
-    h = remember({}, [Run(K, "a", 0, 100), Run(K, "b", 0, 300), Run(K, "c", 0, 200)])
-    assert [uid for _, uid, _ in h[K]] == ["c", "b"]  # by end time: a ended first, and is forgotten
-    assert remember(h, [Run(K, "b", 0, 300)]) == h
+def test_the_history_keeps_the_last_five_runs_per_key_each_once() -> None:
+    h = remember({}, [Run(K, u, 0, end) for u, end in (("a", 100), ("b", 600), ("c", 200), ("d", 300), ("e", 400),
+                                                       ("f", 500))])
+    assert [uid for _, uid, _ in h[K]] == ["c", "d", "e", "f", "b"]  # by end time: a ended first, and is forgotten
+    assert remember(h, [Run(K, "b", 0, 600)]) == h
 
 
 def test_the_history_forgets_the_keys_that_ended_longest_ago_past_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,6 +107,20 @@ def test_the_prediction_is_the_average_of_the_last_two_runs_never_past_the_limit
     assert p.predict(K, 2 * HOUR) == 40 * MIN
     assert p.predict(K, 30 * MIN) == 30 * MIN
     assert p.predict(K, None) == 40 * MIN
+
+
+def test_the_likely_runtime_is_the_median_the_geometric_mean_of_the_last_five_runs_never_past_the_limit() -> None:
+    """A start time is a median: runtimes skewed right (one run far longer) have a mean above it."""
+    p = Predictor.of(remember({}, [Run(K, u, i * DAY, i * DAY + m * MIN) for i, (u, m) in enumerate(
+        (("a", 1000), ("b", 10), ("c", 10), ("d", 10), ("e", 40), ("f", 40)))]))
+    assert p.likely(K, 2 * HOUR) == pytest.approx(10 ** 0.6 * 40 ** 0.4 * MIN)  # a is forgotten: about 17.4 min
+    assert p.predict(K, 2 * HOUR) == 40 * MIN  # the mean of the last two, as Tsafrir et al.
+    assert p.likely(K, 15 * MIN) == 15 * MIN
+    two = Predictor.of(remember({}, [Run(K, "a", 0, 10 * MIN), Run(K, "b", 0, 40 * MIN)]))
+    assert two.likely(K, None) == pytest.approx(20 * MIN) and two.predict(K, None) == 25 * MIN
+    assert Predictor.of(remember({}, [Run(K, "a", 0, 0)])).likely(K, None) == 1.0  # under a second counts as one
+    assert two.likely(key_of("demo", None, "new:2"), None) == pytest.approx(20 * MIN)  # the namespace and queue's
+    assert two.likely(key_of("nobody", None, "sim:1"), None) is None
 
 
 def test_another_program_in_the_same_namespace_and_queue_is_the_fallback_and_else_there_is_none() -> None:
@@ -136,6 +152,18 @@ def test_running_work_frees_its_node_when_predicted_and_pending_work_holds_it_as
              waiting("w1", cpu="4", limit="2h", created=-2 * HOUR), waiting("w2", cpu="4", limit="2h"), nodes=[node("n1")])
     assert starts(s, None) == {"w1": HOUR, "w2": 3 * HOUR}  # to the limit, as Slurm's squeue --start
     assert starts(s, history(70 * MIN)) == {"w1": 10 * MIN, "w2": 80 * MIN}
+
+
+def test_work_ahead_is_placed_for_its_median_runtime_not_its_mean() -> None:
+    """Runs of 10 and 40 minutes: the mean 25, the median (geometric mean) 20. The running job and
+    the one waiting ahead each hold their node for 20 minutes in the estimate."""
+    key = key_of("demo", "batch", "busybox")
+    runs = Predictor.of(remember({}, [Run(key, "a", T0 - 3 * HOUR, T0 - 3 * HOUR + 10 * MIN),
+                                      Run(key, "b", T0 - 2 * HOUR, T0 - 2 * HOUR + 40 * MIN)]))
+    s = snap(running("r1", "n1", limit="2h", cpu="4", started=-5 * MIN),
+             waiting("w1", cpu="4", limit="2h", created=-2 * HOUR), waiting("w2", cpu="4", limit="2h"), nodes=[node("n1")])
+    got = starts(s, runs)
+    assert got["w1"] == pytest.approx(15 * MIN) and got["w2"] == pytest.approx(35 * MIN)
 
 
 def test_a_prediction_is_never_past_the_deadline() -> None:
