@@ -980,7 +980,7 @@ def _queue_gate_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
         },)))
         pod_shape = shape_of("", "Pod")
         held = _gated_queue(bundle, policy, pod_shape) if pod_shape is not None else ""
-        if held and _resizes(bundle) and any("UPDATE" in ops for _, ops in pods):
+        if held and pod_shape is not None and _resizes(bundle) and any("UPDATE" in ops for _, ops in pods):
             grow = ("which placed it, and promised the work after it a start, by the resources it requested; raising "
                     "them in place (pods/resize) would take room promised to others (lowering is allowed); to run "
                     "it bigger, delete it and submit it again with the new requests (it waits for its turn), or "

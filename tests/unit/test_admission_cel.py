@@ -45,9 +45,9 @@ from webhook.generate import (
 )
 from webhook.kubefields import NAMESPACE_NAME_LABEL
 from webhook.offline import Caller, synthetic_review, with_namespace_labels
-from webhook.units import parse_quantity
 from webhook.rules import REGISTRY
 from webhook.rules import load_bundle as load_default
+from webhook.units import parse_quantity
 from webhook.workloads import shape_of
 from webhook.yamlsrc import load_documents
 
