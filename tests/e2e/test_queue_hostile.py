@@ -1,7 +1,8 @@
 """A hostile tenant of a gated queue (issue 23: "a user cannot release their own workload by editing
 it", "a user cannot remove the gate nor add someone else's"), on the real API server: sequences of
 requests that the other queue tests do not try, each made as alice (ClusterRole ``edit`` in her
-namespace), each reading back what was stored.
+namespace; for in-place resize, which ``edit`` does not grant, also a Role granting ``pods/resize``),
+each reading back what was stored.
 
 The e2e bundle's gated queue is ``queued`` (conftest.py). The admin stands in for the reconciler's
 release where a test needs released work (a gate removed by an admin is the admin's choice).
