@@ -134,6 +134,10 @@ class RuleType(Generic[S]):
     # The namespace label keys its settings select namespaces by (job-network's isolation proxy):
     # namespace-opt-out keeps them admins' to set, as it does the keys queue grants read.
     namespace_label_keys: Callable[[S], tuple[str, ...]] | None = None
+    # Judges an UPDATE of a Pod through its ``pods/resize`` subresource (in-place resize, Kubernetes
+    # 1.33+: only container resources change): the engine runs this, not ``validate``, and only
+    # policies that have it; every other subresource is left alone.
+    resize: Callable[[S, dict[str, Any], Ctx], list[Finding]] | None = None
 
 
 # -- the data ---------------------------------------------------------------

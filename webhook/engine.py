@@ -26,7 +26,7 @@ import pybase64
 from .bundle import Bundle, Ctx, Finding, Policy
 from .contract import SEAL_ANNOTATION
 from .draft import Draft, Path
-from .kubefields import REQUIRED
+from .kubefields import REQUIRED, RESIZE_SUBRESOURCE
 from .seal import OFFLINE, Keyring, projection, seal, sealed
 from .wire import OPERATIONS, AdmissionRequest, AdmissionResponse, AdmissionReview
 from .workloads import Shape, dig, made_from_template, requested_queue, shape_of
@@ -134,8 +134,12 @@ def decide(body: object, bundle: Bundle, *, phase: Phase,
     decision = Decision(uid=req["uid"])
     operation = req["operation"]
     obj = req.get("object") if operation not in ("DELETE", "CONNECT") else req.get("oldObject")
-    if req.get("subResource"):
-        decision.skipped = f"subresource {req.get('subResource')}"
+    sub = req.get("subResource")
+    # An in-place resize (pods/resize) is judged by the policies that judge one (RuleType.resize),
+    # at validation only: the API server takes no patch on it; every other subresource is left alone.
+    resize = sub == RESIZE_SUBRESOURCE and operation == "UPDATE" and phase != "mutate"
+    if sub and not resize:
+        decision.skipped = f"subresource {sub}"
         return decision
     if obj is None:
         decision.skipped = "no object"
@@ -161,6 +165,9 @@ def decide(body: object, bundle: Bundle, *, phase: Phase,
     pod_update = ctx.operation == "UPDATE" and not (
         ctx.shape is not None and ctx.shape.template_mutable
         and ctx.shape.template_changed(obj, req.get("oldObject")))
+
+    if resize:
+        return _resized(decision, ctx, obj, bundle, labels)
 
     draft = Draft(obj)
     if phase in ("mutate", "check"):
@@ -215,6 +222,30 @@ def decide(body: object, bundle: Bundle, *, phase: Phase,
     if decision.denials:
         decision.allowed = False
         decision.patch = []
+    return decision
+
+
+def _resized(decision: Decision, ctx: Ctx, obj: dict[str, Any], bundle: Bundle, labels: dict[str, str]) -> Decision:
+    """An UPDATE through a Pod's ``pods/resize`` subresource: judged by the policies that judge one
+    (``RuleType.resize``), with their match and failure mode as on any UPDATE of a Pod; no patch."""
+    if ctx.kind != "Pod" or ctx.group:
+        decision.skipped = "subresource resize of a kind that is not a Pod"
+        return decision
+    for policy in bundle.candidates(mutating=False, operation="UPDATE", group="", version=ctx.version, kind="Pod"):
+        judge = policy.rule.resize
+        if judge is None or not _applies(policy, ctx, labels):
+            continue
+        try:
+            findings = judge(policy.settings, obj, ctx)
+        except Exception as e:
+            _raised(policy, decision, e)
+            continue
+        if findings:
+            _record(policy, decision, findings, mutated=False)
+        else:
+            decision.outcomes.append((policy.name, "passed"))
+    decision.obj = obj
+    decision.allowed = not decision.denials
     return decision
 
 

@@ -78,7 +78,7 @@ from .contract import (
     SLOTS_ANNOTATION,
     TIME_LIMIT_ANNOTATION,
 )
-from .kubefields import COMPONENT_LABEL, NAMESPACE_NAME_LABEL, PART_OF_LABEL
+from .kubefields import COMPONENT_LABEL, NAMESPACE_NAME_LABEL, PART_OF_LABEL, RESIZE_SUBRESOURCE
 from .workloads import Shape, label_places, shape_of
 
 if TYPE_CHECKING:
@@ -287,6 +287,11 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("", "Namespace", "namespaces", ("v1",), "Cluster"),
 )
 
+# In-place resize (Kubernetes 1.33+): an UPDATE of a Pod through its subresource ``pods/resize``. A
+# rule naming ``pods`` does not match it; it is routed where a policy judges it (RuleType.resize).
+POD_RESIZE = Resource("", "Pod", f"pods/{RESIZE_SUBRESOURCE}", ("v1",), "Namespaced")
+RESIZING = f'(has(request.subResource) && request.subResource == "{RESIZE_SUBRESOURCE}")'
+
 
 @dataclass(frozen=True, slots=True)
 class Hook:
@@ -397,6 +402,8 @@ def _hook(bundle: Bundle, hook: Hook) -> dict[str, Any] | None:
         if (res.kind == "Namespace") != hook.namespaces:
             continue
         ops = []
+        resizes = (_resizes(bundle) if not hook.mutating and "UPDATE" in hook.operations and res.kind == "Pod"
+                   else [])
         for op in hook.operations:
             acts = _actions(bundle, mutating=hook.mutating, operation=op, res=res)
             if not acts:
@@ -404,10 +411,15 @@ def _hook(bundle: Bundle, hook: Hook) -> dict[str, Any] | None:
             ops.append(op)
             when = _or(acts)
             if when != "true":
-                this = _and([_is_kind(res), *([f'request.operation == "{op}"'] if len(hook.operations) > 1 else [])])
+                this = _and([_is_kind(res), *([f'request.operation == "{op}"'] if len(hook.operations) > 1 else []),
+                             *([f"!{RESIZING}"] if resizes else [])])
                 conditions.append({"name": f"{res.plural}-{op.lower()}", "expression": f"!({this}) ||\n{when}"})
         if ops:
             routes.append((res, ops))
+        if resizes:
+            routes.append((POD_RESIZE, ["UPDATE"]))
+            if (when := _or(resizes)) != "true":
+                conditions.append({"name": "pods-resize", "expression": f"!{RESIZING} ||\n{when}"})
     if not routes:
         return None
     literal, globs = _excluded(bundle)
@@ -498,6 +510,16 @@ def _actions(bundle: Bundle, *, mutating: bool, operation: str, res: Resource) -
             out.append(_changed(_template_root(shape)))  # resealed, or the seal taken away
         elif operation == "UPDATE" and shape.is_pod and out:  # a seal on a Pod is a controller's
             out.append(_present(("metadata", "annotations"), SEAL_ANNOTATION))
+    return out
+
+
+def _resizes(bundle: Bundle) -> list[str]:
+    """When a policy may act on an in-place resize (CEL, one per policy that judges one: only
+    queue-gate, on a user raising a request; admins and its releasers pass)."""
+    out = []
+    for p in bundle.candidates(mutating=False, operation="UPDATE", group="", version="v1", kind="Pod"):
+        if p.rule.resize is not None:
+            out.append(_and([f"!({_exempt(bundle, p)})", _RESIZE_RAISING]) if p.rule.name == "queue-gate" else "true")
     return out
 
 
@@ -911,6 +933,30 @@ _RAISING = ("(!(has(object.spec.suspend) && object.spec.suspend == true) && "
             "object.spec.completions > oldObject.spec.completions))")
 
 
+def _raised_in(new: str, old: str) -> str:
+    """CEL: what ``new`` (a container, or a pod spec by its pod-level resources) requests of some
+    resource is more than what ``old`` did: its request, else its limit, else 0
+    (rules.queue_gate.requested, grown)."""
+    def res(x: str, key: str) -> str:
+        return f"(has({x}.resources) && has({x}.resources.{key}) ? {x}.resources.{key} : {{}})"
+
+    def eff(req: str, lim: str) -> str:
+        return f'quantity(string(k in {req} ? {req}[k] : (k in {lim} ? {lim}[k] : "0")))'
+
+    more = f"{eff('rn', 'ln')}.isGreaterThan({eff('ro', 'lo')})"
+    return (f"[{res(new, 'requests')}].exists(rn, [{res(new, 'limits')}].exists(ln, "
+            f"[{res(old, 'requests')}].exists(ro, [{res(old, 'limits')}].exists(lo, "
+            f"rn.exists(k, {more}) || ln.exists(k, !(k in rn) && {more})))))")
+
+
+# An in-place resize raises a request of a container (paired with the old one by name) or of the
+# pod (rules.queue_gate.grown)
+_RESIZE_RAISING = "(" + " || ".join(
+    [f"(has(object.spec.{key}) && has(oldObject.spec.{key}) && object.spec.{key}.exists(n, "
+     f"oldObject.spec.{key}.exists(o, o.name == n.name && {_raised_in('n', 'o')})))"
+     for key in ("initContainers", "containers")] + [_raised_in("object.spec", "oldObject.spec")]) + ")"
+
+
 def _queue_gate_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
     """queue-gate's rule on UPDATE, so that it holds while the webhook is down: only the releasers
     (the reconciler) and admins take the gate off a Pod, resume a queued Job or drop its mark, and
@@ -932,6 +978,21 @@ def _queue_gate_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
             "expression": f"variables.exempt || !({gated.format('oldObject')}) || ({gated.format('object')})",
             "message": f"queue-gate: the Pod waits in its queue behind the scheduling gate {QUEUE_GATE}; {hint}",
         },)))
+        pod_shape = shape_of("", "Pod")
+        held = _gated_queue(bundle, policy, pod_shape) if pod_shape is not None else ""
+        if held and pod_shape is not None and _resizes(bundle) and any("UPDATE" in ops for _, ops in pods):
+            grow = ("which placed it, and promised the work after it a start, by the resources it requested; raising "
+                    "them in place (pods/resize) would take room promised to others (lowering is allowed); to run "
+                    "it bigger, delete it and submit it again with the new requests (it waits for its turn), or "
+                    "ask an admin")
+            parts.append(_Part("-pods-resize", ((POD_RESIZE, ("UPDATE",)),), (
+                ("exempt", _or([exempt, _controller_made(bundle)])),), ({
+                    "expression": (f"variables.exempt || ({gated.format('oldObject')}) || !({held}) || "
+                                   f"!{_RESIZE_RAISING}"),
+                    "message": f"queue-gate: the Pod runs in a gated queue, {grow}",
+                    "messageExpression": (f'"queue-gate: the Pod runs in queue \'" + {_queue_of(bundle, pod_shape)} '
+                                          f'+ "\', " + {_s(grow)}'),
+                },)))
     jobs = _routes(policy, kinds=[r for r in RESOURCES if r.kind == "Job"])
     shape = shape_of("batch", "Job")
     if jobs and shape is not None:
@@ -975,9 +1036,15 @@ def _queue_gate_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
 
 def _job_gated(bundle: Bundle, policy: Policy) -> str:
     """CEL: the Job waits in a gated queue (rules.queue_gate.holds); "" when no queue is gated."""
-    gated = [name for name, q in bundle.queues.items() if q.gated]
     shape = shape_of("batch", "Job")
-    if not gated or shape is None:
+    return _gated_queue(bundle, policy, shape) if shape is not None else ""
+
+
+def _gated_queue(bundle: Bundle, policy: Policy, shape: Shape) -> str:
+    """CEL: the workload is in a gated queue and no other queue manager claims it
+    (rules.queue_gate.holds, but for pods a controller makes); "" when no queue is gated."""
+    gated = [name for name, q in bundle.queues.items() if q.gated]
+    if not gated:
         return ""
     labels = _map_at("object", ("metadata", "labels"))
     managers = getattr(policy.settings, "managers", ())

@@ -19,3 +19,7 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 # part-of ``batchgate``, and the component (``webhook``, ``usage``, ``namespace-labels``).
 PART_OF_LABEL = "app.kubernetes.io/part-of"
 COMPONENT_LABEL = "app.kubernetes.io/component"
+
+RESIZE_SUBRESOURCE = "resize"
+"""The Pod subresource of in-place resize (Kubernetes 1.33+; ``pods/resize`` in RBAC and in admission
+rules): an UPDATE through it changes the resources of the pod's containers and nothing else."""

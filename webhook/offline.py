@@ -41,6 +41,7 @@ class Caller:
     groups: tuple[str, ...] = ("system:authenticated",)
     namespace: str = "default"
     dry_run: bool = False
+    subresource: str = ""  # e.g. "resize": an UPDATE through pods/resize
 
 
 def synthetic_review(obj: dict[str, Any], caller: Caller, *, old_object: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -71,6 +72,8 @@ def synthetic_review(obj: dict[str, Any], caller: Caller, *, old_object: dict[st
             "object": None if deleting else obj,
             "oldObject": obj if deleting else old_object,
             "dryRun": caller.dry_run,
+            **({"subResource": caller.subresource, "requestSubResource": caller.subresource}
+               if caller.subresource else {}),
         },
     }
 
@@ -375,13 +378,14 @@ def _run_case(case: Node, bundle: Bundle, path: Path, *, bundle_suite: bool) -> 
     old = _load_object(case.req("oldObject"), base) if case.get("oldObject") else None
     caller = Caller()
     if (r := case.get("request")) is not None:
-        r.mapping(allowed=("operation", "user", "groups", "namespace", "dryRun"))
+        r.mapping(allowed=("operation", "user", "groups", "namespace", "dryRun", "subResource"))
         caller = Caller(
             operation=r.opt("operation", lambda n: n.enum("CREATE", "UPDATE", "DELETE"), "CREATE"),
             username=r.opt("user", Node.str, "alice"),
             groups=r.opt("groups", Node.str_list, ("system:authenticated",)),
             namespace=r.opt("namespace", Node.str, "default"),
             dry_run=r.opt("dryRun", Node.bool, False),
+            subresource=r.opt("subResource", Node.str, ""),
         )
     else:
         caller = Caller(username="alice")

@@ -776,3 +776,40 @@ def scoped_validating(server: Any, config: str, hooks: Mapping[str, str], scope:
         h["name"] = hooks[h["name"]]
         h["failurePolicy"] = "Fail"
     return validating
+
+
+# -- in-place resize (pods/resize) --------------------------------------------------------------
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+
+
+def may_resize(kube: Any, ns: str, user: str) -> bool:
+    """SelfSubjectAccessReview: may ``user`` patch pods/resize in ``ns``."""
+    r = kube.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"verb": "patch", "resource": "pods", "subresource": "resize",
+                                        "namespace": ns}}}, as_user=user)
+    return bool(r["status"].get("allowed"))
+
+
+def grant_resize(kube: Any, ns: str, user: str = "alice") -> None:
+    """A Role in ``ns`` granting ``user`` pods/resize (what a cluster that hands its tenants in-place
+    resize, e.g. for a vertical autoscaler of their own, gives them), in force when this returns."""
+    kube.create(f"{RBAC}/namespaces/{ns}/roles", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "resize"},
+        "rules": [{"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["get", "patch", "update"]}]})
+    kube.create(f"{RBAC}/namespaces/{ns}/rolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "resize"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "resize"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
+    wait_for(lambda: may_resize(kube, ns, user), 30, message=f"{user} may resize pods")
+
+
+def cpu_to(cpu: str, *, limit: bool = True) -> dict[str, Any]:
+    """A strategic merge patch for pods/resize: the main container's cpu request (and limit)."""
+    amounts = {"requests": {"cpu": cpu}, **({"limits": {"cpu": cpu}} if limit else {})}
+    return {"spec": {"containers": [{"name": "main", "resources": amounts}]}}
+
+
+def stored_cpu(kube: Any, ns: str, name: str) -> tuple[str, str]:
+    res = kube.get(pods_path(ns, name))["spec"]["containers"][0]["resources"]
+    return res["requests"]["cpu"], res["limits"]["cpu"]

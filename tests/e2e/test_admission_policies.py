@@ -33,14 +33,17 @@ from harness import (
     WebhookServer,
     attempt,
     container,
+    cpu_to,
     create,
     create_and_read,
     cronjob,
     deployment,
+    grant_resize,
     job,
     jobs_path,
     pod,
     pods_path,
+    stored_cpu,
     unique,
 )
 
@@ -57,6 +60,7 @@ SCOPE = "batchgate-e2e/conditions"
 QUEUED_MARK = "batchgate.io/queued"
 CONFIG = "batchgate-e2e-conditions"
 HOOK = "update.validate.conditions.batchgate.io"
+STRATEGIC = "application/strategic-merge-patch+json"
 
 
 
@@ -340,4 +344,35 @@ def test_what_holds_while_the_webhook_is_down(kube, webhook_server, admission_po
     for n in (own, other, opted_out):
         with contextlib.suppress(Exception):
             kube.delete_namespace(n)
+    assert not problems, "while the webhook was down:\n  " + "\n  ".join(problems)
+
+
+def test_a_released_pod_is_not_resized_bigger_while_the_webhook_is_down(kube, webhook_server, admission_policies,
+                                                                          namespace, outage):
+    """pods/resize of a released Pod of a gated queue (``batch`` in the shipped bundle the admission
+    policies come from; the e2e webhook leaves it ungated, so the pod runs as if released), by alice,
+    whom a Role grants pods/resize: with the webhook down, batchgate-queue-gate-pods-resize refuses a
+    raise, naming the queue; the stored requests are unchanged; lowering passes, and so does an admin's raise."""
+    ns, name = namespace, unique("grow")
+    grant_resize(kube, ns)
+    create(kube, ns, pod(name, labels={QUEUE_LABEL: "batch"}, containers=[container(cpu="1", memory="64Mi")]))
+    assert not kube.get(pods_path(ns, name))["spec"].get("schedulingGates")
+    resize = pods_path(ns, name) + "/resize"
+
+    webhook_server.server.stop()
+    assert webhook_server.server.refuses_connections()
+    problems: list[str] = []
+    status, msg = attempt(lambda: kube.request("PATCH", resize, cpu_to("2"), content_type=STRATEGIC, as_user="alice"))
+    problems += _refused_by("batchgate-queue-gate-pods-resize", status, msg, "the Pod runs in queue 'batch'",
+                            "raising them in place (pods/resize)", "delete it and submit it again")
+    if stored_cpu(kube, ns, name) != ("1", "1"):
+        problems.append(f"alice's raise was stored: {stored_cpu(kube, ns, name)}")
+    status, msg = attempt(lambda: kube.request("PATCH", resize, cpu_to("500m"), content_type=STRATEGIC,
+                                               as_user="alice"))
+    if status != 200 or stored_cpu(kube, ns, name) != ("500m", "500m"):
+        problems.append(f"alice lowering her pod: HTTP {status} {msg}")
+    status, msg = attempt(lambda: kube.request("PATCH", resize, cpu_to("2"), content_type=STRATEGIC))
+    if status != 200 or stored_cpu(kube, ns, name) != ("2", "2"):
+        problems.append(f"the cluster admin raising it: HTTP {status} {msg}")
+    outage.end()
     assert not problems, "while the webhook was down:\n  " + "\n  ".join(problems)

@@ -1,7 +1,8 @@
 """A hostile tenant of a gated queue (issue 23: "a user cannot release their own workload by editing
 it", "a user cannot remove the gate nor add someone else's"), on the real API server: sequences of
 requests that the other queue tests do not try, each made as alice (ClusterRole ``edit`` in her
-namespace), each reading back what was stored.
+namespace; for in-place resize, which ``edit`` does not grant, also a Role granting ``pods/resize``),
+each reading back what was stored.
 
 The e2e bundle's gated queue is ``queued`` (conftest.py). The admin stands in for the reconciler's
 release where a test needs released work (a gate removed by an admin is the admin's choice).
@@ -15,7 +16,21 @@ from typing import Any
 import pytest
 from cluster import KubeApiError, wait_for
 from conftest import QUEUED
-from harness import container, create, job, jobs_path, own_taint, own_tolerations, pod, pods_path
+from harness import (
+    RBAC,
+    container,
+    cpu_to,
+    create,
+    grant_resize,
+    job,
+    jobs_path,
+    may_resize,
+    own_taint,
+    own_tolerations,
+    pod,
+    pods_path,
+    stored_cpu,
+)
 
 from webhook.contract import QUEUE_GATE, QUEUED_ANNOTATION
 
@@ -153,16 +168,54 @@ def test_the_gate_written_twice_or_in_another_case_changes_nothing(kube, namespa
     assert gates(kube, ns, "alike") == [QUEUE_GATE]
 
 
-def test_a_released_pod_cannot_be_resized_by_its_user(kube, namespace, own_node):
-    """The queue placed a 1-CPU pod; pods/resize (in-place resize) would let its user take the node's
-    other 3 CPUs. ``edit`` grants no pods/resize (the webhook is not asked about that subresource)."""
+def test_edit_grants_no_pods_resize(kube, namespace):
+    """The aggregated ``edit`` and ``admin`` ClusterRoles of this Kubernetes do not grant pods/resize
+    (read back from the API server, so each KUBE_VERSION run checks its own); alice, with ``edit``,
+    is refused by RBAC before any admission."""
+    for role in ("edit", "admin"):
+        rules = kube.get(f"{RBAC}/clusterroles/{role}")["rules"]
+        granted = [r for r in rules if "" in r.get("apiGroups", []) and
+                   ({"pods/resize", "pods/*", "*"} & set(r.get("resources", [])))]
+        assert not granted, (role, granted)
+    assert not may_resize(kube, namespace, "alice")
+
+
+def test_a_released_pod_cannot_be_resized_bigger_by_its_user_smaller_it_may(kube, namespace, own_node):
+    """The queue placed a 1-CPU pod on a 4-CPU node, and promised the work after it a start, by what
+    it requested; pods/resize (in-place resize, granted here by a Role) would let its user take the
+    node's other 3 CPUs. Raising is refused by queue-gate, naming the queue and what to do; the
+    stored requests are unchanged. Lowering frees room and is allowed; an admin may raise."""
     ns, name = namespace, "grow"
+    grant_resize(kube, ns)
     released_pod(kube, ns, name, own_node)
-    grow = {"spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "4"},
-                                                                   "limits": {"cpu": "4"}}}]}}
-    assert 'cannot patch resource "pods/resize"' in refused(lambda: kube.request(
-        "PATCH", pods_path(ns, name) + "/resize", grow, content_type=STRATEGIC, as_user="alice"))
-    assert kube.get(pods_path(ns, name))["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "1"
+    resize = pods_path(ns, name) + "/resize"
+    msg = refused(lambda: kube.request("PATCH", resize, cpu_to("2"), content_type=STRATEGIC, as_user="alice"))
+    assert (f"runs in queue '{QUEUED}', which placed it" in msg
+            and "raising the cpu request of container 'main' from 1 to 2 in place (pods/resize)" in msg
+            and "delete it and submit it again with the new requests" in msg and "ask an admin" in msg), msg
+    assert stored_cpu(kube, ns, name) == ("1", "1")
+    kube.request("PATCH", resize, cpu_to("500m"), content_type=STRATEGIC, as_user="alice")
+    assert stored_cpu(kube, ns, name) == ("500m", "500m")
+    kube.request("PATCH", resize, cpu_to("2"), content_type=STRATEGIC)  # the admin
+    assert stored_cpu(kube, ns, name) == ("2", "2")
+
+
+def test_a_gated_pod_may_be_resized_and_kubernetes_keeps_a_guaranteed_pod_guaranteed(kube, namespace, own_node):
+    """Behind the gate the pod is still the queue's to place, at the size it has when its turn
+    comes: its user may resize it. And requests == limits (what scavenger-qos demands at CREATE)
+    cannot be undone in place: Kubernetes refuses a resize that changes a pod's QoS class, even an
+    admin's."""
+    ns, name = namespace, "waiting"
+    grant_resize(kube, ns)
+    create(kube, ns, pod(name, labels={"batchgate.io/queue": QUEUED},
+                         containers=[container(cpu="1", memory="1Gi")], **placed(own_node)))
+    assert gates(kube, ns, name) == [QUEUE_GATE]
+    resize = pods_path(ns, name) + "/resize"
+    kube.request("PATCH", resize, cpu_to("2"), content_type=STRATEGIC, as_user="alice")
+    assert stored_cpu(kube, ns, name) == ("2", "2") and gates(kube, ns, name) == [QUEUE_GATE]
+    msg = refused(lambda: kube.request("PATCH", resize, cpu_to("1", limit=False), content_type=STRATEGIC))
+    assert "QOS" in msg.upper(), msg
+    assert stored_cpu(kube, ns, name) == ("2", "2")
 
 
 # -- the hole this file found: a released workload's time limit raised by its user ------------

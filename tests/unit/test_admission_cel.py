@@ -47,6 +47,7 @@ from webhook.kubefields import NAMESPACE_NAME_LABEL
 from webhook.offline import Caller, synthetic_review, with_namespace_labels
 from webhook.rules import REGISTRY
 from webhook.rules import load_bundle as load_default
+from webhook.units import parse_quantity
 from webhook.workloads import shape_of
 from webhook.yamlsrc import load_documents
 
@@ -67,8 +68,16 @@ NAMESPACES = ("team-a", "gpu-lab", "notebooks", "kube-system")
 # -- CEL, as the API server runs it -----------------------------------------------------------
 # cel-cpp (cel-expr-python): CEL's standard semantics, as cel-go has them in the API server
 # (heterogeneous equality, short-circuits that absorb errors, the strings extension's join()).
+# Kubernetes' quantity library (quantity(), isGreaterThan()), which cel-cpp lacks: a quantity as a
+# double here (exact enough for the quantities of the tests' objects).
+_QUANTITY = [
+    celx.FunctionDecl("quantity", [celx.Overload("quantity_string", celx.Type.DOUBLE, [celx.Type.STRING],
+                                                 impl=lambda s: float(parse_quantity(s)))]),
+    celx.FunctionDecl("isGreaterThan", [celx.Overload("quantity_gt", celx.Type.BOOL, [celx.Type.DOUBLE, celx.Type.DOUBLE],
+                                                      is_member=True, impl=lambda a, b: a > b)]),
+]
 _ENV = celx.NewEnv(variables={name: celx.Type.DYN for name in ("object", "oldObject", "request", "variables", "v")},
-                   extensions=[ext_strings.ExtStrings()])
+                   extensions=[ext_strings.ExtStrings()], functions=_QUANTITY)
 
 
 @functools.cache
@@ -105,9 +114,9 @@ def _selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
 def _sent(rules: list[dict[str, Any]], selector: dict[str, Any] | None, req: dict[str, Any]) -> bool:
     """The rules and namespaceSelector send this request (no namespace is opted out here)."""
     res = req["resource"]
-    if req.get("subResource") or not any(
-            res["group"] in r["apiGroups"] and res["resource"] in r["resources"] and req["operation"] in r["operations"]
-            for r in rules):
+    resource = res["resource"] + (f"/{req['subResource']}" if req.get("subResource") else "")
+    if not any(res["group"] in r["apiGroups"] and resource in r["resources"] and req["operation"] in r["operations"]
+               for r in rules):
         return False
     namespaced = bool(req.get("namespace")) and req["kind"]["kind"] != "Namespace"
     return not namespaced or _selects(selector, {NAMESPACE_NAME_LABEL: req["namespace"]})
@@ -239,7 +248,7 @@ def _suite_cases() -> Iterator[Case]:
             r = case.get("request") or {}
             caller = Caller(operation=r.get("operation", "CREATE"), username=r.get("user", "alice"),
                             groups=tuple(r.get("groups", ("system:authenticated",))),
-                            namespace=r.get("namespace", "default"))
+                            namespace=r.get("namespace", "default"), subresource=r.get("subResource", ""))
             root = str((base / case["bundle"]).resolve()) if case.get("bundle") else str(POLICIES)
             yield Case(f"suite:{suite.parent.name}[{i}]", synthetic_review(o, caller, old_object=old), root)
 
@@ -332,6 +341,32 @@ def _variants(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def _resized(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """In-place resizes (pods/resize) of a Pod: every container's cpu request raised (limits with
+    it), or its memory request lowered, or a request added where there was none."""
+    def each(change: Any) -> dict[str, Any]:
+        out = copy.deepcopy(obj)
+        for key in ("initContainers", "containers"):
+            for c in out.get("spec", {}).get(key) or []:
+                if isinstance(c, dict):
+                    change(c.setdefault("resources", {}))
+        return out
+
+    def up(r: dict[str, Any]) -> None:
+        r.setdefault("requests", {})["cpu"] = "64"
+        if "cpu" in (r.get("limits") or {}):
+            r["limits"]["cpu"] = "64"
+
+    def down(r: dict[str, Any]) -> None:
+        if "memory" in (r.get("requests") or {}):
+            r["requests"]["memory"] = "1Mi"
+
+    def added(r: dict[str, Any]) -> None:
+        r.setdefault("requests", {}).setdefault("ephemeral-storage", "1Gi")
+
+    return [("resize cpu up", each(up)), ("resize memory down", each(down)), ("resize request added", each(added))]
+
+
 def _owned(obj: dict[str, Any]) -> dict[str, Any]:
     return _edit(obj, ("metadata", "ownerReferences"), [
         {"apiVersion": "batch/v1", "kind": "Job", "name": "owner", "uid": "u-1", "controller": True}])
@@ -357,6 +392,12 @@ def _object_cases() -> Iterator[Case]:
                     old, changed = (_owned(base), _owned(new)) if c == "job-controller" else (base, new)
                     yield Case(f"{where} UPDATE {what} by {c}", synthetic_review(
                         changed, Caller("UPDATE", user, groups, ns or "default"), old_object=old))
+            for i, (what, new) in enumerate(_resized(base) if kind == "Pod" else ()):
+                for c in dict.fromkeys(["alice", names[(n + i) % len(names)]]):
+                    user, groups = CALLERS[c]
+                    old, changed = (_owned(base), _owned(new)) if c == "job-controller" else (base, new)
+                    yield Case(f"{where} {what} by {c}", synthetic_review(
+                        changed, Caller("UPDATE", user, groups, ns or "default", subresource="resize"), old_object=old))
 
 
 @functools.lru_cache(maxsize=1)
@@ -493,6 +534,9 @@ def test_admission_policies_deny_only_what_the_engine_denies_and_all_of_what_the
         if any(m.startswith("queue-access: ") and "cannot be set, changed or removed once it exists" in m
                for m in d.denials) and not owners and not any(n.startswith("batchgate-queue-access") for n in vap):
             problems.append(f"no VAP denies the fixed label the engine denies: {_shown(case, d)}")
+        if any(m.startswith("queue-gate: ") and "in place (pods/resize)" in m for m in d.denials) \
+                and "batchgate-queue-gate-pods-resize" not in vap:
+            problems.append(f"no VAP denies the resize the engine denies: {_shown(case, d)}")
         denied_by.update(vap.keys())
     assert not problems, "\n".join(problems[:20]) + f"\n({len(problems)} in all)"
     assert min(denied_by[n] for n in (p.name for p in config_for(str(POLICIES)).policies)) > 3, denied_by

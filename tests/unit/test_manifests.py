@@ -525,6 +525,10 @@ def _needed(mutating: bool) -> set[tuple[str, str, str]]:
                     and (not mutating or op in policy.rule.mutate_operations)
                     and (not mutating or op != "UPDATE" or policy.rule.mutate_update_kinds is None
                          or kind in policy.rule.mutate_update_kinds)}
+            # an in-place resize (pods/resize) reaches the validating webhook of a policy that judges one
+            if not mutating and policy.rule.resize is not None and (group, kind) == ("", "Pod") \
+                    and "UPDATE" in policy.match.operations:
+                out.add(("", "pods/resize", "UPDATE"))
     return out
 
 
@@ -535,6 +539,24 @@ def test_webhook_rules_are_exactly_what_the_bundle_needs(kind, mutating, objects
     covered, needed = _covered(objects, kind), _needed(mutating)
     assert not needed - covered, f"policies match requests the API server never sends: {sorted(needed - covered)}"
     assert not covered - needed, f"requests sent to the webhook that no policy looks at: {sorted(covered - needed)}"
+
+
+def test_in_place_resize_goes_to_the_validating_update_webhook_alone(objects):
+    """pods/resize (Kubernetes 1.33+) is a subresource a rule on ``pods`` does not match: it is
+    routed to update.validate (which fails open, as every UPDATE; the admission policy
+    batchgate-queue-gate-pods-resize holds while it is down), and to no mutating webhook (the API
+    server takes no patch on it); its condition sends only a raise by someone who is not exempt."""
+    routed = {w["name"] for _, w in _webhooks(objects) for r in w["rules"] if "pods/resize" in r["resources"]}
+    assert routed == {"update.validate.batchgate.io"}
+    (w,) = [w for _, w in _webhooks(objects) if w["name"] == "update.validate.batchgate.io"]
+    conditions = {c["name"]: c["expression"] for c in w["matchConditions"]}
+    assert conditions["pods-resize"].startswith('!(has(request.subResource) && request.subResource == "resize")')
+    assert "isGreaterThan" in conditions["pods-resize"] and "batchgate:admins" in conditions["pods-resize"]
+    assert '!(has(request.subResource) && request.subResource == "resize")' in conditions["pods-update"]
+    (vap,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"
+              and o["metadata"]["name"] == "batchgate-queue-gate-pods-resize"]
+    assert vap["spec"]["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/resize"], "operations": ["UPDATE"]}]
 
 
 def test_updates_fail_open_and_creates_fail_closed(objects):
@@ -593,7 +615,8 @@ def test_admission_policies_are_bound_to_deny_and_fail_closed(objects):
     assert set(policies) == set(bindings) == {
         "batchgate-queue-priority-templates", "batchgate-queue-priority-cronjobs",
         "batchgate-namespace-opt-out", "batchgate-reconciler-annotations",
-        "batchgate-queue-access-pods", "batchgate-queue-access-jobs", "batchgate-queue-gate-pods", "batchgate-queue-gate-jobs"}
+        "batchgate-queue-access-pods", "batchgate-queue-access-jobs", "batchgate-queue-gate-pods", "batchgate-queue-gate-jobs",
+        "batchgate-queue-gate-pods-resize"}
     for name, p in policies.items():
         assert p["apiVersion"] == "admissionregistration.k8s.io/v1"
         binding = bindings[name]["spec"]

@@ -25,19 +25,23 @@ suspended (Kubernetes allows both on a running Job): the queue planned the room 
 and lowering frees room; a suspended Job is queued, and the queue plans whatever size it has then. Nor
 may they raise the time limit of a released Pod or Job of a gated queue: the queue placed it, and
 promised the work after it a start, by that limit (only admins extend it, as in Slurm). Kubernetes
-itself refuses adding a scheduling gate to an existing pod. A queue whose ``state`` is ``drain`` or
-``stop`` refuses new Pods and Jobs, naming the queue and the admin's reason.
+itself refuses adding a scheduling gate to an existing pod. Nor may they raise, through ``pods/resize``
+(in-place resize, Kubernetes 1.33+), what a released Pod of a gated queue requests: the queue placed it,
+and promised the work after it a start, by the resources it requested (lowering is allowed, as Kubernetes
+allows it; a gated Pod may change, the queue plans the size it has when its turn comes). A queue whose
+``state`` is ``drain`` or ``stop`` refuses new Pods and Jobs, naming the queue and the admin's reason.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from ..contract import QUEUE_GATE, QUEUED_ANNOTATION, QUEUED_BY_SUSPEND, TIME_LIMIT_ANNOTATION
 from ..units import json_int
 from ..workloads import meta_entry
-from .base import Ctx, Finding, RuleType, deny
+from .base import CONTAINER_LISTS, Ctx, Finding, RuleType, deny, quantity_or_none
 from .time_limit import read_limits, seconds_or_none
 
 if TYPE_CHECKING:
@@ -227,6 +231,64 @@ def _longer(settings: Settings, ctx: Ctx, old: Any, obj: Any) -> list[Finding]:
                  f"runs would take room promised to others (lowering is allowed); {back}ask an admin to extend it")]
 
 
+def requested(holder: Any) -> dict[str, tuple[Fraction, str]]:
+    """What a container (or a pod spec, by its pod-level ``resources``) requests, per resource, as
+    (amount, as written): its request, else its limit (Kubernetes defaults a Pod's missing request
+    to its limit, and the queue counts it so); what is not a quantity is left out."""
+    res = holder.get("resources") if isinstance(holder, dict) else None
+    out: dict[str, tuple[Fraction, str]] = {}
+    if isinstance(res, dict):
+        for key in ("limits", "requests"):  # a request overrides its limit
+            values = res.get(key)
+            for name, v in values.items() if isinstance(values, dict) else ():
+                if (q := quantity_or_none(v)) is not None:
+                    out[name] = (q, str(v))
+    return out
+
+
+def grown(old: Any, obj: Any) -> list[tuple[str, str, str, str]]:
+    """What an in-place resize raises, as (where, resource, before, after): a container's request
+    (or its limit where it has none) of a resource, by container name, or the pod-level one; a
+    resource not requested before counts as 0 before."""
+    spec, was = obj.get("spec"), old.get("spec")
+    if not isinstance(spec, dict) or not isinstance(was, dict):
+        return []
+    pairs: list[tuple[str, Any, Any]] = []
+    for key in CONTAINER_LISTS:
+        items, before = spec.get(key), was.get(key)
+        named = {c.get("name"): c for c in before if isinstance(c, dict)} if isinstance(before, list) else {}
+        for c in items if isinstance(items, list) else ():
+            if isinstance(c, dict) and c.get("name") in named:
+                pairs.append((f"{'init container' if key == 'initContainers' else 'container'} {c.get('name')!r}",
+                              named[c.get("name")], c))
+    pairs.append(("the pod (spec.resources)", was, spec))
+    out = []
+    for where, a, b in pairs:
+        then = requested(a)
+        for name, (q, text) in requested(b).items():
+            prev = then.get(name, (Fraction(0), "0"))
+            if q > prev[0]:
+                out.append((where, name, prev[1], text))
+    return out
+
+
+def resize(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
+    """An in-place resize (``pods/resize``) of a released Pod of a gated queue, by a user (not a
+    releaser, not an admin), that raises what it requests: the queue placed it, and promised the
+    work after it a start, by what it requested (it counts requests, as kube-scheduler does)."""
+    old = ctx.old_object
+    if old is None or ctx.admin or settings.writers.contains(ctx.username, ctx.groups) or gated(old):
+        return []
+    up = grown(old, obj)
+    if not up or not holds(settings, ctx, obj):
+        return []
+    what = "; ".join(f"the {res} request of {where} from {a} to {b}" for where, res, a, b in up)
+    return [deny(f"{ctx.subject} runs in queue {ctx.queue_name!r}, which placed it, and promised the work after it "
+                 f"a start, by the resources it requested; raising {what} in place (pods/resize) would take room "
+                 "promised to others (lowering is allowed); to run it bigger, delete it and submit it again with "
+                 "the new requests (it waits for its turn), or ask an admin")]
+
+
 TYPE = RuleType(
     name="queue-gate",
     doc=(
@@ -238,6 +300,7 @@ TYPE = RuleType(
     parse=parse,
     mutate=mutate,
     validate=validate,
+    resize=resize,
     default_kinds=KINDS,
     default_operations=("CREATE", "UPDATE"),
     mutate_operations=("CREATE", "UPDATE"),

@@ -361,3 +361,88 @@ def test_a_waiting_or_requeued_workload_may_change_its_time_limit_and_admins_may
     assert requeue.allowed, requeue
     assert update(qg, limited(pod(), "10m"), limited(pod(), "7d"), user="root", groups=("system:masters",)).allowed
     assert update(qg, limited(pod("scavenger"), "10m"), limited(pod("scavenger"), "7d")).allowed  # not gated
+
+
+# -- in-place resize (pods/resize) ------------------------------------------------------------
+def resized(b: Bundle, old: dict[str, Any], new: dict[str, Any], user: str = "alice",
+            groups: tuple[str, ...] = ("system:authenticated",), sub: str = "resize") -> Decision:
+    """An UPDATE through the Pod's subresource ``sub``, as the API server sends it."""
+    from webhook.engine import decide
+
+    review = synthetic_review(new, Caller("UPDATE", user, groups, "demo", subresource=sub), old_object=old)
+    return decide(review, b, phase="validate")
+
+
+def sized_pod(cpu: str, memory: str = "1Gi", *, limit: str | None = None, sidecar: str | None = None,
+              pod_level: str | None = None, gates: list[str] | None = None, queue: str = "batch") -> dict[str, Any]:
+    p = pod(queue, gates)
+    p["spec"]["containers"] = [{"name": "main", "image": "busybox", "resources": {
+        "requests": {"cpu": cpu, "memory": memory}, **({"limits": {"cpu": limit}} if limit else {})}}]
+    if sidecar is not None:
+        p["spec"]["initContainers"] = [{"name": "proxy", "image": "busybox", "restartPolicy": "Always",
+                                        "resources": {"requests": {"cpu": sidecar}}}]
+    if pod_level is not None:
+        p["spec"]["resources"] = {"requests": {"cpu": pod_level}}
+    return p
+
+
+def test_a_released_pods_requests_cannot_be_raised_in_place(qg: Bundle) -> None:
+    """The queue placed the pod, and promised the work after it a start, by what it requested; a
+    resize that raises a request (any container's, a sidecar's, the pod-level one, one not
+    requested before) is refused, naming the queue and what to do."""
+    d = resized(qg, sized_pod("1"), sized_pod("4"))
+    assert not d.allowed
+    assert ("Pod demo/sim runs in queue 'batch', which placed it" in d.message
+            and "the cpu request of container 'main' from 1 to 4 in place (pods/resize)" in d.message
+            and "delete it and submit it again with the new requests" in d.message and "ask an admin" in d.message), d.message
+    assert "memory request of container 'main' from 1Gi to 1536Mi" in resized(
+        qg, sized_pod("1"), sized_pod("500m", "1536Mi")).message  # each resource on its own
+    assert "init container 'proxy' from 100m to 200m" in resized(
+        qg, sized_pod("1", sidecar="100m"), sized_pod("900m", sidecar="200m")).message  # each container on its own
+    assert "the pod (spec.resources) from 2 to 3" in resized(
+        qg, sized_pod("1", pod_level="2"), sized_pod("1", pod_level="3")).message
+    grown = sized_pod("1")
+    grown["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "1"
+    assert "the nvidia.com/gpu request of container 'main' from 0 to 1" in resized(qg, sized_pod("1"), grown).message
+
+
+def test_lowering_requests_or_raising_a_limit_in_place_is_allowed(qg: Bundle) -> None:
+    """As Kubernetes allows it: lowering frees room; the queue counts requests, not limits."""
+    d = resized(qg, sized_pod("2", limit="2"), sized_pod("1", "512Mi", limit="4"))
+    assert d.allowed and d.patch == [], d.message
+    assert resized(qg, sized_pod("1000m"), sized_pod("1")).allowed  # the same amount written otherwise
+
+
+def test_a_request_is_its_limit_where_it_has_none(qg: Bundle) -> None:
+    """Kubernetes defaults a Pod's missing request to its limit: a request set up to that limit raises nothing."""
+    old, new = sized_pod("1", limit="2"), sized_pod("1", limit="2")
+    del old["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+    assert resized(qg, old, new).allowed
+    new["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "3"
+    assert not resized(qg, old, new).allowed
+
+
+@pytest.mark.parametrize("who", [(RECONCILER, SA_GROUPS), ("root", ADMIN)])
+def test_the_reconciler_and_admins_may_raise_requests_in_place(qg: Bundle, who: tuple[str, tuple[str, ...]]) -> None:
+    assert resized(qg, sized_pod("1"), sized_pod("4"), *who).allowed
+
+
+def test_a_waiting_pod_or_one_of_an_ungated_queue_may_be_resized(qg: Bundle) -> None:
+    """Behind the gate it is still the queue's to place, at the size it has when its turn comes."""
+    assert resized(qg, sized_pod("1", gates=[QUEUE_GATE]), sized_pod("4", gates=[QUEUE_GATE])).allowed
+    assert resized(qg, sized_pod("1", queue="interactive"), sized_pod("4", queue="interactive")).allowed
+
+
+def test_only_the_resize_subresource_is_judged_and_only_by_its_judges() -> None:
+    """Another subresource (status: the kubelet's) is left alone; a resize runs no policy but those
+    that judge one (RuleType.resize), whatever else the bundle holds; the mutating phase none."""
+    b = shipped_bundle()
+    d = resized(b, sized_pod("1"), sized_pod("4"), sub="status")
+    assert d.allowed and d.skipped == "subresource status"
+    d = resized(b, sized_pod("1"), sized_pod("4"))
+    assert not d.allowed and [name for name, _ in d.outcomes] == ["queue-gate"], d.outcomes
+    from webhook.engine import decide
+
+    review = synthetic_review(sized_pod("4"), Caller("UPDATE", "alice", ("system:authenticated",), "demo",
+                                                     subresource="resize"), old_object=sized_pod("1"))
+    assert decide(review, b, phase="mutate").skipped == "subresource resize"
