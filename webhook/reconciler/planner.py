@@ -259,7 +259,6 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
 
     windows = [w.window for w in (snapshot.windows or {}).values() if w.window is not None]
     limit_of: Callable[[JobView | PodView], int | None] = lambda o: effective_limit(o, settings)  # noqa: E731
-    queued: list[Queued] = []
     queue_args: dict[str, Any] = {}
     promised: dict[str, float] = {}  # a waiting workload's reservation (start-by), by uid
     to_limits: list[Estimate] | None = None  # the queue's placement (every workload to its time limit)
@@ -278,16 +277,14 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
         p.actions += queue.plan_unmanaged(queue.unmanaged(snapshot, queues, limit_of), now)
         if snapshot.nodes is not None:  # placing needs the nodes; what waits is known without them
             if waiting or queues.gated:
-                queued = queue.as_queued(waiting, queues)
-                queue_args = {"queued": queued, "preempts_below": queue.preempts_below(queues),
+                queue_args = {"queued": [], "preempts_below": queue.preempts_below(queues),
                               "class_values": queues.class_values, "released": queue.released(queues)}
             if waiting:
-                def schedule(items: list[queue.Waiting]) -> list[Estimate]:
-                    if items is not waiting:  # placed again, in another order
-                        queue_args["queued"] = queue.as_queued(items, queues)
-                    return shadow_schedule(snapshot, now, windows, limit_of=limit_of, easy=queues.easy, **queue_args)
+                def schedule(queued: list[Queued]) -> list[Estimate]:
+                    return shadow_schedule(snapshot, now, windows, limit_of=limit_of, easy=queues.easy,
+                                           **{**queue_args, "queued": queued})
                 # a promise the placement would break is promoted and the queue placed again (queue.place)
-                waiting, placed = queue.placed(waiting, schedule, queues)
+                waiting, queue_args["queued"], placed = queue.placed(waiting, schedule, queues)
                 # under EASY the placement is no estimate of the rest: the estimate pass places them all
                 to_limits = placed if not queues.easy else None
                 promised = {e.workload.uid: e.start for e in placed if e.queued and e.reserved and e.start is not None}

@@ -235,7 +235,7 @@ def promoted(items: list[W], promise: Callable[[W], float | None], priority: Cal
     spare keeps the place fair share gives it, so fair share still reorders work within the slack
     the promises leave."""
     risky = sorted((i for i, w in enumerate(items) if promise(w) is not None and at_risk(w)),
-                   key=lambda i: (priority(items[i]), -(promise(items[i]) or 0.0), -i), reverse=True)
+                   key=lambda i: (-priority(items[i]), promise(items[i]) or 0.0, i))
     if not risky:
         return items
     moving = set(risky)
@@ -468,16 +468,23 @@ def place(items: list[W], schedule: Callable[[list[W]], list[Estimate]], promise
     return items, estimates, n
 
 
-def placed(items: list[Waiting], schedule: Callable[[list[Waiting]], list[Estimate]],
-           policy: QueuePolicy) -> tuple[list[Waiting], list[Estimate]]:
-    """``place`` the waiting workloads, their promises their ``batchgate.io/start-by`` (none held in a
-    queue with ``promise: fair-share``)."""
+def placed(items: list[Waiting], schedule: Callable[[list[Queued]], list[Estimate]],
+           policy: QueuePolicy) -> tuple[list[Waiting], list[Queued], list[Estimate]]:
+    """``place`` the waiting workloads (``schedule``: the shadow schedule of them as ``as_queued``
+    gives them), their promises their ``batchgate.io/start-by`` (none held in a queue with
+    ``promise: fair-share``). Returns the order placed, as waiting and as queued (what the estimate
+    pass places after it), and its estimates."""
     fair = policy.fair_promises
+    last: list[Queued] = []
 
     def promise(w: Waiting) -> float | None:
         return None if w.queue in fair else _promised_at(w)
-    items, estimates, _ = place(items, schedule, promise, lambda w: w.priority, lambda w: w.ref.uid)
-    return items, estimates
+
+    def run(ws: list[Waiting]) -> list[Estimate]:
+        last[:] = as_queued(ws, policy)
+        return schedule(last)
+    items, estimates, _ = place(items, run, promise, lambda w: w.priority, lambda w: w.ref.uid)
+    return items, last, estimates
 
 
 def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,

@@ -28,7 +28,7 @@ from .model import JobView, PodView, Snapshot, job_of, own_job
 from .planner import effective_limit
 from .runtimes import Predictor, finished_runs, remember
 from .settings import QueuePolicy, Settings
-from .shadow import Estimate, shadow_schedule
+from .shadow import Estimate, Queued, shadow_schedule
 from .usage import Usage, factors
 
 
@@ -54,13 +54,13 @@ def _estimates(snapshot: Snapshot, now: float, windows: list[Window], predictor:
     waiting = queue.waiting(snapshot, now, queues, usage or {}, limit_of)
     extra: dict[str, Any] = {}
     if waiting or queues.gated:
-        extra = {"queued": queue.as_queued(waiting, queues), "preempts_below": queue.preempts_below(queues),
+        extra = {"queued": [], "preempts_below": queue.preempts_below(queues),
                  "class_values": queues.class_values, "released": queue.released(queues)}
     if waiting:
-        def to_limits(items: list[queue.Waiting]) -> list[Estimate]:  # the order the planner places in
-            extra["queued"] = queue.as_queued(items, queues)
-            return shadow_schedule(snapshot, now, windows, limit_of=limit_of, easy=queues.easy, **extra)
-        waiting, _ = queue.placed(waiting, to_limits, queues)
+        def to_limits(queued: list[Queued]) -> list[Estimate]:  # the order the planner places in
+            return shadow_schedule(snapshot, now, windows, limit_of=limit_of, easy=queues.easy,
+                                   **{**extra, "queued": queued})
+        waiting, extra["queued"], _ = queue.placed(waiting, to_limits, queues)
     estimates = shadow_schedule(snapshot, now, windows, runtimes=predictor, limit_of=limit_of, **extra)
     # each wait stretched for the arrivals that rank ahead, as the planner does (forecast.py)
     return forecast(estimates, snapshot, now=now, policy=queues, usage=usage or {}, predictor=predictor,
