@@ -50,6 +50,11 @@ The same arrivals are replayed on the same cluster by two systems:
            ``keep``). Under ``queue`` each promise first placed
            past its start-by records why (``_why_at_risk``); ``replay_measures.broken`` counts the
            promises not kept by cause.
+  easy-deadline  a queue with ``backfill: easy`` as the product runs it by default (``promise: deadline``):
+           ``easy``'s placement (only the head reserves and is promised) with ``deadline``'s promises (a
+           start-by never moves earlier; a head placed past it is promoted and the pass placed again);
+           ``easy`` is such a queue with ``promise: fair-share``. Both deadline systems need the shadow
+           placement.
 
 The model (each number a flag where it matters):
 
@@ -476,7 +481,8 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
     idle_cores = 0.0  # held by the pods of gangs not all started (kube)
     free_now = room_now = 0  # after the last pass: free cores while work waits; the same while a waiting pod fits
     usage = Usage()
-    policy = QueuePolicy(gated=("batch",), fair_share=fair, easy=frozenset({"batch"}) if system == "easy" else frozenset())
+    easy = system in ("easy", "easy-deadline")
+    policy = QueuePolicy(gated=("batch",), fair_share=fair, easy=frozenset({"batch"}) if easy else frozenset())
     now = 0.0
     while run.events:
         t = run.events[0][0]
@@ -525,9 +531,9 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
             idle_cores = _kube_pass(cluster, pending, now, run, spread=p.kube_bind == "spread")
         elif p.placement == "shadow":
             _shadow_pass(cluster, pending, now, run, usage, policy, p, res, keep=system == "keep",
-                         yielding=system == "yield", deadline=system == "deadline")
+                         yielding=system == "yield", deadline=system in ("deadline", "easy-deadline"))
         else:
-            _queue_pass(cluster, pending, now, run, usage, fair, p, res, easy=system == "easy", keep=system == "keep")
+            _queue_pass(cluster, pending, now, run, usage, fair, p, res, easy=easy, keep=system == "keep")
         res.max_over = max(res.max_over, max(-f for f in cluster.free))
         free_now = sum(cluster.free) if pending else 0
         room_now = free_now if pending and min(w.cores for w in pending) <= max(cluster.free) else 0
@@ -995,7 +1001,8 @@ def records(res: Result) -> list[Record]:
             for w in res.works]
 
 
-SYSTEMS = ("kube", "queue", "easy", "keep", "yield", "deadline")
+SYSTEMS = ("kube", "queue", "easy", "keep", "yield", "deadline", "easy-deadline")
+DEADLINE = ("deadline", "easy-deadline")  # the placement that holds promises as deadlines is the shadow placement's only
 
 
 def run(seed: int, p: Params, fair: FairShare | None = None, *, model: str = "accounts", load: float = 0.6,
@@ -1125,6 +1132,8 @@ def main(argv: list[str] | None = None) -> int:
     systems = [x for x in a.systems.split(",") if x]
     if any(x not in SYSTEMS for x in systems):
         ap.error(f"--systems: of {', '.join(SYSTEMS)}")
+    if p.placement != "shadow" and any(x in DEADLINE for x in systems):
+        ap.error("--systems deadline, easy-deadline: only with --placement shadow")
     keep: dict[str, list[Record]] = {}
     seeds = _seeds(a.seeds)
     rows = [r for s in seeds for r in run(s, p, fair, model=a.model, load=a.load, systems=systems, keep=keep)]

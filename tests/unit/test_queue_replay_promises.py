@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.unit.test_queue_replay import sim
 
 ONE = sim.Params(nodes=1, node_cpu=8, hours=1.0)
@@ -166,3 +168,23 @@ def test_under_deadline_a_later_arrival_goes_ahead_only_while_the_promise_holds(
     res = sim.simulate(slack, two, "deadline")
     older, newer = res.works[2], res.works[3]
     assert older.start_by == 7200.0 and newer.started == 3600.0 and older.started == 5400.0
+
+
+def test_easy_deadline_is_easy_backfill_whose_promise_never_moves_earlier() -> None:
+    """``easy-deadline``, a ``backfill: easy`` queue with the default ``promise: deadline``: EASY's
+    backfill (the late job starts at once, delaying only the second) and deadline's placement; the
+    head's start-by, 7200 behind a job limited to 7200 that ended at 1000, stays 7200 when its
+    reservation moves to 3600 at the pass a small arrival makes then (under ``easy``, ``promise: fair-share``, it follows to 3600)."""
+    res = sim.simulate(_day(), ONE, "easy-deadline")
+    assert res.works[4].starts == [3.0] and res.works[3].start_by is None and res.rounds
+    W = sim.Work
+    slack = [W(0, "a", 0.0, 1, 4, 3600.0, 3600.0, False), W(1, "a", 0.0, 1, 4, 7200.0, 1000.0, False),
+             W(2, "a", 1.0, 1, 8, 3600.0, 3600.0, False), W(3, "a", 1000.0, 1, 1, 1800.0, 600.0, False)]
+    head = {s: sim.simulate(slack, ONE, s).works[2] for s in ("easy", "easy-deadline")}
+    assert all(w.start_by == 7200.0 and w.started == 3600.0 for w in head.values())
+    assert head["easy"].current == 3600.0 and head["easy-deadline"].current == 7200.0
+
+
+def test_the_deadline_systems_need_the_shadow_placement() -> None:
+    with pytest.raises(SystemExit):
+        sim.main(["--systems", "deadline", "--placement", "simple", "--seeds", "1", "--hours", "1"])
