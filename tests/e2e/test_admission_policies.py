@@ -376,3 +376,35 @@ def test_a_released_pod_is_not_resized_bigger_while_the_webhook_is_down(kube, we
         problems.append(f"the cluster admin raising it: HTTP {status} {msg}")
     outage.end()
     assert not problems, "while the webhook was down:\n  " + "\n  ".join(problems)
+
+
+def test_a_scavenger_pod_is_not_resized_bigger_while_the_webhook_is_down(kube, webhook_server, admission_policies,
+                                                                          namespace, outage):
+    """pods/resize of a Pod of the scavenger queue (its queue is not gated: the scavengers' share is
+    what holds it), by alice, whom a Role grants pods/resize: with the webhook down,
+    batchgate-queue-gate-pods-resize refuses a raise of its requests and limits, naming the queue
+    and why; the stored resources are unchanged; lowering passes, and so does an admin's raise."""
+    ns, name = namespace, unique("scav")
+    grant_resize(kube, ns)
+    create(kube, ns, pod(name, labels={QUEUE_LABEL: "scavenger"}, containers=[container(cpu="1", memory="64Mi")]))
+    assert kube.get(pods_path(ns, name))["spec"]["priorityClassName"] == "batchgate-scavenger"
+    resize = pods_path(ns, name) + "/resize"
+
+    webhook_server.server.stop()
+    assert webhook_server.server.refuses_connections()
+    problems: list[str] = []
+    status, msg = attempt(lambda: kube.request("PATCH", resize, cpu_to("2"), content_type=STRATEGIC, as_user="alice"))
+    problems += _refused_by("batchgate-queue-gate-pods-resize", status, msg,
+                            "the Pod is a scavenger, in queue 'scavenger'", "raising its requests or limits in place "
+                            "(pods/resize) would take more than the scavenger policy allowed")
+    if stored_cpu(kube, ns, name) != ("1", "1"):
+        problems.append(f"alice's raise was stored: {stored_cpu(kube, ns, name)}")
+    status, msg = attempt(lambda: kube.request("PATCH", resize, cpu_to("500m"), content_type=STRATEGIC,
+                                               as_user="alice"))
+    if status != 200 or stored_cpu(kube, ns, name) != ("500m", "500m"):
+        problems.append(f"alice lowering her pod: HTTP {status} {msg}")
+    status, msg = attempt(lambda: kube.request("PATCH", resize, cpu_to("2"), content_type=STRATEGIC))
+    if status != 200 or stored_cpu(kube, ns, name) != ("2", "2"):
+        problems.append(f"the cluster admin raising it: HTTP {status} {msg}")
+    outage.end()
+    assert not problems, "while the webhook was down:\n  " + "\n  ".join(problems)
