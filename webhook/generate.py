@@ -960,7 +960,7 @@ def _raised_in(new: str, old: str) -> str:
 
 def _limit_raised_in(new: str, old: str) -> str:
     """CEL: a limit ``old`` (a container, or a pod spec by its pod-level resources) set is removed
-    from ``new`` or raised in it (rules.queue_gate.limited, grown with ``limits``)."""
+    from ``new`` or raised in it (rules.queue_gate.grown with ``limits``)."""
     def lim(x: str) -> str:
         return f"(has({x}.resources) && has({x}.resources.limits) ? {x}.resources.limits : {{}})"
 

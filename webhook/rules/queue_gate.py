@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..contract import QUEUE_GATE, QUEUED_ANNOTATION, QUEUED_BY_SUSPEND, TIME_LIMIT_ANNOTATION
 from ..units import json_int
@@ -234,28 +234,20 @@ def _longer(settings: Settings, ctx: Ctx, old: Any, obj: Any) -> list[Finding]:
                  f"runs would take room promised to others (lowering is allowed); {back}ask an admin to extend it")]
 
 
+def _amounts(holder: Any, key: str) -> dict[str, tuple[Fraction, str]]:
+    """``resources.<key>`` (requests or limits) of a container, or of a pod spec by its pod-level
+    ``resources``, per resource, as (amount, as written); what is not a quantity is left out."""
+    res = holder.get("resources") if isinstance(holder, dict) else None
+    values = res.get(key) if isinstance(res, dict) else None
+    return {name: (q, str(v)) for name, v in (values.items() if isinstance(values, dict) else ())
+            if (q := quantity_or_none(v)) is not None}
+
+
 def requested(holder: Any) -> dict[str, tuple[Fraction, str]]:
     """What a container (or a pod spec, by its pod-level ``resources``) requests, per resource, as
     (amount, as written): its request, else its limit (Kubernetes defaults a Pod's missing request
     to its limit, and the queue counts it so); what is not a quantity is left out."""
-    res = holder.get("resources") if isinstance(holder, dict) else None
-    out: dict[str, tuple[Fraction, str]] = {}
-    if isinstance(res, dict):
-        for key in ("limits", "requests"):  # a request overrides its limit
-            values = res.get(key)
-            for name, v in values.items() if isinstance(values, dict) else ():
-                if (q := quantity_or_none(v)) is not None:
-                    out[name] = (q, str(v))
-    return out
-
-
-def limited(holder: Any) -> dict[str, tuple[Fraction, str]]:
-    """The limits of a container (or of a pod spec, by its pod-level ``resources``), per resource,
-    as (amount, as written); what is not a quantity is left out."""
-    res = holder.get("resources") if isinstance(holder, dict) else None
-    values = res.get("limits") if isinstance(res, dict) else None
-    return {name: (q, str(v)) for name, v in (values.items() if isinstance(values, dict) else ())
-            if (q := quantity_or_none(v)) is not None}
+    return {**_amounts(holder, "limits"), **_amounts(holder, "requests")}  # a request overrides its limit
 
 
 def grown(old: Any, obj: Any, *, limits: bool = False) -> list[tuple[str, str, str, str]]:
@@ -283,15 +275,15 @@ def grown(old: Any, obj: Any, *, limits: bool = False) -> list[tuple[str, str, s
             if q > prev[0]:
                 out.append((where, f"{name} request", prev[1], text))
         if limits:
-            now = limited(b)
-            for name, (q, text) in limited(a).items():
+            now = _amounts(b, "limits")
+            for name, (q, text) in _amounts(a, "limits").items():
                 after = now.get(name)
                 if after is None or after[0] > q:  # removed: no limit at all
                     out.append((where, f"{name} limit", text, "none" if after is None else after[1]))
     return out
 
 
-def resize_guard(settings: Settings, ctx: Ctx, obj: Any) -> str | None:
+def resize_guard(settings: Settings, ctx: Ctx, obj: Any) -> Literal["scavenger", "queue"] | None:
     """Why the Pod of this ``pods/resize`` may not grow: ``"scavenger"``, a Pod of a scavenger queue
     (it runs on idle capacity within the scavengers' share, by what it was admitted with: neither its
     requests nor its limits may rise); ``"queue"``, a released Pod of a gated queue (placed by its
