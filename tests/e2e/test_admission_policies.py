@@ -357,10 +357,17 @@ def _resized_while_down(kube: Any, webhook_server: Any, outage: Any, ns: str, qu
     assert not kube.get(pods_path(ns, name))["spec"].get("schedulingGates")  # not waiting: as if released
     resize = pods_path(ns, name) + "/resize"
 
+    def raise_refused_by_the_policy(dry_run: bool) -> tuple[int, str]:
+        return attempt(lambda: kube.request("PATCH", resize, cpu_to("2"), content_type=STRATEGIC, as_user="alice",
+                                            query={"dryRun": "All"} if dry_run else None))
+
+    # the policies are created one after the other: this one (after the module's probe's) in force
+    wait_for(lambda: "ValidatingAdmissionPolicy 'batchgate-queue-gate-pods-resize'" in raise_refused_by_the_policy(True)[1],
+             30, interval=0.3, message="batchgate-queue-gate-pods-resize in force")
     webhook_server.server.stop()
     assert webhook_server.server.refuses_connections()
     problems: list[str] = []
-    status, msg = attempt(lambda: kube.request("PATCH", resize, cpu_to("2"), content_type=STRATEGIC, as_user="alice"))
+    status, msg = raise_refused_by_the_policy(False)
     problems += _refused_by("batchgate-queue-gate-pods-resize", status, msg, *refusal)
     if stored_cpu(kube, ns, name) != ("1", "1"):
         problems.append(f"alice's raise was stored: {stored_cpu(kube, ns, name)}")

@@ -232,6 +232,12 @@ def test_a_running_scavenger_pod_cannot_be_resized_bigger_by_its_user_smaller_it
     (p,) = run_segment(kube, ns, "md-1", 1)
     wait_status(kube, ns, "md", lambda s: s.get("phase") == "Running", "Running", r=r)
     name = p["metadata"]["name"]
+    # the kubelet (we) reports the resources it applied, as one that resizes in place (1.33+) does:
+    # the API server refuses a resize of a running pod whose container statuses lack them
+    running = kube.get(pods_path(ns, name))
+    sized = {c["name"]: c["resources"] for c in running["spec"]["containers"]}
+    statuses = [{**c, "resources": sized[c["name"]]} for c in running["status"]["containerStatuses"]]
+    kube.patch(pods_path(ns, name) + "/status", {"status": {"containerStatuses": statuses}})
     resize = pods_path(ns, name) + "/resize"
     strategic = "application/strategic-merge-patch+json"
     with pytest.raises(KubeApiError) as e:
