@@ -48,7 +48,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -515,12 +515,21 @@ def _actions(bundle: Bundle, *, mutating: bool, operation: str, res: Resource) -
 
 def _resizes(bundle: Bundle) -> list[str]:
     """When a policy may act on an in-place resize (CEL, one per policy that judges one: only
-    queue-gate, on a user raising a request; admins and its releasers pass)."""
+    queue-gate, on a user raising a request, or a limit where a queue runs scavengers; admins and its
+    releasers pass)."""
     out = []
     for p in bundle.candidates(mutating=False, operation="UPDATE", group="", version="v1", kind="Pod"):
         if p.rule.resize is not None:
-            out.append(_and([f"!({_exempt(bundle, p)})", _RESIZE_RAISING]) if p.rule.name == "queue-gate" else "true")
+            out.append(_and([f"!({_exempt(bundle, p)})", _resize_raising(bundle)]) if p.rule.name == "queue-gate"
+                       else "true")
     return out
+
+
+def _resize_raising(bundle: Bundle) -> str:
+    """CEL: the resize raises what queue-gate guards (rules.queue_gate.grown): a request, or a limit
+    too where some queue runs scavengers."""
+    scavengers = any(q.scavenger for q in bundle.queues.values())
+    return _or([_RESIZE_RAISING, _RESIZE_LIMIT_RAISING]) if scavengers else _RESIZE_RAISING
 
 
 def _template_root(shape: Shape) -> tuple[str, ...]:
@@ -949,12 +958,28 @@ def _raised_in(new: str, old: str) -> str:
             f"rn.exists(k, {more}) || ln.exists(k, !(k in rn) && {more})))))")
 
 
-# An in-place resize raises a request of a container (paired with the old one by name) or of the
-# pod (rules.queue_gate.grown)
-_RESIZE_RAISING = "(" + " || ".join(
-    [f"(has(object.spec.{key}) && has(oldObject.spec.{key}) && object.spec.{key}.exists(n, "
-     f"oldObject.spec.{key}.exists(o, o.name == n.name && {_raised_in('n', 'o')})))"
-     for key in ("initContainers", "containers")] + [_raised_in("object.spec", "oldObject.spec")]) + ")"
+def _limit_raised_in(new: str, old: str) -> str:
+    """CEL: a limit ``old`` (a container, or a pod spec by its pod-level resources) set is removed
+    from ``new`` or raised in it (rules.queue_gate.grown with ``limits``)."""
+    def lim(x: str) -> str:
+        return f"(has({x}.resources) && has({x}.resources.limits) ? {x}.resources.limits : {{}})"
+
+    return (f"[{lim(new)}].exists(ln, [{lim(old)}].exists(lo, lo.exists(k, !(k in ln) || "
+            "quantity(string(ln[k])).isGreaterThan(quantity(string(lo[k]))))))")
+
+
+def _resize_of(raised_in: Callable[[str, str], str]) -> str:
+    """CEL: ``raised_in`` holds for a container (paired with the old one by name) or for the pod."""
+    return "(" + " || ".join(
+        [f"(has(object.spec.{key}) && has(oldObject.spec.{key}) && object.spec.{key}.exists(n, "
+         f"oldObject.spec.{key}.exists(o, o.name == n.name && {raised_in('n', 'o')})))"
+         for key in ("initContainers", "containers")] + [raised_in("object.spec", "oldObject.spec")]) + ")"
+
+
+# An in-place resize raises a request of a container or of the pod (rules.queue_gate.grown), or a
+# limit of one (grown with ``limits``: a scavenger's)
+_RESIZE_RAISING = _resize_of(_raised_in)
+_RESIZE_LIMIT_RAISING = _resize_of(_limit_raised_in)
 
 
 def _queue_gate_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
@@ -980,19 +1005,34 @@ def _queue_gate_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
         },)))
         pod_shape = shape_of("", "Pod")
         held = _gated_queue(bundle, policy, pod_shape) if pod_shape is not None else ""
-        if held and pod_shape is not None and _resizes(bundle) and any("UPDATE" in ops for _, ops in pods):
+        scavengers = [name for name, q in bundle.queues.items() if q.scavenger]
+        if (held or scavengers) and pod_shape is not None and _resizes(bundle) and any(
+                "UPDATE" in ops for _, ops in pods):
+            # one guard per reason (rules.queue_gate.resize_guard): a scavenger, else a released Pod of a gated queue
+            queue = _queue_of(bundle, pod_shape)
             grow = ("which placed it, and promised the work after it a start, by the resources it requested; raising "
                     "them in place (pods/resize) would take room promised to others (lowering is allowed); to run "
                     "it bigger, delete it and submit it again with the new requests (it waits for its turn), or "
                     "ask an admin")
+            scav = ("it runs on idle capacity, started when it fit within the scavengers' share of the cluster, by "
+                    "the resources it was admitted with; raising its requests or limits in place (pods/resize) would "
+                    "take more than the scavenger policy allowed (lowering is allowed); to run it bigger, submit it "
+                    "again with the new resources (it waits until they fit), or ask an admin")
             parts.append(_Part("-pods-resize", ((POD_RESIZE, ("UPDATE",)),), (
-                ("exempt", _or([exempt, _controller_made(bundle)])),), ({
-                    "expression": (f"variables.exempt || ({gated.format('oldObject')}) || !({held}) || "
-                                   f"!{_RESIZE_RAISING}"),
+                ("exempt", _or([exempt, _controller_made(bundle)])),
+                ("scavenger", f"{queue} in {_list(scavengers)}" if scavengers else "false")), (
+                *([{
+                    "expression": (f"variables.exempt || variables.scavenger || ({gated.format('oldObject')}) || "
+                                   f"!({held}) || !{_RESIZE_RAISING}"),
                     "message": f"queue-gate: the Pod runs in a gated queue, {grow}",
-                    "messageExpression": (f'"queue-gate: the Pod runs in queue \'" + {_queue_of(bundle, pod_shape)} '
-                                          f'+ "\', " + {_s(grow)}'),
-                },)))
+                    "messageExpression": f'"queue-gate: the Pod runs in queue \'" + {queue} + "\', " + {_s(grow)}',
+                }] if held else ()),
+                *([{
+                    "expression": f"variables.exempt || !variables.scavenger || !({_resize_raising(bundle)})",
+                    "message": f"queue-gate: the Pod is a scavenger: {scav}",
+                    "messageExpression": (f'"queue-gate: the Pod is a scavenger, in queue \'" + {queue} + "\': " '
+                                          f'+ {_s(scav)}'),
+                }] if scavengers else ()))))
     jobs = _routes(policy, kinds=[r for r in RESOURCES if r.kind == "Job"])
     shape = shape_of("batch", "Job")
     if jobs and shape is not None:

@@ -347,24 +347,28 @@ def test_what_holds_while_the_webhook_is_down(kube, webhook_server, admission_po
     assert not problems, "while the webhook was down:\n  " + "\n  ".join(problems)
 
 
-def test_a_released_pod_is_not_resized_bigger_while_the_webhook_is_down(kube, webhook_server, admission_policies,
-                                                                          namespace, outage):
-    """pods/resize of a released Pod of a gated queue (``batch`` in the shipped bundle the admission
-    policies come from; the e2e webhook leaves it ungated, so the pod runs as if released), by alice,
-    whom a Role grants pods/resize: with the webhook down, batchgate-queue-gate-pods-resize refuses a
-    raise, naming the queue; the stored requests are unchanged; lowering passes, and so does an admin's raise."""
-    ns, name = namespace, unique("grow")
+def _resized_while_down(kube: Any, webhook_server: Any, outage: Any, ns: str, queue: str, *refusal: str) -> None:
+    """alice (whom a Role grants pods/resize) resizes her 1-CPU Pod of ``queue`` while the webhook is
+    down: raising is refused by batchgate-queue-gate-pods-resize (its message has each of ``refusal``)
+    and nothing is stored; lowering passes, and so does an admin's raise; each read back."""
+    name = unique("grow")
     grant_resize(kube, ns)
-    create(kube, ns, pod(name, labels={QUEUE_LABEL: "batch"}, containers=[container(cpu="1", memory="64Mi")]))
-    assert not kube.get(pods_path(ns, name))["spec"].get("schedulingGates")
+    create(kube, ns, pod(name, labels={QUEUE_LABEL: queue}, containers=[container(cpu="1", memory="64Mi")]))
+    assert not kube.get(pods_path(ns, name))["spec"].get("schedulingGates")  # not waiting: as if released
     resize = pods_path(ns, name) + "/resize"
 
+    def raise_refused_by_the_policy(dry_run: bool) -> tuple[int, str]:
+        return attempt(lambda: kube.request("PATCH", resize, cpu_to("2"), content_type=STRATEGIC, as_user="alice",
+                                            query={"dryRun": "All"} if dry_run else None))
+
+    # the policies are created one after the other: this one (after the module's probe's) in force
+    wait_for(lambda: "ValidatingAdmissionPolicy 'batchgate-queue-gate-pods-resize'" in raise_refused_by_the_policy(True)[1],
+             30, interval=0.3, message="batchgate-queue-gate-pods-resize in force")
     webhook_server.server.stop()
     assert webhook_server.server.refuses_connections()
     problems: list[str] = []
-    status, msg = attempt(lambda: kube.request("PATCH", resize, cpu_to("2"), content_type=STRATEGIC, as_user="alice"))
-    problems += _refused_by("batchgate-queue-gate-pods-resize", status, msg, "the Pod runs in queue 'batch'",
-                            "raising them in place (pods/resize)", "delete it and submit it again")
+    status, msg = raise_refused_by_the_policy(False)
+    problems += _refused_by("batchgate-queue-gate-pods-resize", status, msg, *refusal)
     if stored_cpu(kube, ns, name) != ("1", "1"):
         problems.append(f"alice's raise was stored: {stored_cpu(kube, ns, name)}")
     status, msg = attempt(lambda: kube.request("PATCH", resize, cpu_to("500m"), content_type=STRATEGIC,
@@ -376,3 +380,23 @@ def test_a_released_pod_is_not_resized_bigger_while_the_webhook_is_down(kube, we
         problems.append(f"the cluster admin raising it: HTTP {status} {msg}")
     outage.end()
     assert not problems, "while the webhook was down:\n  " + "\n  ".join(problems)
+
+
+def test_a_released_pod_is_not_resized_bigger_while_the_webhook_is_down(kube, webhook_server, admission_policies,
+                                                                          namespace, outage):
+    """pods/resize of a released Pod of a gated queue (``batch`` in the shipped bundle the admission
+    policies come from; the e2e webhook leaves it ungated, so the pod runs as if released): with the
+    webhook down, batchgate-queue-gate-pods-resize refuses a raise, naming the queue."""
+    _resized_while_down(kube, webhook_server, outage, namespace, "batch", "the Pod runs in queue 'batch'",
+                        "raising them in place (pods/resize)", "delete it and submit it again")
+
+
+def test_a_scavenger_pod_is_not_resized_bigger_while_the_webhook_is_down(kube, webhook_server, admission_policies,
+                                                                          namespace, outage):
+    """pods/resize of a Pod of the scavenger queue (not gated: the scavengers' share is what holds
+    it): with the webhook down, batchgate-queue-gate-pods-resize refuses a raise of its requests and
+    limits, naming the queue and why."""
+    _resized_while_down(kube, webhook_server, outage, namespace, "scavenger",
+                        "the Pod is a scavenger, in queue 'scavenger'",
+                        "raising its requests or limits in place (pods/resize) would take more than the scavenger "
+                        "policy allowed")

@@ -26,10 +26,13 @@ from cluster import KubeApiError, free_port, require_components
 from harness import (
     Reconciler,
     container,
+    cpu_to,
+    grant_resize,
     pod,
     pods_path,
     start_reconciler,
     stop_reconcilers,
+    stored_cpu,
     unique,
 )
 
@@ -210,6 +213,55 @@ def test_lifecycle_queued_started_running_completed(kube, webhook_server, namesp
     assert cols[:8] == ["Name", "Phase", "Pods", "Interrupted", "Segment", "Duration", "Start-Over", "Age"]
     row = dict(zip(cols, table["rows"][0]["cells"], strict=False))
     assert (row["Phase"], row["Pods"], row["Interrupted"], row["Segment"]) == ("Completed", 2, 0, 1)
+
+
+def test_a_running_scavenger_pod_cannot_be_resized_bigger_by_its_user_smaller_it_may(
+        kube, webhook_server, namespace, pool, reconciler):
+    """A scavenger started when all its pods fit within the scavengers' share, by the resources it
+    asked for; pods/resize (in-place resize, granted to alice here by a Role; Kubernetes keeps the pod
+    Guaranteed, so requests and limits rise together) would let her take more idle capacity than the
+    scavenger policy allowed. Raising is refused by queue-gate, saying why; the stored resources are
+    unchanged. Lowering is allowed, and is no interruption: the ScavengerJob runs on."""
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns, (_, node) = namespace, pool
+    node(cpu="8")
+    grant_resize(kube, ns)
+    r = reconciler()
+    kube.create(sj_path(ns), scavengerjob("md", cpu="1"), as_user="alice")
+    wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-1", "started", r=r)
+    (p,) = run_segment(kube, ns, "md-1", 1)
+    wait_status(kube, ns, "md", lambda s: s.get("phase") == "Running", "Running", r=r)
+    name = p["metadata"]["name"]
+    # the kubelet (we) reports the resources it applied, as one that resizes in place (1.33+) does:
+    # the API server refuses a resize of a running pod whose container statuses lack them
+    running = kube.get(pods_path(ns, name))
+    sized = {c["name"]: c["resources"] for c in running["spec"]["containers"]}
+    statuses = [{**c, "resources": sized[c["name"]]} for c in running["status"]["containerStatuses"]]
+    kube.patch(pods_path(ns, name) + "/status", {"status": {"containerStatuses": statuses}})
+    resize = pods_path(ns, name) + "/resize"
+    strategic = "application/strategic-merge-patch+json"
+    with pytest.raises(KubeApiError) as e:
+        kube.request("PATCH", resize, cpu_to("4"), content_type=strategic, as_user="alice")
+    msg = str(e.value)
+    assert (f"Pod {ns}/{name} is a scavenger, in queue 'scavenger': it runs on idle capacity, started when it "
+            "fit within the scavengers' share" in msg
+            and "the cpu request of container 'main' from 1 to 4" in msg
+            and "the cpu limit of container 'main' from 1 to 4 in place (pods/resize) would take more than the "
+                "scavenger policy allowed (lowering is allowed)" in msg), msg
+    assert stored_cpu(kube, ns, name) == ("1", "1")
+    kube.request("PATCH", resize, cpu_to("500m"), content_type=strategic, as_user="alice")
+    assert stored_cpu(kube, ns, name) == ("500m", "500m")
+    assert kube.get(pods_path(ns, name))["status"]["qosClass"] == "Guaranteed"
+    st = status(kube, ns, "md")
+    assert st["phase"] == "Running" and st["interruptedCount"] == 0, st
+    # nor can an ephemeral container (kubectl debug) bring resources of its own: Kubernetes refuses
+    # them, and it runs within the pod's limits (its cgroup)
+    debug = {"spec": {"ephemeralContainers": [{"name": "debug", "image": "registry.k8s.io/pause:3.2",
+                                               "resources": {"requests": {"cpu": "4"}, "limits": {"cpu": "4"}}}]}}
+    with pytest.raises(KubeApiError) as e:
+        kube.request("PATCH", pods_path(ns, name) + "/ephemeralcontainers", debug, content_type=strategic)
+    assert e.value.status == 422 and "resources" in str(e.value), e.value
+    assert not kube.get(pods_path(ns, name))["spec"].get("ephemeralContainers")
 
 
 # -- 2. failure vs interruption -----------------------------------------------------------

@@ -343,7 +343,8 @@ def _variants(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 def _resized(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """In-place resizes (pods/resize) of a Pod: every container's cpu request raised (limits with
-    it), or its memory request lowered, or a request added where there was none."""
+    it), or its memory request lowered, or a request added where there was none, or its memory limit
+    raised alone."""
     def each(change: Any) -> dict[str, Any]:
         out = copy.deepcopy(obj)
         for key in ("initContainers", "containers"):
@@ -364,7 +365,12 @@ def _resized(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     def added(r: dict[str, Any]) -> None:
         r.setdefault("requests", {}).setdefault("ephemeral-storage", "1Gi")
 
-    return [("resize cpu up", each(up)), ("resize memory down", each(down)), ("resize request added", each(added))]
+    def limit(r: dict[str, Any]) -> None:  # a limit alone: a scavenger's may not rise either
+        if "memory" in (r.get("limits") or {}):
+            r["limits"]["memory"] = "64Gi"
+
+    return [("resize cpu up", each(up)), ("resize memory down", each(down)), ("resize request added", each(added)),
+            ("resize memory limit up", each(limit))]
 
 
 def _owned(obj: dict[str, Any]) -> dict[str, Any]:

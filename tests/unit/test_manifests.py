@@ -557,6 +557,12 @@ def test_in_place_resize_goes_to_the_validating_update_webhook_alone(objects):
               and o["metadata"]["name"] == "batchgate-queue-gate-pods-resize"]
     assert vap["spec"]["matchConstraints"]["resourceRules"] == [
         {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/resize"], "operations": ["UPDATE"]}]
+    # one validation per reason a Pod may not grow (rules.queue_gate.resize_guard): a released Pod of
+    # a gated queue, a scavenger (the shipped bundle has both)
+    gated, scavenger = (v["message"] for v in vap["spec"]["validations"])
+    assert gated.startswith("queue-gate: the Pod runs in a gated queue,")
+    assert scavenger.startswith("queue-gate: the Pod is a scavenger:") and "requests or limits" in scavenger
+    assert [v["name"] for v in vap["spec"]["variables"]] == ["exempt", "scavenger"]
 
 
 def test_updates_fail_open_and_creates_fail_closed(objects):

@@ -28,15 +28,18 @@ promised the work after it a start, by that limit (only admins extend it, as in 
 itself refuses adding a scheduling gate to an existing pod. Nor may they raise, through ``pods/resize``
 (in-place resize, Kubernetes 1.33+), what a released Pod of a gated queue requests: the queue placed it,
 and promised the work after it a start, by the resources it requested (lowering is allowed, as Kubernetes
-allows it; a gated Pod may change, the queue plans the size it has when its turn comes). A queue whose
-``state`` is ``drain`` or ``stop`` refuses new Pods and Jobs, naming the queue and the admin's reason.
+allows it; a gated Pod may change, the queue plans the size it has when its turn comes). Nor, in the
+same way, the requests or limits of a Pod of a scavenger queue (a ScavengerJob's pods, waiting or not):
+it runs on idle capacity, started only when it fit within the scavengers' share, by what it was admitted
+with (``resize_guard`` picks the Pods a resize may not grow). A queue whose ``state`` is ``drain`` or
+``stop`` refuses new Pods and Jobs, naming the queue and the admin's reason.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..contract import QUEUE_GATE, QUEUED_ANNOTATION, QUEUED_BY_SUSPEND, TIME_LIMIT_ANNOTATION
 from ..units import json_int
@@ -231,25 +234,27 @@ def _longer(settings: Settings, ctx: Ctx, old: Any, obj: Any) -> list[Finding]:
                  f"runs would take room promised to others (lowering is allowed); {back}ask an admin to extend it")]
 
 
+def _amounts(holder: Any, key: str) -> dict[str, tuple[Fraction, str]]:
+    """``resources.<key>`` (requests or limits) of a container, or of a pod spec by its pod-level
+    ``resources``, per resource, as (amount, as written); what is not a quantity is left out."""
+    res = holder.get("resources") if isinstance(holder, dict) else None
+    values = res.get(key) if isinstance(res, dict) else None
+    return {name: (q, str(v)) for name, v in (values.items() if isinstance(values, dict) else ())
+            if (q := quantity_or_none(v)) is not None}
+
+
 def requested(holder: Any) -> dict[str, tuple[Fraction, str]]:
     """What a container (or a pod spec, by its pod-level ``resources``) requests, per resource, as
     (amount, as written): its request, else its limit (Kubernetes defaults a Pod's missing request
     to its limit, and the queue counts it so); what is not a quantity is left out."""
-    res = holder.get("resources") if isinstance(holder, dict) else None
-    out: dict[str, tuple[Fraction, str]] = {}
-    if isinstance(res, dict):
-        for key in ("limits", "requests"):  # a request overrides its limit
-            values = res.get(key)
-            for name, v in values.items() if isinstance(values, dict) else ():
-                if (q := quantity_or_none(v)) is not None:
-                    out[name] = (q, str(v))
-    return out
+    return {**_amounts(holder, "limits"), **_amounts(holder, "requests")}  # a request overrides its limit
 
 
-def grown(old: Any, obj: Any) -> list[tuple[str, str, str, str]]:
-    """What an in-place resize raises, as (where, resource, before, after): a container's request
-    (or its limit where it has none) of a resource, by container name, or the pod-level one; a
-    resource not requested before counts as 0 before."""
+def grown(old: Any, obj: Any, *, limits: bool = False) -> list[tuple[str, str, str, str]]:
+    """What an in-place resize raises, as (where, what, before, after): a container's request (or
+    its limit where it has none) of a resource (``what``: "cpu request"), by container name, or the
+    pod-level one; a resource not requested before counts as 0 before. With ``limits``, a limit
+    raised or removed too ("memory limit"; removed: after is "none")."""
     spec, was = obj.get("spec"), old.get("spec")
     if not isinstance(spec, dict) or not isinstance(was, dict):
         return []
@@ -268,21 +273,51 @@ def grown(old: Any, obj: Any) -> list[tuple[str, str, str, str]]:
         for name, (q, text) in requested(b).items():
             prev = then.get(name, (Fraction(0), "0"))
             if q > prev[0]:
-                out.append((where, name, prev[1], text))
+                out.append((where, f"{name} request", prev[1], text))
+        if limits:
+            now = _amounts(b, "limits")
+            for name, (q, text) in _amounts(a, "limits").items():
+                after = now.get(name)
+                if after is None or after[0] > q:  # removed: no limit at all
+                    out.append((where, f"{name} limit", text, "none" if after is None else after[1]))
     return out
 
 
-def resize(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
-    """An in-place resize (``pods/resize``) of a released Pod of a gated queue, by a user (not a
-    releaser, not an admin), that raises what it requests: the queue placed it, and promised the
-    work after it a start, by what it requested (it counts requests, as kube-scheduler does)."""
+def resize_guard(settings: Settings, ctx: Ctx, obj: Any) -> Literal["scavenger", "queue"] | None:
+    """Why the Pod of this ``pods/resize`` may not grow: ``"scavenger"``, a Pod of a scavenger queue
+    (it runs on idle capacity within the scavengers' share, by what it was admitted with: neither its
+    requests nor its limits may rise); ``"queue"``, a released Pod of a gated queue (placed by its
+    requests); None, any other Pod, or a caller who may (an admin, a releaser, a listed controller
+    making the Pod from its owner)."""
     old = ctx.old_object
-    if old is None or ctx.admin or settings.writers.contains(ctx.username, ctx.groups) or gated(old):
+    if old is None or ctx.admin or settings.writers.contains(ctx.username, ctx.groups) or (
+            ctx.from_controller and ctx.kind == "Pod"):
+        return None
+    q = ctx.queue
+    if q is not None and q.scavenger:
+        return "scavenger"
+    return "queue" if not gated(old) and holds(settings, ctx, obj) else None
+
+
+def resize(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
+    """An in-place resize (``pods/resize``) by a user (not a releaser, not an admin) that raises what
+    a protected Pod (``resize_guard``) requests, or for a scavenger its limits too: the queue placed a
+    released Pod, and promised the work after it a start, by what it requested (it counts requests,
+    as kube-scheduler does); a scavenger started when it fit within the scavengers' share."""
+    guard = resize_guard(settings, ctx, obj)
+    old = ctx.old_object
+    if guard is None or old is None:
         return []
-    up = grown(old, obj)
-    if not up or not holds(settings, ctx, obj):
+    up = grown(old, obj, limits=guard == "scavenger")
+    if not up:
         return []
-    what = "; ".join(f"the {res} request of {where} from {a} to {b}" for where, res, a, b in up)
+    what = "; ".join(f"the {res} of {where} from {a} to {b}" for where, res, a, b in up)
+    if guard == "scavenger":
+        return [deny(f"{ctx.subject} is a scavenger, in queue {ctx.queue_name!r}: it runs on idle capacity, started "
+                     "when it fit within the scavengers' share of the cluster, by the resources it was admitted with; "
+                     f"raising {what} in place (pods/resize) would take more than the scavenger policy allowed "
+                     "(lowering is allowed); to run it bigger, submit it again with the new resources (it waits "
+                     "until they fit), or ask an admin")]
     return [deny(f"{ctx.subject} runs in queue {ctx.queue_name!r}, which placed it, and promised the work after it "
                  f"a start, by the resources it requested; raising {what} in place (pods/resize) would take room "
                  "promised to others (lowering is allowed); to run it bigger, delete it and submit it again with "

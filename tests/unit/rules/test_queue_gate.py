@@ -433,6 +433,54 @@ def test_a_waiting_pod_or_one_of_an_ungated_queue_may_be_resized(qg: Bundle) -> 
     assert resized(qg, sized_pod("1", queue="interactive"), sized_pod("4", queue="interactive")).allowed
 
 
+def guaranteed(cpu: str, memory: str = "1Gi", *, limit_cpu: str | None = None, limit_memory: str | None = None,
+               queue: str = "scavenger", owner: bool = False) -> dict[str, Any]:
+    """A Pod of ``queue`` with requests ``cpu``/``memory`` and limits the same unless given."""
+    p = pod(queue)
+    limits = {"cpu": limit_cpu or cpu, "memory": limit_memory or memory}
+    p["spec"]["containers"] = [{"name": "main", "image": "busybox", "resources": {
+        "requests": {"cpu": cpu, "memory": memory}, "limits": {k: v for k, v in limits.items() if v != "-"}}}]
+    if owner:
+        p["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "lysozyme-md-5",
+                                             "uid": "u1", "controller": True}]
+    return p
+
+
+def test_a_scavenger_pods_requests_and_limits_cannot_be_raised_in_place(qg: Bundle) -> None:
+    """A scavenger (its queue is not gated) started when it fit within the scavengers' share, by what it
+    was admitted with: a user raising its requests (Guaranteed stays Guaranteed: both) is refused, naming why."""
+    d = resized(qg, guaranteed("1", owner=True), guaranteed("4", "2Gi", owner=True))
+    assert not d.allowed
+    assert ("Pod demo/sim is a scavenger, in queue 'scavenger': it runs on idle capacity, started when it fit "
+            "within the scavengers' share" in d.message), d.message
+    assert ("the cpu request of container 'main' from 1 to 4; the memory request of container 'main' from 1Gi "
+            "to 2Gi; the cpu limit of container 'main' from 1 to 4; the memory limit of container 'main' from 1Gi "
+            "to 2Gi in place (pods/resize) would take more than the scavenger policy allowed" in d.message), d.message
+    assert "(lowering is allowed)" in d.message and "or ask an admin" in d.message
+    # a limit alone (a Burstable scavenger, admitted while the webhook was down): raised or removed
+    assert "the memory limit of container 'main' from 2Gi to 4Gi" in resized(
+        qg, guaranteed("1", limit_memory="2Gi"), guaranteed("1", limit_memory="4Gi")).message
+    assert "the memory limit of container 'main' from 2Gi to none" in resized(
+        qg, guaranteed("1", limit_memory="2Gi"), guaranteed("1", limit_memory="-")).message
+
+
+def test_a_scavenger_pod_may_be_lowered_and_admins_and_the_reconciler_may_raise_it(qg: Bundle) -> None:
+    d = resized(qg, guaranteed("2", "2Gi"), guaranteed("1", "1Gi"))
+    assert d.allowed and d.patch == [], d.message
+    assert resized(qg, guaranteed("1"), guaranteed("1000m", "1024Mi")).allowed  # the same, written otherwise
+    for who in ((RECONCILER, SA_GROUPS), ("root", ADMIN)):
+        assert resized(qg, guaranteed("1"), guaranteed("4"), *who).allowed
+
+
+def test_a_scavenger_behind_the_gate_of_a_gated_scavenger_queue_may_not_grow_either(tmp_path: Path) -> None:
+    """The gate defers a gated queue's plan, not the scavengers' share: a scavenger is guarded either way."""
+    b = bundle_with(tmp_path, set_queue("scavenger", gated=True))
+    old, new = guaranteed("1"), guaranteed("2")
+    for p in (old, new):
+        p["spec"]["schedulingGates"] = [{"name": QUEUE_GATE}]
+    assert "is a scavenger, in queue 'scavenger'" in resized(b, old, new).message
+
+
 def test_only_the_resize_subresource_is_judged_and_only_by_its_judges() -> None:
     """Another subresource (status: the kubelet's) is left alone; a resize runs no policy but those
     that judge one (RuleType.resize), whatever else the bundle holds; the mutating phase none."""
