@@ -24,7 +24,8 @@ P = sim.Params(hours=2.0)  # the fair-share day: a few passes promote
 
 
 def _day() -> list[Any]:
-    return sim.generate(1, P)
+    works: list[Any] = sim.generate(1, P)
+    return works
 
 
 def _outcome(works: list[Any]) -> list[tuple[Any, ...]]:
