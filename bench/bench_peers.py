@@ -394,6 +394,7 @@ class Running:
     proc: subprocess.Popen[bytes] | None = None
     stop: Callable[[], None] = lambda: None
     pprof_port: int | None = None  # a Go peer's pprof, with --profile
+    replicas: tuple[subprocess.Popen[bytes], ...] = ()  # the other server processes, with --replicas
 
 
 def spawn(ctx: Ctx, name: str, args: list[str], env: dict[str, str] | None = None,
@@ -468,7 +469,7 @@ def start_noop(ctx: Ctx) -> Running:
     import aiohttp
     return Running(version=f"stdlib no-op (Python {platform.python_version()}, aiohttp {aiohttp.__version__})",
                    review_url=f"https://127.0.0.1:{port}/mutate", validate_url=f"https://127.0.0.1:{port}/validate",
-                   proc=proc, stop=stop)
+                   proc=proc, stop=stop, replicas=tuple(procs[1:]))
 
 
 # The no-op pair, but each answer is batchgate's: asked once per (path, kind, operation) of a
@@ -558,7 +559,8 @@ def start_replay(ctx: Ctx) -> Running:
     except BaseException:
         stop()
         raise
-    return Running(version="the no-op pair sending batchgate's answers (replay)", proc=procs[0], stop=stop)
+    return Running(version="the no-op pair sending batchgate's answers (replay)", proc=procs[0], stop=stop,
+                   replicas=tuple(procs[1:]))
 
 
 def start_batchgate(ctx: Ctx, admission_policies: bool = True, root: Path = ROOT) -> Running:
@@ -808,17 +810,25 @@ def measure(ctx: Ctx, name: str, args: argparse.Namespace, client_core: str, bod
     out: dict[str, Any] = {"version": version, "reviews_per_core": None, "cpu_s_per_1000": None,
                            "create": {}}
     try:
+        servers = [p.pid for p in (running.proc, *running.replicas) if p is not None]
+        apiserver = ctx.kube.procs["kube-apiserver"].pid
         for c in CONCURRENCY:
             creates(ctx, c, 2)  # warm-up
             before = scrape(ctx.kube)
+            cpu0 = tree_cpu_seconds(apiserver), sum(map(tree_cpu_seconds, servers))
             r = creates(ctx, c, args.create_seconds)
+            cpu1 = tree_cpu_seconds(apiserver), sum(map(tree_cpu_seconds, servers))
             out.setdefault("admission", {})[str(c)] = admission_breakdown(before, scrape(ctx.kube))
             # errors: creates refused (HTTP >= 400: a webhook's timeout, say) or left unanswered
+            done = max(r["rps"] * args.create_seconds, 1)
             out["create"][str(c)] = {"p50": round(r["p50"], 2), "p99": round(r["p99"], 2),
-                                     "mean": round(r["mean"], 2), "per_s": round(r["rps"]), "errors": r["errors"]}
+                                     "mean": round(r["mean"], 2), "per_s": round(r["rps"]), "errors": r["errors"],
+                                     # CPU ms per create: the API server's, the webhook servers'
+                                     "cpu_ms": {"apiserver": round((cpu1[0] - cpu0[0]) / done * 1000, 3),
+                                                "webhooks": round((cpu1[1] - cpu0[1]) / done * 1000, 3)}}
             log(f"{name}: create x{c}: {out['create'][str(c)]}")
             log(f"{name}: admission per create x{c}: {json.dumps(out['admission'][str(c)])}")
-        if running.review_url is not None and running.proc is not None and ctx.replicas == 1:
+        if running.review_url is not None and running.proc is not None and ctx.replicas == 1 and not args.creates_only:
             body = body_file.read_bytes()
             answer = review_once(running.review_url, body)
             if not answer.get("allowed") or (name != "noop" and "patch" not in answer):
@@ -872,6 +882,7 @@ def main() -> int:
                     "(pprof for the Go peers, py-spy - $PYSPY, else beside this Python (make bench-tools), else on PATH - "
                     "for the Python servers); "
                     "profiling costs CPU: measure without it")
+    ap.add_argument("--creates-only", action="store_true", help="measure Pod creates only, not the webhook alone")
     ap.add_argument("--replicas", type=int, default=1,
                     help="server processes per system (batchgate --workers, the no-op pairs SO_REUSEPORT copies, "
                          "the Go peers GOMAXPROCS), free on every core, as a Deployment's replicas share a "
@@ -961,6 +972,8 @@ def combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
                                       for c in rounds[0]["create"]}}
     for c, figures in out["create"].items():
         figures["errors"] = sum(r["create"][c].get("errors", 0) for r in rounds)
+        if all("cpu_ms" in r["create"][c] for r in rounds):
+            figures["cpu_ms"] = {k: med(lambda r, c=c, k=k: r["create"][c]["cpu_ms"][k], 3) for k in ("apiserver", "webhooks")}
     if all("admission" in r for r in rounds):
         out["admission"] = median_tree([r["admission"] for r in rounds])
     if "validate_reviews_per_core" in rounds[0]:
