@@ -7,12 +7,20 @@ The peers are built from their Go modules by bench/peers/build.sh (pinned in
 bench/peers/*/go.mod; cached in ~/.cache/batchgate/peers). The control plane is the e2e one
 (tests/e2e/cluster.py: the binaries hack/kube-binaries.sh finds, $KUBE_VERSION default 1.37).
 Each system runs in turn, its webhook server pinned to one core (``taskset``; Go's
-GOMAXPROCS follows), and is stopped before the next starts:
+GOMAXPROCS follows), and is stopped before the next starts. With ``--replicas N`` each server
+runs as N processes on one port (batchgate ``--workers N``, the no-op pairs SO_REUSEPORT copies;
+the Go peers GOMAXPROCS=N), free on every core, as a Deployment's replicas would share a node:
+Pod creates only (the webhook-alone figures are one core's):
 
 - ``none``: no webhooks. ``noop``: the stdlib no-op of bench_webhook.py on /mutate and
   /validate, registered with batchgate's webhook configurations (only the URL differs).
 - ``batchgate``: ``batchgate serve`` on the shipped bundle, its webhook configurations and
   ValidatingAdmissionPolicies, as ``kubectl apply -k manifests/`` installs them.
+- ``replay``: the no-op pair answering with batchgate's own answers: it asks a ``batchgate
+  serve`` (never registered) once per path, kind and operation, then sends that answer (its
+  JSONPatch and warnings) with each review's uid, parsing the review as the no-op does; with
+  batchgate's admission policies. What the API server does with batchgate's mutation, without
+  batchgate's policies: the floor of any webhook that makes the same changes (create only).
 - ``kyverno``: Kyverno's admission controller out of cluster (``--serverIP``), its CRDs and
   ConfigMaps from its module's install manifest; it registers its own webhooks (from the
   policy: Pods on CREATE) with the certificate it makes. Admission reports off.
@@ -93,7 +101,7 @@ PEERS = ROOT / "bench" / "peers"
 # batchgate-webhooks: batchgate's two webhooks without its ValidatingAdmissionPolicies, to show
 # what the policies evaluated inside the API server add to a create (the default systems; also
 # batchgate-base with --baseline, and policies / policies-base: the admission policies alone)
-SYSTEMS = ("none", "noop", "batchgate", "batchgate-webhooks", "kyverno", "gatekeeper")
+SYSTEMS = ("none", "noop", "replay", "batchgate", "batchgate-webhooks", "kyverno", "gatekeeper")
 CONCURRENCY = (1, 16)
 P99_BAR_MS = 100.0
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
@@ -375,6 +383,7 @@ class Ctx:
     batchgate_policies: list[dict[str, Any]]
     profile: Path | None = None
     baseline: Path | None = None  # --baseline: another checkout, system batchgate-base
+    replicas: int = 1  # --replicas: server processes per system (Go peers: GOMAXPROCS), on every core
 
 
 @dataclass
@@ -385,6 +394,7 @@ class Running:
     proc: subprocess.Popen[bytes] | None = None
     stop: Callable[[], None] = lambda: None
     pprof_port: int | None = None  # a Go peer's pprof, with --profile
+    replicas: tuple[subprocess.Popen[bytes], ...] = ()  # the other server processes, with --replicas
 
 
 def spawn(ctx: Ctx, name: str, args: list[str], env: dict[str, str] | None = None,
@@ -393,7 +403,7 @@ def spawn(ctx: Ctx, name: str, args: list[str], env: dict[str, str] | None = Non
     f = open(logf, "ab")  # noqa: SIM115 - the child keeps it
     proc = subprocess.Popen(["taskset", "-c", ctx.core, *args], cwd=cwd, stdin=subprocess.DEVNULL, stdout=f,
                             stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, "GOMAXPROCS": "1", **(env or {})})
+                            env={**os.environ, "GOMAXPROCS": str(ctx.replicas), **(env or {})})
     return proc, logf
 
 
@@ -416,23 +426,141 @@ def start_none(ctx: Ctx) -> Running:
     return Running(version="kube-apiserver " + ctx.kube.get("/version")["gitVersion"])
 
 
+def listeners(port: int) -> int:
+    """How many sockets listen on 127.0.0.1:``port`` (/proc/net/tcp, state 0A)."""
+    mine = f"0100007F:{port:04X}"
+    with open("/proc/net/tcp") as f:
+        return sum(1 for line in f if line.split()[1] == mine and line.split()[3] == "0A")
+
+
+def wait_listeners(port: int, n: int, timeout: float = 60) -> None:
+    """Until all ``n`` replicas listen: the API server keeps its connections, so one that came
+    late would get none."""
+    deadline = time.monotonic() + timeout
+    while listeners(port) < n:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{listeners(port)} of {n} replicas listen on port {port} after {timeout:.0f}s")
+        time.sleep(0.2)
+
+
+def spawn_replicas(ctx: Ctx, name: str, args: list[str]) -> tuple[list[subprocess.Popen[bytes]], Path]:
+    """``ctx.replicas`` copies of a server that listens with SO_REUSEPORT (the kernel spreads the
+    API server's connections over them, as a Service spreads them over a Deployment's pods)."""
+    procs = [spawn(ctx, name, args)[0] for _ in range(ctx.replicas)]
+    return procs, ctx.work / f"{name}.log"
+
+
 def start_noop(ctx: Ctx) -> Running:
     (ctx.work / "noop.py").write_text(NOOP_PAIR)
     port = free_port()
-    proc, _ = spawn(ctx, "noop", [sys.executable, str(ctx.work / "noop.py"), str(port), str(ctx.certs)])
+    procs, _ = spawn_replicas(ctx, "noop", [sys.executable, str(ctx.work / "noop.py"), str(port), str(ctx.certs)])
+    proc = procs[0]
     wait_ready(port)
+    wait_listeners(port, ctx.replicas)
     configs = rename(ctx.batchgate_configs, "noop", f"https://127.0.0.1:{port}", ("/mutate", "/validate"))
     ctx.kube.register_webhooks(*configs)
 
     def stop() -> None:
         ctx.kube.delete_webhooks(configs[0]["metadata"]["name"], configs[1]["metadata"]["name"])
-        stop_proc(proc)
+        for p in procs:
+            stop_proc(p)
 
     time.sleep(2)  # the API server picks configurations up asynchronously
     import aiohttp
     return Running(version=f"stdlib no-op (Python {platform.python_version()}, aiohttp {aiohttp.__version__})",
                    review_url=f"https://127.0.0.1:{port}/mutate", validate_url=f"https://127.0.0.1:{port}/validate",
-                   proc=proc, stop=stop)
+                   proc=proc, stop=stop, replicas=tuple(procs[1:]))
+
+
+# The no-op pair, but each answer is batchgate's: asked once per (path, kind, operation) of a
+# ``batchgate serve`` at argv[3], kept as the bytes before and after the uid, and sent with each
+# review's uid. It reads each review as the no-op does, so the two differ only in the answer.
+REPLAY_PAIR = r'''
+import json, ssl, sys, urllib.request
+from aiohttp import web
+
+UPSTREAM = sys.argv[3]
+PLACEHOLDER = "uid-placeholder-5f0c"
+kept = {}
+
+def ask(path, raw):
+    req = urllib.request.Request(UPSTREAM + path, data=raw, headers={"Content-Type": "application/json"})
+    answer = json.loads(urllib.request.urlopen(req, context=ssl._create_unverified_context(), timeout=30).read())
+    answer["response"]["uid"] = PLACEHOLDER
+    head, tail = json.dumps(answer, separators=(",", ":")).split(json.dumps(PLACEHOLDER))
+    return head.encode(), tail.encode()
+
+async def handle(request):
+    raw = await request.read()
+    body = json.loads(raw)
+    req = body["request"]
+    key = (request.path, req["kind"]["kind"], req["operation"])
+    if key not in kept:
+        kept[key] = ask(request.path, raw)
+    head, tail = kept[key]
+    return web.Response(body=head + json.dumps(req["uid"]).encode() + tail, content_type="application/json")
+
+ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+ctx.load_cert_chain(sys.argv[2] + "/tls.crt", sys.argv[2] + "/tls.key")
+app = web.Application(client_max_size=6 * 1024 * 1024)
+app.router.add_post("/mutate", handle)
+app.router.add_post("/validate", handle)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), ssl_context=ctx, access_log=None, print=None,
+            reuse_port=True)
+'''
+
+
+def start_replay(ctx: Ctx) -> Running:
+    """The no-op pair sending batchgate's answers (REPLAY_PAIR), with batchgate's admission
+    policies: Pod creates only (its answers fit only the Pod it was asked about)."""
+    upstream = free_port()
+    bg, bg_log = spawn(ctx, "replay-batchgate", [sys.executable, "-m", "webhook", "--log-level", "WARNING", "serve",
+                                                 "--host", "127.0.0.1", "--port", str(upstream),
+                                                 "--policies", str(ROOT / "policies"), "--cert-dir", str(ctx.certs)],
+                       env={"PYTHONPATH": str(ROOT)})
+    wait_ready(upstream, timeout=60)
+    (ctx.work / "replay.py").write_text(REPLAY_PAIR)
+    port = free_port()
+    procs, logf = spawn_replicas(ctx, "replay", [sys.executable, str(ctx.work / "replay.py"), str(port),
+                                                 str(ctx.certs), f"https://127.0.0.1:{upstream}"])
+    wait_ready(port)
+    wait_listeners(port, ctx.replicas)
+    configs = rename(ctx.batchgate_configs, "replay", f"https://127.0.0.1:{port}", ("/mutate", "/validate"))
+    ctx.kube.register_webhooks(*configs)
+    for o in ctx.batchgate_policies:
+        apply(ctx.kube, o)
+
+    def stop() -> None:
+        ctx.kube.delete_webhooks(configs[0]["metadata"]["name"], configs[1]["metadata"]["name"])
+        for o in ctx.batchgate_policies:
+            ctx.kube.delete(path_of(o, named=True))
+        for p in procs:
+            stop_proc(p)
+        stop_proc(bg)
+
+    try:
+        # the first Pod create it sees is the one measured (`creates`): batchgate's answers to it
+        # are the ones kept; then the same check as every system's, on that Pod
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                out = ctx.kube.request("POST", f"/api/v1/namespaces/{ctx.namespace}/pods", pod("bench"),
+                                       as_user="alice", query={"dryRun": "All"})
+                break
+            except cluster.KubeApiError as e:  # the configurations are picked up asynchronously
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"replay: the bench Pod was refused: {e}\n{cluster.tail(logf, 20)}") from e
+                time.sleep(1)
+        spec = out["spec"]
+        if spec.get("priorityClassName") != "batchgate-batch" or spec.get("automountServiceAccountToken") is not False:
+            raise RuntimeError(f"replay: the Pod was not mutated as batchgate mutates it: {json.dumps(spec)[:500]}"
+                               f"\n{cluster.tail(logf, 20)}\n{cluster.tail(bg_log, 20)}")
+    except BaseException:
+        stop()
+        raise
+    return Running(version="the no-op pair sending batchgate's answers (replay)", proc=procs[0], stop=stop,
+                   replicas=tuple(procs[1:]))
 
 
 def start_batchgate(ctx: Ctx, admission_policies: bool = True, root: Path = ROOT) -> Running:
@@ -441,9 +569,11 @@ def start_batchgate(ctx: Ctx, admission_policies: bool = True, root: Path = ROOT
     port = free_port()
     proc, logf = spawn(ctx, "batchgate", [sys.executable, "-m", "webhook", "--log-level", "WARNING", "serve",
                                           "--host", "127.0.0.1", "--port", str(port),
-                                          "--policies", str(root / "policies"), "--cert-dir", str(ctx.certs)],
+                                          "--policies", str(root / "policies"), "--cert-dir", str(ctx.certs),
+                                          "--workers", str(ctx.replicas)],
                        env={"PYTHONPATH": str(root)}, cwd=root)
     wait_ready(port, timeout=60)
+    wait_listeners(port, ctx.replicas)
     configs = rename(ctx.batchgate_configs, "bench", f"https://127.0.0.1:{port}", ("/mutate", "/validate"))
     ctx.kube.register_webhooks(*configs)
     policies = (ctx.batchgate_policies if root == ROOT else batchgate_policies(root)) if admission_policies else []
@@ -619,7 +749,7 @@ def batchgate_policies(root: Path) -> list[dict[str, Any]]:
 
 
 STARTERS: dict[str, Callable[[Ctx], Running]] = {
-    "none": start_none, "noop": start_noop, "batchgate": start_batchgate,
+    "none": start_none, "noop": start_noop, "replay": start_replay, "batchgate": start_batchgate,
     "batchgate-webhooks": lambda ctx: start_batchgate(ctx, admission_policies=False),
     "batchgate-base": start_baseline,
     "policies": start_policies,
@@ -676,20 +806,29 @@ def measure(ctx: Ctx, name: str, args: argparse.Namespace, client_core: str, bod
     t0 = time.monotonic()
     running = STARTERS[name](ctx)
     log(f"{name}: {running.version}, in force after {time.monotonic() - t0:.0f}s")
-    out: dict[str, Any] = {"version": running.version, "reviews_per_core": None, "cpu_s_per_1000": None,
+    version = running.version + (f" x{ctx.replicas}" if ctx.replicas > 1 and running.proc is not None else "")
+    out: dict[str, Any] = {"version": version, "reviews_per_core": None, "cpu_s_per_1000": None,
                            "create": {}}
     try:
+        servers = [p.pid for p in (running.proc, *running.replicas) if p is not None]
+        apiserver = ctx.kube.procs["kube-apiserver"].pid
         for c in CONCURRENCY:
             creates(ctx, c, 2)  # warm-up
             before = scrape(ctx.kube)
+            cpu0 = tree_cpu_seconds(apiserver), sum(map(tree_cpu_seconds, servers))
             r = creates(ctx, c, args.create_seconds)
+            cpu1 = tree_cpu_seconds(apiserver), sum(map(tree_cpu_seconds, servers))
             out.setdefault("admission", {})[str(c)] = admission_breakdown(before, scrape(ctx.kube))
             # errors: creates refused (HTTP >= 400: a webhook's timeout, say) or left unanswered
+            done = max(r["rps"] * args.create_seconds, 1)
             out["create"][str(c)] = {"p50": round(r["p50"], 2), "p99": round(r["p99"], 2),
-                                     "mean": round(r["mean"], 2), "per_s": round(r["rps"]), "errors": r["errors"]}
+                                     "mean": round(r["mean"], 2), "per_s": round(r["rps"]), "errors": r["errors"],
+                                     # CPU ms per create: the API server's, the webhook servers'
+                                     "cpu_ms": {"apiserver": round((cpu1[0] - cpu0[0]) / done * 1000, 3),
+                                                "webhooks": round((cpu1[1] - cpu0[1]) / done * 1000, 3)}}
             log(f"{name}: create x{c}: {out['create'][str(c)]}")
             log(f"{name}: admission per create x{c}: {json.dumps(out['admission'][str(c)])}")
-        if running.review_url is not None and running.proc is not None:
+        if running.review_url is not None and running.proc is not None and ctx.replicas == 1 and not args.creates_only:
             body = body_file.read_bytes()
             answer = review_once(running.review_url, body)
             if not answer.get("allowed") or (name != "noop" and "patch" not in answer):
@@ -743,6 +882,11 @@ def main() -> int:
                     "(pprof for the Go peers, py-spy - $PYSPY, else beside this Python (make bench-tools), else on PATH - "
                     "for the Python servers); "
                     "profiling costs CPU: measure without it")
+    ap.add_argument("--creates-only", action="store_true", help="measure Pod creates only, not the webhook alone")
+    ap.add_argument("--replicas", type=int, default=1,
+                    help="server processes per system (batchgate --workers, the no-op pairs SO_REUSEPORT copies, "
+                         "the Go peers GOMAXPROCS), free on every core, as a Deployment's replicas share a "
+                         "node; the webhook-alone figures are measured only with 1 (pinned to one core)")
     ap.add_argument("--save", help="also write every round's figures, as JSON, to this file")
     ap.add_argument("--fixture", default=str(FIXTURES / "pod-create-by-namespace-user.mutate.json"))
     ap.add_argument("--baseline", type=Path, help="another checkout of batchgate (`git archive main | tar -x -C DIR`), "
@@ -765,6 +909,8 @@ def main() -> int:
         peers_dir = Path(built.stdout.strip().splitlines()[-1])
     cpus = sorted(os.sched_getaffinity(0))
     server_core, client_core = str(cpus[0]), str(cpus[-1])
+    if args.replicas > 1:
+        server_core = ",".join(map(str, cpus))
     work = Path(tempfile.mkdtemp(prefix="batchgate-bench-peers-"))
     certs = work / "certs"
     subprocess.run([sys.executable, "-m", "webhook", "certs", "--cert-dir", str(certs)], check=True,
@@ -783,7 +929,7 @@ def main() -> int:
         ctx = Ctx(kube=kube, namespace=namespace, work=work, certs=certs, ca_bundle=ca, peers_dir=peers_dir,
                   core=server_core, batchgate_configs=webhook_configurations(ca, url="https://unused"),
                   profile=args.profile, batchgate_policies=batchgate_policies(ROOT),
-                  baseline=args.baseline.resolve() if args.baseline else None)
+                  baseline=args.baseline.resolve() if args.baseline else None, replicas=args.replicas)
         log(f"Kubernetes {kube.get('/version')['gitVersion']}; webhooks on core {server_core}, "
             f"wrk and the fixed-rate client on core {client_core}; load average {os.getloadavg()[0]:.1f}")
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
@@ -826,6 +972,8 @@ def combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
                                       for c in rounds[0]["create"]}}
     for c, figures in out["create"].items():
         figures["errors"] = sum(r["create"][c].get("errors", 0) for r in rounds)
+        if all("cpu_ms" in r["create"][c] for r in rounds):
+            figures["cpu_ms"] = {k: med(lambda r, c=c, k=k: r["create"][c]["cpu_ms"][k], 3) for k in ("apiserver", "webhooks")}
     if all("admission" in r for r in rounds):
         out["admission"] = median_tree([r["admission"] for r in rounds])
     if "validate_reviews_per_core" in rounds[0]:

@@ -64,7 +64,8 @@ ctx.load_cert_chain(sys.argv[2] + "/tls.crt", sys.argv[2] + "/tls.key")
 app = web.Application(client_max_size=6 * 1024 * 1024)
 app.router.add_post("/mutate", handle)
 app.router.add_post("/validate", handle)
-web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), ssl_context=ctx, access_log=None, print=None)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), ssl_context=ctx, access_log=None, print=None,
+            reuse_port=True)  # bench_peers --replicas runs several on one port
 '''
 
 SAME_STACK_NOOP = r'''
