@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from .contract import API_VERSION, GROUP
 from .globs import matches, matches_any
+from .kubefields import DEFAULT_SCHEDULER
 from .nsfacts import NO_FACTS, OPERATORS, NamespaceSelector, NamespaceView, selector_keys
+from .objectmeta import DNS_SUBDOMAIN
 from .units import parse_duration
 from .wire import OPERATIONS
 from .workloads import WORKLOAD_KINDS, Shape
@@ -469,6 +471,9 @@ class Bundle:
     fingerprint: str = ""
     scavengers: Scavengers = field(default_factory=Scavengers)
     fair_share: FairShare = field(default_factory=FairShare)
+    # spec.kubeSchedulerProfiles: the schedulerNames kube-scheduler serves (its profiles). A pending
+    # pod naming another is not kube-scheduler's to bind: the queue's placement holds no room for it.
+    kube_scheduler_profiles: tuple[str, ...] = (DEFAULT_SCHEDULER,)
     # Grants by namespace label (queues[].access namespaceSelector): every distinct selector, the
     # label keys they read (the reconciler publishes those, and only those; nsfacts), and the
     # published labels in force (the server swaps in a new view when they change or go stale).
@@ -582,7 +587,8 @@ def load_bundle(directory: str | os.PathLike[str], types: Mapping[str, RuleType[
     return Bundle(
         **{f: getattr(bundle, f) for f in ("root", "priority_classes", "queues", "default_queue",
                                            "namespaces", "excluded_namespaces", "admins", "controllers",
-                                           "scavengers", "unsealed_trusted", "fair_share")},
+                                           "scavengers", "unsealed_trusted", "fair_share",
+                                           "kube_scheduler_profiles")},
         policies=tuple(policies),
         fingerprint=digest.hexdigest()[:12],
         selectors=tuple(dict.fromkeys(
@@ -657,7 +663,7 @@ def _document(path: Path, kind: str, digest: Any, *, with_metadata: bool = False
 def _parse_bundle(doc: Node, root: str) -> Bundle:
     spec = doc.req("spec").mapping(allowed=(
         "defaultQueue", "priorityClasses", "queues", "namespaces", "exclude", "admins", "controllers",
-        "scavengers", "sealing", "fairShare",
+        "scavengers", "sealing", "fairShare", "kubeSchedulerProfiles",
     ))
     classes: dict[str, PriorityClass] = {}
     for node in spec.req("priorityClasses").seq():
@@ -797,6 +803,16 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
 
     fair_share = _parse_fair_share(spec.get("fairShare"))
 
+    profiles: tuple[str, ...] = (DEFAULT_SCHEDULER,)
+    if (kp := spec.get("kubeSchedulerProfiles")) is not None:
+        names = [n.str(pattern=DNS_SUBDOMAIN, hint="a scheduler name (a lowercase DNS subdomain)") for n in kp.seq()]
+        if not names:
+            kp.fail(f"name at least one profile (the default: [{DEFAULT_SCHEDULER}])")
+        for i, n in enumerate(kp.seq()):
+            if names.index(n.value) != i:
+                n.fail("duplicate profile")
+        profiles = tuple(names)
+
     unsealed_trusted = False
     if (sealing := spec.get("sealing")) is not None:
         sealing.mapping(allowed=("unsealed",))
@@ -816,6 +832,7 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
             users=("system:kube-controller-manager",), service_accounts=TEMPLATE_CONTROLLERS),
         policies=(),
         fair_share=fair_share,
+        kube_scheduler_profiles=profiles,
     )
 
 

@@ -23,3 +23,8 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 RESIZE_SUBRESOURCE = "resize"
 """The Pod subresource of in-place resize (Kubernetes 1.33+; ``pods/resize`` in RBAC and in admission
 rules): an UPDATE through it changes the resources of the pod's containers and nothing else."""
+
+DEFAULT_SCHEDULER = "default-scheduler"
+"""The ``spec.schedulerName`` the API server gives a pod that names none: kube-scheduler's default
+profile. A pod naming another scheduler is bound by that scheduler, never by kube-scheduler (unless
+kube-scheduler runs a profile of that name)."""

@@ -6,6 +6,9 @@ nowhere (kube-scheduler does not preempt work of its own priority), takes the no
 work on it ends, and keeps it (a service has no time limit). No start-by may count on that room.
 And a promise whose work fits nowhere any more (the node it counted on deleted) is withdrawn with a
 Warning, and made afresh when room comes back.
+
+A pending pod naming a scheduler kube-scheduler does not serve (``nobody``) is never bound: it keeps
+no room from the queue (issue 23's hostile tenant), so a gated Job is released onto its node.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from harness import (
     events,
     own_taint,
     own_tolerations,
+    pod,
     pods_path,
     stop_reconcilers,
 )
@@ -120,5 +124,27 @@ def test_a_promise_whose_node_is_deleted_is_withdrawn_and_made_afresh_when_room_
                          90, message="promised afresh (or released) once the node is back")
         if again != "released":
             assert epoch(again) > time.time() - 60
+    finally:
+        stop_reconcilers(started)
+
+
+def test_a_pending_pod_no_scheduler_binds_keeps_no_room_from_the_queue(kube, namespace, own_node, tmp_path, policies):
+    """A tenant's bare pod of an ungated queue asks for the whole node and names a scheduler nobody
+    runs: it sits Pending for good. The gated Job that needs the whole node is released onto it and
+    bound all the same (the placement keeps room only for what kube-scheduler binds)."""
+    ns, (node, make) = namespace, own_node
+    started: list = []
+    try:
+        make()
+        hog = pod("hog", labels={"batchgate.io/queue": "batch"}, containers=[container(cpu="4", memory="1Gi")],
+                  schedulerName="nobody", nodeSelector={"e2e-queue": node}, tolerations=own_tolerations(node))
+        create(kube, ns, hog)
+        stored = kube.get(pods_path(ns, "hog"))
+        assert stored["spec"]["schedulerName"] == "nobody" and not stored["spec"].get("schedulingGates")
+        create(kube, ns, timed("big", node, "4", 60))
+        reconcile(kube, ns, tmp_path, policies, "r", started)
+        wait_for(lambda: not suspended(kube, ns, "big"), 60, message="the gated Job released beside the hog")
+        run_pods_of(kube, ns, "big", 1)  # bound by kube-scheduler onto the node the hog asked for
+        assert not kube.get(pods_path(ns, "hog"))["spec"].get("nodeName")  # still pending: nobody binds it
     finally:
         stop_reconcilers(started)

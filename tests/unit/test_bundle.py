@@ -142,6 +142,17 @@ BUNDLE_ERRORS = [
      "name: phys", r"namespaces"),
     ("fair-share-half-life-short", "halfLife: 7d", "halfLife: 10s", "halfLife: 10s", r"spec\.fairShare\.halfLife: at least 60 s"),
     ("fair-share-half-life-word", "halfLife: 7d", "halfLife: a week", "halfLife: a week", r"halfLife: expected a duration"),
+    ("scheduler-profiles-empty", "kubeSchedulerProfiles: [default-scheduler]", "kubeSchedulerProfiles: []",
+     "kubeSchedulerProfiles", r"spec\.kubeSchedulerProfiles: name at least one profile"),
+    ("scheduler-profiles-bad-name", "kubeSchedulerProfiles: [default-scheduler]",
+     "kubeSchedulerProfiles: [default-scheduler, Gpu_Packing]", "kubeSchedulerProfiles",
+     r"spec\.kubeSchedulerProfiles\[1\]: 'Gpu_Packing' is not valid: a scheduler name"),
+    ("scheduler-profiles-duplicate", "kubeSchedulerProfiles: [default-scheduler]",
+     "kubeSchedulerProfiles: [default-scheduler, default-scheduler]", "kubeSchedulerProfiles",
+     r"spec\.kubeSchedulerProfiles\[1\]: duplicate profile"),
+    ("scheduler-profiles-not-a-list", "kubeSchedulerProfiles: [default-scheduler]",
+     "kubeSchedulerProfiles: default-scheduler", "kubeSchedulerProfiles",
+     r"spec\.kubeSchedulerProfiles: expected a list"),
     ("fair-share-unknown", "maxAge: 7d", "maxAge: 7d\n    decay: 2", "decay: 2", r"spec\.fairShare\.decay: unknown field"),
 ]
 
@@ -288,6 +299,19 @@ def test_promises_are_deadlines_unless_a_queue_says_fair_share(tmp_bundle):
           "      timeLimit: {default: 24h, max: 7d}\n      promise: fair-share")
     b = load_bundle(tmp_bundle)
     assert b.queues["batch"].promise == "fair-share" and QueuePolicy.from_bundle(b).fair_promises == frozenset({"batch"})
+
+
+def test_kube_scheduler_profiles_default_to_default_scheduler_and_the_bundle_may_name_more(tmp_bundle):
+    from webhook.reconciler.settings import QueuePolicy
+
+    f = tmp_bundle / "bundle.yaml"
+    assert QueuePolicy.from_bundle(load_bundle(tmp_bundle)).kube_schedulers == frozenset({"default-scheduler"})
+    _edit(f, "kubeSchedulerProfiles: [default-scheduler]", "kubeSchedulerProfiles: [default-scheduler, gpu-packing]")
+    b = load_bundle(tmp_bundle)
+    assert b.kube_scheduler_profiles == ("default-scheduler", "gpu-packing")
+    assert QueuePolicy.from_bundle(b).kube_schedulers == frozenset({"default-scheduler", "gpu-packing"})
+    _edit(f, "  kubeSchedulerProfiles: [default-scheduler, gpu-packing]\n", "")
+    assert load_bundle(tmp_bundle).kube_scheduler_profiles == ("default-scheduler",)  # absent: the default
 
 
 def test_an_error_no_check_anticipated_still_names_the_file(tmp_bundle, monkeypatch):

@@ -48,7 +48,7 @@ from ..contract import (
     WARNED_FOR_ANNOTATION,
 )
 from ..jobnet import MAX_LABEL, peers_view
-from ..kubefields import REQUIRED
+from ..kubefields import DEFAULT_SCHEDULER, REQUIRED
 from ..units import MAX_TEXT, parse_duration, parse_quantity, parse_time
 from ..windows import Window, parse_window
 from ..workloads import (
@@ -167,6 +167,9 @@ class PodSched:
     # The rules were longer than MAX_SCHED_TEXT and are not kept (the three above are empty): where
     # the pod may go is not known (the shadow schedule gives no estimate, no NeverFits is told).
     clipped: bool = False
+    # spec.schedulerName (the API server's default when it names none): who binds it (shadow.py
+    # places a pending pod only when kube-scheduler serves this name)
+    scheduler: str = DEFAULT_SCHEDULER
 
 
 @dataclass(frozen=True, slots=True)
@@ -671,6 +674,7 @@ def _sched(md: Mapping[str, Any], spec: Mapping[str, Any]) -> PodSched:
         terms=terms,
         tolerations=tolerations,
         clipped=clipped,
+        scheduler=sn[:MAX_KEPT] if isinstance(sn := spec.get("schedulerName"), str) and sn else DEFAULT_SCHEDULER,
     )
 
 

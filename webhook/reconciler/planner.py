@@ -259,7 +259,8 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
 
     windows = [w.window for w in (snapshot.windows or {}).values() if w.window is not None]
     limit_of: Callable[[JobView | PodView], int | None] = lambda o: effective_limit(o, settings)  # noqa: E731
-    queue_args: dict[str, Any] = {}
+    # what kube-scheduler binds (the pending pods the placement counts), queue or none
+    queue_args: dict[str, Any] = {"kube_schedulers": queues.kube_schedulers}
     promised: dict[str, float] = {}  # a waiting workload's reservation (start-by), by uid
     to_limits: list[Estimate] | None = None  # the queue's placement (every workload to its time limit)
     waiting: list[queue.Waiting] = []
@@ -277,8 +278,8 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
         p.actions += queue.plan_unmanaged(queue.unmanaged(snapshot, queues, limit_of), now)
         if snapshot.nodes is not None:  # placing needs the nodes; what waits is known without them
             if waiting or queues.gated:
-                queue_args = {"queued": [], "preempts_below": queue.preempts_below(queues),
-                              "class_values": queues.class_values, "released": queue.released(queues)}
+                queue_args |= {"queued": [], "preempts_below": queue.preempts_below(queues),
+                               "class_values": queues.class_values, "released": queue.released(queues)}
             if waiting:
                 def schedule(queued: list[Queued]) -> list[Estimate]:
                     return shadow_schedule(snapshot, now, windows, limit_of=limit_of, easy=queues.easy,
@@ -297,7 +298,7 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
                 p.actions += queue.plan_start_by(waiting, placed, now, queues)
     except Exception as e:
         p.undo("queue", None, e, n, r)
-        queue_args = {}
+        queue_args = {"kube_schedulers": queues.kube_schedulers}
         to_limits = None
 
     if estimate and settings.expected_start and snapshot.nodes is not None:

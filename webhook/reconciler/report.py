@@ -52,10 +52,10 @@ def _estimates(snapshot: Snapshot, now: float, windows: list[Window], predictor:
         return effective_limit(o, settings)
 
     waiting = queue.waiting(snapshot, now, queues, usage or {}, limit_of)
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"kube_schedulers": queues.kube_schedulers}
     if waiting or queues.gated:
-        extra = {"queued": [], "preempts_below": queue.preempts_below(queues),
-                 "class_values": queues.class_values, "released": queue.released(queues)}
+        extra |= {"queued": [], "preempts_below": queue.preempts_below(queues),
+                  "class_values": queues.class_values, "released": queue.released(queues)}
     if waiting:
         def to_limits(queued: list[Queued]) -> list[Estimate]:  # the order the planner places in
             return shadow_schedule(snapshot, now, windows, limit_of=limit_of, easy=queues.easy,

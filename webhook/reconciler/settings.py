@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from ..bundle import FairShare, Scavengers
 from ..globs import matches
 from ..jobnet import Isolation
+from ..kubefields import DEFAULT_SCHEDULER
 
 if TYPE_CHECKING:
     from ..bundle import Bundle
@@ -46,6 +47,9 @@ class QueuePolicy:
     class_values: dict[str, int] = field(default_factory=dict)
     queue_classes: dict[str, str] = field(default_factory=dict)  # queue -> its priority class
     fair_share: FairShare = field(default_factory=FairShare)
+    # the schedulerNames kube-scheduler serves (spec.kubeSchedulerProfiles): only a pending pod naming
+    # one of them is placed as kube-scheduler's (shadow.py)
+    kube_schedulers: frozenset[str] = frozenset({DEFAULT_SCHEDULER})
     bundle: str = field(default="", compare=False)
 
     @staticmethod
@@ -70,6 +74,7 @@ class QueuePolicy:
             class_values={c.name: c.value for c in bundle.priority_classes.values()},
             queue_classes={q.name: q.priority_class for q in bundle.queues.values()},
             fair_share=bundle.fair_share,
+            kube_schedulers=frozenset(bundle.kube_scheduler_profiles),
             bundle=bundle.fingerprint,
         )
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..contract import COUNTDOWN_LABEL
+from ..kubefields import DEFAULT_SCHEDULER
 from ..windows import Window
 from .maintenance import read_cordoned
 from .model import JobView, PodSched, PodView, Ref, Snapshot, job_of
@@ -51,6 +52,7 @@ INF = float("inf")
 DELETING_ALLOWANCE = 30.0  # seconds a pod being deleted is still counted on its node past its grace period
 HORIZON = 60 * 86400  # beyond this, "unknown"
 ROOMY = 1 << 62  # room for any number of pods (``_Node.room``)
+KUBE_SCHEDULERS = frozenset({DEFAULT_SCHEDULER})  # the schedulerNames kube-scheduler serves, unless told
 
 
 def _add(out: list[tuple[float, int, int]], start: float, end: float, cpu: int, mem: int) -> None:
@@ -553,7 +555,8 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
                     queued: Iterable[Queued] = (), preempts_below: int | None = None,
                     class_values: Mapping[str, int] | None = None,
                     released: Callable[[JobView], bool] | None = None,
-                    easy: Collection[str] = ()) -> list[Estimate]:
+                    easy: Collection[str] = (),
+                    kube_schedulers: Collection[str] = KUBE_SCHEDULERS) -> list[Estimate]:
     """Estimates for every pending workload, in kube-scheduler's order. With ``runtimes``, work
     is expected to run as long as predicted from earlier runs (never past its limit), not to its
     limit; see runtimes.py. ``limit_of``: a workload's time limit as the reconciler enforces it
@@ -571,7 +574,11 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
     ``easy``: queues backfilled EASY: behind the first of their workloads that cannot start now (the
     head), a workload that cannot start now reserves nothing (its estimate says ``reserved=False``),
     so later work may start if it delays no reservation but the head's; one that holds a promise
-    (``Queued.promised``: a head before) keeps its reservation."""
+    (``Queued.promised``: a head before) keeps its reservation.
+    ``kube_schedulers``: the ``spec.schedulerName``s kube-scheduler serves (the bundle's
+    kubeSchedulerProfiles). A pending pod naming another (a released Job whose template does) is not
+    kube-scheduler's to bind: it holds no room, or anyone could keep room from the queue for good with
+    a pod no scheduler binds. Bound, it holds its room as any pod does."""
     if snapshot.nodes is None:
         return []
     ws = list(windows)
@@ -624,7 +631,7 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
                     end = min(end, started + corrected(predicted, now - started, end - started))
             node.reserve(now, end, pod.sched.cpu, pod.sched.mem)
             continue
-        if pod.deleting:
+        if pod.deleting or pod.sched.scheduler not in kube_schedulers:
             continue
         if pod.owner is not None and job is None:
             # Owned by something not modelled as work (a ReplicaSet's pod is not a job). Nominated to
@@ -660,7 +667,7 @@ def shadow_schedule(snapshot: Snapshot, now: float, windows: Iterable[Window], *
             continue
         missing = job.wanted - live.get(job.ref.uid, 0)
         if (missing > 0 and not job.suspended and job.template is not None and job.ref.uid not in pending
-                and job.ref.uid not in ended):
+                and job.ref.uid not in ended and job.template.scheduler in kube_schedulers):
             sched = _with_priority(job.template, job.priority_class, class_values)
             limit = limit_of(job)
             pending[job.ref.uid] = _Work(job.ref, [], sched, limit, gang=job.group is not None, size=missing,

@@ -7,24 +7,27 @@ dicts."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from tests.unit.reconciler.reconbuild import HOUR, T0, pod, ts
+from tests.unit.reconciler.test_queue import gated as gated_pod
+from tests.unit.reconciler.test_queue import queued_job, released
 from tests.unit.reconciler.test_queue_promises import BATCH, S, busy, gated, of
 from tests.unit.reconciler.test_shadow import node, with_spec
-from webhook.contract import START_BY_ANNOTATION
-from webhook.reconciler.model import Snapshot, pod_view
+from webhook.contract import QUEUED_ANNOTATION, START_BY_ANNOTATION
+from webhook.reconciler.model import Snapshot, job_view, pod_view
 from webhook.reconciler.planner import plan
 from webhook.units import parse_time
 
 
 def replica(name: str, cpu: str, *, priority: int = BATCH, limit: str | None = None, nominated: str = "",
-            unschedulable: bool = True, gates: list[str] | None = None) -> dict[str, Any]:
+            unschedulable: bool = True, gates: list[str] | None = None, **spec: Any) -> dict[str, Any]:
     """A Deployment's pending pod (owned by a ReplicaSet: not work the placement models), not
     gated; kube-scheduler found no node for it (``unschedulable``) and nominated none."""
     p = with_spec(pod(name, phase="Pending", node="", started=None, admitted=None,
                       annotations={"batchgate.io/time-limit": limit} if limit else None),
-                  cpu=cpu, priority=priority, created=-60)
+                  cpu=cpu, priority=priority, created=-60, **spec)
     p["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9f",
                                          "uid": "uid-rs", "controller": True}]
     if nominated:
@@ -135,3 +138,49 @@ def test_a_promised_group_missing_a_pod_has_its_promise_withdrawn_saying_so():
     (a,) = of(run(busy("b1", "4", HOUR), *members, nodes=("n1",)), "start-by", "g-0")
     assert a.reason == "StartByWithdrawn"
     assert "nothing is reserved for it while it waits for all 3 pods of its group 'g' to exist (2 do)" in a.message
+
+
+# -- pods kube-scheduler never binds (issue 23: another scheduler's) ---------------------
+def test_a_pending_pod_of_a_scheduler_kube_scheduler_does_not_serve_holds_no_room():
+    """A tenant's pending pods naming a scheduler nobody runs (``nobody``) ask for n1 whole: a
+    ReplicaSet's pod with no time limit, not yet tried (it would hold n1 for good), and a bare pod of an
+    ungated queue. kube-scheduler never binds them, so the gated job is released onto n1 all the same;
+    naming kube-scheduler's own profile, they are placed first as before."""
+    fresh = replica("web-1", "4", unschedulable=False, schedulerName="nobody")
+    bare = with_spec(pod("bare", phase="Pending", node="", started=None, labels={"batchgate.io/queue": "interactive"}),
+                     cpu="4", priority=BATCH, created=-60, schedulerName="nobody")
+    for extra in (fresh, bare):
+        acts = run(gated("big", "4", "1h"), extra, nodes=("n1",))
+        assert of(acts, "release", "big"), extra["metadata"]["name"]
+        assert not of(run(gated("big", "4", "1h"), with_spec(extra, cpu="4", priority=BATCH, created=-60,
+                                                             schedulerName="default-scheduler"), nodes=("n1",)),
+                      "release", "big"), extra["metadata"]["name"]
+
+
+def test_a_bound_pod_of_another_scheduler_holds_its_room():
+    acts = run(on("n1", replica("web-1", "4", unschedulable=False, schedulerName="nobody")), gated("big", "4", "1h"),
+               nodes=("n1",))
+    assert not of(acts, "release", "big")
+
+
+def test_a_profile_the_bundle_names_is_kube_schedulers():
+    """kube-scheduler run with a second profile (spec.kubeSchedulerProfiles): its pending pods are placed first."""
+    s = replace(S, queues=replace(S.queues, kube_schedulers=frozenset({"default-scheduler", "gpu-packing"})))
+    objs = (gated("big", "4", "1h"), replica("web-1", "4", unschedulable=False, schedulerName="gpu-packing"))
+    snap = Snapshot.of(pods=[pod_view(o) for o in objs], jobs=[], nodes=[node("n1", cpu="4")])
+    assert not of(list(plan(snap, T0, s).actions), "release", "big")
+    assert of(run(*objs, nodes=("n1",)), "release", "big")  # by default, not kube-scheduler's
+
+
+def test_a_released_job_whose_pods_name_another_scheduler_holds_no_room_for_the_pods_being_made():
+    """A Job the queue released, its controller still making its pods: it holds their room, unless
+    its template names a scheduler kube-scheduler does not serve (nobody would bind them)."""
+    job = queued_job("wide", pods=2, cpu="4", created=-2 * HOUR)
+    job["spec"]["suspend"] = False
+    del job["metadata"]["annotations"][QUEUED_ANNOTATION]
+    nodes = [node("n1", cpu="4"), node("n2", cpu="4")]
+    small = gated_pod("small", cpu="2", created=-HOUR)
+    assert not released(Snapshot.of(pods=[pod_view(small)], jobs=[job_view(job)], nodes=nodes))
+    job["spec"]["template"]["spec"]["schedulerName"] = "nobody"
+    assert [a.target.name for a in released(Snapshot.of(pods=[pod_view(small)], jobs=[job_view(job)], nodes=nodes))] \
+        == ["small"]
