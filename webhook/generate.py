@@ -945,7 +945,7 @@ _RAISING = ("(!(has(object.spec.suspend) && object.spec.suspend == true) && "
 def _raised_in(new: str, old: str) -> str:
     """CEL: what ``new`` (a container, or a pod spec by its pod-level resources) requests of some
     resource is more than what ``old`` did: its request, else its limit, else 0
-    (rules.queue_gate.requested, grown)."""
+    (rules.base.requested, resources_raised)."""
     def res(x: str, key: str) -> str:
         return f"(has({x}.resources) && has({x}.resources.{key}) ? {x}.resources.{key} : {{}})"
 
