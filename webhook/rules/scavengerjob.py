@@ -323,7 +323,7 @@ def validate_scavengerjob(settings: None, obj: dict[str, Any], ctx: Ctx) -> list
     out = [deny(f"invalid {subject}: {'; '.join(problems)}")] if problems else []
     if ctx.operation == "UPDATE" and isinstance(old, dict) and not ctx.admin \
             and not WRITERS.contains(ctx.username, ctx.groups) and (up := grown_while_running(old, obj)):
-        what = "; ".join(f"{w} from {a} to {b}" for w, a, b in up)
+        what = ", ".join(f"{w} from {a} to {b}" for w, a, b in up)
         out.append(deny(
             f"{subject} is running (Job {running(old)}): it started when all its pods fit within the scavengers' "
             f"share of the cluster, by the size it had, and its next segments start from its spec without that "
