@@ -83,9 +83,6 @@ EXPECTED_START_REASON_ANNOTATION = f"{GROUP}/expected-start-reason"
 SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
 COUNTDOWN_LABEL = f"{GROUP}/maintenance-in-minutes"
 """Node label, written by the reconciler only: whole minutes until the node's next window."""
-RECONCILER = "batchgate-system/batchgate-reconciler"
-"""The reconciler's ServiceAccount (namespace/name), as policies name it: the default releaser,
-writer of its annotations and controller; exempt where a user may not grow running work."""
 # On what the reconciler makes (a ScavengerJob's Jobs and guards, job networking's Services, hostfile
 # ConfigMaps and NetworkPolicies): the admission policy batchgate-reconciler-writes lets its
 # ServiceAccount write Services, ConfigMaps, NetworkPolicies and PodDisruptionBudgets only with it.

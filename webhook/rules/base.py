@@ -44,6 +44,11 @@ def no_settings(node: Node, bundle: Bundle) -> None:
     return None
 
 
+# The reconciler's ServiceAccount (namespace/name), as policies name it: the default releaser
+# (queue-gate), writer of its annotations (reconciler-annotations) and controller (queue-access);
+# exempt where a user may not grow running work (scavengerjob).
+RECONCILER = "batchgate-system/batchgate-reconciler"
+
 CONTAINER_LISTS = ("initContainers", "containers")  # a pod spec's lists of containers that policies shape
 
 

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..bundle import Access, Principals, parse_principals
-from ..contract import EXCLUSIVE_GROUP_LABEL, EXCLUSIVE_LABEL, QUEUE_LABEL, RECONCILER
+from ..contract import EXCLUSIVE_GROUP_LABEL, EXCLUSIVE_LABEL, QUEUE_LABEL
 from ..workloads import label_maps
 from ..yamlsrc import Node
-from .base import ALL_POD_TEMPLATE_KINDS, Ctx, Finding, RuleType, Shape, deny
+from .base import ALL_POD_TEMPLATE_KINDS, RECONCILER, Ctx, Finding, RuleType, Shape, deny
 
 if TYPE_CHECKING:
     from ..bundle import Bundle

@@ -44,12 +44,11 @@ from ..contract import (
     QUEUE_GATE,
     QUEUED_ANNOTATION,
     QUEUED_BY_SUSPEND,
-    RECONCILER,
     TIME_LIMIT_ANNOTATION,
 )
 from ..units import json_int
 from ..workloads import meta_entry
-from .base import CONTAINER_LISTS, Ctx, Finding, RuleType, deny, resources_raised
+from .base import CONTAINER_LISTS, RECONCILER, Ctx, Finding, RuleType, deny, resources_raised
 from .time_limit import read_limits, seconds_or_none
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..contract import RECONCILER, RECONCILER_ANNOTATIONS
-from .base import Ctx, Finding, RuleType, deny
+from ..contract import RECONCILER_ANNOTATIONS
+from .base import RECONCILER, Ctx, Finding, RuleType, deny
 
 if TYPE_CHECKING:
     from ..bundle import Bundle, Principals

@@ -24,7 +24,6 @@ from typing import Any
 from ..bundle import Principals
 from ..contract import (
     GROUP,
-    RECONCILER,
     SCAVENGERJOB_MAX_CHECKPOINT_EXIT_CODE,
     SCAVENGERJOB_MAX_CPU,
     SCAVENGERJOB_MAX_MEMORY,
@@ -35,6 +34,7 @@ from ..contract import (
 from ..units import DurationTooLong, format_memory, json_int, parse_duration, shown
 from .base import (
     QOS_RESOURCES,
+    RECONCILER,
     Ctx,
     Finding,
     RuleType,
