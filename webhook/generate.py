@@ -945,7 +945,7 @@ _RAISING = ("(!(has(object.spec.suspend) && object.spec.suspend == true) && "
 def _raised_in(new: str, old: str) -> str:
     """CEL: what ``new`` (a container, or a pod spec by its pod-level resources) requests of some
     resource is more than what ``old`` did: its request, else its limit, else 0
-    (rules.queue_gate.requested, grown)."""
+    (rules.base.requested, resources_raised)."""
     def res(x: str, key: str) -> str:
         return f"(has({x}.resources) && has({x}.resources.{key}) ? {x}.resources.{key} : {{}})"
 
@@ -1125,12 +1125,49 @@ def _fixed_labels_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
     return parts
 
 
+def _running_scavengerjob_policy(bundle: Bundle, policy: Policy) -> list[_Part]:
+    """scavengerjob's edit of a running ScavengerJob (rules.scavengerjob.grown_while_running), so
+    that it holds while the webhook is down (its UPDATE route fails open): a user (not an admin, not
+    the reconciler) raises neither ``spec.pods`` nor a request or limit in ``spec.resources`` of one
+    that has started a segment (``status.jobName``) and not finished. One validation per field."""
+    from .rules.scavengerjob import FINISHED, WRITERS
+
+    res = next(r for r in RESOURCES if r.kind == "ScavengerJob")
+    if not any("UPDATE" in ops for _, ops in _routes(policy, kinds=[res])):
+        return []
+    st = "oldObject.status"
+    running = (f'has({st}) && has({st}.jobName) && {st}.jobName != "" && '
+               f"!(has({st}.phase) && {st}.phase in {_list(FINISHED)})")
+    pods = "(has({0}.spec.pods) ? {0}.spec.pods : 1)"
+    who = ('"scavengerjob: ScavengerJob " + object.metadata.namespace + "/" + object.metadata.name + '
+           '" is running (Job " + oldObject.status.jobName + "): "')
+    head = ("it started when all its pods fit within the scavengers' share of the cluster, by the size it had, "
+            "and its next segments start from its spec without that check; raising ")
+    tail = (" while it runs would take more than the scavenger policy allowed. Lowering is allowed, and so is any "
+            "edit while it waits; to run it bigger, delete it and submit it again with the new size (it waits until "
+            "that fits), or ask an admin")
+    grown = _or([_raised_in("object.spec", "oldObject.spec"), _limit_raised_in("object.spec", "oldObject.spec")])
+    resources = "a request or limit in spec.resources"
+    return [_Part("-running", ((res, ("UPDATE",)),), (
+        ("exempt", _or([_caller_in(bundle.admins), _caller_in(WRITERS)])), ("running", running)), ({
+            "expression": f"variables.exempt || !variables.running || {pods.format('object')} <= {pods.format('oldObject')}",
+            "message": f"scavengerjob: the ScavengerJob is running: {head}spec.pods{tail}",
+            "messageExpression": (f'{who} + {_s(head + "spec.pods from ")} + string({pods.format("oldObject")}) + " to " '
+                                  f'+ string({pods.format("object")}) + {_s(tail)}'),
+        }, {
+            "expression": f"variables.exempt || !variables.running || !({grown})",
+            "message": f"scavengerjob: the ScavengerJob is running: {head}{resources}{tail}",
+            "messageExpression": f"{who} + {_s(head + resources + tail)}",
+        }))]
+
+
 _PROTECTED = {
     "queue-gate": _queue_gate_policy,
     "namespace-opt-out": _opt_out_policy,
     "reconciler-annotations": _reconciler_annotations_policy,
     "queue-priority": _admin_classes_policy,
     "queue-access": _fixed_labels_policy,
+    "scavengerjob": _running_scavengerjob_policy,
 }
 
 

@@ -400,3 +400,50 @@ def test_a_scavenger_pod_is_not_resized_bigger_while_the_webhook_is_down(kube, w
                         "the Pod is a scavenger, in queue 'scavenger'",
                         "raising its requests or limits in place (pods/resize) would take more than the scavenger "
                         "policy allowed")
+
+
+def test_a_running_scavengerjob_is_not_edited_bigger_while_the_webhook_is_down(kube, webhook_server,
+                                                                             admission_policies, namespace, outage):
+    """A ScavengerJob's spec edit goes to the UPDATE webhook, which fails open: with it down,
+    batchgate-scavengerjob-running refuses alice's raise of spec.pods and of spec.resources of one
+    that started a segment (its status.jobName, written here as the reconciler would), naming each
+    field; nothing is stored. Lowering passes, and so does an admin's raise; each read back."""
+    ns, name = namespace, unique("sj")
+    path = f"/apis/batchgate.io/v1alpha1/namespaces/{ns}/scavengerjobs/{name}"
+    kube.create(path.rsplit("/", 1)[0], {
+        "apiVersion": "batchgate.io/v1alpha1", "kind": "ScavengerJob", "metadata": {"name": name},
+        "spec": {"image": "registry.k8s.io/pause:3.2", "command": ["/pause"], "runAsUser": 1000, "pods": 2,
+                 "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}, "duration": "1h"}}, as_user="alice")
+    kube.request("PATCH", path + "/status", {"status": {"phase": "Running", "segment": 1, "jobName": f"{name}-1"}},
+                 content_type="application/merge-patch+json")
+    merge = "application/merge-patch+json"
+
+    def edit(spec: dict[str, Any], user: str = "alice", dry_run: bool = False) -> tuple[int, str]:
+        return attempt(lambda: kube.request("PATCH", path, {"spec": spec}, content_type=merge, as_user=user,
+                                            query={"dryRun": "All"} if dry_run else None))
+
+    def stored() -> tuple[int, str]:
+        spec = kube.get(path)["spec"]
+        return spec["pods"], spec["resources"]["limits"]["cpu"]
+
+    wait_for(lambda: "ValidatingAdmissionPolicy 'batchgate-scavengerjob-running'" in edit({"pods": 3}, dry_run=True)[1],
+             30, interval=0.3, message="batchgate-scavengerjob-running in force")
+    webhook_server.server.stop()
+    assert webhook_server.server.refuses_connections()
+    problems: list[str] = []
+    status, msg = edit({"pods": 3})
+    problems += _refused_by("batchgate-scavengerjob-running", status, msg, f"ScavengerJob {ns}/{name} is running",
+                            "raising spec.pods from 2 to 3 while it runs", "delete it and submit it again")
+    status, msg = edit({"resources": {"limits": {"cpu": "2", "memory": "1Gi"}}})
+    problems += _refused_by("batchgate-scavengerjob-running", status, msg,
+                            "raising a request or limit in spec.resources while it runs")
+    if stored() != (2, "1"):
+        problems.append(f"alice's raise was stored: {stored()}")
+    status, msg = edit({"pods": 1, "resources": {"limits": {"cpu": "500m", "memory": "1Gi"}}})
+    if status != 200 or stored() != (1, "500m"):
+        problems.append(f"alice lowering it: HTTP {status} {msg}; stored {stored()}")
+    status, msg = edit({"pods": 4}, user="admin")
+    if status != 200 or stored() != (4, "500m"):
+        problems.append(f"the cluster admin raising it: HTTP {status} {msg}; stored {stored()}")
+    outage.end()
+    assert not problems, "while the webhook was down:\n  " + "\n  ".join(problems)

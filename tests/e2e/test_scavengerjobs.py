@@ -264,6 +264,41 @@ def test_a_running_scavenger_pod_cannot_be_resized_bigger_by_its_user_smaller_it
     assert not kube.get(pods_path(ns, name))["spec"].get("ephemeralContainers")
 
 
+def test_a_running_scavengerjob_cannot_be_edited_bigger_by_its_user_smaller_it_may(
+        kube, webhook_server, namespace, pool, reconciler):
+    """A ScavengerJob started when all its pods fit within the scavengers' share, by its spec; at each
+    segment boundary the reconciler starts the next segment's Job from the spec without that check
+    (only a start from waiting has it). So while it runs (status.jobName), alice's edit that raises
+    spec.pods or spec.resources is refused by the scavengerjob policy, naming each raise and what to
+    do; nothing is stored. Lowering is stored, and is no interruption: it runs on."""
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns, (_, node) = namespace, pool
+    node(cpu="8")
+    r = reconciler()
+    kube.create(sj_path(ns), scavengerjob("md", cpu="1"), as_user="alice")
+    wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-1", "started", r=r)
+    run_segment(kube, ns, "md-1", 1)
+    wait_status(kube, ns, "md", lambda s: s.get("phase") == "Running", "Running", r=r)
+    merge = "application/merge-patch+json"
+    bigger = {"spec": {"pods": 2, "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}}}
+    with pytest.raises(KubeApiError) as e:
+        kube.request("PATCH", sj_path(ns, "md"), bigger, content_type=merge, as_user="alice")
+    msg = str(e.value)
+    assert e.value.status in (400, 403), e.value
+    assert (f"ScavengerJob {ns}/md is running (Job md-1)" in msg
+            and "raising spec.pods from 1 to 2, the cpu request of spec.resources from 1 to 2, the cpu limit of "
+                "spec.resources from 1 to 2 while it runs would take more than the scavenger policy allowed" in msg
+            and "delete it and submit it again with the new size (it waits until that fits)" in msg), msg
+    spec = kube.get(sj_path(ns, "md"))["spec"]
+    assert (spec["pods"], spec["resources"]["limits"]["cpu"]) == (1, "1"), spec
+    smaller = {"spec": {"resources": {"limits": {"cpu": "500m", "memory": "512Mi"}}}}
+    kube.request("PATCH", sj_path(ns, "md"), smaller, content_type=merge, as_user="alice")
+    spec = kube.get(sj_path(ns, "md"))["spec"]
+    assert (spec["pods"], spec["resources"]["limits"]) == (1, {"cpu": "500m", "memory": "512Mi"}), spec
+    st = status(kube, ns, "md")
+    assert st["phase"] == "Running" and st["jobName"] == "md-1" and st["interruptedCount"] == 0, st
+
+
 # -- 2. failure vs interruption -----------------------------------------------------------
 def test_oomkilled_pod_fails_it_for_good(kube, webhook_server, namespace, pool, reconciler):
     require_components(kube, "kube-scheduler", "kube-controller-manager")

@@ -373,6 +373,46 @@ def _resized(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             ("resize memory limit up", each(limit))]
 
 
+def _running(obj: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    """A ScavengerJob as stored once it started a segment (status.jobName), and edits of it: its
+    pods or a resource raised (a request with its limit, a limit alone, one added), or lowered; and
+    the same raise once it finished (rules.scavengerjob.grown_while_running)."""
+    base = _edit(obj, ("status",), {"phase": "Running", "segment": 1, "jobName": "sj-1"})
+
+    def res(change: Any) -> dict[str, Any]:
+        out = copy.deepcopy(base)
+        r = out.get("spec", {}).get("resources")
+        if isinstance(r, dict):
+            change(r)
+        return out
+
+    def up(r: dict[str, Any]) -> None:
+        for key in ("requests", "limits"):
+            if isinstance(r.get(key), dict) and "cpu" in r[key]:
+                r[key]["cpu"] = "64"
+
+    def limit(r: dict[str, Any]) -> None:
+        if isinstance(r.get("limits"), dict):
+            r["limits"]["memory"] = "64Gi"
+
+    def added(r: dict[str, Any]) -> None:
+        r.setdefault("limits", {})["nvidia.com/gpu"] = 1
+
+    def down(r: dict[str, Any]) -> None:
+        for key in ("requests", "limits"):
+            if isinstance(r.get(key), dict) and "memory" in r[key]:
+                r[key]["memory"] = "1Mi"
+
+    done = _edit(base, ("status", "phase"), "Completed")
+    pods = base.get("spec", {}).get("pods", 1)
+    return base, [("running pods up", _edit(base, ("spec", "pods"), (pods if isinstance(pods, int) else 1) + 3)),
+                  ("running pods down", _edit(base, ("spec", "pods"), 1)),
+                  ("running cpu up", res(up)), ("running memory limit up", res(limit)),
+                  ("running gpu added", res(added)), ("running memory down", res(down)),
+                  ("waiting pods up", _edit(_edit(base, ("status", "jobName"), None), ("spec", "pods"), 99)),
+                  ("finished pods up", _edit(done, ("spec", "pods"), 99))]
+
+
 def _owned(obj: dict[str, Any]) -> dict[str, Any]:
     return _edit(obj, ("metadata", "ownerReferences"), [
         {"apiVersion": "batch/v1", "kind": "Job", "name": "owner", "uid": "u-1", "controller": True}])
@@ -398,6 +438,13 @@ def _object_cases() -> Iterator[Case]:
                     old, changed = (_owned(base), _owned(new)) if c == "job-controller" else (base, new)
                     yield Case(f"{where} UPDATE {what} by {c}", synthetic_review(
                         changed, Caller("UPDATE", user, groups, ns or "default"), old_object=old))
+            running, edits = _running(base) if kind == "ScavengerJob" else (base, [])
+            for i, (what, new) in enumerate(edits):
+                for c in dict.fromkeys(["alice", names[(n + i) % len(names)]]):
+                    user, groups = CALLERS[c]
+                    old = running if what.startswith("running") else _edit(new, ("spec",), base.get("spec"))
+                    yield Case(f"{where} UPDATE {what} by {c}", synthetic_review(
+                        new, Caller("UPDATE", user, groups, ns or "default"), old_object=old))
             for i, (what, new) in enumerate(_resized(base) if kind == "Pod" else ()):
                 for c in dict.fromkeys(["alice", names[(n + i) % len(names)]]):
                     user, groups = CALLERS[c]
@@ -540,6 +587,9 @@ def test_admission_policies_deny_only_what_the_engine_denies_and_all_of_what_the
         if any(m.startswith("queue-access: ") and "cannot be set, changed or removed once it exists" in m
                for m in d.denials) and not owners and not any(n.startswith("batchgate-queue-access") for n in vap):
             problems.append(f"no VAP denies the fixed label the engine denies: {_shown(case, d)}")
+        if any(m.startswith("scavengerjob: ") and " is running (Job " in m for m in d.denials) \
+                and "batchgate-scavengerjob-running" not in vap:
+            problems.append(f"no VAP denies the growth of a running ScavengerJob the engine denies: {_shown(case, d)}")
         if any(m.startswith("queue-gate: ") and "in place (pods/resize)" in m for m in d.denials) \
                 and "batchgate-queue-gate-pods-resize" not in vap:
             problems.append(f"no VAP denies the resize the engine denies: {_shown(case, d)}")

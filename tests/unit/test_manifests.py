@@ -565,6 +565,25 @@ def test_in_place_resize_goes_to_the_validating_update_webhook_alone(objects):
     assert [v["name"] for v in vap["spec"]["variables"]] == ["exempt", "scavenger"]
 
 
+def test_a_running_scavengerjobs_growth_is_held_by_an_admission_policy_while_the_webhook_is_down(objects):
+    """A ScavengerJob's spec edit goes to update.validate (fails open); batchgate-scavengerjob-running
+    refuses a user's raise of spec.pods or of spec.resources of one that started a segment
+    (status.jobName), one validation per field (rules.scavengerjob.grown_while_running)."""
+    (w,) = [w for _, w in _webhooks(objects) if w["name"] == "update.validate.batchgate.io"]
+    assert any("scavengerjobs" in r["resources"] for r in w["rules"]) and w["failurePolicy"] == "Ignore"
+    (vap,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"
+              and o["metadata"]["name"] == "batchgate-scavengerjob-running"]
+    assert vap["spec"]["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": ["batchgate.io"], "apiVersions": ["v1alpha1"], "resources": ["scavengerjobs"],
+         "operations": ["UPDATE"]}]
+    variables = {v["name"]: v["expression"] for v in vap["spec"]["variables"]}
+    assert list(variables) == ["exempt", "running"] and "oldObject.status.jobName" in variables["running"]
+    assert "batchgate:admins" in variables["exempt"] and "batchgate-reconciler" in variables["exempt"]
+    pods, resources = (v["message"] for v in vap["spec"]["validations"])
+    assert "raising spec.pods while it runs" in pods
+    assert "raising a request or limit in spec.resources while it runs" in resources
+
+
 def test_updates_fail_open_and_creates_fail_closed(objects):
     for _, w in _webhooks(objects):
         ops = {op for r in w["rules"] for op in r["operations"]}
@@ -622,7 +641,7 @@ def test_admission_policies_are_bound_to_deny_and_fail_closed(objects):
         "batchgate-queue-priority-templates", "batchgate-queue-priority-cronjobs",
         "batchgate-namespace-opt-out", "batchgate-reconciler-annotations",
         "batchgate-queue-access-pods", "batchgate-queue-access-jobs", "batchgate-queue-gate-pods", "batchgate-queue-gate-jobs",
-        "batchgate-queue-gate-pods-resize"}
+        "batchgate-queue-gate-pods-resize", "batchgate-scavengerjob-running"}
     for name, p in policies.items():
         assert p["apiVersion"] == "admissionregistration.k8s.io/v1"
         binding = bindings[name]["spec"]

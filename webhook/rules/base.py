@@ -44,6 +44,11 @@ def no_settings(node: Node, bundle: Bundle) -> None:
     return None
 
 
+# The reconciler's ServiceAccount (namespace/name), as policies name it: the default releaser
+# (queue-gate), writer of its annotations (reconciler-annotations) and controller (queue-access);
+# exempt where a user may not grow running work (scavengerjob).
+RECONCILER = "batchgate-system/batchgate-reconciler"
+
 CONTAINER_LISTS = ("initContainers", "containers")  # a pod spec's lists of containers that policies shape
 
 
@@ -69,3 +74,42 @@ def quantity_or_none(value: Any) -> Fraction | None:
         return parse_quantity(value) if isinstance(value, str | int | float) else None
     except ValueError:
         return None
+
+
+def amounts(holder: Any, key: str) -> dict[str, tuple[Fraction, str]]:
+    """``resources.<key>`` (requests or limits) of what has ``resources`` (a container, a pod spec by
+    its pod-level ones, a ScavengerJob's spec), per resource, as (amount, as written); what is not a
+    quantity is left out."""
+    res = holder.get("resources") if isinstance(holder, dict) else None
+    values = res.get(key) if isinstance(res, dict) else None
+    return {name: (q, str(v)) for name, v in (values.items() if isinstance(values, dict) else ())
+            if (q := quantity_or_none(v)) is not None}
+
+
+def requested(holder: Any) -> dict[str, tuple[Fraction, str]]:
+    """What a container (or a pod spec, by its pod-level ``resources``; a ScavengerJob's spec, per
+    pod) requests, per resource, as (amount, as written): its request, else its limit (Kubernetes
+    defaults a Pod's missing request to its limit, and the queue counts it so); what is not a
+    quantity is left out."""
+    return {**amounts(holder, "limits"), **amounts(holder, "requests")}  # a request overrides its limit
+
+
+def resources_raised(before: Any, after: Any, *, limits: bool = False) -> list[tuple[str, str, str]]:
+    """What ``after`` asks for more than ``before`` (each a container, a pod spec by its pod-level
+    ``resources``, or a ScavengerJob's spec), as (what, before, after): a request of a resource
+    (``requested``; "cpu request"; not requested before counts as 0). With ``limits``, a limit
+    raised or removed too ("memory limit"; removed: after is "none"). The one "grown" comparison:
+    queue-gate's in-place resize, scavengerjob's edit of a running ScavengerJob."""
+    out = []
+    then = requested(before)
+    for name, (q, text) in requested(after).items():
+        prev = then.get(name, (Fraction(0), "0"))
+        if q > prev[0]:
+            out.append((f"{name} request", prev[1], text))
+    if limits:
+        now = amounts(after, "limits")
+        for name, (q, text) in amounts(before, "limits").items():
+            was = now.get(name)
+            if was is None or was[0] > q:  # removed: no limit at all
+                out.append((f"{name} limit", text, "none" if was is None else was[1]))
+    return out

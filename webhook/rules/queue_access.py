@@ -31,12 +31,11 @@ from ..bundle import Access, Principals, parse_principals
 from ..contract import EXCLUSIVE_GROUP_LABEL, EXCLUSIVE_LABEL, QUEUE_LABEL
 from ..workloads import label_maps
 from ..yamlsrc import Node
-from .base import ALL_POD_TEMPLATE_KINDS, Ctx, Finding, RuleType, Shape, deny
+from .base import ALL_POD_TEMPLATE_KINDS, RECONCILER, Ctx, Finding, RuleType, Shape, deny
 
 if TYPE_CHECKING:
     from ..bundle import Bundle
 
-RECONCILER = "batchgate-system/batchgate-reconciler"
 SHOWN_GROUPS = 8  # a caller's groups named in a denial; the rest are counted
 
 

@@ -38,13 +38,17 @@ with (``resize_guard`` picks the Pods a resize may not grow). A queue whose ``st
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..contract import QUEUE_GATE, QUEUED_ANNOTATION, QUEUED_BY_SUSPEND, TIME_LIMIT_ANNOTATION
+from ..contract import (
+    QUEUE_GATE,
+    QUEUED_ANNOTATION,
+    QUEUED_BY_SUSPEND,
+    TIME_LIMIT_ANNOTATION,
+)
 from ..units import json_int
 from ..workloads import meta_entry
-from .base import CONTAINER_LISTS, Ctx, Finding, RuleType, deny, quantity_or_none
+from .base import CONTAINER_LISTS, RECONCILER, Ctx, Finding, RuleType, deny, resources_raised
 from .time_limit import read_limits, seconds_or_none
 
 if TYPE_CHECKING:
@@ -52,7 +56,6 @@ if TYPE_CHECKING:
     from ..draft import Draft
     from ..yamlsrc import Node
 
-RECONCILER = "batchgate-system/batchgate-reconciler"
 KINDS = (("", "v1", "Pod"), ("batch", "v1", "Job"))
 
 
@@ -234,22 +237,6 @@ def _longer(settings: Settings, ctx: Ctx, old: Any, obj: Any) -> list[Finding]:
                  f"runs would take room promised to others (lowering is allowed); {back}ask an admin to extend it")]
 
 
-def _amounts(holder: Any, key: str) -> dict[str, tuple[Fraction, str]]:
-    """``resources.<key>`` (requests or limits) of a container, or of a pod spec by its pod-level
-    ``resources``, per resource, as (amount, as written); what is not a quantity is left out."""
-    res = holder.get("resources") if isinstance(holder, dict) else None
-    values = res.get(key) if isinstance(res, dict) else None
-    return {name: (q, str(v)) for name, v in (values.items() if isinstance(values, dict) else ())
-            if (q := quantity_or_none(v)) is not None}
-
-
-def requested(holder: Any) -> dict[str, tuple[Fraction, str]]:
-    """What a container (or a pod spec, by its pod-level ``resources``) requests, per resource, as
-    (amount, as written): its request, else its limit (Kubernetes defaults a Pod's missing request
-    to its limit, and the queue counts it so); what is not a quantity is left out."""
-    return {**_amounts(holder, "limits"), **_amounts(holder, "requests")}  # a request overrides its limit
-
-
 def grown(old: Any, obj: Any, *, limits: bool = False) -> list[tuple[str, str, str, str]]:
     """What an in-place resize raises, as (where, what, before, after): a container's request (or
     its limit where it has none) of a resource (``what``: "cpu request"), by container name, or the
@@ -267,20 +254,7 @@ def grown(old: Any, obj: Any, *, limits: bool = False) -> list[tuple[str, str, s
                 pairs.append((f"{'init container' if key == 'initContainers' else 'container'} {c.get('name')!r}",
                               named[c.get("name")], c))
     pairs.append(("the pod (spec.resources)", was, spec))
-    out = []
-    for where, a, b in pairs:
-        then = requested(a)
-        for name, (q, text) in requested(b).items():
-            prev = then.get(name, (Fraction(0), "0"))
-            if q > prev[0]:
-                out.append((where, f"{name} request", prev[1], text))
-        if limits:
-            now = _amounts(b, "limits")
-            for name, (q, text) in _amounts(a, "limits").items():
-                after = now.get(name)
-                if after is None or after[0] > q:  # removed: no limit at all
-                    out.append((where, f"{name} limit", text, "none" if after is None else after[1]))
-    return out
+    return [(where, *r) for where, a, b in pairs for r in resources_raised(a, b, limits=limits)]
 
 
 def resize_guard(settings: Settings, ctx: Ctx, obj: Any) -> Literal["scavenger", "queue"] | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..contract import RECONCILER_ANNOTATIONS
-from .base import Ctx, Finding, RuleType, deny
+from .base import RECONCILER, Ctx, Finding, RuleType, deny
 
 if TYPE_CHECKING:
     from ..bundle import Bundle, Principals
@@ -31,7 +31,7 @@ def parse(node: Node, bundle: Bundle) -> Settings:
 
     node.mapping(allowed=("writers",))
     writers = parse_principals(node.get("writers")) if node.get("writers") else None
-    return Settings(writers=writers or Principals(service_accounts=("batchgate-system/batchgate-reconciler",)))
+    return Settings(writers=writers or Principals(service_accounts=(RECONCILER,)))
 
 
 def _annotations(obj: Any) -> dict[str, Any]:

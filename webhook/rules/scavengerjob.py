@@ -4,6 +4,13 @@
 contract in ``policies/scavengerjob/README.md``; each problem names its field
 path so a user can fix them all in one go. Metadata-only updates of a stored
 object (finalizers, labels) pass unchecked.
+
+A running ScavengerJob (one that has started a segment: ``running``) may shrink, not
+grow, by its user's edit, as Slurm treats a running job: it started only when all its
+pods fit within the scavengers' share (``maxShare``) by the size it had, and each next
+segment starts from its spec without that check, so raising ``spec.pods`` or a request
+or limit in ``spec.resources`` is refused (``grown_while_running``); admins and the
+reconciler may, and any edit of one that waits (its start is checked) is allowed.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from ..bundle import Principals
 from ..contract import (
     GROUP,
     SCAVENGERJOB_MAX_CHECKPOINT_EXIT_CODE,
@@ -24,7 +32,17 @@ from ..contract import (
     scavengerjob_checkpoint,
 )
 from ..units import DurationTooLong, format_memory, json_int, parse_duration, shown
-from .base import QOS_RESOURCES, Ctx, Finding, RuleType, deny, no_settings, quantity_or_none
+from .base import (
+    QOS_RESOURCES,
+    RECONCILER,
+    Ctx,
+    Finding,
+    RuleType,
+    deny,
+    no_settings,
+    quantity_or_none,
+    resources_raised,
+)
 
 SPEC_FIELDS = ("image", "command", "args", "env", "resources", "volumes", "pods", "runAsUser", "duration",
                "checkpointExitCode", "checkpoint")
@@ -260,14 +278,59 @@ def _problems(obj: Any) -> list[str]:
     return errors
 
 
+FINISHED = ("Completed", "Failed")  # status.phase: no segment starts again
+WRITERS = Principals(service_accounts=(RECONCILER,))  # besides admins, who may grow a running ScavengerJob
+
+
+def running(obj: Any) -> str | None:
+    """The Job of the segment a ScavengerJob has started (``status.jobName``, set by the reconciler
+    when it starts one and cleared when it goes back to wait: reconciler.scavenger plans a start,
+    checked against the free room and ``maxShare``, only while it is empty); None while it waits,
+    and once it has finished."""
+    st = obj.get("status") if isinstance(obj, dict) else None
+    if not isinstance(st, dict) or st.get("phase") in FINISHED:
+        return None
+    job = st.get("jobName")
+    return job if isinstance(job, str) and job else None
+
+
+def _pods(obj: Any) -> int | None:
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    return json_int(spec.get("pods", 1)) if isinstance(spec, dict) else None
+
+
+def grown_while_running(old: Any, obj: Any) -> list[tuple[str, str, str]]:
+    """What an edit of a running ScavengerJob (``running(old)``) raises, as (what, before, after):
+    ``spec.pods`` (1 when unset), and any request or limit in ``spec.resources`` (rules.base's
+    ``resources_raised``: a request, else its limit, per pod; a limit raised or removed); nothing
+    when it waits or has finished."""
+    if running(old) is None:
+        return []
+    before, after = _pods(old), _pods(obj)
+    out = [("spec.pods", str(before), str(after))] if before is not None and after is not None and after > before else []
+    spec, was = obj.get("spec"), old.get("spec")
+    if isinstance(spec, dict) and isinstance(was, dict):
+        out += [(f"the {what} of spec.resources", a, b) for what, a, b in resources_raised(was, spec, limits=True)]
+    return out
+
+
 def validate_scavengerjob(settings: None, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
     old = ctx.old_object
     if ctx.operation == "UPDATE" and isinstance(old, dict) and old.get("spec") == obj.get("spec"):
         return []  # metadata-only updates (finalizers, labels) of a stored object pass
+    subject = f"ScavengerJob {ctx.namespace}/{ctx.name or '(generated name)'}"
     problems = scavengerjob_problems(obj)
-    if not problems:
-        return []
-    return [deny(f"invalid ScavengerJob {ctx.namespace}/{ctx.name or '(generated name)'}: {'; '.join(problems)}")]
+    out = [deny(f"invalid {subject}: {'; '.join(problems)}")] if problems else []
+    if ctx.operation == "UPDATE" and isinstance(old, dict) and not ctx.admin \
+            and not WRITERS.contains(ctx.username, ctx.groups) and (up := grown_while_running(old, obj)):
+        what = ", ".join(f"{w} from {a} to {b}" for w, a, b in up)
+        out.append(deny(
+            f"{subject} is running (Job {running(old)}): it started when all its pods fit within the scavengers' "
+            f"share of the cluster, by the size it had, and its next segments start from its spec without that "
+            f"check; raising {what} while it runs would take more than the scavenger policy allowed. Lowering is "
+            f"allowed, and so is any edit while it waits; to run it bigger, delete it and submit it again with "
+            f"the new size (it waits until that fits), or ask an admin"))
+    return out
 
 
 TYPE = RuleType(

@@ -10,9 +10,11 @@ import pytest
 import yaml
 
 from tests.conftest import POLICIES
-from tests.unit.conftest import only, settings_error
+from tests.unit.conftest import decided, only, settings_error
 from tests.unit.rules.test_scavenger_qos import pod, run
 from webhook.bundle import Bundle
+from webhook.engine import Decision
+from webhook.offline import Caller, synthetic_review
 from webhook.rules.scavengerjob import scavengerjob_problems
 
 
@@ -185,6 +187,88 @@ def test_update_that_changes_the_spec_is_validated(sj):
     assert run(sj, sjob(pods=4), op="UPDATE", old=stored).allowed
     d = run(sj, sjob(pods=-1), op="UPDATE", old=stored)
     assert not d.allowed and "spec.pods" in d.message
+
+
+def running_sj(phase: str = "Running", job: str | None = "md-3", **spec_changes: Any) -> dict[str, Any]:
+    """``sjob`` as stored with the status the reconciler writes: segment 3 started (``jobName``)."""
+    obj = sjob(**spec_changes)
+    obj["status"] = {"phase": phase, "segment": 3, **({"jobName": job} if job is not None else {})}
+    return obj
+
+
+def edit(b: Bundle, old: dict[str, Any], new: dict[str, Any], *, user: str = "alice",
+         groups: tuple[str, ...] = ("system:authenticated",)) -> Decision:
+    d = decided(synthetic_review(new, Caller("UPDATE", user, groups, "demo"), old_object=old), b, phase="check")
+    assert not d.errors, d.errors
+    return d
+
+
+BIGGER = [
+    ("more pods", {"pods": 3}, ["spec.pods from 2 to 3"]),
+    ("more cpu", {"resources": {"requests": {"cpu": "5", "memory": "8Gi"}, "limits": {"cpu": "5", "memory": "8Gi"}}},
+     ["the cpu request of spec.resources from 4 to 5", "the cpu limit of spec.resources from 4 to 5"]),
+    ("more memory, limits only", {"resources": {"limits": {"cpu": "4", "memory": "16Gi"}}},
+     ["the memory request of spec.resources from 8Gi to 16Gi", "the memory limit of spec.resources from 8Gi to 16Gi"]),
+    ("a gpu added", {"resources": {"limits": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1"}}},
+     ["the nvidia.com/gpu request of spec.resources from 0 to 1"]),
+    ("pods and cpu", {"pods": 8, "resources": {"limits": {"cpu": "8", "memory": "8Gi"}}},
+     ["spec.pods from 2 to 8", "the cpu limit of spec.resources from 4 to 8"]),
+]
+
+
+@pytest.mark.parametrize(("what", "changes", "named"), BIGGER, ids=[b[0] for b in BIGGER])
+def test_a_user_may_not_grow_a_running_scavengerjob(sj, what, changes, named):
+    """At its next segment boundary the reconciler starts a Job from the spec without checking the
+    free room and maxShare again: a running ScavengerJob may shrink, not grow (as Slurm's jobs)."""
+    d = edit(sj, running_sj(), running_sj(**changes))
+    assert not d.allowed
+    assert "ScavengerJob demo/md is running (Job md-3)" in d.message, d.message
+    for n in named:
+        assert n in d.message, d.message
+    assert "delete it and submit it again with the new size (it waits until that fits)" in d.message
+    assert "Lowering is allowed, and so is any edit while it waits" in d.message
+
+
+def test_a_running_scavengerjobs_size_is_compared_by_pods_and_quantities():
+    from webhook.rules.scavengerjob import grown_while_running
+    assert grown_while_running(running_sj(), running_sj(pods=...)) == []  # unset: 1, fewer than 2
+    assert grown_while_running(running_sj(pods=...), running_sj()) == [("spec.pods", "1", "2")]
+    assert grown_while_running(running_sj(), running_sj(resources={"limits": {"cpu": "4", "memory": "8Gi"}})) == []
+    assert grown_while_running(running_sj(), running_sj(resources={"limits": {"cpu": "4000m", "memory": "8192Mi"}})) == []
+
+
+SMALLER = [
+    ("fewer pods", {"pods": 1}),
+    ("less cpu and memory", {"resources": {"limits": {"cpu": "2", "memory": "4Gi"}}}),
+    ("other fields", {"duration": "2h", "image": "registry.example.org/hpc/gromacs:2024.1"}),
+]
+
+
+@pytest.mark.parametrize(("what", "changes"), SMALLER, ids=[s[0] for s in SMALLER])
+def test_a_user_may_shrink_a_running_scavengerjob_or_change_the_rest(sj, what, changes):
+    assert edit(sj, running_sj(), running_sj(**changes)).allowed
+
+
+@pytest.mark.parametrize(("phase", "job"), [("Pending", None), ("Interrupted", None), ("", None),
+                                            ("Completed", "md-3"), ("Failed", "md-3")])
+def test_a_waiting_or_finished_scavengerjob_may_grow(sj, phase, job):
+    """While it waits (no jobName) its start is checked against the room and maxShare with the new
+    size; once finished nothing starts again."""
+    old = running_sj(phase, job) if phase else sjob()
+    assert edit(sj, old, running_sj(phase, job, pods=8) if phase else sjob(pods=8)).allowed
+
+
+@pytest.mark.parametrize("who", [("root", ("batchgate:admins", "system:authenticated")),
+                                 ("system:serviceaccount:batchgate-system:batchgate-reconciler",
+                                  ("system:serviceaccounts", "system:authenticated"))], ids=["admin", "reconciler"])
+def test_admins_and_the_reconciler_may_grow_a_running_scavengerjob(sj, who):
+    user, groups = who
+    assert edit(sj, running_sj(), running_sj(pods=8), user=user, groups=groups).allowed
+
+
+def test_a_grown_and_invalid_edit_names_both(sj):
+    d = edit(sj, running_sj(), running_sj(pods=3, runAsUser=0))
+    assert "spec.runAsUser: must be a user id >= 1" in d.message and "spec.pods from 2 to 3" in d.message
 
 
 def test_scavengerjob_policy_ignores_other_kinds(sj):
