@@ -147,6 +147,12 @@ def admission_policies(kube: Any, webhook_server: Any, module_namespace: str) ->
     require_components(kube, "kube-controller-manager")  # type-checks them (status.typeChecking)
     objects = [o for o in yaml.safe_load_all((REPO / "manifests" / "admission-policies.yaml").read_text()) if o]
     assert {o["kind"] for o in objects} == set(PLURALS)
+    # The probe's policy and binding go last and leave last: the API server learns policies and
+    # bindings each from one watch, in the order they were written, so once the probe's are in
+    # force every other one is too (waiting on one created mid-list raced the ones after it).
+    probed = "batchgate-reconciler-annotations"
+    objects = ([o for o in objects if o["metadata"]["name"] != probed]
+               + [o for o in objects if o["metadata"]["name"] == probed])
     probe = unique("probe")
     create(kube, module_namespace, pod(probe))
     forged = {"metadata": {"annotations": {STARTED: "2030-01-01T00:00:00Z"}}}
@@ -158,7 +164,7 @@ def admission_policies(kube: Any, webhook_server: Any, module_namespace: str) ->
             status, msg = attempt(lambda: kube.request(
                 "PATCH", pods_path(module_namespace, probe), forged, as_user="alice",
                 content_type="application/merge-patch+json", query={"dryRun": "All"}))
-            return status == 403 and "ValidatingAdmissionPolicy 'batchgate-reconciler-annotations'" in msg
+            return status == 403 and f"ValidatingAdmissionPolicy '{probed}'" in msg
 
         wait_for(denied_by_a_policy, 30, interval=0.3, message="the admission policies to be in force")
 
@@ -173,7 +179,7 @@ def admission_policies(kube: Any, webhook_server: Any, module_namespace: str) ->
             assert not warnings, f"{p['metadata']['name']}: CEL does not type-check: {warnings}"
         yield objects
     finally:
-        for o in reversed(objects):
+        for o in objects:
             with contextlib.suppress(Exception):
                 kube.delete(f"{ADMISSION}/{PLURALS[o['kind']]}/{o['metadata']['name']}")
         # the API server drops them asynchronously: the next module's tests (which change what
