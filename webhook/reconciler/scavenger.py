@@ -71,7 +71,7 @@ from ..contract import (
     SCAVENGERJOB_LABEL,
     SEGMENT_LABEL,
 )
-from ..rules.scavengerjob import parse_scavengerjob
+from ..rules.scavengerjob import FINISHED, parse_scavengerjob
 from ..units import (
     format_duration,
     format_memory,
@@ -475,7 +475,8 @@ def classify(pods: Sequence[PodView], expected: int, node_gone: Callable[[str], 
 # from the segment, so nothing is doubled.
 
 PHASES = ("Pending", "Running", "Interrupted", "Completed", "Failed")
-FINAL = ("Completed", "Failed")
+# Completed and Failed (rules.scavengerjob.FINISHED) are final: nothing here starts, resumes or re-queues
+# a finished ScavengerJob, whatever its spec says since (so its user may edit it bigger: it never runs again).
 MAX_TIMESTAMPS = 100  # runningTimestamps / interruptedTimestamps keep the newest this many
 
 
@@ -863,7 +864,7 @@ def _conditions(sj: SJView, phase: str, reason: str, message: str, now: float) -
     old = {c.get("type"): c for c in sj.conditions}
     want = [
         ("Running", "True" if phase == "Running" else "False"),
-        ("Finished", "True" if phase in FINAL else "False"),
+        ("Finished", "True" if phase in FINISHED else "False"),
     ]
     out = []
     for type_, status in want:
@@ -1047,7 +1048,7 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings, *,
         if w is not None:
             waiting.append(w)
             waiting_sj[w.key] = st.sj
-        elif st.sj.job_name and st.sj.need is not None and st.sj.phase not in FINAL:
+        elif st.sj.job_name and st.sj.need is not None and st.sj.phase not in FINISHED:
             live = [p for p in st.pods if not p.terminal and not p.deleting]
             unbound = sum(1 for p in live if not p.node)
             cur = current_job(st.sj, st.jobs)
@@ -1173,7 +1174,7 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
                 kind="sj-cleanup", target=sj.ref, reason="SegmentJobDeleted", quiet=True, key=j.ref.uid,
                 message=f"deleting Job {j.ref.name}: it is not the current segment's",
                 deletes=(Delete(j.ref, "Background"),)))
-    if sj.phase in FINAL:
+    if sj.phase in FINISHED:
         return None
     left = leftovers(sj, current, st.pods)
     if left:

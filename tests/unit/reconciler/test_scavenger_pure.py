@@ -302,3 +302,30 @@ def test_a_lowered_spec_ends_the_running_segment_and_a_raised_one_waits_for_the_
     # one pod: the Job has no group label, and is a gang of one
     actions, _ = _segment_world(1, 1)
     assert actions == []
+
+
+def test_finished_stays_finished_whatever_its_spec_says_since():
+    """A Completed or Failed ScavengerJob never runs again: edited bigger afterwards (admission lets its
+    user: rules.scavengerjob.running is None once finished), with room for it, its Job kept or gone,
+    its status still naming that Job or not, the reconciler starts, resumes and re-queues nothing and
+    writes no status. Only a Job its status does not name is cleaned up, as ever."""
+    base = {"apiVersion": "batchgate.io/v1alpha1", "kind": "ScavengerJob",
+            "metadata": {"name": "md", "namespace": "demo", "uid": "uid-sj", "resourceVersion": "7",
+                         "generation": 3, "creationTimestamp": ts(-7200)},
+            "spec": {"image": "registry.example.org/sim:1", "command": ["sim"], "runAsUser": 1000, "pods": 1,
+                     "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}, "duration": "1h"}}
+    made = job_body(sj_view({**base, "status": {}}), 2, SETTINGS.queues)
+    made["metadata"].update(uid="uid-md-2", resourceVersion="8", creationTimestamp=ts(-900))
+    nodes = [NodeView("n0", "True", cpu=64000, mem=256 * GI)]
+    for phase in ("Completed", "Failed"):
+        for job_name in ("md-2", ""):
+            for jobs in ([made], []):
+                obj = {**base, "spec": {**base["spec"], "pods": 8, "resources": {"limits": {"cpu": "4", "memory": "8Gi"}}},
+                       "status": {"phase": phase, "segment": 2, "jobName": job_name, "runningSegment": 2,
+                                  "finishedTimestamp": ts(-60), "creationTimestamp": ts(-7200)}}
+                snap = Snapshot.of(jobs=[job_view(j) for j in jobs], scavenger_jobs=[sj_view(obj)], nodes=nodes)
+                actions, wake = plan_scavengers(snap, T0, SETTINGS)
+                kept = job_name == "md-2"  # the Job its status names (a finished Job: it runs nothing)
+                want = [] if not jobs or kept else [("sj-cleanup", "md-2")]
+                assert [(a.kind, d.ref.name) for a in actions for d in a.deletes] == want, (phase, job_name, jobs)
+                assert all(a.patch is None and a.create is None for a in actions) and wake is None
