@@ -35,7 +35,11 @@ from harness import (
 )
 from test_queue import deadline, reconcile, run_pods_of, start_by, suspended, timed
 
-from webhook.contract import EXPECTED_START_ANNOTATION, EXPECTED_START_REASON_ANNOTATION, START_BY_ANNOTATION
+from webhook.contract import (
+    EXPECTED_START_ANNOTATION,
+    EXPECTED_START_REASON_ANNOTATION,
+    START_BY_ANNOTATION,
+)
 
 pytestmark = pytest.mark.usefixtures("webhook_server")
 

@@ -15,11 +15,13 @@ or forged while the webhook was down) is removed too. Pure, like the rest of the
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
-from collections.abc import Collection
-
-from ..contract import EXPECTED_START_ANNOTATION, EXPECTED_START_REASON_ANNOTATION, START_BY_ANNOTATION
+from ..contract import (
+    EXPECTED_START_ANNOTATION,
+    EXPECTED_START_REASON_ANNOTATION,
+    START_BY_ANNOTATION,
+)
 from ..units import format_time, parse_time
 from .actions import Action, EventType, Unplannable, unplannable
 from .model import JobView, PodView, Snapshot

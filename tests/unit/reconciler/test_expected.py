@@ -8,7 +8,11 @@ from typing import Any
 
 from tests.unit.reconciler.reconbuild import HOUR, T0, job, pod, ts
 from tests.unit.reconciler.test_shadow import node, running, snap, waiting, with_spec
-from webhook.contract import EXPECTED_START_ANNOTATION, EXPECTED_START_REASON_ANNOTATION, START_BY_ANNOTATION
+from webhook.contract import (
+    EXPECTED_START_ANNOTATION,
+    EXPECTED_START_REASON_ANNOTATION,
+    START_BY_ANNOTATION,
+)
 from webhook.reconciler.actions import Action
 from webhook.reconciler.planner import plan
 from webhook.reconciler.settings import Settings

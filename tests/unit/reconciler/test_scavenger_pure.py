@@ -26,7 +26,6 @@ from webhook.reconciler.scavenger import (
     unsaved,
     victim_key,
 )
-
 from webhook.reconciler.settings import Settings
 
 GI = 1 << 30
