@@ -338,6 +338,7 @@ def test_lowering_spec_pods_of_a_running_scavengerjob_releases_the_extra_pods_an
     assert ev["type"] == "Normal" and "2 of them are released" in ev["message"], ev
     assert not events(kube, ns, sj["metadata"]["uid"], "Interrupted")
 
+
 # -- 2. failure vs interruption -----------------------------------------------------------
 def test_oomkilled_pod_fails_it_for_good(kube, webhook_server, namespace, pool, reconciler):
     require_components(kube, "kube-scheduler", "kube-controller-manager")
