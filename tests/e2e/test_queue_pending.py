@@ -8,7 +8,8 @@ And a promise whose work fits nowhere any more (the node it counted on deleted) 
 Warning, and made afresh when room comes back.
 
 A pending pod naming a scheduler kube-scheduler does not serve (``nobody``) is never bound: it keeps
-no room from the queue (issue 23's hostile tenant), so a gated Job is released onto its node.
+no room from the queue (issue 23's hostile tenant), so a gated Job is released onto its node; and
+it keeps no expected start or start-by of batchgate's (none is made for it; one it carries goes).
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ from harness import (
     stop_reconcilers,
 )
 from test_queue import deadline, reconcile, run_pods_of, start_by, suspended, timed
+
+from webhook.contract import (
+    EXPECTED_START_ANNOTATION,
+    EXPECTED_START_REASON_ANNOTATION,
+    START_BY_ANNOTATION,
+)
 
 pytestmark = pytest.mark.usefixtures("webhook_server")
 
@@ -146,5 +153,36 @@ def test_a_pending_pod_no_scheduler_binds_keeps_no_room_from_the_queue(kube, nam
         wait_for(lambda: not suspended(kube, ns, "big"), 60, message="the gated Job released beside the hog")
         run_pods_of(kube, ns, "big", 1)  # bound by kube-scheduler onto the node the hog asked for
         assert not kube.get(pods_path(ns, "hog"))["spec"].get("nodeName")  # still pending: nobody binds it
+    finally:
+        stop_reconcilers(started)
+
+
+def test_a_pod_of_another_scheduler_loses_the_estimate_and_start_by_it_carries(
+        kube, namespace, own_node, tmp_path, policies):
+    """A pending pod naming a scheduler kube-scheduler does not serve carries batchgate's expected start
+    and start-by (an admin's copy here: as written before a profile left the bundle, or forged while the
+    webhook was down). batchgate neither estimates nor promises its start: the reconciler removes all
+    three annotations, read back from the API server, and tells it nothing; the pod stays as it was."""
+    ns, (node, make) = namespace, own_node
+    started: list = []
+    ours = {EXPECTED_START_ANNOTATION: "2030-01-01T00:00:00Z", EXPECTED_START_REASON_ANNOTATION: "forged",
+            START_BY_ANNOTATION: "2030-01-01T00:00:00Z"}
+    try:
+        make()
+        other = pod("elsewhere", labels={"batchgate.io/queue": "batch"}, annotations={**ours, "keep": "me"},
+                    containers=[container(cpu="1", memory="1Gi")], schedulerName="nobody",
+                    nodeSelector={"e2e-queue": node}, tolerations=own_tolerations(node))
+        uid = create(kube, ns, other, as_user="admin")["metadata"]["uid"]  # only an admin (or the reconciler) may
+        stored = kube.get(pods_path(ns, "elsewhere"))
+        assert ours.items() <= stored["metadata"]["annotations"].items() and not stored["spec"].get("schedulingGates")
+        reconcile(kube, ns, tmp_path, policies, "r", started)
+
+        def cleaned() -> dict | None:
+            got = kube.get(pods_path(ns, "elsewhere"))
+            return got if not (got["metadata"].get("annotations") or {}).keys() & ours.keys() else None
+        got = wait_for(cleaned, 90, message="batchgate's annotations removed from the other scheduler's pod")
+        assert got["metadata"]["annotations"]["keep"] == "me"  # the rest stays (the time limit the webhook set too)
+        assert got["spec"]["schedulerName"] == "nobody" and not got["spec"].get("nodeName")
+        assert not [e for e in events(kube, ns, uid=uid) if e["reason"].startswith(("ExpectedStart", "StartBy"))]
     finally:
         stop_reconcilers(started)

@@ -299,6 +299,46 @@ def test_a_running_scavengerjob_cannot_be_edited_bigger_by_its_user_smaller_it_m
     assert st["phase"] == "Running" and st["jobName"] == "md-1" and st["interruptedCount"] == 0, st
 
 
+
+def test_lowering_spec_pods_of_a_running_scavengerjob_releases_the_extra_pods_and_it_runs_on(
+        kube, webhook_server, namespace, pool, reconciler):
+    """As Slurm releases the extra nodes of a shrunk job and the job keeps running: alice lowers spec.pods
+    of a running 3-pod ScavengerJob to 1. The segment ends now as at a boundary (its pods get SIGTERM
+    to checkpoint; no interruption), and the next segment's Job runs 1 pod from the checkpoint, started
+    at once without waiting its turn. Read back: the status, the Jobs, the pods, the Event."""
+    require_components(kube, "kube-scheduler", "kube-controller-manager")
+    ns, (_, node) = namespace, pool
+    node(cpu="8")
+    r = reconciler()
+    sj = kube.create(sj_path(ns), scavengerjob("md", pods=3, cpu="1"), as_user="alice")
+    wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-1", "started", r=r)
+    run_segment(kube, ns, "md-1", 3)
+    wait_status(kube, ns, "md", lambda s: s.get("phase") == "Running", "Running", r=r)
+    kube.request("PATCH", sj_path(ns, "md"), {"spec": {"pods": 1}}, content_type="application/merge-patch+json",
+                 as_user="alice")
+    st = wait_status(kube, ns, "md", lambda s: s.get("jobName") == "md-2", "segment 2 after the shrink", r=r,
+                     kubelet=True)
+    assert (st["phase"], st["segment"], st["interruptedCount"], st["observedGeneration"]) == ("Running", 2, 0, 2), st
+    assert "spec.pods lowered from 3 to 1: segment 1 ends now" in st["message"], st
+
+    def next_job() -> dict[str, Any] | None:
+        finish_terminating(kube, ns)  # the kubelet: segment 1's pods checkpoint and go
+        return kube.get(jobs_path(ns, "md-2")) if kube.exists(jobs_path(ns, "md-2")) else None
+
+    job = kube.wait_for(next_job, 60, message=lambda: f"Job md-2\n{r.logs()}")
+    assert job["spec"]["parallelism"] == job["spec"]["completions"] == 1
+    assert not kube.exists(jobs_path(ns, "md-1"))
+    run_segment(kube, ns, "md-2", 1)
+    st = wait_status(kube, ns, "md", lambda s: s.get("runningSegment") == 2, "segment 2 running", r=r)
+    assert st["phase"] == "Running" and st["interruptedCount"] == 0 and len(st["runningTimestamps"]) == 1, st
+    live = [p["metadata"]["name"] for p in kube.get(pods_path(ns))["items"]
+            if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    assert [n for n in live if n.startswith("md-1-")] == [] and len([n for n in live if n.startswith("md-2-")]) == 1
+    (ev,) = events(kube, ns, sj["metadata"]["uid"], "Resized")
+    assert ev["type"] == "Normal" and "2 of them are released" in ev["message"], ev
+    assert not events(kube, ns, sj["metadata"]["uid"], "Interrupted")
+
+
 # -- 2. failure vs interruption -----------------------------------------------------------
 def test_oomkilled_pod_fails_it_for_good(kube, webhook_server, namespace, pool, reconciler):
     require_components(kube, "kube-scheduler", "kube-controller-manager")

@@ -53,7 +53,7 @@ ActionKind = Literal[
     "sj-start",  # its turn and it fits: status, then create the segment's Job
     "sj-running",  # all pods of the first segment after waiting run: Running, runningTimestamps
     "sj-segment-running",  # all pods of a later segment run: priorityStartOverTimestamp
-    "sj-segment",  # the segment's duration is over: status, then delete its Job (SIGTERM: checkpoint)
+    "sj-segment",  # a segment boundary (duration over, checkpoint exit code, spec.pods lowered): status, then delete its Job (SIGTERM: checkpoint)
     "sj-resume",  # the old segment's pods are gone: create the next segment's Job
     "sj-interrupted",  # a pod was deleted / preempted / evicted / lost: all pods go, it waits again
     "sj-unschedulable",  # its pods stayed unscheduled past the timeout: Job deleted, it waits again

@@ -6,14 +6,22 @@ bare pod), so ``kubectl get -o yaml`` and ``batchgate queue`` show them. An
 estimate is only rewritten when it moves by more than ``expected_start_slack``
 (5 minutes) or turns known/unknown, and then an Event says so; a workload that
 can never fit gets a Warning Event saying exactly why. When a workload starts,
-its estimate is removed. Pure, like the rest of the planner.
+its estimate is removed. A live workload whose pods another scheduler binds (their
+``spec.schedulerName`` is not one of the bundle's ``kubeSchedulerProfiles``), and which does not wait
+in batchgate's queue, gets no estimate (shadow.py places none of it) and no promise: an
+expected start or a ``batchgate.io/start-by`` it carries (written before a profile left the bundle,
+or forged while the webhook was down) is removed too. Pure, like the rest of the planner.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
-from ..contract import EXPECTED_START_ANNOTATION, EXPECTED_START_REASON_ANNOTATION
+from ..contract import (
+    EXPECTED_START_ANNOTATION,
+    EXPECTED_START_REASON_ANNOTATION,
+    START_BY_ANNOTATION,
+)
 from ..units import format_time, parse_time
 from .actions import Action, EventType, Unplannable, unplannable
 from .model import JobView, PodView, Snapshot
@@ -47,14 +55,38 @@ def plan_expected(snapshot: Snapshot, estimates: Iterable[Estimate], settings: S
         if action is not None:
             actions.append(action)
     rest: list[JobView | PodView] = [*snapshot.jobs.values(), *snapshot.pods.values()]
+    ours = settings.queues.kube_schedulers
     for o in rest:
-        if o.expected_start is not None and o.ref.uid not in seen:
+        if o.ref.uid in seen or (o.expected_start is None and o.start_by is None):
+            continue
+        scheduler = others(o, ours) if o.start_by is not None else None
+        if scheduler is not None:
+            actions.append(Action(
+                kind="expected-start", target=o.ref, reason="NotEstimated", quiet=True, key="others",
+                message=(f"its pods name scheduler {scheduler!r}, which kube-scheduler does not serve (the bundle's "
+                         "kubeSchedulerProfiles): batchgate neither estimates nor promises its start; expected start "
+                         "and start-by removed"),
+                annotations={EXPECTED_START_ANNOTATION: None, EXPECTED_START_REASON_ANNOTATION: None,
+                             START_BY_ANNOTATION: None}, resource_version=o.resource_version,
+            ))
+        elif o.expected_start is not None:
             actions.append(Action(
                 kind="expected-start", target=o.ref, reason="Started", quiet=True,
                 message="no longer pending: estimate removed", key="gone",
                 annotations={EXPECTED_START_ANNOTATION: None, EXPECTED_START_REASON_ANNOTATION: None}, resource_version=o.resource_version,
             ))
     return actions
+
+
+def others(obj: JobView | PodView, kube_schedulers: Collection[str]) -> str | None:
+    """The scheduler that binds a live workload's pods when it is not kube-scheduler (its
+    ``spec.schedulerName``, or its template's, not in ``kube_schedulers``) and the workload does not wait
+    in batchgate's queue (a gated pod, a queued Job: the queue places those); else None."""
+    if isinstance(obj, JobView):
+        sched = obj.template if not obj.finished and not obj.queued else None
+    else:
+        sched = obj.sched if not obj.terminal and not obj.gated else None
+    return sched.scheduler if sched is not None and sched.scheduler not in kube_schedulers else None
 
 
 def _expected(obj: JobView | PodView, e: Estimate, settings: Settings) -> Action | None:

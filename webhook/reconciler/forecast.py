@@ -20,7 +20,11 @@ minus now) is stretched by ``1 / (1 - rho)``, with ``rho`` measured, not assumed
   waiting workload's score (factor plus age: what queue.order sorts by; work not in a gated queue
   has no score and only higher priorities count). Its own account's later work never ranks ahead
   (its score is at least its account's factor; ``Forecast.load`` leaves its account out, as the
-  factor summed again here can come out a last bit above a score without age).
+  factor summed again here can come out a last bit above a score without age). Work whose pods
+  name a scheduler kube-scheduler does not serve (``spec.schedulerName`` not among the bundle's
+  ``kubeSchedulerProfiles``: Volcano, a scheduler of one's own) is no arrival: its scheduler binds it
+  in its own order, ahead of nothing kube-scheduler or the queue places (shadow.py places none of
+  it either).
 - at most ``MOST`` (0.5: a stretch of at most 2), so a burst does not make the estimate endless
   (in the replay a cap of 0.5 calibrates as well as 0.75 with a smaller error: the busiest hours
   overshot);
@@ -184,9 +188,11 @@ def arrivals(snapshot: Snapshot, *, now: float, policy: QueuePolicy, predictor: 
     runs at once, or has) and each bare pod; the work of each at its predicted runtime (its own
     ``expected-runtime``, else runtimes.py's prediction), else its time limit; one with neither is
     left out. Jobs and pods deleted (or being deleted) are not counted: a Job's
-    ``ttlSecondsAfterFinished`` shorter than ``window`` makes the forecast low."""
+    ``ttlSecondsAfterFinished`` shorter than ``window`` makes the forecast low. Nor is work whose pods
+    another scheduler binds (their ``schedulerName`` not in ``policy.kube_schedulers``)."""
     since = now - window
     fair = policy.fair_share
+    ours = policy.kube_schedulers
     one_pod: dict[str, PodView] = {}
     pods_of: dict[str, int] = {}
     out: list[Arrival] = []
@@ -199,7 +205,7 @@ def arrivals(snapshot: Snapshot, *, now: float, policy: QueuePolicy, predictor: 
                 one_pod.setdefault(job.ref.uid, pod)
                 pods_of[job.ref.uid] = pods_of.get(job.ref.uid, 0) + 1
             continue
-        if pod.created is not None and pod.created >= since:
+        if pod.created is not None and pod.created >= since and pod.sched.scheduler in ours:
             seconds = _runtime(pod, predictor, limit_of(pod))
             if seconds is not None:
                 out.append(Arrival(pod.created, pod.sched.priority, fair.account_of(pod.ref.namespace),
@@ -210,7 +216,7 @@ def arrivals(snapshot: Snapshot, *, now: float, policy: QueuePolicy, predictor: 
         made = one_pod.get(job.ref.uid)
         sched = job.template if job.template is not None else made.sched if made is not None else None
         seconds = _runtime(job, predictor, limit_of(job))
-        if sched is None or seconds is None:
+        if sched is None or seconds is None or sched.scheduler not in ours:
             continue
         n = max(job.wanted, pods_of.get(job.ref.uid, 0), 1)
         out.append(Arrival(job.created, policy.class_values.get(job.priority_class, sched.priority),

@@ -71,7 +71,7 @@ from ..contract import (
     SCAVENGERJOB_LABEL,
     SEGMENT_LABEL,
 )
-from ..rules.scavengerjob import parse_scavengerjob
+from ..rules.scavengerjob import FINISHED, parse_scavengerjob
 from ..units import (
     format_duration,
     format_memory,
@@ -475,7 +475,8 @@ def classify(pods: Sequence[PodView], expected: int, node_gone: Callable[[str], 
 # from the segment, so nothing is doubled.
 
 PHASES = ("Pending", "Running", "Interrupted", "Completed", "Failed")
-FINAL = ("Completed", "Failed")
+# Completed and Failed (rules.scavengerjob.FINISHED) are final: nothing here starts, resumes or re-queues
+# a finished ScavengerJob, whatever its spec says since (so its user may edit it bigger: it never runs again).
 MAX_TIMESTAMPS = 100  # runningTimestamps / interruptedTimestamps keep the newest this many
 
 
@@ -606,7 +607,7 @@ def guard_body(sj: SJView, job: JobView, segment: int) -> dict[str, Any]:
         },
         # minAvailable = every pod (not maxUnavailable 0: the disruption controller can count
         # a Job's pods only for an absolute minAvailable, it has no scale to read)
-        "spec": {"minAvailable": sj.need.pods if sj.need else 1,
+        "spec": {"minAvailable": segment_size(job),
                  "selector": {"matchLabels": {SCAVENGERJOB_LABEL: sj.ref.name, SEGMENT_LABEL: str(segment)}}},
     }
 
@@ -645,7 +646,8 @@ def _guard(sj: SJView, job: JobView, seg: int, pods: Sequence[PodView], now: flo
         return
     ref = Ref(PDB.api_version, "PodDisruptionBudget", sj.ref.namespace, job.ref.name, "")
     leaving = [p.node for p in pods if p.node and nodes is not None and node_leaving(nodes.get(p.node))]
-    cores = sj.need.pods * sj.need.cpu_m / 1000
+    size = segment_size(job)
+    cores = size * sj.need.cpu_m / 1000
     start = sj.start_over if sj.start_over is not None else now
     drain = drain_in(pods, nodes, windows, now) if not leaving else None
     period = checkpoint_period(sj)
@@ -679,7 +681,7 @@ def _guard(sj: SJView, job: JobView, seg: int, pods: Sequence[PodView], now: flo
         begins = start + k * interval
         held = now >= begins + hold
         if guarded:
-            want = sj.need.pods if held else 0
+            want = size if held else 0
             gone = _act("sj-unguard", sj, "GuardLifted", f"segment {seg}: its PodDisruptionBudget {ref.name} is "
                         "gone; it is made again when its unsaved work is dear", now, phase="Running",
                         key=f"unguard/{seg}/gone", quiet=True, status={"guardedSegment": None})
@@ -719,6 +721,18 @@ def job_name(sj: str, segment: int) -> str:
         return sj + suffix
     digest = hashlib.sha256(sj.encode()).hexdigest()[:6]
     return f"{sj[:63 - len(suffix) - 7].rstrip('-.')}-{digest}{suffix}"
+
+
+def segment_size(job: JobView) -> int:
+    """How many pods the segment run by ``job`` has: the gang it was made with (job_body's pod-group-size
+    label on its template, which Kubernetes keeps as it was; 1 without). Not the ScavengerJob's spec, which
+    its user may have lowered since (and an admin raised): the spec makes the next segment."""
+    return job.group_size or 1
+
+
+def current_job(sj: SJView, jobs: Iterable[JobView]) -> JobView | None:
+    """The Job of the segment the status names (``jobName``), when it exists and is not being deleted."""
+    return next((j for j in jobs if j.ref.name == sj.job_name and not j.deleting), None) if sj.job_name else None
 
 
 def job_body(sj: SJView, segment: int, qp: QueuePolicy) -> dict[str, Any]:
@@ -850,7 +864,7 @@ def _conditions(sj: SJView, phase: str, reason: str, message: str, now: float) -
     old = {c.get("type"): c for c in sj.conditions}
     want = [
         ("Running", "True" if phase == "Running" else "False"),
-        ("Finished", "True" if phase in FINAL else "False"),
+        ("Finished", "True" if phase in FINISHED else "False"),
     ]
     out = []
     for type_, status in want:
@@ -1034,10 +1048,12 @@ def plan_scavengers(snapshot: Snapshot, now: float, settings: Settings, *,
         if w is not None:
             waiting.append(w)
             waiting_sj[w.key] = st.sj
-        elif st.sj.job_name and st.sj.need is not None and st.sj.phase not in FINAL:
+        elif st.sj.job_name and st.sj.need is not None and st.sj.phase not in FINISHED:
             live = [p for p in st.pods if not p.terminal and not p.deleting]
             unbound = sum(1 for p in live if not p.node)
-            missing = max(st.sj.need.pods - len(live), 0) + unbound
+            cur = current_job(st.sj, st.jobs)
+            size = segment_size(cur) if cur is not None else st.sj.need.pods  # not made yet: from the spec
+            missing = max(size - len(live), 0) + unbound
             if missing:
                 # started by choose_starts under the cap, not all bound yet: they count (their bound
                 # pods counted above, by the class job_body gives them)
@@ -1151,15 +1167,14 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
     sj = st.sj
     if sj.deleting:
         return None  # its Jobs go with it (ownerReferences)
-    current = next((j for j in st.jobs if j.ref.name == sj.job_name and not j.deleting), None) \
-        if sj.job_name else None
+    current = current_job(sj, st.jobs)
     for j in st.jobs:
         if j is not current and not j.deleting and not (sj.phase == "Completed" and j.ref.name == sj.job_name):
             actions.append(Action(
                 kind="sj-cleanup", target=sj.ref, reason="SegmentJobDeleted", quiet=True, key=j.ref.uid,
                 message=f"deleting Job {j.ref.name}: it is not the current segment's",
                 deletes=(Delete(j.ref, "Background"),)))
-    if sj.phase in FINAL:
+    if sj.phase in FINISHED:
         return None
     left = leftovers(sj, current, st.pods)
     if left:
@@ -1196,7 +1211,6 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
     old_live = [p for p in st.pods if p not in cur_pods and not p.terminal]
     dels = tuple(Delete(p.ref) for p in cur_pods if not p.deleting and not p.terminal)
     job_del = (Delete(current.ref, "Background"),) if current is not None else ()
-    n_pods = sj.need.pods
     ran = sj.running_segment == seg and seg > 0
 
     if not sj.job_name:  # waiting for its turn
@@ -1207,7 +1221,7 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
     if current is None:
         if ran:
             # The segment's Job vanished (deleted from outside, pods and all): an interruption.
-            _interrupt(sj, now, "its Job was deleted from outside", cur_pods, dels, (), actions)
+            _interrupt(sj, now, "its Job was deleted from outside", sj.need.pods, dels, (), actions)
             return None
         if old_live:
             return None  # the previous segment's pods are still checkpointing
@@ -1220,6 +1234,8 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
             create=job_body(sj, seg, qp)))
         return None
 
+    # The segment is judged by the gang it runs (its Job's), not by a spec edited since.
+    n_pods = segment_size(current)
     v = classify(cur_pods, n_pods, gone, sj.checkpoint_code)
     if sj.checkpoint_code is not None and current.failed_by_policy and v.kind != "failed" and not (
             v.kind == "interrupted" and v.pod is not None and v.pod.interrupted is not None):
@@ -1249,7 +1265,7 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
     if v.kind == "interrupted":
         started = any(p.started is not None or p.phase == "Running" for p in cur_pods)
         if ran or started:
-            _interrupt(sj, now, v.why, cur_pods, dels, job_del, actions)
+            _interrupt(sj, now, v.why, n_pods, dels, job_del, actions)
             return None
         msg = f"its pods were stopped before they ran ({v.why}); waiting to start again"
         actions.append(_act("sj-unschedulable", sj, "Requeued", msg, now, phase=sj.phase if sj.phase != "Running"
@@ -1268,8 +1284,25 @@ def _one(st: _SJState, now: float, qp: QueuePolicy, gone: Callable[[str], bool],
                    f"preempted, evicted or deleted from outside)")
             if later:
                 why += f"; the Job controller replaced it with {later[0].ref.name}"
-            _interrupt(sj, now, why, cur_pods, dels, job_del, actions)
+            _interrupt(sj, now, why, n_pods, dels, job_del, actions)
             return None
+    if sj.need.pods < n_pods and v.kind in ("starting", "running"):
+        # Its user lowered spec.pods: as Slurm releases a shrunk job's extra nodes and the job runs on,
+        # the segment ends now as at a boundary (SIGTERM: its pods checkpoint; no interruption), and the
+        # next one starts from that checkpoint with the smaller gang as soon as they are gone, without
+        # waiting its turn (it takes less than it held). A raise (an admin's) waits for the next segment.
+        nxt = seg + 1
+        name = job_name(sj.ref.name, nxt)
+        want = sj.need.pods
+        msg = (f"spec.pods lowered from {n_pods} to {want}: segment {seg} ends now, its {n_pods} pods get SIGTERM "
+               f"to checkpoint and {n_pods - want} of them are released; segment {nxt} (Job {name}, {want} "
+               f"pod{'s' if want != 1 else ''}) starts from the checkpoint when they are gone")
+        fields: dict[str, Any] = {"segment": nxt, "jobName": name}
+        if ran:
+            fields["priorityStartOverTimestamp"] = format_time(now)
+        actions.append(_act("sj-segment", sj, "Resized", msg, now, phase=sj.phase, key=f"segment/{seg}",
+                            status=fields, deletes=(*job_del, *dels)))
+        return None
     if v.kind == "succeeded":
         msg = f"completed: all {n_pods} pod{'s' if n_pods != 1 else ''} exited 0 in segment {seg}"
         actions.append(_act("sj-completed", sj, "Completed", msg, now, phase="Completed", key="completed",
@@ -1354,15 +1387,16 @@ def leftovers(sj: SJView, current: JobView | None, pods: Iterable[PodView]) -> l
             and (p.segment < sj.segment or (p.segment == sj.segment and not sj.job_name))]
 
 
-def _interrupt(sj: SJView, now: float, why: str, pods: list[PodView], dels: tuple[Delete, ...],
+def _interrupt(sj: SJView, now: float, why: str, size: int, dels: tuple[Delete, ...],
                job_del: tuple[Delete, ...], actions: list[Action]) -> None:
+    """``size``: the segment's gang (``segment_size``)."""
     assert sj.need is not None
     n = sj.interrupted_count + 1
     since = sj.start_over
     lost = 0.0
     if since is not None and sj.running_segment == sj.segment:
-        lost = unsaved(now - since, sj.checkpoint_interval) * sj.need.pods * sj.need.cpu_m / 1000
-    msg = (f"interrupted ({why}); all {sj.need.pods} pod{'s' if sj.need.pods != 1 else ''} of segment "
+        lost = unsaved(now - since, sj.checkpoint_interval) * size * sj.need.cpu_m / 1000
+    msg = (f"interrupted ({why}); all {size} pod{'s' if size != 1 else ''} of segment "
            f"{sj.segment} go, and it waits to run again (interruption {n})")
     actions.append(_act("sj-interrupted", sj, "Interrupted", msg, now, phase="Interrupted",
                         key=f"interrupted/{sj.segment}", warning=True, amount=lost,

@@ -208,3 +208,33 @@ def test_batchgate_queue_shows_the_same_stretched_start_never_after_the_start_by
     promised = dataclasses.replace(promised, jobs={**promised.jobs, ("demo", "wait"): dataclasses.replace(
         job, start_by=format_time(T0 + 1200))})
     assert row(promised)["start"] == format_time(T0 + 1200)
+
+
+# -- work of schedulers kube-scheduler does not serve (spec.kubeSchedulerProfiles) ------------------
+def _elsewhere(p: dict[str, Any], scheduler: str) -> dict[str, Any]:
+    p["spec"]["schedulerName"] = scheduler
+    return p
+
+
+def test_work_of_another_scheduler_is_no_arrival_ahead() -> None:
+    """Another scheduler (Volcano, a second kube-scheduler the bundle does not list) binds its pods in its
+    own order: they rank ahead of nothing kube-scheduler or the queue places. Its recent work, a bare pod
+    and a Job, is left out of the arrivals; a profile the bundle lists is kube-scheduler's and counts."""
+    other_job = queued_job("volcano-job", pods=2, cpu="3", limit="30m", created=-2 * HOUR)
+    other_job["spec"]["template"]["spec"]["schedulerName"] = "volcano"
+    s = _cluster(_elsewhere(_urgent(-HOUR), "volcano"), other_job)
+
+    def work(policy: Any) -> list[tuple[int, str | None, float]]:
+        return sorted((a.priority, a.account, a.work) for a in arrivals(
+            s, now=T0, policy=policy, predictor=None, limit_of=lambda o: o.limit, window=WINDOW))
+
+    ours = [(BATCH, "demo", 4 * 1.5 * HOUR), (BATCH, "demo", 4 * HOUR)]  # the holder and 'wait'
+    assert work(POLICY) == sorted(ours)
+    profiles = dataclasses.replace(POLICY, kube_schedulers=frozenset({"default-scheduler", "volcano"}))
+    assert work(profiles) == sorted([*ours, (INTERACTIVE, "other", 8 * 2 * HOUR), (BATCH, "demo", 2 * 3 * 0.5 * HOUR)])
+
+
+def test_an_urgent_pod_of_another_scheduler_does_not_make_the_expected_start_later() -> None:
+    w = _written(_cluster(_elsewhere(_urgent(-HOUR), "volcano")))
+    assert parse_time(w[EXPECTED_START_ANNOTATION]) - T0 == pytest.approx(1800, abs=1)
+    assert "later by" not in w[EXPECTED_START_REASON_ANNOTATION]

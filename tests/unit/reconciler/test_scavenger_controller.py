@@ -678,3 +678,59 @@ def test_a_gang_a_window_drains_before_its_next_checkpoint_gets_no_guard_and_los
     w2.api.put(window(start + 30 * MIN))
     w2.now = start + 10 * MIN
     assert w2.step() == [] and w2.step(5 * MIN) == [] and _pdb(w2, "md-1") is None
+
+
+def _lower(w: World, name: str, pods: int) -> None:
+    """Its user lowers spec.pods (the API server bumps the generation)."""
+    o = w.sj(name)
+    o["spec"]["pods"] = pods
+    o["metadata"]["generation"] = o["metadata"].get("generation", 1) + 1
+
+
+def test_lowering_spec_pods_of_a_running_segment_ends_it_and_the_next_runs_with_fewer():
+    """As Slurm releases a shrunk job's extra nodes and the job keeps running: the segment ends
+    now, as at a boundary (its pods get SIGTERM to checkpoint; no interruption), and the next one
+    starts from that checkpoint with the new, smaller gang, at once, without waiting its turn."""
+    w = World(sj("md", pods=4))
+    _running(w)
+    _lower(w, "md", 2)
+    assert w.step() == ["sj-segment"]
+    st = w.sj("md")["status"]
+    assert (st["segment"], st["jobName"], st["phase"], st["interruptedCount"]) == (2, "md-2", "Running", 0)
+    assert "md-1" not in w.jobs() and all(p["metadata"].get("deletionTimestamp") for p in w.pods("md-1"))
+    assert w.events("Resized") == [
+        "spec.pods lowered from 4 to 2: segment 1 ends now, its 4 pods get SIGTERM to checkpoint and 2 of "
+        "them are released; segment 2 (Job md-2, 2 pods) starts from the checkpoint when they are gone"]
+    assert w.step() == []  # still checkpointing
+    w.kubelet_gone("md-1")
+    assert w.step() == ["sj-resume"]
+    job = w.jobs()["md-2"]
+    assert job["spec"]["parallelism"] == job["spec"]["completions"] == 2
+    w.run_job("md-2")
+    assert w.step(5) == ["sj-segment-running"]
+    st = w.sj("md")["status"]
+    assert (st["runningSegment"], st["interruptedCount"], st["observedGeneration"]) == (2, 0, 2)
+
+
+def test_a_segment_is_judged_by_the_gang_it_started_with_not_a_spec_edited_since():
+    """Half of a 4-pod segment exiting 0 is not the ScavengerJob completing because its spec says 2
+    now (its other pods still run): the segment's own size (its Job's) decides, and the lowered spec
+    ends the segment instead. An admin's raise waits for the next segment: the running one is no
+    interruption for lacking pods it never had."""
+    w = World(sj("md", pods=4))
+    _running(w)
+    _lower(w, "md", 2)
+    for name in ("md-1-0", "md-1-1"):
+        w.set_pod(name, phase="Succeeded", containerStatuses=[terminated(0)])
+    assert w.step() == ["sj-segment"]
+    assert w.sj("md")["status"]["phase"] == "Running"
+
+    w = World(sj("md", pods=2))
+    _running(w)
+    _lower(w, "md", 4)  # an admin may
+    assert w.step() == []
+    st = w.sj("md")["status"]
+    assert (st["phase"], st["segment"], st["interruptedCount"]) == ("Running", 1, 0)
+    assert w.step(30 * MIN) == ["sj-segment"]
+    w.kubelet_gone("md-1")
+    assert w.step() == ["sj-resume"] and w.jobs()["md-2"]["spec"]["parallelism"] == 4

@@ -3,9 +3,11 @@ fit, cap, segments, and failure vs interruption on recorded pods (1.20 and newer
 
 from __future__ import annotations
 
-from reconbuild import pod, terminated, ts
+from typing import Any
 
-from webhook.reconciler.model import pod_view
+from reconbuild import T0, pod, terminated, ts
+
+from webhook.reconciler.model import NodeView, Snapshot, job_view, pod_view
 from webhook.reconciler.scavenger import (
     Need,
     Room,
@@ -13,16 +15,21 @@ from webhook.reconciler.scavenger import (
     cap_room,
     choose_starts,
     classify,
+    job_body,
     place,
+    plan_scavengers,
     segment_end,
+    sj_view,
     standing,
     start_order,
     take,
     unsaved,
     victim_key,
 )
+from webhook.reconciler.settings import Settings
 
 GI = 1 << 30
+SETTINGS = Settings(leader_elect=False)
 
 
 def w(name: str, count: int = 0, created: float = 0, pods: int = 1, cpu: int = 1000, mem: int = GI) -> Waiting:
@@ -245,3 +252,79 @@ def test_unsaved_work_from_the_pods_start_or_the_declared_interval():
     assert unsaved(130, None) == 130  # a segment starts at a checkpoint
     assert unsaved(130, 60) == 10 and unsaved(120, 60) == 0
     assert unsaved(-5, 60) == 0  # a node clock ahead
+
+
+# -- a running segment and a spec edited since (plan_scavengers over plain views) --------------------
+def _segment_world(spec_pods: int, segment_pods: int, phases: tuple[str, ...] | None = None,
+                   ) -> tuple[list[Any], Any]:
+    """A ScavengerJob whose segment 1 (Job md-1, ``segment_pods`` pods, all seen running) runs, with
+    ``spec.pods`` now ``spec_pods``; ``phases``: its pods' phases (all Running by default). Planned at T0."""
+    obj = {"apiVersion": "batchgate.io/v1alpha1", "kind": "ScavengerJob",
+           "metadata": {"name": "md", "namespace": "demo", "uid": "uid-sj", "resourceVersion": "7",
+                        "generation": 2, "creationTimestamp": ts(-7200)},
+           "spec": {"image": "registry.example.org/sim:1", "command": ["sim"], "runAsUser": 1000, "pods": segment_pods,
+                    "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}, "duration": "1h"},
+           "status": {"phase": "Running", "segment": 1, "jobName": "md-1", "runningSegment": 1,
+                      "priorityStartOverTimestamp": ts(-600), "creationTimestamp": ts(-7200)}}
+    made = job_body(sj_view(obj), 1, SETTINGS.queues)  # the Job as it was made, from the spec of then
+    made["metadata"].update(uid="uid-md-1", resourceVersion="8", creationTimestamp=ts(-900))
+    obj["spec"]["pods"] = spec_pods
+    labels = made["spec"]["template"]["metadata"]["labels"]
+    pods = [pod(f"md-1-{i}", owner=made, labels=labels, node=f"n{i}", started=-600,
+                phase=(phases or ("Running",) * segment_pods)[i],
+                containers=[terminated(0, started=-600, finished=-60)] if phases and phases[i] == "Succeeded" else None)
+            for i in range(segment_pods)]
+    snap = Snapshot.of(pods=[pod_view(p) for p in pods], jobs=[job_view(made)], scavenger_jobs=[sj_view(obj)],
+                       nodes=[NodeView(f"n{i}", "True") for i in range(segment_pods)])
+    actions, wake = plan_scavengers(snap, T0, SETTINGS)
+    return actions, wake
+
+
+def test_a_lowered_spec_ends_the_running_segment_and_a_raised_one_waits_for_the_next():
+    # lowered: the segment ends now, as at a boundary (no interruption); the next one is made from the spec
+    actions, _ = _segment_world(2, 4)
+    assert [(a.kind, a.reason) for a in actions] == [("sj-segment", "Resized")]
+    st = actions[0].patch["status"]
+    assert (st["segment"], st["jobName"], st["phase"], st["priorityStartOverTimestamp"]) == (2, "md-2", "Running",
+                                                                                               ts(0))
+    assert "interruptedCount" not in st or st["interruptedCount"] == 0
+    assert {d.ref.name for d in actions[0].deletes} == {"md-1", "md-1-0", "md-1-1", "md-1-2", "md-1-3"}
+    # half of the 4 pods exited 0: not "all 2 pods the spec says now" (the ScavengerJob is not done)
+    actions, _ = _segment_world(2, 4, ("Succeeded", "Succeeded", "Running", "Running"))
+    assert [(a.kind, a.reason) for a in actions] == [("sj-segment", "Resized")]
+    # as it was made: it runs on to its boundary
+    actions, wake = _segment_world(4, 4)
+    assert actions == [] and wake == T0 - 600 + 3600
+    # raised (an admin may): no interruption for pods it never had; the next segment is made bigger
+    actions, wake = _segment_world(6, 4)
+    assert actions == [] and wake == T0 - 600 + 3600
+    # one pod: the Job has no group label, and is a gang of one
+    actions, _ = _segment_world(1, 1)
+    assert actions == []
+
+
+def test_finished_stays_finished_whatever_its_spec_says_since():
+    """A Completed or Failed ScavengerJob never runs again: edited bigger afterwards (admission lets its
+    user: rules.scavengerjob.running is None once finished), with room for it, its Job kept or gone,
+    its status still naming that Job or not, the reconciler starts, resumes and re-queues nothing and
+    writes no status. Only a Job its status does not name is cleaned up, as ever."""
+    base = {"apiVersion": "batchgate.io/v1alpha1", "kind": "ScavengerJob",
+            "metadata": {"name": "md", "namespace": "demo", "uid": "uid-sj", "resourceVersion": "7",
+                         "generation": 3, "creationTimestamp": ts(-7200)},
+            "spec": {"image": "registry.example.org/sim:1", "command": ["sim"], "runAsUser": 1000, "pods": 1,
+                     "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}, "duration": "1h"}}
+    made = job_body(sj_view({**base, "status": {}}), 2, SETTINGS.queues)
+    made["metadata"].update(uid="uid-md-2", resourceVersion="8", creationTimestamp=ts(-900))
+    nodes = [NodeView("n0", "True", cpu=64000, mem=256 * GI)]
+    for phase in ("Completed", "Failed"):
+        for job_name in ("md-2", ""):
+            for jobs in ([made], []):
+                obj = {**base, "spec": {**base["spec"], "pods": 8, "resources": {"limits": {"cpu": "4", "memory": "8Gi"}}},
+                       "status": {"phase": phase, "segment": 2, "jobName": job_name, "runningSegment": 2,
+                                  "finishedTimestamp": ts(-60), "creationTimestamp": ts(-7200)}}
+                snap = Snapshot.of(jobs=[job_view(j) for j in jobs], scavenger_jobs=[sj_view(obj)], nodes=nodes)
+                actions, wake = plan_scavengers(snap, T0, SETTINGS)
+                kept = job_name == "md-2"  # the Job its status names (a finished Job: it runs nothing)
+                want = [] if not jobs or kept else [("sj-cleanup", "md-2")]
+                assert [(a.kind, d.ref.name) for a in actions for d in a.deletes] == want, (phase, job_name, jobs)
+                assert all(a.patch is None and a.create is None for a in actions) and wake is None
