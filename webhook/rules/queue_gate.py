@@ -47,7 +47,7 @@ from ..contract import (
     TIME_LIMIT_ANNOTATION,
 )
 from ..units import json_int
-from ..workloads import meta_entry
+from ..workloads import QUEUED_OWNER_KINDS, SERVICE_KINDS, meta_entry, service_owned
 from .base import CONTAINER_LISTS, RECONCILER, Ctx, Finding, RuleType, deny, resources_raised
 from .time_limit import read_limits, seconds_or_none
 
@@ -56,7 +56,9 @@ if TYPE_CHECKING:
     from ..draft import Draft
     from ..yamlsrc import Node
 
-KINDS = (("", "v1", "Pod"), ("batch", "v1", "Job"))
+# Pods and Jobs wait; services (Deployments, ReplicaSets, StatefulSets) are asked about only at CREATE in a
+# queue that is draining or stopped (their pods wait as Pods do).
+KINDS = (("", "v1", "Pod"), ("batch", "v1", "Job"), *SERVICE_KINDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,10 +136,18 @@ def requeues(settings: Settings, ctx: Ctx, obj: Any) -> bool:
             and not settings.writers.contains(ctx.username, ctx.groups) and holds(settings, ctx, obj))
 
 
+def from_service(ctx: Ctx, obj: Any) -> bool:
+    """A Pod a ReplicaSet's or StatefulSet's controller made (``QUEUED_OWNER_KINDS``): it waits in a
+    gated queue as a bare Pod does, one pod a workload. A Pod a user writes with such an owner is not
+    ``from_controller``, and waits as the bare Pod it is."""
+    return ctx.from_controller and service_owned(obj, QUEUED_OWNER_KINDS)
+
+
 def holds(settings: Settings, ctx: Ctx, obj: Any) -> bool:
-    """Whether this new object waits in the queue."""
+    """Whether this new Pod or Job waits in the queue: not the pods a controller makes from its
+    owner's template (a Job's: the Job waited; a DaemonSet's, bound per node), but a service's."""
     q = ctx.queue
-    if q is None or not q.gated or (ctx.from_controller and ctx.kind == "Pod"):
+    if q is None or not q.gated or (ctx.from_controller and ctx.kind == "Pod" and not from_service(ctx, obj)):
         return False
     # A loop, not all() over a generator (~2k instructions to start, on every review of a Pod or
     # Job in a gated queue, where ``managers`` is usually empty).
@@ -149,6 +159,8 @@ def holds(settings: Settings, ctx: Ctx, obj: Any) -> bool:
 
 def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     root = draft.root
+    if ctx.kind not in ("Pod", "Job"):
+        return []  # a service waits by its pods
     if ctx.operation != "CREATE":
         if requeues(settings, ctx, root):
             draft.edit("metadata", "annotations")[QUEUED_ANNOTATION] = QUEUED_BY_SUSPEND
@@ -179,14 +191,17 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
 def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
     q = ctx.queue
     if ctx.operation == "CREATE":
-        if q is None or q.state not in ("drain", "stop") or (ctx.kind == "Pod" and ctx.from_controller):
+        # What a controller makes for work already admitted goes on: a released Job's pods, a service's
+        # (its pods wait in the queue as ever), a Deployment's ReplicaSets in a rollout; a CronJob's new
+        # Jobs are new work.
+        if q is None or q.state not in ("drain", "stop") or (ctx.kind in ("Pod", "ReplicaSet") and ctx.from_controller):
             return []
         why = f" ({q.state_reason})" if q.state_reason else ""
         return [deny(f"queue {q.name!r} is {'draining' if q.state == 'drain' else 'stopped'}{why}: it takes no "
                      f"new work; the work waiting in it {'still runs' if q.state == 'drain' else 'stays queued'}; "
                      "choose another queue with the label batchgate.io/queue, or ask your admins when it reopens")]
     old = ctx.old_object
-    if old is None or ctx.admin or settings.writers.contains(ctx.username, ctx.groups):
+    if old is None or ctx.admin or settings.writers.contains(ctx.username, ctx.groups) or ctx.kind not in ("Pod", "Job"):
         return []
     if ctx.kind == "Pod":
         if gated(old) and not gated(obj):
