@@ -1,7 +1,9 @@
 """The batch queue's front half: work in a gated queue waits until the reconciler releases it.
 
 At CREATE, a bare Pod in a gated queue gets the scheduling gate ``batchgate.io/queue`` (kube-scheduler
-leaves it alone until the gate is gone) and a Job gets ``spec.suspend: true`` with the annotation
+leaves it alone until the gate is gone), and so does a pod the ReplicaSet or StatefulSet controller makes
+there (``from_service``: anyone may run batch work as a Deployment; the reconciler releases each such pod
+as a one-pod workload, with no time limit, as a service has none), and a Job gets ``spec.suspend: true`` with the annotation
 ``batchgate.io/queued`` (no pods exist while it waits; Kubernetes restarts the Job's
 ``activeDeadlineSeconds`` clock when it resumes, and batchgate's time limit counts from the first
 container start, so waiting never counts against a limit). The reconciler (``reconciler/queue.py``)
@@ -11,8 +13,9 @@ resumes the Job and drops the annotation.
 Never gated: excluded namespaces (the engine never calls a policy there), queues with
 ``gated: false``, workloads another queue manager the cluster runs admits (``otherQueueManagers``:
 their labels, e.g. Kueue's ``kueue.x-k8s.io/queue-name``; none by default, or anyone could skip the
-queue by adding a label nothing else acts on), and pods a listed controller makes from its owner's
-template (a Job's pods: the Job waited, not its pods).
+queue by adding a label nothing else acts on), and the other pods a listed controller makes from its
+owner's template (a Job's pods: the Job waited, not its pods; a DaemonSet's, one per node, bound there by
+its controller). A service that must start at once goes in a queue with ``gated: false``.
 
 On UPDATE only the ``releasers`` (the reconciler's ServiceAccount) and admins may take the gate off a
 Pod, resume a queued Job or remove its annotation; nobody else may add the annotation, but for the
@@ -32,7 +35,9 @@ allows it; a gated Pod may change, the queue plans the size it has when its turn
 same way, the requests or limits of a Pod of a scavenger queue (a ScavengerJob's pods, waiting or not):
 it runs on idle capacity, started only when it fit within the scavengers' share, by what it was admitted
 with (``resize_guard`` picks the Pods a resize may not grow). A queue whose ``state`` is ``drain`` or
-``stop`` refuses new Pods and Jobs, naming the queue and the admin's reason.
+``stop`` refuses new Pods and Jobs, and the Deployments, ReplicaSets and StatefulSets a user creates (a
+rollout's ReplicaSets and the pods of services are made by their controllers, and go on), naming the
+queue and the admin's reason.
 """
 
 from __future__ import annotations
@@ -316,10 +321,11 @@ def resize(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
 TYPE = RuleType(
     name="queue-gate",
     doc=(
-        "Work in a gated queue waits for its turn: bare Pods get the scheduling gate `batchgate.io/queue`, "
-        "Jobs `spec.suspend: true` and `batchgate.io/queued`; the reconciler releases each workload whole, "
-        "in queue order (priority, fair share, age), when all of it fits. Only the reconciler and admins "
-        "release; a queue in state `drain` or `stop` refuses new work."
+        "Work in a gated queue waits for its turn: bare Pods and the pods of ReplicaSets and StatefulSets "
+        "get the scheduling gate `batchgate.io/queue`, Jobs `spec.suspend: true` and `batchgate.io/queued`; "
+        "the reconciler releases each workload whole, in queue order (priority, fair share, age), when all "
+        "of it fits. Only the reconciler and admins release; a queue in state `drain` or `stop` refuses "
+        "new work."
     ),
     parse=parse,
     mutate=mutate,
