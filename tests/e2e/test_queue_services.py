@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import test_queue
 from cluster import KubeApiError, wait_for
 from conftest import QUEUED
 from harness import (
@@ -26,7 +26,6 @@ from harness import (
     create,
     deployment,
     expect_denied,
-    own_taint,
     own_tolerations,
     pod,
     pods_path,
@@ -40,18 +39,9 @@ from webhook.contract import QUEUE_GATE
 pytestmark = pytest.mark.usefixtures("webhook_server")
 
 
-@pytest.fixture
-def policies(webhook_server: Any) -> Path:
-    return Path(webhook_server.server.policies)
-
-
-@pytest.fixture
-def queue_node(kube: Any) -> Iterator[str]:
-    """A 4-CPU node for this test's pods alone (label ``e2e-queue``, ``own_taint``), as test_queue's."""
-    name = f"bg-qs-{uuid.uuid4().hex[:6]}"
-    kube.create_node(name, cpu="4", memory="16Gi", labels={"e2e-queue": name}, taints=own_taint(name))
-    yield name
-    kube.delete_node(name)
+# test_queue's fixtures: the e2e bundle's policies directory, and a 4-CPU node of the test's own
+policies = test_queue.policies
+queue_node = test_queue.queue_node
 
 
 def web(name: str, queue: str, node: str | None, cpu: str) -> dict[str, Any]:
