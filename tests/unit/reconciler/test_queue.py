@@ -635,3 +635,24 @@ def test_batchgate_queue_lists_a_waiting_services_pod_and_a_released_one_holds_i
     assert row["start"] == "unknown" and "without a time limit" in row["reason"]
     bare = busy("r", "4", limit="1h", started=-2 * HOUR)  # past its limit: its room is the queue's now
     assert names(released(snap(bare, gated("next", cpu="4"), nodes=ONE))) == ["next"]
+
+
+def test_the_ungated_metric_counts_bare_and_services_pods_not_a_jobs_or_a_daemonsets() -> None:
+    """batchgate_queue_ungated_pods: pending pods of a gated queue that the webhook would have gated
+    (it was down): a bare pod's and a ReplicaSet's, not a Job's (the Job waited) nor a DaemonSet's."""
+    from webhook.reconciler import metrics
+    from webhook.reconciler.controller import Controller
+
+    api = FakeApi()
+    for name, owner in (("bare", None), ("web", ("apps/v1", "ReplicaSet")), ("agent", ("apps/v1", "DaemonSet")),
+                        ("job", ("batch/v1", "Job")), ("fake", ("example.com/v1", "ReplicaSet"))):
+        p = gated(name, gates=())
+        del p["spec"]["schedulingGates"]
+        if owner is not None:
+            p["metadata"]["ownerReferences"] = [{"apiVersion": owner[0], "kind": owner[1], "name": name,
+                                                 "uid": f"uid-owner-{name}", "controller": True}]
+        api.put(p)
+    c = Controller(api, Settings(queues=POLICY, leader_elect=False), clock=lambda: T0)
+    c.cache.list_once()
+    c.plan_now()
+    assert {s.labels["queue"]: s.value for s in metrics.QUEUE_UNGATED.collect()[0].samples} == {"batch": 2.0}
