@@ -3,8 +3,8 @@
 At CREATE, a bare Pod in a gated queue gets the scheduling gate ``batchgate.io/queue`` (kube-scheduler
 leaves it alone until the gate is gone), and so does a pod the ReplicaSet or StatefulSet controller makes
 there (``from_service``: anyone may run batch work as a Deployment; the reconciler releases each such pod
-as a one-pod workload, with no time limit, as a service has none), and a Job gets ``spec.suspend: true`` with the annotation
-``batchgate.io/queued`` (no pods exist while it waits; Kubernetes restarts the Job's
+as a one-pod workload, with no time limit, as a service has none); a Job gets ``spec.suspend: true``
+with the annotation ``batchgate.io/queued`` (no pods exist while it waits; Kubernetes restarts the Job's
 ``activeDeadlineSeconds`` clock when it resumes, and batchgate's time limit counts from the first
 container start, so waiting never counts against a limit). The reconciler (``reconciler/queue.py``)
 releases each workload whole when its turn comes and all of it fits: it removes the gate, or
