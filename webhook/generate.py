@@ -593,7 +593,9 @@ def _reads(policy: Policy, bundle: Bundle, shape: Shape | None) -> tuple[str, En
         # suspended (it goes back to its queue) or grown while not suspended, by a non-releaser
         from .contract import QUEUE_GATE, QUEUED_ANNOTATION
 
-        if shape is not None and shape.is_pod:
+        if shape is None or shape.kind not in ("Pod", "Job"):  # a service: judged at CREATE only
+            return "true", "false"
+        if shape.is_pod:
             gates = "oldObject.spec.schedulingGates"
             acts = f"has({gates}) && {gates}.exists(g, g.name == {_s(QUEUE_GATE)})"
         else:

@@ -98,6 +98,14 @@ ALL_POD_TEMPLATE_KINDS: tuple[Kind, ...] = WORKLOAD_KINDS + tuple(
 # group each really is in: a "DaemonSet" of another group (nope.example.com/v1) is not one.
 SERVICE_OWNER_KINDS = ("ReplicaSet", "StatefulSet", "DaemonSet", "ReplicationController")
 SERVICE_OWNER_GROUPS = {"ReplicaSet": "apps", "StatefulSet": "apps", "DaemonSet": "apps", "ReplicationController": ""}
+# The services' controllers whose pods wait in a gated queue as bare Pods do (rules.queue_gate), each
+# released as a one-pod workload: anyone may run batch work as a ReplicaSet or StatefulSet. Not a
+# DaemonSet's (one pod per node, bound there by its controller: no work the queue places), nor a
+# Job's (the Job waited, suspended).
+QUEUED_OWNER_KINDS = ("ReplicaSet", "StatefulSet", "ReplicationController")
+# The kinds of services a user creates (each makes pods, or ReplicaSets that do): a queue that is
+# draining or stopped refuses new ones, as it refuses new Pods and Jobs.
+SERVICE_KINDS: tuple[Kind, ...] = tuple(("apps", "v1", k) for k in ("Deployment", "ReplicaSet", "StatefulSet"))
 
 
 def shape_of(group: str, kind: str) -> Shape | None:

@@ -34,7 +34,7 @@ from .ledger import Ledger
 from .model import NAMESPACE, NODE, NodeView, Snapshot, node_view
 from .planner import plan
 from .publish import LabelPublisher
-from .queue import queue_of
+from .queue import queue_of, waits_alone
 from .runtimes import History, finished_runs, remember
 from .scavenger import phase_counts
 from .settings import QueuePolicy, Settings
@@ -182,7 +182,7 @@ class Controller:
             metrics.QUEUE_WAITING.labels(queue_name, account).inc()
         metrics.QUEUE_UNGATED.clear()
         for p in snapshot.pods.values():
-            if (not p.node and not p.gated and not p.terminal and p.owner is None and not qp.excluded(p.ref.namespace)
+            if (not p.node and not p.gated and not p.terminal and waits_alone(p) and not qp.excluded(p.ref.namespace)
                     and (q := queue_of(p, qp)) in qp.gated):
                 metrics.QUEUE_UNGATED.labels(q).inc()
         metrics.USAGE.clear()

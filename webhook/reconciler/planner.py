@@ -455,6 +455,11 @@ def _limit(obj: JobView | PodView, settings: Settings) -> tuple[int, int, str, s
     webhook was bypassed) is judged by its labels and annotation, as it always was; one with
     neither a record nor a valid annotation is not ours to guess about."""
     admitted = obj.admitted
+    if admitted is None and isinstance(obj, PodView) and obj.owner is not None:
+        # A service's pod (the webhook records no limit for a ReplicaSet's, a StatefulSet's...), or a pod
+        # its owner made while the webhook was down: never timed (the pass times an owned pod only by
+        # its record), so the queue and the placement hold its room with no end, whatever it is annotated.
+        return None
     limit = obj.limit
     note = ""
     if limit is None:

@@ -39,6 +39,7 @@ from ..bundle import FairShare
 from ..contract import QUEUED_ANNOTATION, START_BY_ANNOTATION
 from ..kubefields import REQUIRED
 from ..units import format_elapsed, format_time, parse_time
+from ..workloads import QUEUED_OWNER_KINDS, SERVICE_OWNER_GROUPS
 from .actions import Action, EventType, Requirement
 from .model import JobView, PodSched, PodView, Ref, Snapshot, admitted_queue
 from .settings import QueuePolicy
@@ -69,6 +70,15 @@ class Waiting:
     factor: float = 1.0  # fair share
     age: float = 0.0  # 0..1
     score: float = 0.0  # factor + ageWeight * age: the order within a priority
+
+
+def waits_alone(pod: PodView) -> bool:
+    """Whether a pod of a gated queue waits there as a workload of its own, behind the gate the webhook
+    gives it (rules.queue_gate.holds): a bare pod, or a ReplicaSet's or StatefulSet's (Kubernetes' own,
+    ``QUEUED_OWNER_KINDS``). Not a Job's (the Job waited) nor a DaemonSet's (bound per node)."""
+    owner = pod.owner
+    return owner is None or (owner.kind in QUEUED_OWNER_KINDS
+                             and owner.api_version.rpartition("/")[0] == SERVICE_OWNER_GROUPS.get(owner.kind))
 
 
 def queue_of(obj: JobView | PodView, policy: QueuePolicy) -> str:

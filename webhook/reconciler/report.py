@@ -79,15 +79,18 @@ def _t(t: float | None) -> str:
 
 def queue_rows(snapshot: Snapshot, now: float, *, namespace: str | None = None,
                queues: QueuePolicy | None = None, usage: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
-    """One row per workload (a Job, or a Pod without a controller): pending first, in order. Work
-    batchgate's queue holds is ``Gated`` (the queue's state beside it); a bare pod of a gated queue
-    that carries no gate (admitted while the webhook was down) says so."""
+    """One row per workload (a Job, a Pod without a controller, a service's Pod the queue holds):
+    pending first, in order. Work batchgate's queue holds is ``Gated`` (the queue's state beside
+    it); a bare pod of a gated queue that carries no gate (admitted while the webhook was down)
+    says so."""
     qp = queues or QueuePolicy()
     rows: list[dict[str, Any]] = []
     estimates = _estimates(snapshot, now, _windows(snapshot), _predictor(snapshot), qp, usage)
     objects: dict[str, JobView | PodView] = {j.ref.uid: j for j in snapshot.jobs.values()}
     for p in snapshot.pods.values():
-        if own_job(snapshot, p):  # as the planner times it: an admitted pod no Job confirms too
+        # as the planner times it: an admitted pod no Job confirms too; and a service's pod that waits in
+        # the queue (one pod a workload, rules.queue_gate)
+        if own_job(snapshot, p) or p.gated:
             objects[p.ref.uid] = p
     pending_uids = set()
     for e in estimates:

@@ -1,8 +1,10 @@
 """The batch queue's front half: work in a gated queue waits until the reconciler releases it.
 
 At CREATE, a bare Pod in a gated queue gets the scheduling gate ``batchgate.io/queue`` (kube-scheduler
-leaves it alone until the gate is gone) and a Job gets ``spec.suspend: true`` with the annotation
-``batchgate.io/queued`` (no pods exist while it waits; Kubernetes restarts the Job's
+leaves it alone until the gate is gone), and so does a pod the ReplicaSet or StatefulSet controller makes
+there (``from_service``: anyone may run batch work as a Deployment; the reconciler releases each such pod
+as a one-pod workload, with no time limit, as a service has none); a Job gets ``spec.suspend: true``
+with the annotation ``batchgate.io/queued`` (no pods exist while it waits; Kubernetes restarts the Job's
 ``activeDeadlineSeconds`` clock when it resumes, and batchgate's time limit counts from the first
 container start, so waiting never counts against a limit). The reconciler (``reconciler/queue.py``)
 releases each workload whole when its turn comes and all of it fits: it removes the gate, or
@@ -11,8 +13,9 @@ resumes the Job and drops the annotation.
 Never gated: excluded namespaces (the engine never calls a policy there), queues with
 ``gated: false``, workloads another queue manager the cluster runs admits (``otherQueueManagers``:
 their labels, e.g. Kueue's ``kueue.x-k8s.io/queue-name``; none by default, or anyone could skip the
-queue by adding a label nothing else acts on), and pods a listed controller makes from its owner's
-template (a Job's pods: the Job waited, not its pods).
+queue by adding a label nothing else acts on), and the other pods a listed controller makes from its
+owner's template (a Job's pods: the Job waited, not its pods; a DaemonSet's, one per node, bound there by
+its controller). A service that must start at once goes in a queue with ``gated: false``.
 
 On UPDATE only the ``releasers`` (the reconciler's ServiceAccount) and admins may take the gate off a
 Pod, resume a queued Job or remove its annotation; nobody else may add the annotation, but for the
@@ -32,7 +35,9 @@ allows it; a gated Pod may change, the queue plans the size it has when its turn
 same way, the requests or limits of a Pod of a scavenger queue (a ScavengerJob's pods, waiting or not):
 it runs on idle capacity, started only when it fit within the scavengers' share, by what it was admitted
 with (``resize_guard`` picks the Pods a resize may not grow). A queue whose ``state`` is ``drain`` or
-``stop`` refuses new Pods and Jobs, naming the queue and the admin's reason.
+``stop`` refuses new Pods and Jobs, and the Deployments, ReplicaSets and StatefulSets a user creates (a
+rollout's ReplicaSets and the pods of services are made by their controllers, and go on), naming the
+queue and the admin's reason.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from ..contract import (
     TIME_LIMIT_ANNOTATION,
 )
 from ..units import json_int
-from ..workloads import meta_entry
+from ..workloads import QUEUED_OWNER_KINDS, SERVICE_KINDS, meta_entry, service_owned
 from .base import CONTAINER_LISTS, RECONCILER, Ctx, Finding, RuleType, deny, resources_raised
 from .time_limit import read_limits, seconds_or_none
 
@@ -56,7 +61,9 @@ if TYPE_CHECKING:
     from ..draft import Draft
     from ..yamlsrc import Node
 
-KINDS = (("", "v1", "Pod"), ("batch", "v1", "Job"))
+# Pods and Jobs wait; services (Deployments, ReplicaSets, StatefulSets) are asked about only at CREATE in a
+# queue that is draining or stopped (their pods wait as Pods do).
+KINDS = (("", "v1", "Pod"), ("batch", "v1", "Job"), *SERVICE_KINDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,10 +141,18 @@ def requeues(settings: Settings, ctx: Ctx, obj: Any) -> bool:
             and not settings.writers.contains(ctx.username, ctx.groups) and holds(settings, ctx, obj))
 
 
+def from_service(ctx: Ctx, obj: Any) -> bool:
+    """A Pod a ReplicaSet's or StatefulSet's controller made (``QUEUED_OWNER_KINDS``): it waits in a
+    gated queue as a bare Pod does, one pod a workload. A Pod a user writes with such an owner is not
+    ``from_controller``, and waits as the bare Pod it is."""
+    return ctx.from_controller and service_owned(obj, QUEUED_OWNER_KINDS)
+
+
 def holds(settings: Settings, ctx: Ctx, obj: Any) -> bool:
-    """Whether this new object waits in the queue."""
+    """Whether this new Pod or Job waits in the queue: not the pods a controller makes from its
+    owner's template (a Job's: the Job waited; a DaemonSet's, bound per node), but a service's."""
     q = ctx.queue
-    if q is None or not q.gated or (ctx.from_controller and ctx.kind == "Pod"):
+    if q is None or not q.gated or (ctx.from_controller and ctx.kind == "Pod" and not from_service(ctx, obj)):
         return False
     # A loop, not all() over a generator (~2k instructions to start, on every review of a Pod or
     # Job in a gated queue, where ``managers`` is usually empty).
@@ -149,6 +164,8 @@ def holds(settings: Settings, ctx: Ctx, obj: Any) -> bool:
 
 def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     root = draft.root
+    if ctx.kind not in ("Pod", "Job"):
+        return []  # a service waits by its pods
     if ctx.operation != "CREATE":
         if requeues(settings, ctx, root):
             draft.edit("metadata", "annotations")[QUEUED_ANNOTATION] = QUEUED_BY_SUSPEND
@@ -179,14 +196,17 @@ def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
 def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
     q = ctx.queue
     if ctx.operation == "CREATE":
-        if q is None or q.state not in ("drain", "stop") or (ctx.kind == "Pod" and ctx.from_controller):
+        # What a controller makes for work already admitted goes on: a released Job's pods, a service's
+        # (its pods wait in the queue as ever), a Deployment's ReplicaSets in a rollout; a CronJob's new
+        # Jobs are new work.
+        if q is None or q.state not in ("drain", "stop") or (ctx.kind in ("Pod", "ReplicaSet") and ctx.from_controller):
             return []
         why = f" ({q.state_reason})" if q.state_reason else ""
         return [deny(f"queue {q.name!r} is {'draining' if q.state == 'drain' else 'stopped'}{why}: it takes no "
                      f"new work; the work waiting in it {'still runs' if q.state == 'drain' else 'stays queued'}; "
                      "choose another queue with the label batchgate.io/queue, or ask your admins when it reopens")]
     old = ctx.old_object
-    if old is None or ctx.admin or settings.writers.contains(ctx.username, ctx.groups):
+    if old is None or ctx.admin or settings.writers.contains(ctx.username, ctx.groups) or ctx.kind not in ("Pod", "Job"):
         return []
     if ctx.kind == "Pod":
         if gated(old) and not gated(obj):
@@ -301,10 +321,11 @@ def resize(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
 TYPE = RuleType(
     name="queue-gate",
     doc=(
-        "Work in a gated queue waits for its turn: bare Pods get the scheduling gate `batchgate.io/queue`, "
-        "Jobs `spec.suspend: true` and `batchgate.io/queued`; the reconciler releases each workload whole, "
-        "in queue order (priority, fair share, age), when all of it fits. Only the reconciler and admins "
-        "release; a queue in state `drain` or `stop` refuses new work."
+        "Work in a gated queue waits for its turn: bare Pods and the pods of ReplicaSets and StatefulSets "
+        "get the scheduling gate `batchgate.io/queue`, Jobs `spec.suspend: true` and `batchgate.io/queued`; "
+        "the reconciler releases each workload whole, in queue order (priority, fair share, age), when all "
+        "of it fits. Only the reconciler and admins release; a queue in state `drain` or `stop` refuses "
+        "new work."
     ),
     parse=parse,
     mutate=mutate,

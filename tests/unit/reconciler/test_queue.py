@@ -17,7 +17,8 @@ from webhook.reconciler import queue
 from webhook.reconciler.actions import Action
 from webhook.reconciler.actuator import Actuator
 from webhook.reconciler.model import Snapshot
-from webhook.reconciler.planner import plan
+from webhook.reconciler.planner import effective_limit, plan
+from webhook.reconciler.report import queue_rows
 from webhook.reconciler.settings import QueuePolicy, Settings
 
 DAY = 24 * HOUR
@@ -590,3 +591,68 @@ def _estimate(name: str) -> Any:
     from webhook.reconciler.model import Ref
     from webhook.reconciler.shadow import Estimate
     return Estimate(Ref("v1", "Pod", "demo", name, name), 0.0, "")
+
+
+# -- services' pods (rules.queue_gate: a ReplicaSet's or StatefulSet's pods wait as bare pods do) ------
+def service_pod(name: str, *, bound: bool = False, **kw: Any) -> dict[str, Any]:
+    """A ReplicaSet's pod as its controller makes it, in queue batch: no admission record (the webhook
+    records none for services' pods), though its template carries a time-limit annotation (1h);
+    ``bound``: released and running on n1 since 2 hours ago, else gated."""
+    p = busy(name, kw.pop("cpu", "4"), limit="1h", started=-2 * HOUR) if bound else gated(name, **kw)
+    p["metadata"]["labels"] = {"batchgate.io/queue": "batch"}
+    p["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1",
+                                         "uid": "uid-demo-web-1", "controller": True}]
+    for c in p["spec"]["containers"]:
+        c.pop("env", None)
+    return p
+
+
+def test_a_services_pod_waits_as_a_one_pod_workload_with_no_time_limit() -> None:
+    """Whatever it is annotated, the reconciler never times a service's pod: the queue places it with
+    no end (a bare pod with the same annotation has its limit)."""
+    settings = Settings(queues=POLICY)
+    s = snap(service_pod("web-1-abc", cpu="1"), gated("sim", cpu="1"), nodes=ONE)
+    ws = {w.ref.name: w for w in queue.waiting(s, T0, POLICY, {}, lambda o: effective_limit(o, settings))}
+    assert ws["web-1-abc"].size == 1 and ws["web-1-abc"].pods[0].owner is not None
+    assert ws["web-1-abc"].limit is None and ws["sim"].limit == HOUR
+
+
+def test_a_services_pod_waits_its_turn_behind_earlier_work_of_its_priority() -> None:
+    s = snap(gated("early", cpu="4", created=-DAY), service_pod("web-1-abc", cpu="4", created=-60), nodes=ONE)
+    assert order(s) == ["early", "web-1-abc"]
+    assert names(released(s)) == ["early"]
+    assert names(released(snap(service_pod("web-1-abc", cpu="4", created=-60), nodes=ONE))) == ["web-1-abc"]
+
+
+def test_batchgate_queue_lists_a_waiting_services_pod_and_a_released_one_holds_its_room_for_good() -> None:
+    """Released, it runs with no end: work waiting for its node waits for work without a time limit
+    (a bare pod annotated alike would free the node at +1h... it ran 2h already, so at once)."""
+    rows = {r["name"]: r for r in queue_rows(snap(service_pod("web-1-abc", cpu="4"), nodes=ONE), T0, queues=POLICY)}
+    assert rows["web-1-abc"]["state"] == "Gated" and rows["web-1-abc"]["queue"] == "batch"
+    s = snap(service_pod("web-1-abc", bound=True), gated("next", cpu="4"), nodes=ONE)
+    assert released(s) == []
+    (row,) = [r for r in queue_rows(s, T0, queues=POLICY) if r["name"] == "next"]
+    assert row["start"] == "unknown" and "without a time limit" in row["reason"]
+    bare = busy("r", "4", limit="1h", started=-2 * HOUR)  # past its limit: its room is the queue's now
+    assert names(released(snap(bare, gated("next", cpu="4"), nodes=ONE))) == ["next"]
+
+
+def test_the_ungated_metric_counts_bare_and_services_pods_not_a_jobs_or_a_daemonsets() -> None:
+    """batchgate_queue_ungated_pods: pending pods of a gated queue that the webhook would have gated
+    (it was down): a bare pod's and a ReplicaSet's, not a Job's (the Job waited) nor a DaemonSet's."""
+    from webhook.reconciler import metrics
+    from webhook.reconciler.controller import Controller
+
+    api = FakeApi()
+    for name, owner in (("bare", None), ("web", ("apps/v1", "ReplicaSet")), ("agent", ("apps/v1", "DaemonSet")),
+                        ("job", ("batch/v1", "Job")), ("fake", ("example.com/v1", "ReplicaSet"))):
+        p = gated(name, gates=())
+        del p["spec"]["schedulingGates"]
+        if owner is not None:
+            p["metadata"]["ownerReferences"] = [{"apiVersion": owner[0], "kind": owner[1], "name": name,
+                                                 "uid": f"uid-owner-{name}", "controller": True}]
+        api.put(p)
+    c = Controller(api, Settings(queues=POLICY, leader_elect=False), clock=lambda: T0)
+    c.cache.list_once()
+    c.plan_now()
+    assert {s.labels["queue"]: s.value for s in metrics.QUEUE_UNGATED.collect()[0].samples} == {"batch": 2.0}

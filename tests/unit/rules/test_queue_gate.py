@@ -162,6 +162,87 @@ def test_the_whole_shipped_bundle_gates_batch_work_and_not_system_namespaces() -
     assert not gated(d.obj)
 
 
+# -- services' pods -------------------------------------------------------------------------
+RS_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"
+SS_CONTROLLER = "system:serviceaccount:kube-system:statefulset-controller"
+DS_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
+CONTROLLER_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated")
+
+
+def owned_pod(owner_kind: str, queue: str = "batch", api_version: str = "apps/v1") -> dict[str, Any]:
+    """A pod as its controller makes it: the controlling ownerReference of ``owner_kind``."""
+    p = pod(queue)
+    p["metadata"]["ownerReferences"] = [{"apiVersion": api_version, "kind": owner_kind, "name": "web",
+                                         "uid": "6f1c2a3e-0000-4000-8000-000000000002", "controller": True}]
+    return p
+
+
+@pytest.mark.parametrize("kind, controller", [("ReplicaSet", RS_CONTROLLER), ("StatefulSet", SS_CONTROLLER)])
+def test_a_services_pods_wait_behind_the_gate_in_a_gated_queue_only(qg: Bundle, kind: str, controller: str) -> None:
+    """Batch work run as a Deployment or StatefulSet waits its turn, one pod a workload; in a queue
+    that is not gated (interactive) it starts at once."""
+    d = check(owned_pod(kind), user=controller, groups=CONTROLLER_GROUPS, bundle=qg)
+    assert d.allowed and gate_names(d.obj) == [QUEUE_GATE]
+    d = check(owned_pod(kind, "interactive"), user=controller, groups=CONTROLLER_GROUPS, bundle=qg)
+    assert d.allowed and d.patch == []
+
+
+def test_a_daemonsets_and_a_jobs_pods_are_not_gated(qg: Bundle) -> None:
+    """A DaemonSet's pods are bound per node by its controller; a Job's waited as the Job."""
+    for kind, controller, version in (("DaemonSet", DS_CONTROLLER, "apps/v1"), ("Job", JOB_CONTROLLER, "batch/v1")):
+        d = check(owned_pod(kind, api_version=version), user=controller, groups=CONTROLLER_GROUPS, bundle=qg)
+        assert d.allowed and d.patch == [], kind
+
+
+def test_a_service_owner_of_another_api_group_does_not_gate_a_controllers_pod(qg: Bundle) -> None:
+    """Only Kubernetes' own ReplicaSet (apps): an operator's ``example.com/v1 ReplicaSet`` is its own
+    business, as for every pod an operator makes."""
+    d = check(owned_pod("ReplicaSet", api_version="example.com/v1"), user=RS_CONTROLLER, groups=CONTROLLER_GROUPS,
+              bundle=qg)
+    assert d.allowed and d.patch == []
+
+
+@pytest.mark.parametrize("kind", ["ReplicaSet", "StatefulSet", "DaemonSet", "Job"])
+def test_a_pod_a_user_writes_claiming_a_controller_waits_as_a_bare_pod(qg: Bundle, kind: str) -> None:
+    """The hostile user forging an owner skips nothing: not made by a controller, it is a bare Pod."""
+    d = check(owned_pod(kind), bundle=qg)
+    assert d.allowed and gate_names(d.obj) == [QUEUE_GATE]
+
+
+@pytest.mark.parametrize("state, word", [("drain", "draining"), ("stop", "stopped")])
+@pytest.mark.parametrize("kind", ["Deployment", "ReplicaSet", "StatefulSet"])
+def test_drain_and_stop_refuse_a_new_service_a_user_creates(tmp_path: Path, state: str, word: str, kind: str) -> None:
+    b = bundle_with(tmp_path, set_queue("batch", state=state, stateReason="storage move"))
+    d = check(workload(kind, name="web", labels={"batchgate.io/queue": "batch"}), bundle=b)
+    assert not d.allowed and f"queue 'batch' is {word} (storage move)" in d.message
+    assert check(workload(kind, name="web", labels={"batchgate.io/queue": "interactive"}), bundle=b).allowed
+
+
+@pytest.mark.parametrize("state", ["drain", "stop"])
+def test_drain_and_stop_let_a_deployments_rollout_and_its_pods_go_on(tmp_path: Path, state: str) -> None:
+    """A Deployment admitted before makes a ReplicaSet in each rollout, and its ReplicaSets their pods:
+    neither is new work (the pods still wait their turn behind the gate)."""
+    b = bundle_with(tmp_path, set_queue("batch", state=state))
+    rs = workload("ReplicaSet", name="web-1", labels={"batchgate.io/queue": "batch"})
+    rs["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                                          "uid": "6f1c2a3e-0000-4000-8000-000000000003", "controller": True}]
+    deployment_controller = "system:serviceaccount:kube-system:deployment-controller"
+    assert check(rs, user=deployment_controller, groups=CONTROLLER_GROUPS, bundle=b).allowed
+    d = check(owned_pod("ReplicaSet"), user=RS_CONTROLLER, groups=CONTROLLER_GROUPS, bundle=b)
+    assert d.allowed and gated(d.obj)
+    assert not check(rs, bundle=b).allowed  # the same ReplicaSet from a user is new work
+
+
+def test_a_service_is_neither_gated_nor_judged_on_update(qg: Bundle) -> None:
+    """Its pods wait, not the service: no suspend, no mark, and an UPDATE is none of the queue's."""
+    d = check(workload("Deployment", name="web", labels={"batchgate.io/queue": "batch"}), bundle=qg)
+    assert d.allowed and d.patch == []
+    old = workload("Deployment", name="web", labels={"batchgate.io/queue": "batch"})
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"] = {QUEUED_ANNOTATION: "true"}
+    assert update(qg, old, new).allowed
+
+
 # -- UPDATE: only the releasers release -----------------------------------------------------
 def test_the_hostile_user_cannot_remove_the_gate_even_keeping_others(qg: Bundle) -> None:
     old = pod(gates=["example.com/other", QUEUE_GATE])
