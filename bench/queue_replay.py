@@ -53,8 +53,13 @@ The same arrivals are replayed on the same cluster by two systems:
   easy-deadline  a queue with ``backfill: easy`` as the product runs it by default (``promise: deadline``):
            ``easy``'s placement (only the head reserves and is promised) with ``deadline``'s promises (a
            start-by never moves earlier; a head placed past it is promoted and the pass placed again);
-           ``easy`` is such a queue with ``promise: fair-share``. Both deadline systems need the shadow
-           placement.
+           ``easy`` is such a queue with ``promise: fair-share``.
+  start-by ``deadline`` with ``backfill: start-by``: conservative backfill against the published
+           start-bys (``queue.into_slack``): after the pass, a workload that does not start now is
+           placed just before the first that does not, and starts now if every promised workload
+           still starts by its start-by and every other no later than placed (at most
+           ``queue.SLACK_TRIES`` tries a pass, a shape that failed not tried again). The deadline
+           systems need the shadow placement.
 
 The model (each number a flag where it matters):
 
@@ -148,6 +153,7 @@ from webhook.reconciler.queue import (
     START_BY_SLACK,
     Waiting,
     as_queued,
+    into_slack,
     order,
     promised_ahead,
     promised_first,
@@ -531,7 +537,7 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
             idle_cores = _kube_pass(cluster, pending, now, run, spread=p.kube_bind == "spread")
         elif p.placement == "shadow":
             _shadow_pass(cluster, pending, now, run, usage, policy, p, res, keep=system == "keep",
-                         yielding=system == "yield", deadline=system in ("deadline", "easy-deadline"))
+                         yielding=system == "yield", deadline=system in DEADLINE, slack=system == "start-by")
         else:
             _queue_pass(cluster, pending, now, run, usage, fair, p, res, easy=easy, keep=system == "keep")
         res.max_over = max(res.max_over, max(-f for f in cluster.free))
@@ -817,9 +823,10 @@ def _waiting(w: Work, reserve: str = "limit") -> Waiting:
 
 def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, usage: Usage,
                  policy: QueuePolicy, p: Params, res: Result, *, keep: bool = False,
-                 yielding: bool = False, deadline: bool = False) -> None:
+                 yielding: bool = False, deadline: bool = False, slack: bool = False) -> None:
     """The product's pass: ``queue.order``, ``shadow.shadow_schedule`` over what runs and every
-    waiting workload, ``queue.to_release``; the released pods bound first fit."""
+    waiting workload, ``queue.to_release``; the released pods bound first fit. ``slack``:
+    ``backfill: start-by`` (with ``deadline``)."""
     if _nothing_to_do(cluster, pending):
         return
     res.passes += 1
@@ -855,10 +862,17 @@ def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, u
         ranked_works, estimates, rounds = place_keeping(
             ranked_works, lambda ws: place(ws)[1], lambda w: None if w.current is None else EPOCH + w.current,
             lambda w: w.prio, lambda w: str(w.wid), p.rounds)
+        if slack:  # what jumps into a promise's room to spare overtakes no promise: it must keep them all
+            _mark_overtaken(ranked_works)
+            ranked_works, estimates, more = into_slack(
+                ranked_works, estimates, lambda ws: place(ws)[1], lambda w: None if w.current is None else EPOCH + w.current,
+                lambda w: str(w.wid), at, lambda w: True, lambda w: (w.pods, w.cores, w.limit, w.prio))
+            rounds += more
         placed = [items[w.wid] for w in ranked_works]
         placed = placed[:p.depth] if p.depth else placed
         res.rounds.append(rounds)
-    _mark_overtaken(ranked_works)
+    if not slack:
+        _mark_overtaken(ranked_works)
     if any(not w.seen for w in pending):
         fc = _forecast(run, now, usage, fair, pending, p) if p.forecast else None
         _expected_shadow(run, ranked_works[:len(placed)], placed, now, policy, fc, scores)
@@ -1001,8 +1015,8 @@ def records(res: Result) -> list[Record]:
             for w in res.works]
 
 
-SYSTEMS = ("kube", "queue", "easy", "keep", "yield", "deadline", "easy-deadline")
-DEADLINE = ("deadline", "easy-deadline")  # the placement that holds promises as deadlines is the shadow placement's only
+SYSTEMS = ("kube", "queue", "easy", "keep", "yield", "deadline", "easy-deadline", "start-by")
+DEADLINE = ("deadline", "easy-deadline", "start-by")  # the placement that holds promises as deadlines is the shadow placement's only
 
 
 def run(seed: int, p: Params, fair: FairShare | None = None, *, model: str = "accounts", load: float = 0.6,
@@ -1133,7 +1147,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(x not in SYSTEMS for x in systems):
         ap.error(f"--systems: of {', '.join(SYSTEMS)}")
     if p.placement != "shadow" and any(x in DEADLINE for x in systems):
-        ap.error("--systems deadline, easy-deadline: only with --placement shadow")
+        ap.error("--systems deadline, easy-deadline, start-by: only with --placement shadow")
     keep: dict[str, list[Record]] = {}
     seeds = _seeds(a.seeds)
     rows = [r for s in seeds for r in run(s, p, fair, model=a.model, load=a.load, systems=systems, keep=keep)]

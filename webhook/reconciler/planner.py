@@ -285,7 +285,7 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
                     return shadow_schedule(snapshot, now, windows, limit_of=limit_of, easy=queues.easy,
                                            **{**queue_args, "queued": queued})
                 # a promise the placement would break is promoted and the queue placed again (queue.place)
-                waiting, queue_args["queued"], placed = queue.placed(waiting, schedule, queues)
+                waiting, queue_args["queued"], placed = queue.placed(waiting, schedule, queues, now)
                 # under EASY the placement is no estimate of the rest: the estimate pass places them all
                 to_limits = placed if not queues.easy else None
                 promised = {e.workload.uid: e.start for e in placed if e.queued and e.reserved and e.start is not None}
