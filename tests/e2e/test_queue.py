@@ -401,15 +401,15 @@ def test_work_gated_before_its_namespace_was_excluded_is_released(kube, namespac
         stop_reconcilers(started)
 
 
-def easy_bundle(policies: Path, tmp_path: Path) -> Path:
-    """The e2e bundle with ``backfill: easy`` on the gated queue."""
-    easy = tmp_path / "easy"
+def easy_bundle(policies: Path, tmp_path: Path, backfill: str = "easy") -> Path:
+    """The e2e bundle with ``backfill: easy`` (or another ``backfill``) on the gated queue."""
+    easy = tmp_path / backfill
     shutil.copytree(policies, easy)
     text = (easy / "bundle.yaml").read_text()
     queue = f"    - name: {QUEUED}\n      priorityClass: batchgate-batch\n      timeLimit: {{default: 24h, max: 7d}}\n"
     assert queue + "      state: open\n" in text
     (easy / "bundle.yaml").write_text(text.replace(queue + "      state: open\n",
-                                                   queue + "      state: open\n      backfill: easy\n"))
+                                                   queue + f"      state: open\n      backfill: {backfill}\n"))
     return easy
 
 
@@ -547,5 +547,44 @@ def test_a_user_cannot_grow_a_released_job_but_may_resize_it_queued(kube, namesp
         kube.request("PATCH", jobs_path(ns, "j"), {"spec": {"parallelism": 2}}, **patch)
         wait_for(lambda: not suspended(kube, ns, "j"), 60, message="j released again at its new size")
         assert kube.get(jobs_path(ns, "j"))["spec"]["parallelism"] == 2
+    finally:
+        stop_reconcilers(started)
+
+
+def test_backfill_start_by_releases_into_a_promises_room_to_spare_and_the_promise_holds(
+        kube, namespace, queue_node, tmp_path, policies):
+    """``backfill: start-by`` (docs/admin/queues.md): the 4-CPU node holds busy1 (2 CPUs, 20 minutes)
+    and busy2 (2 CPUs, 6 minutes); big (the whole node) is promised busy1's deadline. busy1 ends
+    early: big's reservation moves to busy2's deadline, its start-by stays. mid (2 CPUs, 10 minutes)
+    fits now and would delay that reservation, not the start-by: conservative backfill holds it (it
+    is promised after big); restarted with ``backfill: start-by`` the reconciler releases it, holds
+    long (2 CPUs for an hour: past big's start-by), and big's start-by never moves."""
+    ns = namespace
+    started: list = []
+    try:
+        create(kube, ns, timed("busy1", queue_node, "2", 20))
+        create(kube, ns, timed("busy2", queue_node, "2", 6))
+        reconcile(kube, ns, tmp_path, policies, "conservative", started)
+        for name in ("busy1", "busy2"):
+            wait_for(lambda name=name: not suspended(kube, ns, name), 60, message=f"{name} released")
+            run_pods_of(kube, ns, name, 1)
+            wait_for(lambda name=name: deadline(kube, ns, name), 60, message=f"{name}'s deadline recorded")
+        create(kube, ns, timed("big", queue_node, "4", 60))
+        promise = wait_for(lambda: start_by(kube, ns, "big"), 60, message="big's start-by")
+        assert promise == deadline(kube, ns, "busy1"), (promise, deadline(kube, ns, "busy1"))
+        finish(kube, ns, "busy1")  # big's reservation: busy2's deadline now; its promise stays
+        create(kube, ns, timed("mid", queue_node, "2", 10))
+        create(kube, ns, timed("long", queue_node, "2", 60))
+        wait_for(lambda: start_by(kube, ns, "mid") and start_by(kube, ns, "long"), 60,
+                 message="mid and long placed behind big")
+        assert suspended(kube, ns, "mid"), "conservative backfill released a job that delays big's reservation"
+
+        started[0].kill()
+        reconcile(kube, ns, tmp_path, easy_bundle(policies, tmp_path, "start-by"), "start-by", started)
+        wait_for(lambda: not suspended(kube, ns, "mid"), 60, message="under start-by, mid released")
+        time.sleep(3)  # passes after it
+        assert suspended(kube, ns, "long") and suspended(kube, ns, "big")
+        assert start_by(kube, ns, "big") == promise
+        assert not events(kube, ns, reason="StartByMoved")
     finally:
         stop_reconcilers(started)
