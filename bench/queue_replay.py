@@ -57,8 +57,9 @@ The same arrivals are replayed on the same cluster by two systems:
   start-by ``deadline`` with ``backfill: start-by``: conservative backfill against the published
            start-bys (``queue.into_slack``): after the pass, a workload that does not start now is
            placed just before the first that does not, and starts now if every promised workload
-           still starts by its start-by and every other no later than placed (at most
-           ``queue.SLACK_TRIES`` tries a pass, a shape that failed not tried again). The deadline
+           still starts by its start-by and every other no later than placed (only those whose pods
+           fit the room free now, as ``planner._may_fit_now``; at most ``queue.SLACK_TRIES`` tries a
+           pass, a shape that failed not tried again). The deadline
            systems need the shadow placement.
 
 The model (each number a flag where it matters):
@@ -866,7 +867,8 @@ def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, u
             _mark_overtaken(ranked_works)
             ranked_works, estimates, more = into_slack(
                 ranked_works, estimates, lambda ws: place(ws)[1], lambda w: None if w.current is None else EPOCH + w.current,
-                lambda w: str(w.wid), at, lambda w: True, lambda w: (w.pods, w.cores, w.limit, w.prio))
+                lambda w: str(w.wid), at, lambda w: sum(max(f, 0) // w.cores for f in cluster.free) >= w.pods,
+                lambda w: (w.pods, w.cores, w.limit, w.prio))
             rounds += more
         placed = [items[w.wid] for w in ranked_works]
         placed = placed[:p.depth] if p.depth else placed

@@ -501,13 +501,17 @@ def into_slack(items: list[W], estimates: list[Estimate], schedule: Callable[[li
     again in the pass. Returns the order placed, its estimates and how many placements it took."""
     start = {e.workload.uid: e.start for e in estimates}
     bound: dict[str, float] = {}  # per uid: the latest start that delays no reservation
+    spare = False  # some promise has room to spare: without, nothing can go that conservative holds
     for w in items:
         u = uid(w)
         s = start.get(u)
         if s is not None:
             p = promise(w)
             bound[u] = s if p is None or s <= now else max(p, s)
+            spare = spare or bound[u] > s
     n, failed = 0, set()
+    if not spare:
+        return items, estimates, n
     for w in list(items):
         if n >= tries:
             break
@@ -531,11 +535,13 @@ def into_slack(items: list[W], estimates: list[Estimate], schedule: Callable[[li
 
 
 def placed(items: list[Waiting], schedule: Callable[[list[Queued]], list[Estimate]],
-           policy: QueuePolicy, now: float | None = None) -> tuple[list[Waiting], list[Queued], list[Estimate]]:
+           policy: QueuePolicy, now: float | None = None,
+           may_fit: Callable[[Waiting], bool] = lambda w: True) -> tuple[list[Waiting], list[Queued], list[Estimate]]:
     """``place`` the waiting workloads (``schedule``: the shadow schedule of them as ``as_queued``
     gives them), their promises their ``batchgate.io/start-by`` (none held in a queue with
     ``promise: fair-share``); at ``now``, the work of a queue with ``backfill: start-by`` starts in
-    the room its promises leave (``into_slack``). Returns the order placed, as waiting and as
+    the room its promises leave (``into_slack``; ``may_fit``: false for a workload that cannot fit
+    now whatever it goes ahead of, not tried). Returns the order placed, as waiting and as
     queued (what the estimate pass places after it), and its estimates."""
     fair = policy.fair_promises
     slack = policy.start_by_backfill
@@ -548,7 +554,8 @@ def placed(items: list[Waiting], schedule: Callable[[list[Queued]], list[Estimat
         last[:] = as_queued(ws, policy)
         return schedule(last)
     items, estimates, _ = place(items, run, promise, lambda w: w.priority, lambda w: w.ref.uid, now=now,
-                                slack=(lambda w: w.queue in slack and not w.rest) if slack else None, shape=_shape)
+                                slack=(lambda w: w.queue in slack and not w.rest and may_fit(w)) if slack else None,
+                                shape=_shape)
     return items, last, estimates
 
 
