@@ -731,3 +731,20 @@ def test_into_slack_tries_each_shape_once_and_keeps_every_bound() -> None:
     queue.into_slack(items, base, schedule, lambda w: w[1], lambda w: w[0], now, lambda w: True, lambda w: w[2],
                      tries=1)
     assert len(calls) == 1, "at most ``tries`` placements"
+
+
+def test_backfill_start_by_counts_the_start_by_of_work_behind_too() -> None:
+    """busy2 frees 2 of n1's 4 cpu at +3m. big (the node, 1h) is promised +17m; long (2 cpu, 1h)
+    ``long_by``; mid (2 cpu, 10m) fits now. Placed first, mid starts big at +10m (by its start-by)
+    and long at +70m: released when long was promised +77m, held when long was promised +63m."""
+    def jobs_promised(long_by: float) -> Snapshot:
+        s = snap(busy("busy2", "2", limit="6m", started=-180), queued_job("big", cpu="4", created=-600, limit="60m"),
+                 queued_job("long", cpu="2", created=-300, limit="60m"), queued_job("mid", cpu="2", created=-60, limit="10m"),
+                 nodes=ONE)
+        for name, at in (("big", 17 * 60), ("long", long_by), ("mid", 63 * 60)):
+            key, j = next((k, j) for k, j in s.jobs.items() if j.ref.name == name)
+            s.jobs[key] = dataclasses.replace(j, start_by=ts(at))
+        return s
+    assert names(released(jobs_promised(77 * 60), START_BY)) == ["mid"]
+    assert names(released(jobs_promised(77 * 60))) == []
+    assert names(released(jobs_promised(63 * 60), START_BY)) == []
