@@ -151,6 +151,7 @@ from webhook.bundle import FairShare
 from webhook.reconciler.forecast import WINDOW, Arrival, Forecast, backfilled, stretched
 from webhook.reconciler.model import NodeView, PodSched, PodView, Ref, Snapshot
 from webhook.reconciler.queue import (
+    SLACK_TRIES,
     START_BY_SLACK,
     Waiting,
     as_queued,
@@ -205,6 +206,7 @@ class Params:
     # deadline: a start-by moves earlier only to within this many seconds of the reservation (< 0: never earlier)
     margin: float = -1.0
     rounds: int = 3  # deadline: a pass places again at most this often (queue.place; the last time, all promised first)
+    slack_tries: int = SLACK_TRIES  # start-by: a pass places again at most this often for work to start now
 
 
 @dataclass
@@ -868,7 +870,7 @@ def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, u
             ranked_works, estimates, more = into_slack(
                 ranked_works, estimates, lambda ws: place(ws)[1], lambda w: None if w.current is None else EPOCH + w.current,
                 lambda w: str(w.wid), at, lambda w: sum(max(f, 0) // w.cores for f in cluster.free) >= w.pods,
-                lambda w: (w.pods, w.cores, w.limit, w.prio))
+                lambda w: (w.prio, (w.pods, w.cores, w.limit)), p.slack_tries)
             rounds += more
         placed = [items[w.wid] for w in ranked_works]
         placed = placed[:p.depth] if p.depth else placed
@@ -1136,6 +1138,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=Params.rounds,
                     help="deadline: a pass places again at most this often for promises at risk (the last time, every "
                          "promise first)")
+    ap.add_argument("--slack-tries", type=int, default=Params.slack_tries,
+                    help="start-by: a pass places again at most this often for work that may start now "
+                         "(queue.SLACK_TRIES)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     node_cpu = a.node_cpu or (Params.node_cpu if a.model == "accounts" else 64)
@@ -1143,7 +1148,7 @@ def main(argv: list[str] | None = None) -> int:
                heavy_backlog=a.heavy_backlog, light=a.light, light_load=a.light_load, gang_share=a.gang_share,
                depth=a.depth, placement=a.placement, forecast=a.forecast_h * HOUR, bind=a.bind, reserve=a.reserve,
                order=a.order, split=a.split, kube_bind=a.kube_bind,
-               margin=a.margin_h * HOUR if a.margin_h >= 0 else -1.0, rounds=a.rounds)
+               margin=a.margin_h * HOUR if a.margin_h >= 0 else -1.0, rounds=a.rounds, slack_tries=a.slack_tries)
     fair = FairShare(half_life=int(a.half_life_h * HOUR), age_weight=a.age_weight, max_age=int(a.max_age_h * HOUR))
     systems = [x for x in a.systems.split(",") if x]
     if any(x not in SYSTEMS for x in systems):

@@ -31,6 +31,7 @@ batchgate's, nobody else would lift it). Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Container, Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -437,7 +438,7 @@ def plan_notices(items: list[Waiting], estimates: list[Estimate], policy: QueueP
 
 START_BY_SLACK = 60.0  # a promise is rewritten when the reservation moves later by more than this
 PROMOTION_ROUNDS = 3  # a pass places again at most this often for promises at risk (the last time: all first)
-SLACK_TRIES = 8  # backfill: start-by places again at most this often a pass, one workload tried each time
+SLACK_TRIES = 2  # backfill: start-by places again at most this often a pass, one workload tried each time
 
 
 def at_risk(items: list[W], estimates: list[Estimate], promise: Callable[[W], float | None],
@@ -456,7 +457,7 @@ def at_risk(items: list[W], estimates: list[Estimate], promise: Callable[[W], fl
 def place(items: list[W], schedule: Callable[[list[W]], list[Estimate]], promise: Callable[[W], float | None],
           priority: Callable[[W], int], uid: Callable[[W], str],
           rounds: int = PROMOTION_ROUNDS, *, now: float | None = None, slack: Callable[[W], bool] | None = None,
-          shape: Callable[[W], Hashable] | None = None, tries: int = SLACK_TRIES) -> tuple[list[W], list[Estimate], int]:
+          shape: Callable[[W], Shape] | None = None, tries: int = SLACK_TRIES) -> tuple[list[W], list[Estimate], int]:
     """Place ``items`` (``schedule``: the shadow schedule of them in this order) keeping promises as
     deadlines: while some promise would start after its start-by, it is ``promoted`` ahead of the
     unpromised work of its priority and the queue placed again, at most ``rounds`` times, the last
@@ -479,14 +480,14 @@ def place(items: list[W], schedule: Callable[[list[W]], list[Estimate]], promise
         estimates = schedule(items)
     if slack is not None and now is not None:
         items, estimates, more = into_slack(items, estimates, schedule, promise, uid, now, slack,
-                                            shape or uid, tries)
+                                            shape or (lambda w: (uid(w), ())), tries)
         n += more
     return items, estimates, n
 
 
 def into_slack(items: list[W], estimates: list[Estimate], schedule: Callable[[list[W]], list[Estimate]],
                promise: Callable[[W], float | None], uid: Callable[[W], str], now: float,
-               slack: Callable[[W], bool], shape: Callable[[W], Hashable],
+               slack: Callable[[W], bool], shape: Callable[[W], Shape],
                tries: int = SLACK_TRIES) -> tuple[list[W], list[Estimate], int]:
     """Backfill against the reservations users were given (``backfill: start-by``): a workload of
     such a queue (``slack``) that does not start now in the placement ``estimates`` of ``items``
@@ -497,8 +498,9 @@ def into_slack(items: list[W], estimates: list[Estimate], schedule: Callable[[li
     Conservative backfill, with each reservation its published start: the room to spare between a
     reservation and its start-by, which ``place`` already lets fair share give to later work ranked
     ahead, may go to work that starts now. A big job is not starved: it starts by its start-by.
-    At most ``tries`` more placements; a workload of the ``shape`` of one that failed is not tried
-    again in the pass. Returns the order placed, its estimates and how many placements it took."""
+    At most ``tries`` more placements; a workload whose ``shape`` is of the kind of one that failed
+    and no smaller in any of its sizes (pods, cpu, memory, time limit) is not tried again in the
+    pass. Returns the order placed, its estimates and how many placements it took."""
     start = {e.workload.uid: e.start for e in estimates}
     bound: dict[str, float] = {}  # per uid: the latest start that delays no reservation
     spare = False  # some promise has room to spare: without, nothing can go that conservative holds
@@ -509,14 +511,14 @@ def into_slack(items: list[W], estimates: list[Estimate], schedule: Callable[[li
             p = promise(w)
             bound[u] = s if p is None or s <= now else max(p, s)
             spare = spare or bound[u] > s
-    n, failed = 0, set()
+    n, failed = 0, list[Shape]()
     if not spare:
         return items, estimates, n
     for w in list(items):
         if n >= tries:
             break
         s = start.get(uid(w))
-        if s is None or s <= now or not slack(w) or shape(w) in failed:
+        if s is None or s <= now or not slack(w) or _dominated(shape(w), failed):
             continue
         me = uid(w)
         head = next(i for i, x in enumerate(items) if (t := start.get(uid(x))) is not None and t > now)
@@ -530,8 +532,16 @@ def into_slack(items: list[W], estimates: list[Estimate], schedule: Callable[[li
             items, estimates, start = trial, got, starts
             bound[me] = mine  # released now: a later one may not take that back
         else:
-            failed.add(shape(w))
+            failed.append(shape(w))
     return items, estimates, n
+
+
+Shape = tuple[Hashable, tuple[float, ...]]  # (what must be equal, sizes), for into_slack
+
+
+def _dominated(shape: Shape, failed: Iterable[Shape]) -> bool:
+    """``shape`` is of the kind of a failed one and at least as big in every size."""
+    return any(k == shape[0] and all(a <= b for a, b in zip(sizes, shape[1], strict=True)) for k, sizes in failed)
 
 
 def placed(items: list[Waiting], schedule: Callable[[list[Queued]], list[Estimate]],
@@ -559,9 +569,10 @@ def placed(items: list[Waiting], schedule: Callable[[list[Queued]], list[Estimat
     return items, last, estimates
 
 
-def _shape(w: Waiting) -> Hashable:
-    """What decides where a workload fits and for how long: two of one shape fit alike."""
-    return w.queue, w.size, w.limit, replace(w.sched, created=0.0)
+def _shape(w: Waiting) -> Shape:
+    """Where a workload may go, and its sizes: one of the same kind, bigger in none, fits where it fits."""
+    return ((w.queue, replace(w.sched, cpu=0, mem=0, created=0.0)),
+            (w.size, w.sched.cpu, w.sched.mem, w.limit if w.limit is not None else math.inf))
 
 
 def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,
