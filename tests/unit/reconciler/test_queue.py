@@ -722,7 +722,7 @@ def test_into_slack_tries_each_shape_once_and_keeps_every_bound() -> None:
     base = schedule(items)
     calls.clear()
     out, got, n = queue.into_slack(items, base, schedule, lambda w: w[1], lambda w: w[0], now,
-                                   lambda w: w[0] in "xyzw", lambda w: (w[2], ()))
+                                   lambda w: w[0] in "xyzw", lambda w: (w[2], ()), tries=3)
     assert calls == [["a", "x", "p", "q", "y", "z", "w"], ["a", "x", "y", "p", "q", "z", "w"],
                      ["a", "x", "z", "p", "q", "y", "w"]], "w is of z's shape: not tried"
     assert [w[0] for w in out] == ["a", "x", "p", "q", "y", "z", "w"] and n == 3
