@@ -522,6 +522,8 @@ def into_slack(items: list[W], estimates: list[Estimate], schedule: Callable[[li
             continue
         me = uid(w)
         head = next(i for i, x in enumerate(items) if (t := start.get(uid(x))) is not None and t > now)
+        if uid(items[head]) == me:
+            continue  # first of those that do not start now: placed so already
         trial = [*items[:head], w, *(x for x in items[head:] if uid(x) != me)]
         n += 1
         got = schedule(trial)
@@ -566,6 +568,8 @@ def placed(items: list[Waiting], schedule: Callable[[list[Queued]], list[Estimat
     items, estimates, _ = place(items, run, promise, lambda w: w.priority, lambda w: w.ref.uid, now=now,
                                 slack=(lambda w: w.queue in slack and not w.rest and may_fit(w)) if slack else None,
                                 shape=_shape)
+    if len(last) != len(items) or any(q.ref.uid != w.ref.uid for q, w in zip(last, items, strict=True)):
+        last[:] = as_queued(items, policy)  # the last placement was a try not kept (into_slack)
     return items, last, estimates
 
 

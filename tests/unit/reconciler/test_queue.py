@@ -762,3 +762,20 @@ def test_only_work_whose_pods_fit_the_room_free_now_is_tried_ahead_of_its_turn()
     assert fits(dataclasses.replace(ws["two"], size=2)) and not fits(dataclasses.replace(ws["two"], size=3))
     assert not fits(ws["three"])
     assert not _may_fit_now(s, None)(dataclasses.replace(ws["two"], size=2)), "the scavenger counted"
+
+
+def test_placed_returns_the_order_kept_not_the_last_one_tried() -> None:
+    """short (4h: tried ahead of its turn, it would start big past its start-by) is the last try of
+    the pass and not kept: what the estimate pass places after is the order kept, big ahead."""
+    s = _big_promised_and_a_short_job("4h")
+    from webhook.reconciler.shadow import recorded_limit, shadow_schedule
+
+    waiting = queue.order(queue.waiting(s, T0, START_BY, {}, recorded_limit), T0, {}, START_BY.fair_share)
+    tried: list[list[str]] = []
+
+    def schedule(qs: list[Any]) -> list[Any]:
+        tried.append([q.ref.name for q in qs])
+        return shadow_schedule(s, T0, (), queued=qs)
+    items, queued, _ = queue.placed(waiting, schedule, START_BY, T0)
+    assert tried == [["big", "short"], ["short", "big"]], "big, the first that does not start now, is not tried"
+    assert [w.ref.name for w in items] == [q.ref.name for q in queued] == ["big", "short"]
