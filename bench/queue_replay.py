@@ -58,7 +58,7 @@ The same arrivals are replayed on the same cluster by two systems:
            start-bys (``queue.into_slack``): after the pass, a workload that does not start now is
            placed just before the first that does not, and starts now if every promised workload
            still starts by its start-by and every other no later than placed (only those whose pods
-           fit the room free now, as ``planner._may_fit_now``; at most ``queue.SLACK_TRIES`` tries a
+           fit the room free now, as ``planner.may_fit_now``; at most ``queue.SLACK_TRIES`` tries a
            pass, a shape that failed not tried again). The deadline
            systems need the shadow placement.
 

@@ -286,7 +286,7 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
                                            **{**queue_args, "queued": queued})
                 # a promise the placement would break is promoted and the queue placed again (queue.place)
                 waiting, queue_args["queued"], placed = queue.placed(
-                    waiting, schedule, queues, now, _may_fit_now(snapshot, queue_args["preempts_below"])
+                    waiting, schedule, queues, now, may_fit_now(snapshot, queue_args["preempts_below"])
                     if queues.start_by_backfill else lambda w: True)
                 # under EASY the placement is no estimate of the rest: the estimate pass places them all
                 to_limits = placed if not queues.easy else None
@@ -412,7 +412,7 @@ def _release(snapshot: Snapshot, now: float, queues: QueuePolicy, windows: Seque
     return out
 
 
-def _may_fit_now(snapshot: Snapshot, below: int | None) -> Callable[[queue.Waiting], bool]:
+def may_fit_now(snapshot: Snapshot, below: int | None) -> Callable[[queue.Waiting], bool]:
     """Whether a waiting workload's pods could fit in the room free now, on any nodes (every bound pod
     counted but those kube-scheduler preempts for the queue's work, ``below``): needed to start now,
     so ``backfill: start-by`` places again only for those (``queue.into_slack``)."""

@@ -751,17 +751,17 @@ def test_backfill_start_by_counts_the_start_by_of_work_behind_too() -> None:
 
 
 def test_only_work_whose_pods_fit_the_room_free_now_is_tried_ahead_of_its_turn() -> None:
-    """``planner._may_fit_now``: n1 has 2 of 4 cpu free (a scavenger's cpu counts as free: kube-scheduler
+    """``planner.may_fit_now``: n1 has 2 of 4 cpu free (a scavenger's cpu counts as free: kube-scheduler
     preempts it for the queue's work); a workload of 2 pods of 1 cpu may fit, one of 3 cpu may not."""
-    from webhook.reconciler.planner import _may_fit_now
+    from webhook.reconciler.planner import may_fit_now
 
     s = snap(busy("r", "2"), busy("scav", "1", priority=SCAVENGER), gated("two", cpu="1"), gated("three", cpu="3"),
              nodes=ONE)
     ws = {w.ref.name: w for w in queue.waiting(s, T0, POLICY, {}, lambda o: None)}
-    fits = _may_fit_now(s, queue.preempts_below(POLICY))
+    fits = may_fit_now(s, queue.preempts_below(POLICY))
     assert fits(dataclasses.replace(ws["two"], size=2)) and not fits(dataclasses.replace(ws["two"], size=3))
     assert not fits(ws["three"])
-    assert not _may_fit_now(s, None)(dataclasses.replace(ws["two"], size=2)), "the scavenger counted"
+    assert not may_fit_now(s, None)(dataclasses.replace(ws["two"], size=2)), "the scavenger counted"
 
 
 def test_placed_returns_the_order_kept_not_the_last_one_tried() -> None:
