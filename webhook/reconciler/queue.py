@@ -568,7 +568,7 @@ def placed(items: list[Waiting], schedule: Callable[[list[Queued]], list[Estimat
     items, estimates, _ = place(items, run, promise, lambda w: w.priority, lambda w: w.ref.uid, now=now,
                                 slack=(lambda w: w.queue in slack and not w.rest and may_fit(w)) if slack else None,
                                 shape=_shape)
-    if len(last) != len(items) or any(q.ref.uid != w.ref.uid for q, w in zip(last, items, strict=True)):
+    if slack and (len(last) != len(items) or any(q.ref.uid != w.ref.uid for q, w in zip(last, items, strict=True))):
         last[:] = as_queued(items, policy)  # the last placement was a try not kept (into_slack)
     return items, last, estimates
 
