@@ -2,6 +2,7 @@
 
     python bench/bench_queue.py [--workloads 2000] [--accounts 500] [--nodes 500] [--passes 10] [--json]
     python bench/bench_queue.py --instructions ['queue' 'queue, next pass' ...]
+    python bench/bench_queue.py --backfill start-by      # the gated queues with backfill: start-by
 
 The cluster: ``--nodes`` 32-core nodes, each with a running 16-core pod (3 h limit left, its
 deadline recorded), and ``--workloads`` waiting workloads from ``--accounts`` accounts, 10,000
@@ -20,6 +21,7 @@ so the queue's own cost shows. The goal: a pass under 100 ms CPU.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pickle
@@ -270,7 +272,7 @@ def instructions(a: argparse.Namespace, names: list[str], passes: int = 2) -> di
 
     def total(path: Path, n: int) -> int:
         cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
-               "--_load", str(path), str(n)]
+               "--backfill", a.backfill, "--_load", str(path), str(n)]
         err = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stderr
         return int(re.search(r"Collected : (\d+)", err).group(1))  # type: ignore[union-attr]
 
@@ -280,7 +282,8 @@ def instructions(a: argparse.Namespace, names: list[str], passes: int = 2) -> di
         for name in names:
             path = Path(tmp) / "row.pickle"
             subprocess.run([sys.executable, __file__, "--workloads", str(a.workloads), "--accounts", str(a.accounts),
-                            "--nodes", str(a.nodes), "--_save", name, str(path)], check=True, env=env)
+                            "--nodes", str(a.nodes), "--backfill", a.backfill, "--_save", name, str(path)],
+                           check=True, env=env)
             out[name] = (total(path, passes) - total(path, 0)) / passes
     return out
 
@@ -295,10 +298,15 @@ def main() -> None:
     ap.add_argument("--instructions", nargs="*", metavar="ROW", choices=list(ROWS),
                     help="instructions per pass of these rows (default: queue and queue, next pass) under "
                          "valgrind's callgrind instead (slow: minutes a row; exact)")
+    ap.add_argument("--backfill", choices=("conservative", "start-by"), default="conservative",
+                    help="the gated queues' backfill (the shipped bundle's: conservative)")
     ap.add_argument("--_save", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--_load", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
-    settings = Settings(queues=QueuePolicy.from_bundle(load_bundle(ROOT / "policies")))
+    queues = QueuePolicy.from_bundle(load_bundle(ROOT / "policies"))
+    if a.backfill == "start-by":
+        queues = dataclasses.replace(queues, start_by_backfill=frozenset(queues.gated))
+    settings = Settings(queues=queues)
     if a._save:  # a row's pass, to plan under valgrind
         c, snap, now = setup(a._save[0], a, settings)
         Path(a._save[1]).write_bytes(pickle.dumps((snap, now, ROWS[a._save[0]][1], c.usage, c.told)))

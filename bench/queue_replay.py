@@ -53,8 +53,14 @@ The same arrivals are replayed on the same cluster by two systems:
   easy-deadline  a queue with ``backfill: easy`` as the product runs it by default (``promise: deadline``):
            ``easy``'s placement (only the head reserves and is promised) with ``deadline``'s promises (a
            start-by never moves earlier; a head placed past it is promoted and the pass placed again);
-           ``easy`` is such a queue with ``promise: fair-share``. Both deadline systems need the shadow
-           placement.
+           ``easy`` is such a queue with ``promise: fair-share``.
+  start-by ``deadline`` with ``backfill: start-by``: conservative backfill against the published
+           start-bys (``queue.into_slack``): after the pass, a workload that does not start now is
+           placed just before the first that does not, and starts now if every promised workload
+           still starts by its start-by and every other no later than placed (only those whose pods
+           fit the room free now, as ``planner.may_fit_now``; at most ``queue.SLACK_TRIES`` tries a
+           pass, a shape that failed not tried again). The deadline
+           systems need the shadow placement.
 
 The model (each number a flag where it matters):
 
@@ -145,9 +151,11 @@ from webhook.bundle import FairShare
 from webhook.reconciler.forecast import WINDOW, Arrival, Forecast, backfilled, stretched
 from webhook.reconciler.model import NodeView, PodSched, PodView, Ref, Snapshot
 from webhook.reconciler.queue import (
+    SLACK_TRIES,
     START_BY_SLACK,
     Waiting,
     as_queued,
+    into_slack,
     order,
     promised_ahead,
     promised_first,
@@ -198,6 +206,7 @@ class Params:
     # deadline: a start-by moves earlier only to within this many seconds of the reservation (< 0: never earlier)
     margin: float = -1.0
     rounds: int = 3  # deadline: a pass places again at most this often (queue.place; the last time, all promised first)
+    slack_tries: int = SLACK_TRIES  # start-by: a pass places again at most this often for work to start now
 
 
 @dataclass
@@ -531,7 +540,7 @@ def simulate(works_in: Sequence[Work], p: Params, system: str, fair: FairShare |
             idle_cores = _kube_pass(cluster, pending, now, run, spread=p.kube_bind == "spread")
         elif p.placement == "shadow":
             _shadow_pass(cluster, pending, now, run, usage, policy, p, res, keep=system == "keep",
-                         yielding=system == "yield", deadline=system in ("deadline", "easy-deadline"))
+                         yielding=system == "yield", deadline=system in DEADLINE, slack=system == "start-by")
         else:
             _queue_pass(cluster, pending, now, run, usage, fair, p, res, easy=easy, keep=system == "keep")
         res.max_over = max(res.max_over, max(-f for f in cluster.free))
@@ -817,9 +826,10 @@ def _waiting(w: Work, reserve: str = "limit") -> Waiting:
 
 def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, usage: Usage,
                  policy: QueuePolicy, p: Params, res: Result, *, keep: bool = False,
-                 yielding: bool = False, deadline: bool = False) -> None:
+                 yielding: bool = False, deadline: bool = False, slack: bool = False) -> None:
     """The product's pass: ``queue.order``, ``shadow.shadow_schedule`` over what runs and every
-    waiting workload, ``queue.to_release``; the released pods bound first fit."""
+    waiting workload, ``queue.to_release``; the released pods bound first fit. ``slack``:
+    ``backfill: start-by`` (with ``deadline``)."""
     if _nothing_to_do(cluster, pending):
         return
     res.passes += 1
@@ -855,10 +865,18 @@ def _shadow_pass(cluster: Cluster, pending: list[Work], now: float, run: _Run, u
         ranked_works, estimates, rounds = place_keeping(
             ranked_works, lambda ws: place(ws)[1], lambda w: None if w.current is None else EPOCH + w.current,
             lambda w: w.prio, lambda w: str(w.wid), p.rounds)
+        if slack:  # what jumps into a promise's room to spare overtakes no promise: it must keep them all
+            _mark_overtaken(ranked_works)
+            ranked_works, estimates, more = into_slack(
+                ranked_works, estimates, lambda ws: place(ws)[1], lambda w: None if w.current is None else EPOCH + w.current,
+                lambda w: str(w.wid), at, lambda w: sum(max(f, 0) // w.cores for f in cluster.free) >= w.pods,
+                lambda w: (w.prio, (w.pods, w.cores, w.limit)), p.slack_tries)
+            rounds += more
         placed = [items[w.wid] for w in ranked_works]
         placed = placed[:p.depth] if p.depth else placed
         res.rounds.append(rounds)
-    _mark_overtaken(ranked_works)
+    if not slack:
+        _mark_overtaken(ranked_works)
     if any(not w.seen for w in pending):
         fc = _forecast(run, now, usage, fair, pending, p) if p.forecast else None
         _expected_shadow(run, ranked_works[:len(placed)], placed, now, policy, fc, scores)
@@ -1001,8 +1019,8 @@ def records(res: Result) -> list[Record]:
             for w in res.works]
 
 
-SYSTEMS = ("kube", "queue", "easy", "keep", "yield", "deadline", "easy-deadline")
-DEADLINE = ("deadline", "easy-deadline")  # the placement that holds promises as deadlines is the shadow placement's only
+SYSTEMS = ("kube", "queue", "easy", "keep", "yield", "deadline", "easy-deadline", "start-by")
+DEADLINE = ("deadline", "easy-deadline", "start-by")  # the placement that holds promises as deadlines is the shadow placement's only
 
 
 def run(seed: int, p: Params, fair: FairShare | None = None, *, model: str = "accounts", load: float = 0.6,
@@ -1120,6 +1138,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=Params.rounds,
                     help="deadline: a pass places again at most this often for promises at risk (the last time, every "
                          "promise first)")
+    ap.add_argument("--slack-tries", type=int, default=Params.slack_tries,
+                    help="start-by: a pass places again at most this often for work that may start now "
+                         "(queue.SLACK_TRIES)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     node_cpu = a.node_cpu or (Params.node_cpu if a.model == "accounts" else 64)
@@ -1127,13 +1148,13 @@ def main(argv: list[str] | None = None) -> int:
                heavy_backlog=a.heavy_backlog, light=a.light, light_load=a.light_load, gang_share=a.gang_share,
                depth=a.depth, placement=a.placement, forecast=a.forecast_h * HOUR, bind=a.bind, reserve=a.reserve,
                order=a.order, split=a.split, kube_bind=a.kube_bind,
-               margin=a.margin_h * HOUR if a.margin_h >= 0 else -1.0, rounds=a.rounds)
+               margin=a.margin_h * HOUR if a.margin_h >= 0 else -1.0, rounds=a.rounds, slack_tries=a.slack_tries)
     fair = FairShare(half_life=int(a.half_life_h * HOUR), age_weight=a.age_weight, max_age=int(a.max_age_h * HOUR))
     systems = [x for x in a.systems.split(",") if x]
     if any(x not in SYSTEMS for x in systems):
         ap.error(f"--systems: of {', '.join(SYSTEMS)}")
     if p.placement != "shadow" and any(x in DEADLINE for x in systems):
-        ap.error("--systems deadline, easy-deadline: only with --placement shadow")
+        ap.error("--systems deadline, easy-deadline, start-by: only with --placement shadow")
     keep: dict[str, list[Record]] = {}
     seeds = _seeds(a.seeds)
     rows = [r for s in seeds for r in run(s, p, fair, model=a.model, load=a.load, systems=systems, keep=keep)]

@@ -239,7 +239,8 @@ class Queue:
     state: str = "open"
     state_reason: str = ""
     # how its waiting work is backfilled (docs/admin/queues.md): conservative, every waiting workload
-    # reserves room and nothing starts that delays any reservation; easy, only the head reserves
+    # reserves room and nothing starts that delays any reservation; easy, only the head reserves;
+    # start-by, as conservative, each reservation its published start-by (needs promise: deadline)
     backfill: str = "conservative"
     # what its promises (batchgate.io/start-by) hold against (docs/admin/queues.md): deadline, later work
     # of the same priority goes ahead only while the promise still holds and a start-by never moves
@@ -248,7 +249,7 @@ class Queue:
 
 
 QUEUE_STATES = ("open", "hold", "drain", "stop")
-BACKFILLS = ("conservative", "easy")
+BACKFILLS = ("conservative", "easy", "start-by")
 PROMISES = ("deadline", "fair-share")
 
 
@@ -724,6 +725,9 @@ def _parse_bundle(doc: Node, root: str) -> Bundle:
             backfill=bf.enum(*BACKFILLS) if (bf := node.get("backfill")) is not None else "conservative",
             promise=pr.enum(*PROMISES) if (pr := node.get("promise")) is not None else "deadline",
         )
+        if queues[name].backfill == "start-by" and queues[name].promise != "deadline":
+            node.req("backfill").fail("backfill: start-by holds start-bys as deadlines: it needs promise: deadline "
+                                      "(the default), not promise: fair-share")
     if not queues:
         spec.req("queues").fail("declare at least one queue")
 

@@ -401,15 +401,15 @@ def test_work_gated_before_its_namespace_was_excluded_is_released(kube, namespac
         stop_reconcilers(started)
 
 
-def easy_bundle(policies: Path, tmp_path: Path) -> Path:
-    """The e2e bundle with ``backfill: easy`` on the gated queue."""
-    easy = tmp_path / "easy"
+def easy_bundle(policies: Path, tmp_path: Path, backfill: str = "easy") -> Path:
+    """The e2e bundle with ``backfill: easy`` (or another ``backfill``) on the gated queue."""
+    easy = tmp_path / backfill
     shutil.copytree(policies, easy)
     text = (easy / "bundle.yaml").read_text()
     queue = f"    - name: {QUEUED}\n      priorityClass: batchgate-batch\n      timeLimit: {{default: 24h, max: 7d}}\n"
     assert queue + "      state: open\n" in text
     (easy / "bundle.yaml").write_text(text.replace(queue + "      state: open\n",
-                                                   queue + "      state: open\n      backfill: easy\n"))
+                                                   queue + f"      state: open\n      backfill: {backfill}\n"))
     return easy
 
 
@@ -422,6 +422,26 @@ def timed(name: str, node: str, cpu: str, minutes: int) -> dict:
 
 def deadline(kube: Any, ns: str, name: str) -> str | None:
     return (kube.get(jobs_path(ns, name))["metadata"].get("annotations") or {}).get("batchgate.io/deadline")
+
+
+def promised(kube: Any, ns: str, node: str, name: str, until: str) -> str:
+    """A job ``name`` for the whole node, an hour, queued; its start-by, ``until``'s deadline."""
+    create(kube, ns, timed(name, node, "4", 60))
+    promise: str = wait_for(lambda: start_by(kube, ns, name), 60, message=f"{name}'s start-by")
+    assert promise == deadline(kube, ns, until), (promise, deadline(kube, ns, until))
+    return promise
+
+
+def busy(kube: Any, ns: str, node: str, jobs: tuple[tuple[str, str, int], ...], start: Any) -> None:
+    """``jobs`` (name, CPUs, minutes) queued, a reconciler started (``start``), each released and
+    running, its deadline recorded."""
+    for name, cpu, minutes in jobs:
+        create(kube, ns, timed(name, node, cpu, minutes))
+    start()
+    for name, _, _ in jobs:
+        wait_for(lambda name=name: not suspended(kube, ns, name), 60, message=f"{name} released")
+        run_pods_of(kube, ns, name, 1)
+        wait_for(lambda name=name: deadline(kube, ns, name), 60, message=f"{name}'s deadline recorded")
 
 
 def test_easy_backfill_releases_a_job_that_delays_only_the_second_and_the_promised_head_keeps_its_place(
@@ -438,17 +458,10 @@ def test_easy_backfill_releases_a_job_that_delays_only_the_second_and_the_promis
     ns, light = namespace, kube.create_namespace(prefix="e2e-queue-light")
     started: list = []
     try:
-        create(kube, ns, timed("busy1", queue_node, "2", 6))
-        create(kube, ns, timed("busy2", queue_node, "1", 20))
-        reconcile(kube, ns, tmp_path, easy_bundle(policies, tmp_path), "easy", started)
-        for name in ("busy1", "busy2"):
-            wait_for(lambda name=name: not suspended(kube, ns, name), 60, message=f"{name} released")
-            run_pods_of(kube, ns, name, 1)
-            wait_for(lambda name=name: deadline(kube, ns, name), 60, message=f"{name}'s deadline recorded")
+        busy(kube, ns, queue_node, (("busy1", "2", 6), ("busy2", "1", 20)),
+             lambda: reconcile(kube, ns, tmp_path, easy_bundle(policies, tmp_path), "easy", started))
         wait_for(lambda: usage_of(kube, ns).get(ns, 0) > 0, 60, message="the busy account's usage stored")
-        create(kube, ns, timed("head", queue_node, "4", 60))
-        promise = wait_for(lambda: start_by(kube, ns, "head"), 60, message="the head's start-by")
-        assert promise == deadline(kube, ns, "busy2"), (promise, deadline(kube, ns, "busy2"))
+        promise = promised(kube, ns, queue_node, "head", "busy2")
         create(kube, ns, timed("second", queue_node, "3", 5))
         wait_for(lambda: events(kube, ns, reason="Queued", uid=kube.get(jobs_path(ns, "second"))["metadata"]["uid"]),
                  60, message="the second seen by a pass")
@@ -486,16 +499,9 @@ def test_promises_made_before_a_queue_turns_easy_stay_backed(kube, namespace, qu
     ns = namespace
     started: list = []
     try:
-        create(kube, ns, timed("busy1", queue_node, "2", 6))
-        create(kube, ns, timed("busy2", queue_node, "1", 20))
-        reconcile(kube, ns, tmp_path, policies, "conservative", started)
-        for name in ("busy1", "busy2"):
-            wait_for(lambda name=name: not suspended(kube, ns, name), 60, message=f"{name} released")
-            run_pods_of(kube, ns, name, 1)
-            wait_for(lambda name=name: deadline(kube, ns, name), 60, message=f"{name}'s deadline recorded")
-        create(kube, ns, timed("head", queue_node, "4", 60))
-        promise = wait_for(lambda: start_by(kube, ns, "head"), 60, message="the head's start-by")
-        assert promise == deadline(kube, ns, "busy2"), (promise, deadline(kube, ns, "busy2"))
+        busy(kube, ns, queue_node, (("busy1", "2", 6), ("busy2", "1", 20)),
+             lambda: reconcile(kube, ns, tmp_path, policies, "conservative", started))
+        promise = promised(kube, ns, queue_node, "head", "busy2")
         create(kube, ns, timed("second", queue_node, "3", 5))
         second = wait_for(lambda: start_by(kube, ns, "second"), 60, message="the second's start-by")
         assert second == deadline(kube, ns, "busy1"), (second, deadline(kube, ns, "busy1"))  # before the head's
@@ -547,5 +553,38 @@ def test_a_user_cannot_grow_a_released_job_but_may_resize_it_queued(kube, namesp
         kube.request("PATCH", jobs_path(ns, "j"), {"spec": {"parallelism": 2}}, **patch)
         wait_for(lambda: not suspended(kube, ns, "j"), 60, message="j released again at its new size")
         assert kube.get(jobs_path(ns, "j"))["spec"]["parallelism"] == 2
+    finally:
+        stop_reconcilers(started)
+
+
+def test_backfill_start_by_releases_into_a_promises_room_to_spare_and_the_promise_holds(
+        kube, namespace, queue_node, tmp_path, policies):
+    """``backfill: start-by`` (docs/admin/queues.md): the 4-CPU node holds busy1 (2 CPUs, 20 minutes)
+    and busy2 (2 CPUs, 6 minutes); big (the whole node, an hour) is promised busy1's deadline, long
+    (2 CPUs, an hour) big's end. busy1 ends early: big's reservation moves to busy2's deadline, the
+    start-bys stay. mid (2 CPUs, 10 minutes) fits now and would delay big's reservation, not its
+    start-by nor long's: conservative backfill holds it (it is promised after big); restarted with
+    ``backfill: start-by`` the reconciler releases it and holds long (it fits now too, but would
+    start big an hour late), and no start-by moves."""
+    ns = namespace
+    started: list = []
+    try:
+        busy(kube, ns, queue_node, (("busy1", "2", 20), ("busy2", "2", 6)),
+             lambda: reconcile(kube, ns, tmp_path, policies, "conservative", started))
+        promise = promised(kube, ns, queue_node, "big", "busy1")
+        create(kube, ns, timed("long", queue_node, "2", 60))
+        long = wait_for(lambda: start_by(kube, ns, "long"), 60, message="long's start-by")
+        finish(kube, ns, "busy1")  # big's reservation: busy2's deadline now; its promise stays
+        create(kube, ns, timed("mid", queue_node, "2", 10))
+        wait_for(lambda: start_by(kube, ns, "mid"), 60, message="mid placed behind big")
+        assert suspended(kube, ns, "mid"), "conservative backfill released a job that delays big's reservation"
+
+        started[0].kill()
+        reconcile(kube, ns, tmp_path, easy_bundle(policies, tmp_path, "start-by"), "start-by", started)
+        wait_for(lambda: not suspended(kube, ns, "mid"), 60, message="under start-by, mid released")
+        time.sleep(3)  # passes after it
+        assert suspended(kube, ns, "long") and suspended(kube, ns, "big")
+        assert [start_by(kube, ns, n) for n in ("big", "long")] == [promise, long]
+        assert not events(kube, ns, reason="StartByMoved")
     finally:
         stop_reconcilers(started)

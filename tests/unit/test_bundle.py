@@ -126,7 +126,10 @@ BUNDLE_ERRORS = [
     ("queue-bad-state", "timeLimit: {default: 24h, max: 7d}", "timeLimit: {default: 24h, max: 7d}\n      state: paused",
      "state: paused", r"spec\.queues\[1\]\.state: expected one of open, hold, drain, stop"),
     ("queue-bad-backfill", "timeLimit: {default: 24h, max: 7d}", "timeLimit: {default: 24h, max: 7d}\n      backfill: greedy",
-     "backfill: greedy", r"spec\.queues\[1\]\.backfill: expected one of conservative, easy"),
+     "backfill: greedy", r"spec\.queues\[1\]\.backfill: expected one of conservative, easy, start-by"),
+    ("queue-start-by-backfill-fair-promise", "timeLimit: {default: 24h, max: 7d}",
+     "timeLimit: {default: 24h, max: 7d}\n      backfill: start-by\n      promise: fair-share",
+     "backfill: start-by", r"spec\.queues\[1\]\.backfill: backfill: start-by .* needs promise: deadline"),
     ("queue-bad-promise", "timeLimit: {default: 24h, max: 7d}", "timeLimit: {default: 24h, max: 7d}\n      promise: place",
      "promise: place", r"spec\.queues\[1\]\.promise: expected one of deadline, fair-share"),
     ("queue-gated-not-bool", "      gated: false", "      gated: maybe", "gated: maybe", r"spec\.queues\[0\]\.gated: expected true or false"),
@@ -289,6 +292,18 @@ def test_backfill_is_conservative_unless_a_queue_says_easy(tmp_bundle):
           "      timeLimit: {default: 24h, max: 7d}\n      backfill: easy")
     b = load_bundle(tmp_bundle)
     assert b.queues["batch"].backfill == "easy" and QueuePolicy.from_bundle(b).easy == frozenset({"batch"})
+
+
+def test_backfill_start_by_is_a_queue_setting_the_reconciler_reads(tmp_bundle):
+    from webhook.reconciler.settings import QueuePolicy
+
+    assert QueuePolicy.from_bundle(load_bundle(tmp_bundle)).start_by_backfill == frozenset()
+    _edit(tmp_bundle / "bundle.yaml", "      timeLimit: {default: 24h, max: 7d}",
+          "      timeLimit: {default: 24h, max: 7d}\n      backfill: start-by")
+    b = load_bundle(tmp_bundle)
+    policy = QueuePolicy.from_bundle(b)
+    assert b.queues["batch"].backfill == "start-by"
+    assert policy.start_by_backfill == frozenset({"batch"}) and policy.easy == frozenset()
 
 
 def test_promises_are_deadlines_unless_a_queue_says_fair_share(tmp_bundle):

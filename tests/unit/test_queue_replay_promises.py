@@ -188,3 +188,42 @@ def test_easy_deadline_is_easy_backfill_whose_promise_never_moves_earlier() -> N
 def test_the_deadline_systems_need_the_shadow_placement() -> None:
     with pytest.raises(SystemExit):
         sim.main(["--systems", "deadline", "--placement", "simple", "--seeds", "1", "--hours", "1"])
+
+
+def _slack_day(limit: float) -> list[Any]:
+    """A promise with room to spare: the whole node is promised 3600 (when both running jobs reach
+    their limits); one ends at 600, so its reservation moves to 1800 while its start-by stays 3600.
+    Then 4 cores free until 1800 and a job for ``limit`` arrives."""
+    W = sim.Work
+    return [W(0, "a", 0.0, 1, 4, 3600.0, 600.0, False), W(1, "a", 0.0, 1, 4, 1800.0, 1800.0, False),
+            W(2, "a", 1.0, 1, 8, 3600.0, 3600.0, False), W(3, "a", 601.0, 1, 4, limit, limit, False)]
+
+
+def test_backfill_start_by_releases_into_a_promises_room_to_spare_and_keeps_the_promise() -> None:
+    p = sim.Params(nodes=1, node_cpu=8, hours=1.0)
+    held = sim.simulate(_slack_day(2400.0), p, "deadline").works
+    assert held[3].starts == [5400.0] and held[2].started == 1800.0  # conservative: behind the reservation
+    went = sim.simulate(_slack_day(2400.0), p, "start-by").works
+    assert went[3].starts == [601.0]  # ends by 3001: the reservation moves, the start-by does not
+    assert went[2].start_by == 3600.0 and went[2].started == 3001.0
+
+
+def test_backfill_start_by_holds_a_job_that_would_start_a_promise_late() -> None:
+    p = sim.Params(nodes=1, node_cpu=8, hours=1.0)
+    works = sim.simulate(_slack_day(3600.0), p, "start-by").works  # would end 4201, past 3600
+    assert works[3].starts == [5400.0] and works[2].started == 1800.0
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_backfill_start_by_keeps_every_clean_promise_in_a_random_day(seed: int) -> None:
+    """A small random fair-share day: every promise no later arrival of a higher priority went
+    ahead of is kept, as under deadline; and the day backfills into some promise's room to spare."""
+    p = sim.Params(nodes=4, node_cpu=32, hours=4.0)
+    works = sim.generate(seed, p)
+    slack = sim.simulate(works, p, "start-by")
+    m = sim.figures(slack, p, sim.FairShare())
+    assert m["kept_clean"] == 1.0
+    assert all(w.started <= w.start_by + sim.START_BY_SLACK for w in slack.works
+               if w.start_by is not None and not w.overtaken and w.started is not None)
+    plain = sim.simulate(works, p, "deadline")
+    assert [w.starts for w in slack.works] != [w.starts for w in plain.works]

@@ -285,7 +285,9 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
                     return shadow_schedule(snapshot, now, windows, limit_of=limit_of, easy=queues.easy,
                                            **{**queue_args, "queued": queued})
                 # a promise the placement would break is promoted and the queue placed again (queue.place)
-                waiting, queue_args["queued"], placed = queue.placed(waiting, schedule, queues)
+                waiting, queue_args["queued"], placed = queue.placed(
+                    waiting, schedule, queues, now, may_fit_now(snapshot, queue_args["preempts_below"])
+                    if queues.start_by_backfill else lambda w: True)
                 # under EASY the placement is no estimate of the rest: the estimate pass places them all
                 to_limits = placed if not queues.easy else None
                 promised = {e.workload.uid: e.start for e in placed if e.queued and e.reserved and e.start is not None}
@@ -408,6 +410,25 @@ def _release(snapshot: Snapshot, now: float, queues: QueuePolicy, windows: Seque
                                 f"{'s' if len(choice.evict) != 1 else ''}", now,
                              affinity=victims.narrowed_terms(w.sched, choice.nodes))
     return out
+
+
+def may_fit_now(snapshot: Snapshot, below: int | None) -> Callable[[queue.Waiting], bool]:
+    """Whether a waiting workload's pods could fit in the room free now, on any nodes (every bound pod
+    counted but those kube-scheduler preempts for the queue's work, ``below``): needed to start now,
+    so ``backfill: start-by`` places again only for those (``queue.into_slack``)."""
+    free = victims.room(snapshot, ()).free
+    for p in snapshot.pods.values():
+        if below is not None and p.node in free and not p.terminal and p.sched is not None and p.sched.priority < below:
+            free[p.node][0] += p.sched.cpu
+            free[p.node][1] += p.sched.mem
+    cpu = [max(f[0], 0) for f in free.values()] or [0]
+    mem = [max(f[1], 0) for f in free.values()] or [0]
+    most, total = (max(cpu), max(mem)), (sum(cpu), sum(mem))
+
+    def test(w: queue.Waiting) -> bool:
+        c, m = w.sched.cpu, w.sched.mem
+        return c <= most[0] and m <= most[1] and w.size * c <= total[0] and w.size * m <= total[1]
+    return test
 
 
 def _narrowed(w: queue.Waiting, planned: Mapping[str, tuple[str, ...]], queues: QueuePolicy) -> tuple[str, ...] | None:

@@ -31,7 +31,8 @@ batchgate's, nobody else would lift it). Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Mapping
+import math
+from collections.abc import Callable, Container, Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -437,6 +438,7 @@ def plan_notices(items: list[Waiting], estimates: list[Estimate], policy: QueueP
 
 START_BY_SLACK = 60.0  # a promise is rewritten when the reservation moves later by more than this
 PROMOTION_ROUNDS = 3  # a pass places again at most this often for promises at risk (the last time: all first)
+SLACK_TRIES = 2  # backfill: start-by places again at most this often a pass, one workload tried each time
 
 
 def at_risk(items: list[W], estimates: list[Estimate], promise: Callable[[W], float | None],
@@ -454,7 +456,8 @@ def at_risk(items: list[W], estimates: list[Estimate], promise: Callable[[W], fl
 
 def place(items: list[W], schedule: Callable[[list[W]], list[Estimate]], promise: Callable[[W], float | None],
           priority: Callable[[W], int], uid: Callable[[W], str],
-          rounds: int = PROMOTION_ROUNDS) -> tuple[list[W], list[Estimate], int]:
+          rounds: int = PROMOTION_ROUNDS, *, now: float | None = None, slack: Callable[[W], bool] | None = None,
+          shape: Callable[[W], Shape] | None = None, tries: int = SLACK_TRIES) -> tuple[list[W], list[Estimate], int]:
     """Place ``items`` (``schedule``: the shadow schedule of them in this order) keeping promises as
     deadlines: while some promise would start after its start-by, it is ``promoted`` ahead of the
     unpromised work of its priority and the queue placed again, at most ``rounds`` times, the last
@@ -475,16 +478,85 @@ def place(items: list[W], schedule: Callable[[list[W]], list[Estimate]], promise
         else:
             items = promoted(items, promise, priority, lambda w: uid(w) in risky)
         estimates = schedule(items)
+    if slack is not None and now is not None:
+        items, estimates, more = into_slack(items, estimates, schedule, promise, uid, now, slack,
+                                            shape or (lambda w: (uid(w), ())), tries)
+        n += more
     return items, estimates, n
 
 
+def into_slack(items: list[W], estimates: list[Estimate], schedule: Callable[[list[W]], list[Estimate]],
+               promise: Callable[[W], float | None], uid: Callable[[W], str], now: float,
+               slack: Callable[[W], bool], shape: Callable[[W], Shape],
+               tries: int = SLACK_TRIES) -> tuple[list[W], list[Estimate], int]:
+    """Backfill against the reservations users were given (``backfill: start-by``): a workload of
+    such a queue (``slack``) that does not start now in the placement ``estimates`` of ``items``
+    starts now if placing it just before the first workload that does not start now delays no
+    reservation: every workload that holds a promise (``promise``: its ``batchgate.io/start-by``)
+    still starts by it (or, one already placed past it, no later than placed), and every other
+    workload (none promised yet, or a queue whose promises are not deadlines) no later than placed.
+    Conservative backfill, with each reservation its published start: the room to spare between a
+    reservation and its start-by, which ``place`` already lets fair share give to later work ranked
+    ahead, may go to work that starts now. A big job is not starved: it starts by its start-by.
+    At most ``tries`` more placements; a workload whose ``shape`` is of the kind of one that failed
+    and no smaller in any of its sizes (pods, cpu, memory, time limit) is not tried again in the
+    pass. Returns the order placed, its estimates and how many placements it took."""
+    start = {e.workload.uid: e.start for e in estimates}
+    bound: dict[str, float] = {}  # per uid: the latest start that delays no reservation
+    spare = False  # some promise has room to spare: without, nothing can go that conservative holds
+    for w in items:
+        u = uid(w)
+        s = start.get(u)
+        if s is not None:
+            p = promise(w)
+            bound[u] = s if p is None or s <= now else max(p, s)
+            spare = spare or bound[u] > s
+    n, failed = 0, list[Shape]()
+    if not spare:
+        return items, estimates, n
+    for w in list(items):
+        if n >= tries:
+            break
+        s = start.get(uid(w))
+        if s is None or s <= now or not slack(w) or _dominated(shape(w), failed):
+            continue
+        me = uid(w)
+        head = next(i for i, x in enumerate(items) if (t := start.get(uid(x))) is not None and t > now)
+        if uid(items[head]) == me:
+            continue  # first of those that do not start now: placed so already
+        trial = [*items[:head], w, *(x for x in items[head:] if uid(x) != me)]
+        n += 1
+        got = schedule(trial)
+        starts = {e.workload.uid: e.start for e in got}
+        mine = starts.get(me)
+        if mine is not None and mine <= now and all(
+                (t := starts.get(u)) is not None and t <= b for u, b in bound.items() if u != me):
+            items, estimates, start = trial, got, starts
+            bound[me] = mine  # released now: a later one may not take that back
+        else:
+            failed.append(shape(w))
+    return items, estimates, n
+
+
+Shape = tuple[Hashable, tuple[float, ...]]  # (what must be equal, sizes), for into_slack
+
+
+def _dominated(shape: Shape, failed: Iterable[Shape]) -> bool:
+    """``shape`` is of the kind of a failed one and at least as big in every size."""
+    return any(k == shape[0] and all(a <= b for a, b in zip(sizes, shape[1], strict=True)) for k, sizes in failed)
+
+
 def placed(items: list[Waiting], schedule: Callable[[list[Queued]], list[Estimate]],
-           policy: QueuePolicy) -> tuple[list[Waiting], list[Queued], list[Estimate]]:
+           policy: QueuePolicy, now: float | None = None,
+           may_fit: Callable[[Waiting], bool] = lambda w: True) -> tuple[list[Waiting], list[Queued], list[Estimate]]:
     """``place`` the waiting workloads (``schedule``: the shadow schedule of them as ``as_queued``
     gives them), their promises their ``batchgate.io/start-by`` (none held in a queue with
-    ``promise: fair-share``). Returns the order placed, as waiting and as queued (what the estimate
-    pass places after it), and its estimates."""
+    ``promise: fair-share``); at ``now``, the work of a queue with ``backfill: start-by`` starts in
+    the room its promises leave (``into_slack``; ``may_fit``: false for a workload that cannot fit
+    now whatever it goes ahead of, not tried). Returns the order placed, as waiting and as
+    queued (what the estimate pass places after it), and its estimates."""
     fair = policy.fair_promises
+    slack = policy.start_by_backfill
     last: list[Queued] = []
 
     def promise(w: Waiting) -> float | None:
@@ -493,8 +565,18 @@ def placed(items: list[Waiting], schedule: Callable[[list[Queued]], list[Estimat
     def run(ws: list[Waiting]) -> list[Estimate]:
         last[:] = as_queued(ws, policy)
         return schedule(last)
-    items, estimates, _ = place(items, run, promise, lambda w: w.priority, lambda w: w.ref.uid)
+    items, estimates, _ = place(items, run, promise, lambda w: w.priority, lambda w: w.ref.uid, now=now,
+                                slack=(lambda w: w.queue in slack and not w.rest and may_fit(w)) if slack else None,
+                                shape=_shape)
+    if slack and (len(last) != len(items) or any(q.ref.uid != w.ref.uid for q, w in zip(last, items, strict=True))):
+        last[:] = as_queued(items, policy)  # the last placement was a try not kept (into_slack)
     return items, last, estimates
+
+
+def _shape(w: Waiting) -> Shape:
+    """Where a workload may go, and its sizes: one of the same kind, bigger in none, fits where it fits."""
+    return ((w.queue, replace(w.sched, cpu=0, mem=0, created=0.0)),
+            (w.size, w.sched.cpu, w.sched.mem, w.limit if w.limit is not None else math.inf))
 
 
 def plan_start_by(items: list[Waiting], estimates: list[Estimate], now: float,

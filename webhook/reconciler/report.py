@@ -25,7 +25,7 @@ from ..windows import Window
 from . import queue
 from .forecast import forecast
 from .model import JobView, PodView, Snapshot, job_of, own_job
-from .planner import effective_limit
+from .planner import effective_limit, may_fit_now
 from .runtimes import Predictor, finished_runs, remember
 from .settings import QueuePolicy, Settings
 from .shadow import Estimate, Queued, shadow_schedule
@@ -60,7 +60,8 @@ def _estimates(snapshot: Snapshot, now: float, windows: list[Window], predictor:
         def to_limits(queued: list[Queued]) -> list[Estimate]:  # the order the planner places in
             return shadow_schedule(snapshot, now, windows, limit_of=limit_of, easy=queues.easy,
                                    **{**extra, "queued": queued})
-        waiting, extra["queued"], _ = queue.placed(waiting, to_limits, queues)
+        waiting, extra["queued"], _ = queue.placed(waiting, to_limits, queues, now, may_fit_now(
+            snapshot, extra["preempts_below"]) if queues.start_by_backfill else lambda w: True)
     estimates = shadow_schedule(snapshot, now, windows, runtimes=predictor, limit_of=limit_of, **extra)
     # each wait stretched for the arrivals that rank ahead, as the planner does (forecast.py)
     return forecast(estimates, snapshot, now=now, policy=queues, usage=usage or {}, predictor=predictor,

@@ -44,6 +44,8 @@ class QueuePolicy:
     states: dict[str, str] = field(default_factory=dict)
     easy: frozenset[str] = frozenset()  # queues with backfill: easy (only the head reserves)
     fair_promises: frozenset[str] = frozenset()  # queues with promise: fair-share (not held as deadlines)
+    # queues with backfill: start-by (work starts ahead of its turn if it delays no start-by)
+    start_by_backfill: frozenset[str] = frozenset()
     class_values: dict[str, int] = field(default_factory=dict)
     queue_classes: dict[str, str] = field(default_factory=dict)  # queue -> its priority class
     fair_share: FairShare = field(default_factory=FairShare)
@@ -71,6 +73,7 @@ class QueuePolicy:
             states={q.name: q.state for q in bundle.queues.values()},
             easy=frozenset(q.name for q in bundle.queues.values() if q.backfill == "easy"),
             fair_promises=frozenset(q.name for q in bundle.queues.values() if q.promise == "fair-share"),
+            start_by_backfill=frozenset(q.name for q in bundle.queues.values() if q.backfill == "start-by"),
             class_values={c.name: c.value for c in bundle.priority_classes.values()},
             queue_classes={q.name: q.priority_class for q in bundle.queues.values()},
             fair_share=bundle.fair_share,

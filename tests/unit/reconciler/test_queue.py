@@ -656,3 +656,126 @@ def test_the_ungated_metric_counts_bare_and_services_pods_not_a_jobs_or_a_daemon
     c.cache.list_once()
     c.plan_now()
     assert {s.labels["queue"]: s.value for s in metrics.QUEUE_UNGATED.collect()[0].samples} == {"batch": 2.0}
+
+
+# -- backfill: start-by ------------------------------------------------------------------------
+START_BY = dataclasses.replace(POLICY, start_by_backfill=frozenset({"batch"}))
+
+
+def _big_promised_and_a_short_job(limit: str, start_by: float | None = 3 * HOUR) -> Snapshot:
+    """n1 (4 cpu) has 2 cpu free until +1h, when r ends. big (the whole node, 1h) waits ahead,
+    reserved from +1h; a promise of ``start_by`` was published for it (work ahead ended early since,
+    or nothing: None). ``short`` arrived later: 2 cpu for ``limit``, it fits now."""
+    s = snap(busy("r", "2"), gated("big", cpu="4", created=-2 * HOUR), gated("short", cpu="2", limit=limit, created=-60),
+             nodes=ONE)
+    return _promise(s, big=start_by) if start_by is not None else s
+
+
+def test_backfill_start_by_releases_work_that_delays_a_reservation_but_no_start_by() -> None:
+    """short ends at +2h at the latest: it delays big's reservation (+1h) but not its start-by
+    (+3h). Conservative holds it; ``backfill: start-by`` releases it, and big's promise stands."""
+    s = _big_promised_and_a_short_job("2h")
+    assert names(released(s)) == []
+    assert names(released(s, START_BY)) == ["short"]
+    assert _start_bys(s, START_BY) == [], "big's start-by does not move"
+
+
+def test_backfill_start_by_holds_work_that_would_delay_a_start_by() -> None:
+    """short for 4h would start big at +4h, past its start-by (+3h): held, as conservative holds it."""
+    s = _big_promised_and_a_short_job("4h")
+    assert names(released(s, START_BY)) == [] == names(released(s))
+
+
+def test_backfill_start_by_holds_work_that_would_delay_a_reservation_not_yet_promised() -> None:
+    """big holds no start-by yet (it is promised from this pass's placement): its reservation as
+    placed is the one it is about to be given, and short would delay it."""
+    s = _big_promised_and_a_short_job("2h", start_by=None)
+    assert names(released(s, START_BY)) == []
+    assert [(a.target.name, a.annotations) for a in _start_bys(s, START_BY)] == [
+        ("big", {START_BY_ANNOTATION: ts(HOUR)}), ("short", {START_BY_ANNOTATION: ts(2 * HOUR)})]
+
+
+def test_into_slack_tries_each_shape_once_and_keeps_every_bound() -> None:
+    """``queue.into_slack`` over a fake schedule: a candidate is placed just before the first that
+    does not start now; it goes if it starts now and no other starts later than its bound (a
+    promise's start-by, else where it was placed); a shape that failed is not tried again."""
+    from webhook.reconciler.shadow import Estimate
+
+    now = 0.0
+    # (name, promise, shape); placed: a now, p at 10 promised 30, q at 20 (no promise), x/y/z at 40
+    items = [("a", None, "s"), ("p", 30.0, "big"), ("q", None, "s"), ("x", None, "t"), ("y", None, "t"),
+             ("z", None, "u"), ("w", None, "u")]
+    calls: list[list[str]] = []
+
+    def schedule(ws: list[tuple[str, float | None, str]]) -> list[Estimate]:
+        calls.append([w[0] for w in ws])
+        at = {"a": 0.0, "p": 10.0, "q": 20.0, "x": 40.0, "y": 40.0, "z": 40.0, "w": 40.0}
+        first = next(w[0] for w in ws if w[0] != "a")
+        if first == "x":  # x now would start p at 25: by its promise
+            at |= {"x": 0.0, "p": 25.0}
+        if first == "y":  # y now would start q later: q holds no promise
+            at |= {"y": 0.0, "q": 21.0}
+        if first == "z":  # z now would start p at 31: past its promise
+            at |= {"z": 0.0, "p": 31.0}
+        return [dataclasses.replace(_estimate(w[0]), start=at[w[0]]) for w in ws]
+
+    base = schedule(items)
+    calls.clear()
+    out, got, n = queue.into_slack(items, base, schedule, lambda w: w[1], lambda w: w[0], now,
+                                   lambda w: w[0] in "xyzw", lambda w: (w[2], ()), tries=3)
+    assert calls == [["a", "x", "p", "q", "y", "z", "w"], ["a", "x", "y", "p", "q", "z", "w"],
+                     ["a", "x", "z", "p", "q", "y", "w"]], "w is of z's shape: not tried"
+    assert [w[0] for w in out] == ["a", "x", "p", "q", "y", "z", "w"] and n == 3
+    assert {e.workload.name: e.start for e in got}["x"] == 0.0
+    calls.clear()
+    queue.into_slack(items, base, schedule, lambda w: w[1], lambda w: w[0], now, lambda w: True,
+                     lambda w: (w[2], ()), tries=1)
+    assert len(calls) == 1, "at most ``tries`` placements"
+
+
+def test_backfill_start_by_counts_the_start_by_of_work_behind_too() -> None:
+    """busy2 frees 2 of n1's 4 cpu at +3m. big (the node, 1h) is promised +17m; long (2 cpu, 1h)
+    ``long_by``; mid (2 cpu, 10m) fits now. Placed first, mid starts big at +10m (by its start-by)
+    and long at +70m: released when long was promised +77m, held when long was promised +63m."""
+    def jobs_promised(long_by: float) -> Snapshot:
+        s = snap(busy("busy2", "2", limit="6m", started=-180), queued_job("big", cpu="4", created=-600, limit="60m"),
+                 queued_job("long", cpu="2", created=-300, limit="60m"), queued_job("mid", cpu="2", created=-60, limit="10m"),
+                 nodes=ONE)
+        for name, at in (("big", 17 * 60), ("long", long_by), ("mid", 63 * 60)):
+            key, j = next((k, j) for k, j in s.jobs.items() if j.ref.name == name)
+            s.jobs[key] = dataclasses.replace(j, start_by=ts(at))
+        return s
+    assert names(released(jobs_promised(77 * 60), START_BY)) == ["mid"]
+    assert names(released(jobs_promised(77 * 60))) == []
+    assert names(released(jobs_promised(63 * 60), START_BY)) == []
+
+
+def test_only_work_whose_pods_fit_the_room_free_now_is_tried_ahead_of_its_turn() -> None:
+    """``planner.may_fit_now``: n1 has 2 of 4 cpu free (a scavenger's cpu counts as free: kube-scheduler
+    preempts it for the queue's work); a workload of 2 pods of 1 cpu may fit, one of 3 cpu may not."""
+    from webhook.reconciler.planner import may_fit_now
+
+    s = snap(busy("r", "2"), busy("scav", "1", priority=SCAVENGER), gated("two", cpu="1"), gated("three", cpu="3"),
+             nodes=ONE)
+    ws = {w.ref.name: w for w in queue.waiting(s, T0, POLICY, {}, lambda o: None)}
+    fits = may_fit_now(s, queue.preempts_below(POLICY))
+    assert fits(dataclasses.replace(ws["two"], size=2)) and not fits(dataclasses.replace(ws["two"], size=3))
+    assert not fits(ws["three"])
+    assert not may_fit_now(s, None)(dataclasses.replace(ws["two"], size=2)), "the scavenger counted"
+
+
+def test_placed_returns_the_order_kept_not_the_last_one_tried() -> None:
+    """short (4h: tried ahead of its turn, it would start big past its start-by) is the last try of
+    the pass and not kept: what the estimate pass places after is the order kept, big ahead."""
+    s = _big_promised_and_a_short_job("4h")
+    from webhook.reconciler.shadow import recorded_limit, shadow_schedule
+
+    waiting = queue.order(queue.waiting(s, T0, START_BY, {}, recorded_limit), T0, {}, START_BY.fair_share)
+    tried: list[list[str]] = []
+
+    def schedule(qs: list[Any]) -> list[Any]:
+        tried.append([q.ref.name for q in qs])
+        return shadow_schedule(s, T0, (), queued=qs)
+    items, queued, _ = queue.placed(waiting, schedule, START_BY, T0)
+    assert tried == [["big", "short"], ["short", "big"]], "big, the first that does not start now, is not tried"
+    assert [w.ref.name for w in items] == [q.ref.name for q in queued] == ["big", "short"]
