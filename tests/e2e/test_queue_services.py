@@ -100,6 +100,27 @@ def test_a_deployments_pod_waits_behind_the_gate_and_goes_in_queue_order(kube, n
         stop_reconcilers(started)
 
 
+def test_a_services_pod_with_a_group_label_is_released_alone(kube, namespace, queue_node, tmp_path, policies):
+    """A one-replica Deployment of the gated queue whose template says it is a group of 3
+    (``batchgate.io/pod-group-size``): its ReplicaSet makes one pod, and will make no more. The queue
+    releases that pod alone when it fits; waiting for the group's other two would be waiting for good."""
+    ns = namespace
+    started: list = []
+    try:
+        d = web("grouped", QUEUED, queue_node, "1")
+        d["spec"]["template"]["metadata"]["labels"].update({"batchgate.io/pod-group-size": "3"})
+        create(kube, ns, d)
+        stored = wait_for(lambda: pod_of(kube, ns, "grouped"), 60, message="the Deployment's pod made")
+        assert gated(stored), stored["spec"]
+        test_queue.reconcile(kube, ns, tmp_path, policies, "r1", started)
+        wait_for(lambda: (p := pod_of(kube, ns, "grouped")) is not None and not gated(p), 60,
+                 message="the service's pod released alone")
+        wait_for(lambda: (p := pod_of(kube, ns, "grouped")) is not None and p["spec"].get("nodeName") == queue_node,
+                 60, message="the service's pod bound by kube-scheduler")
+    finally:
+        stop_reconcilers(started)
+
+
 def test_an_interactive_deployment_starts_at_once(kube, namespace, node):
     """``interactive`` is not gated: the pod is stored without the gate and kube-scheduler binds it,
     no reconciler running."""

@@ -161,7 +161,10 @@ def _gather(snapshot: Snapshot, policy: QueuePolicy, limit_of: Callable[[JobView
             side = other_side(ns)
         if side:
             continue
-        add((ns, pod.group) if pod.group else (ns, "\0" + pod.ref.uid), []).append(pod)
+        # A pod group is bare pods (no owner); a service's pods wait one by one, whatever group label their
+        # template gives them (an OrderedReady StatefulSet makes its next pod only when this one is Ready,
+        # a rollout's new ReplicaSet one surge pod at a time: waiting for all of a group would be for good).
+        add((ns, pod.group) if pod.group and pod.owner is None else (ns, "\0" + pod.ref.uid), []).append(pod)
     out_of_gate: dict[tuple[str, str, str], int] = {}  # (namespace, group, queue) -> its bare pods not gated
     for pod in ungated:
         key = (pod.ref.namespace, pod.group or "")
@@ -200,7 +203,7 @@ def _gather(snapshot: Snapshot, policy: QueuePolicy, limit_of: Callable[[JobView
         if cpu != sched.cpu or mem != sched.mem:
             sched = replace(sched, cpu=cpu, mem=mem)
         ns, q = first.ref.namespace, queue_of(first, policy)
-        if first.group:
+        if first.group and first.owner is None:
             want = first.group_size or len(members)
             loose = out_of_gate.get((ns, first.group, q), 0)
         else:

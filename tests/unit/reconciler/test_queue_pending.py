@@ -188,3 +188,18 @@ def test_a_released_job_whose_pods_name_another_scheduler_holds_no_room_for_the_
     job["spec"]["template"]["spec"]["schedulerName"] = "nobody"
     assert [a.target.name for a in released(Snapshot.of(pods=[pod_view(small)], jobs=[job_view(job)], nodes=nodes))] \
         == ["small"]
+
+
+def test_a_services_gated_pods_wait_one_by_one_whatever_group_label_their_template_gives_them():
+    """A StatefulSet's pod (OrderedReady: db-1 is made only once db-0 is Ready) and a rollout's surge
+    pod, gated in the queue, carry their template's pod-group labels (a group of 3): each is a one-pod
+    workload, released when it fits. Grouped, each would wait for good for pods that are never made."""
+    db0 = replica("db-0", "1", gates=["batchgate.io/queue"], unschedulable=False)
+    db0["metadata"]["labels"] = {"batchgate.io/queue": "batch", "batchgate.io/pod-group": "db",
+                                 "batchgate.io/pod-group-size": "3"}
+    db0["metadata"]["ownerReferences"][0].update(kind="StatefulSet", name="db", uid="uid-sts")
+    web = replica("web-7d9f-x", "1", gates=["batchgate.io/queue"], unschedulable=False)
+    web["metadata"]["labels"] = {"batchgate.io/queue": "batch", "batchgate.io/pod-group": "web-7d9f",
+                                 "batchgate.io/pod-group-size": "3"}
+    acts = run(busy("b1", "2", HOUR), db0, web)
+    assert sorted(a.target.name for a in acts if a.kind == "release") == ["db-0", "web-7d9f-x"]
