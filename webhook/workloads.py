@@ -99,13 +99,14 @@ ALL_POD_TEMPLATE_KINDS: tuple[Kind, ...] = WORKLOAD_KINDS + tuple(
 SERVICE_OWNER_KINDS = ("ReplicaSet", "StatefulSet", "DaemonSet", "ReplicationController")
 SERVICE_OWNER_GROUPS = {"ReplicaSet": "apps", "StatefulSet": "apps", "DaemonSet": "apps", "ReplicationController": ""}
 # The services' controllers whose pods wait in a gated queue as bare Pods do (rules.queue_gate), each
-# released as a one-pod workload: anyone may run batch work as a ReplicaSet or StatefulSet. Not a
-# DaemonSet's (one pod per node, bound there by its controller: no work the queue places), nor a
-# Job's (the Job waited, suspended).
-QUEUED_OWNER_KINDS = ("ReplicaSet", "StatefulSet", "ReplicationController")
+# released as a one-pod workload: anyone may run batch work as a ReplicaSet, StatefulSet or DaemonSet.
+# A DaemonSet's pod too: since Kubernetes 1.12 its controller gives it a required node affinity to its
+# node and kube-scheduler binds it, so it waits for room on that node like any pod (and tolerating the
+# unschedulable taint does not let it skip the queue). Not a Job's (the Job waited, suspended).
+QUEUED_OWNER_KINDS = ("ReplicaSet", "StatefulSet", "DaemonSet", "ReplicationController")
 # The kinds of services a user creates (each makes pods, or ReplicaSets that do): a queue that is
 # draining or stopped refuses new ones, as it refuses new Pods and Jobs.
-SERVICE_KINDS: tuple[Kind, ...] = tuple(("apps", "v1", k) for k in ("Deployment", "ReplicaSet", "StatefulSet"))
+SERVICE_KINDS: tuple[Kind, ...] = tuple(("apps", "v1", k) for k in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet"))
 
 
 def shape_of(group: str, kind: str) -> Shape | None:

@@ -1,8 +1,10 @@
 """Services in a gated queue, on the real control plane (issue 23): a tenant cannot skip the queue by
-running batch work as a Deployment. The pod its ReplicaSet's controller makes is stored behind the
-gate and released by the reconciler as a one-pod workload, in queue order: behind an earlier bare pod
-of its priority that waits for the same room. In a queue that is not gated (``interactive``) a
-Deployment's pod starts at once; a queue that is draining refuses a new Deployment.
+running batch work as a Deployment or a DaemonSet. The pod its ReplicaSet's controller makes is stored
+behind the gate and released by the reconciler as a one-pod workload, in queue order: behind an earlier
+bare pod of its priority that waits for the same room. A DaemonSet's pod (bound by kube-scheduler, to
+the node its controller's affinity names) waits the same way for room on its node. In a queue that is
+not gated (``interactive``) a Deployment's pod starts at once; a queue that is draining refuses a new
+Deployment or DaemonSet.
 
 The e2e bundle's gated queue is ``queued`` (conftest.py).
 """
@@ -121,6 +123,50 @@ def test_a_services_pod_with_a_group_label_is_released_alone(kube, namespace, qu
         stop_reconcilers(started)
 
 
+def daemonset(name: str, queue: str, node: str, cpu: str) -> dict[str, Any]:
+    """A DaemonSet of ``queue`` asking ``cpu``, its nodeSelector matching ``node`` alone: the way to run
+    one pod of batch work on a chosen node that a DaemonSet's pods were thought to give."""
+    labels = {"batchgate.io/queue": queue}
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "labels": labels}, "spec": {
+        "selector": {"matchLabels": {"app": name}},
+        "template": {"metadata": {"labels": {"app": name, **labels}},
+                     "spec": {"containers": [container(cpu=cpu, memory="1Gi")], "nodeSelector": {"e2e-queue": node},
+                              "tolerations": own_tolerations(node)}}}}
+
+
+def test_a_daemonsets_pod_waits_behind_the_gate_for_room_on_its_node_and_is_bound_there(
+        kube, namespace, queue_node, tmp_path, policies):
+    """Since Kubernetes 1.12 the DaemonSet controller gives its pod a required node affinity to its node
+    and kube-scheduler binds it: in a gated queue it is stored behind the gate (it would otherwise
+    start at once, with no time limit), waits while its node is full, and is released when the node
+    has room, its affinity as its controller wrote it (no narrowing repeats it), bound to that node."""
+    ns = namespace
+    started: list = []
+    try:
+        fill(kube, ns, queue_node, tmp_path, policies, "r1", started)
+        create(kube, ns, daemonset("agent", QUEUED, queue_node, "2"))
+        stored = wait_for(lambda: pod_of(kube, ns, "agent"), 60, message="the DaemonSet's pod made")
+        assert stored["metadata"]["ownerReferences"][0]["kind"] == "DaemonSet"
+        assert gated(stored), stored["spec"]
+        terms = stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert terms["nodeSelectorTerms"] == [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [queue_node]}]}], terms
+        time.sleep(3)  # a pass or two: the node is full, so it waits
+        p = pod_of(kube, ns, "agent")
+        assert p is not None and gated(p) and not p["spec"].get("nodeName")
+
+        finish(kube, ns, "full")
+        wait_for(lambda: (p := pod_of(kube, ns, "agent")) is not None and not gated(p), 60,
+                 message="the DaemonSet's pod released once its node has room")
+        bound = wait_for(lambda: (p := pod_of(kube, ns, "agent")) is not None and p["spec"].get("nodeName"), 60,
+                         message="the DaemonSet's pod bound by kube-scheduler")
+        assert bound == queue_node
+        p = pod_of(kube, ns, "agent")
+        assert p is not None and p["spec"]["affinity"] == stored["spec"]["affinity"]
+    finally:
+        stop_reconcilers(started)
+
+
 def test_an_interactive_deployment_starts_at_once(kube, namespace, node):
     """``interactive`` is not gated: the pod is stored without the gate and kube-scheduler binds it,
     no reconciler running."""
@@ -171,16 +217,18 @@ def draining(kube: Any, namespace: str, webhook_server: Any, tmp_path: Path) -> 
 @pytest.mark.namespace_labels({SCOPE: "on"})
 def test_a_draining_queue_refuses_a_new_deployment_not_an_existing_ones_rollout(kube, namespace, draining):
     """A Deployment admitted before the drain rolls out a new ReplicaSet (made by its controller) in
-    the draining queue; a Deployment, StatefulSet or ReplicaSet a user creates there is refused,
+    the draining queue; a Deployment, StatefulSet, ReplicaSet or DaemonSet a user creates there is refused,
     naming the queue and the reason."""
     ns = namespace
     create(kube, ns, web("old", "batch", None, "100m"))
     draining()
-    for kind in ("Deployment", "StatefulSet", "ReplicaSet"):
+    for kind in ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet"):
         obj = web(f"new-{kind.lower()}", "batch", None, "100m")
         obj["kind"] = kind
         if kind == "StatefulSet":
             obj["spec"]["serviceName"] = obj["metadata"]["name"]
+        if kind == "DaemonSet":
+            del obj["spec"]["replicas"]
         msg = expect_denied(kube, ns, obj)
         assert "queue 'batch' is draining (storage move)" in msg and HOOK in msg, msg
     kube.request("PATCH", f"/apis/apps/v1/namespaces/{ns}/deployments/old",

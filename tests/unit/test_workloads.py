@@ -62,9 +62,9 @@ def test_the_template_gets_what_the_pods_get(kind):
     # pod gets its Job's uid into the record's empty BATCHGATE_JOB_UID entry)
     record = {"/spec/containers/0/env"} if kind == "CronJob" else {"/spec/containers/0/env/2/value"} \
         if kind == "Job" else set()
-    # ... and a ReplicaSet's or StatefulSet's pod waits in the gated queue (batch) behind the gate, as
-    # a bare Pod does (rules.queue_gate: a service's pods are not exempt); a Job's and a DaemonSet's not
-    gate = {"/spec/schedulingGates"} if OWNER[kind] in ("ReplicaSet", "StatefulSet") else set()
+    # ... and a ReplicaSet's, StatefulSet's or DaemonSet's pod waits in the gated queue (batch) behind
+    # the gate, as a bare Pod does (rules.queue_gate: a service's pods are not exempt); a Job's not
+    gate = {"/spec/schedulingGates"} if OWNER[kind] in ("ReplicaSet", "StatefulSet", "DaemonSet") else set()
     assert {op["path"] for op in pod.patch} <= {"/spec/priority", "/spec/preemptionPolicy", *record, *gate}, pod.patch
     assert ({"op": "add", "path": "/spec/schedulingGates", "value": [{"name": QUEUE_GATE}]} in pod.patch) == bool(gate)
     if kind == "Job":

@@ -92,7 +92,7 @@ QUEUE_WAIT = Histogram("batchgate_queue_wait_seconds", "From creation to release
                        buckets=(1, 10, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 7 * 86400), registry=REGISTRY)
 QUEUE_UNGATED = Gauge("batchgate_queue_ungated_pods",
                       "Pending pods in a gated queue that carry no gate (admitted while the webhook was down): bare "
-                      "pods and those of ReplicaSets and StatefulSets.",
+                      "pods and those of ReplicaSets, StatefulSets and DaemonSets.",
                       ["queue"], registry=REGISTRY)
 USAGE = Gauge("batchgate_usage_billing", "Each account's decayed usage (weighted resource-seconds).", ["account"],
               registry=REGISTRY)

@@ -408,7 +408,7 @@ def _release(snapshot: Snapshot, now: float, queues: QueuePolicy, windows: Seque
                                   Delete(p.ref, disruption=Disruption(REASON_PREEMPTED, why_g[:1024])) for p in g.pods)))
         out += queue.release(w, f"{why} on {where}, made free of {len(choice.evict)} scavenger gang"
                                 f"{'s' if len(choice.evict) != 1 else ''}", now,
-                             affinity=victims.narrowed_terms(w.sched, choice.nodes))
+                             affinity=_narrowing(w, choice.nodes))
     return out
 
 
@@ -455,7 +455,17 @@ def _go(w: queue.Waiting, why: str, now: float, nodes: Sequence[str] | None) -> 
     if nodes is None:
         return queue.release(w, why, now)
     return queue.release(w, f"{why}, kept to the node{'s' if len(nodes) != 1 else ''} planned for it "
-                            f"({', '.join(nodes)})", now, affinity=victims.narrowed_terms(w.sched, nodes))
+                            f"({', '.join(nodes)})", now, affinity=_narrowing(w, nodes))
+
+
+def _narrowing(w: queue.Waiting, nodes: Sequence[str]) -> list[dict[str, Any]] | None:
+    """The required node affinity terms that keep ``w`` to ``nodes`` (``victims.narrowed_terms``); None
+    where its pods' own affinity already does (``victims.confined``: a DaemonSet's pod names its node),
+    so no patch adds the same requirement twice. A Job is always narrowed: its requeue takes the
+    narrowing out again as the last field requirement of each term (``victims.narrowing``)."""
+    if w.job is None and all(p.sched is not None and victims.confined(p.sched, nodes) for p in w.pods):
+        return None
+    return victims.narrowed_terms(w.sched, nodes)
 
 
 def _own_runtimes(snapshot: Snapshot) -> bool:

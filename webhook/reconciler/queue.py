@@ -75,8 +75,9 @@ class Waiting:
 
 def waits_alone(pod: PodView) -> bool:
     """Whether a pod of a gated queue waits there as a workload of its own, behind the gate the webhook
-    gives it (rules.queue_gate.holds): a bare pod, or a ReplicaSet's or StatefulSet's (Kubernetes' own,
-    ``QUEUED_OWNER_KINDS``). Not a Job's (the Job waited) nor a DaemonSet's (bound per node)."""
+    gives it (rules.queue_gate.holds): a bare pod, or a ReplicaSet's, StatefulSet's or DaemonSet's
+    (Kubernetes' own, ``QUEUED_OWNER_KINDS``; a DaemonSet's pod waits for room on the one node its
+    controller's node affinity names). Not a Job's (the Job waited)."""
     owner = pod.owner
     return owner is None or (owner.kind in QUEUED_OWNER_KINDS
                              and owner.api_version.rpartition("/")[0] == SERVICE_OWNER_GROUPS.get(owner.kind))

@@ -239,6 +239,17 @@ def narrowed_terms(sched: PodSched, nodes: Sequence[str]) -> list[dict[str, Any]
     return out
 
 
+def confined(sched: PodSched, nodes: Sequence[str]) -> bool:
+    """Whether ``sched``'s own required node affinity already keeps it within ``nodes``: every term
+    names its nodes (``metadata.name In``), all among them. A DaemonSet's pod, to whose node its
+    controller gives it such a term: narrowing it would add nothing."""
+    if sched.clipped or not sched.terms:
+        return False
+    among = set(nodes)
+    return all(any(k == "metadata.name" and op == "In" and vals and among.issuperset(vals) for k, op, vals in fields)
+               for _exprs, fields in sched.terms)
+
+
 def narrowing(sched: PodSched) -> tuple[str, ...] | None:
     """The nodes ``narrowed_terms`` kept ``sched`` to, when its required node affinity has exactly that
     shape: every term ends with the same ``metadata.name In [nodes]`` field requirement (nodes sorted,

@@ -1,21 +1,22 @@
 """The batch queue's front half: work in a gated queue waits until the reconciler releases it.
 
 At CREATE, a bare Pod in a gated queue gets the scheduling gate ``batchgate.io/queue`` (kube-scheduler
-leaves it alone until the gate is gone), and so does a pod the ReplicaSet or StatefulSet controller makes
-there (``from_service``: anyone may run batch work as a Deployment; the reconciler releases each such pod
-as a one-pod workload, with no time limit, as a service has none); a Job gets ``spec.suspend: true``
-with the annotation ``batchgate.io/queued`` (no pods exist while it waits; Kubernetes restarts the Job's
-``activeDeadlineSeconds`` clock when it resumes, and batchgate's time limit counts from the first
-container start, so waiting never counts against a limit). The reconciler (``reconciler/queue.py``)
+leaves it alone until the gate is gone), and so does a pod the ReplicaSet, StatefulSet or DaemonSet
+controller makes there (``from_service``: anyone may run batch work as a Deployment, or as a DaemonSet
+with a one-node nodeSelector, whose pods kube-scheduler binds since Kubernetes 1.12; the reconciler
+releases each such pod as a one-pod workload, with no time limit, as a service has none); a Job gets
+``spec.suspend: true`` with the annotation ``batchgate.io/queued`` (no pods exist while it waits;
+Kubernetes restarts the Job's ``activeDeadlineSeconds`` clock when it resumes, and batchgate's time
+limit counts from the first container start, so waiting never counts against a limit). The reconciler (``reconciler/queue.py``)
 releases each workload whole when its turn comes and all of it fits: it removes the gate, or
 resumes the Job and drops the annotation.
 
 Never gated: excluded namespaces (the engine never calls a policy there), queues with
 ``gated: false``, workloads another queue manager the cluster runs admits (``otherQueueManagers``:
 their labels, e.g. Kueue's ``kueue.x-k8s.io/queue-name``; none by default, or anyone could skip the
-queue by adding a label nothing else acts on), and the other pods a listed controller makes from its
-owner's template (a Job's pods: the Job waited, not its pods; a DaemonSet's, one per node, bound there by
-its controller). A service that must start at once goes in a queue with ``gated: false``.
+queue by adding a label nothing else acts on), and the pods the Job controller makes from its Job's
+template (the Job waited, not its pods). A service that must start at once goes in a queue with
+``gated: false``.
 
 On UPDATE only the ``releasers`` (the reconciler's ServiceAccount) and admins may take the gate off a
 Pod, resume a queued Job or remove its annotation; nobody else may add the annotation, but for the
@@ -35,8 +36,8 @@ allows it; a gated Pod may change, the queue plans the size it has when its turn
 same way, the requests or limits of a Pod of a scavenger queue (a ScavengerJob's pods, waiting or not):
 it runs on idle capacity, started only when it fit within the scavengers' share, by what it was admitted
 with (``resize_guard`` picks the Pods a resize may not grow). A queue whose ``state`` is ``drain`` or
-``stop`` refuses new Pods and Jobs, and the Deployments, ReplicaSets and StatefulSets a user creates (a
-rollout's ReplicaSets and the pods of services are made by their controllers, and go on), naming the
+``stop`` refuses new Pods and Jobs, and the Deployments, ReplicaSets, StatefulSets and DaemonSets a user
+creates (a rollout's ReplicaSets and the pods of services are made by their controllers, and go on), naming the
 queue and the admin's reason.
 """
 
@@ -61,8 +62,8 @@ if TYPE_CHECKING:
     from ..draft import Draft
     from ..yamlsrc import Node
 
-# Pods and Jobs wait; services (Deployments, ReplicaSets, StatefulSets) are asked about only at CREATE in a
-# queue that is draining or stopped (their pods wait as Pods do).
+# Pods and Jobs wait; services (Deployments, ReplicaSets, StatefulSets, DaemonSets) are asked about only
+# at CREATE in a queue that is draining or stopped (their pods wait as Pods do).
 KINDS = (("", "v1", "Pod"), ("batch", "v1", "Job"), *SERVICE_KINDS)
 
 
@@ -142,15 +143,16 @@ def requeues(settings: Settings, ctx: Ctx, obj: Any) -> bool:
 
 
 def from_service(ctx: Ctx, obj: Any) -> bool:
-    """A Pod a ReplicaSet's or StatefulSet's controller made (``QUEUED_OWNER_KINDS``): it waits in a
-    gated queue as a bare Pod does, one pod a workload. A Pod a user writes with such an owner is not
-    ``from_controller``, and waits as the bare Pod it is."""
+    """A Pod a ReplicaSet's, StatefulSet's or DaemonSet's controller made (``QUEUED_OWNER_KINDS``): it
+    waits in a gated queue as a bare Pod does, one pod a workload (a DaemonSet's, for room on the one
+    node its affinity names). A Pod a user writes with such an owner is not ``from_controller``, and
+    waits as the bare Pod it is."""
     return ctx.from_controller and service_owned(obj, QUEUED_OWNER_KINDS)
 
 
 def holds(settings: Settings, ctx: Ctx, obj: Any) -> bool:
     """Whether this new Pod or Job waits in the queue: not the pods a controller makes from its
-    owner's template (a Job's: the Job waited; a DaemonSet's, bound per node), but a service's."""
+    owner's template (a Job's: the Job waited), but a service's (a DaemonSet's too)."""
     q = ctx.queue
     if q is None or not q.gated or (ctx.from_controller and ctx.kind == "Pod" and not from_service(ctx, obj)):
         return False
@@ -321,8 +323,8 @@ def resize(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]:
 TYPE = RuleType(
     name="queue-gate",
     doc=(
-        "Work in a gated queue waits for its turn: bare Pods and the pods of ReplicaSets and StatefulSets "
-        "get the scheduling gate `batchgate.io/queue`, Jobs `spec.suspend: true` and `batchgate.io/queued`; "
+        "Work in a gated queue waits for its turn: bare Pods and the pods of ReplicaSets, StatefulSets and "
+        "DaemonSets get the scheduling gate `batchgate.io/queue`, Jobs `spec.suspend: true` and `batchgate.io/queued`; "
         "the reconciler releases each workload whole, in queue order (priority, fair share, age), when all "
         "of it fits. Only the reconciler and admins release; a queue in state `drain` or `stop` refuses "
         "new work."

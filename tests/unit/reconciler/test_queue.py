@@ -593,7 +593,7 @@ def _estimate(name: str) -> Any:
     return Estimate(Ref("v1", "Pod", "demo", name, name), 0.0, "")
 
 
-# -- services' pods (rules.queue_gate: a ReplicaSet's or StatefulSet's pods wait as bare pods do) ------
+# -- services' pods (rules.queue_gate: a ReplicaSet's, StatefulSet's or DaemonSet's pods wait as bare pods do)
 def service_pod(name: str, *, bound: bool = False, **kw: Any) -> dict[str, Any]:
     """A ReplicaSet's pod as its controller makes it, in queue batch: no admission record (the webhook
     records none for services' pods), though its template carries a time-limit annotation (1h);
@@ -637,9 +637,10 @@ def test_batchgate_queue_lists_a_waiting_services_pod_and_a_released_one_holds_i
     assert names(released(snap(bare, gated("next", cpu="4"), nodes=ONE))) == ["next"]
 
 
-def test_the_ungated_metric_counts_bare_and_services_pods_not_a_jobs_or_a_daemonsets() -> None:
+def test_the_ungated_metric_counts_bare_and_services_pods_a_daemonsets_too_not_a_jobs() -> None:
     """batchgate_queue_ungated_pods: pending pods of a gated queue that the webhook would have gated
-    (it was down): a bare pod's and a ReplicaSet's, not a Job's (the Job waited) nor a DaemonSet's."""
+    (it was down): a bare pod's, a ReplicaSet's and a DaemonSet's, not a Job's (the Job waited) nor one
+    claiming a ReplicaSet of another API group."""
     from webhook.reconciler import metrics
     from webhook.reconciler.controller import Controller
 
@@ -655,7 +656,57 @@ def test_the_ungated_metric_counts_bare_and_services_pods_not_a_jobs_or_a_daemon
     c = Controller(api, Settings(queues=POLICY, leader_elect=False), clock=lambda: T0)
     c.cache.list_once()
     c.plan_now()
-    assert {s.labels["queue"]: s.value for s in metrics.QUEUE_UNGATED.collect()[0].samples} == {"batch": 2.0}
+    assert {s.labels["queue"]: s.value for s in metrics.QUEUE_UNGATED.collect()[0].samples} == {"batch": 3.0}
+
+
+def daemon_pod(name: str, node_name: str, *, cpu: str = "2") -> dict[str, Any]:
+    """A DaemonSet's pod as its controller makes it (Kubernetes 1.12+) in queue batch, gated: a required
+    node affinity to ``node_name`` (matchFields metadata.name), the tolerations the controller adds
+    (unschedulable among them), no time limit, no admission record."""
+    p = gated(name, cpu=cpu, limit=None)
+    p["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent",
+                                         "uid": "uid-demo-agent", "controller": True}]
+    p["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}]}}}
+    p["spec"]["tolerations"] = [{"key": f"node.kubernetes.io/{k}", "operator": "Exists", "effect": e}
+                                for k, e in (("not-ready", "NoExecute"), ("unreachable", "NoExecute"),
+                                             ("unschedulable", "NoSchedule"), ("disk-pressure", "NoSchedule"))]
+    for c in p["spec"]["containers"]:
+        c.pop("env", None)
+    return p
+
+
+def test_a_daemonsets_gated_pod_waits_for_room_on_its_own_node_never_another_and_is_released_then() -> None:
+    """Its node affinity names n1: while n1 is full it waits (n2, empty, is not its node), listed as
+    waiting in `batchgate queue`; when n1 has room it is released as a one-pod workload with no time
+    limit, the gate taken off and nothing narrowed (its affinity already names its node)."""
+    two = [node("n1", cpu="4"), node("n2", cpu="4")]
+    settings = Settings(queues=POLICY)
+    full = snap(busy("r", "4"), daemon_pod("agent-n1", "n1"), nodes=two)
+    assert released(full) == []
+    assert not [a for a in plan(full, T0, settings).actions if a.kind == "narrow"]
+    (row,) = [r for r in queue_rows(full, T0, queues=POLICY) if r["name"] == "agent-n1"]
+    assert row["state"] == "Gated" and row["queue"] == "batch"
+    ws = {w.ref.name: w for w in queue.waiting(full, T0, POLICY, {}, lambda o: effective_limit(o, settings))}
+    assert ws["agent-n1"].size == 1 and ws["agent-n1"].limit is None
+    room = snap(busy("r", "2"), daemon_pod("agent-n1", "n1"), nodes=two)
+    actions = plan(room, T0, settings).actions
+    (rel,) = [a for a in actions if a.kind == "release"]
+    assert rel.target.name == "agent-n1" and rel.patch["spec"] == {"schedulingGates": None}
+    assert not [a for a in actions if a.kind == "narrow"]
+
+
+def test_a_daemonsets_gated_pod_for_a_cordoned_node_waits_though_it_tolerates_the_cordon() -> None:
+    """Its toleration of node.kubernetes.io/unschedulable lets kube-scheduler bind it to a cordoned node;
+    the queue does not release it there until the node is uncordoned (n2, free, is not its node)."""
+    from webhook.reconciler.model import node_view
+    cordoned = node_view({"metadata": {"name": "n1", "uid": "uid-n1", "labels": {"kubernetes.io/hostname": "n1"}},
+                          "spec": {"unschedulable": True, "taints": [
+                              {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]},
+                          "status": {"allocatable": {"cpu": "4", "memory": "16Gi"},
+                                     "conditions": [{"type": "Ready", "status": "True"}]}})
+    assert released(snap(daemon_pod("agent-n1", "n1"), nodes=[cordoned, node("n2", cpu="4")])) == []
+    assert names(released(snap(daemon_pod("agent-n1", "n1"), nodes=[node("n1"), node("n2")]))) == ["agent-n1"]
 
 
 # -- backfill: start-by ------------------------------------------------------------------------

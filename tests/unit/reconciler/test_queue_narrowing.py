@@ -79,6 +79,25 @@ def test_narrowing_only_tightens_the_users_own_affinity() -> None:
         {"matchExpressions": own[1]["matchExpressions"], "matchFields": [*own[1]["matchFields"], name_in("b")]}]
 
 
+def test_a_pod_whose_own_affinity_names_its_planned_node_is_not_narrowed_again() -> None:
+    """A DaemonSet's pod (its controller names its node, ``metadata.name In [b]``) is released with no
+    narrowing patch: it would add the same requirement twice. A pod naming a and b, planned on b, is
+    narrowed; so is a Job naming b (its requeue takes the last field requirement out again)."""
+    def naming(p: dict[str, Any], *nodes: str) -> dict[str, Any]:
+        p["spec"]["affinity"] = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchFields": [name_in(*nodes)]}]}}}
+        return p
+
+    full_a = busy("busy-a", "4", node_name="a", limit="8h")
+    out = acts(full_a, naming(gated("agent", cpu="1"), "b"))
+    assert [a.kind for a in out if a.target.name == "agent"] == ["release"]
+    (narrow,) = [a for a in acts(full_a, naming(gated("two", cpu="1"), "a", "b")) if a.kind == "narrow"]
+    assert terms_of(narrow) == [{"matchFields": [name_in("a", "b"), name_in("b")]}]
+    j = queued_job("named", cpu="1")
+    naming(j["spec"]["template"], "b")
+    (rel,) = [a for a in acts(full_a, j) if a.kind == "release"]
+    assert terms_of(rel) == [{"matchFields": [name_in("b"), name_in("b")]}]
+
+
 def test_a_gang_is_kept_to_the_nodes_the_placement_split_it_over() -> None:
     """Three 3-CPU pods of one group: two fit on a and b (one each) and the third on c; kube-scheduler
     may put them anywhere among those three, where they all fit."""

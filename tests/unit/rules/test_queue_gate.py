@@ -177,21 +177,29 @@ def owned_pod(owner_kind: str, queue: str = "batch", api_version: str = "apps/v1
     return p
 
 
-@pytest.mark.parametrize("kind, controller", [("ReplicaSet", RS_CONTROLLER), ("StatefulSet", SS_CONTROLLER)])
+@pytest.mark.parametrize("kind, controller", [("ReplicaSet", RS_CONTROLLER), ("StatefulSet", SS_CONTROLLER),
+                                              ("DaemonSet", DS_CONTROLLER)])
 def test_a_services_pods_wait_behind_the_gate_in_a_gated_queue_only(qg: Bundle, kind: str, controller: str) -> None:
-    """Batch work run as a Deployment or StatefulSet waits its turn, one pod a workload; in a queue
-    that is not gated (interactive) it starts at once."""
+    """Batch work run as a Deployment, StatefulSet or DaemonSet (a one-node nodeSelector: kube-scheduler
+    binds its pods since Kubernetes 1.12) waits its turn, one pod a workload; in a queue that is not
+    gated (interactive) it starts at once."""
     d = check(owned_pod(kind), user=controller, groups=CONTROLLER_GROUPS, bundle=qg)
     assert d.allowed and gate_names(d.obj) == [QUEUE_GATE]
     d = check(owned_pod(kind, "interactive"), user=controller, groups=CONTROLLER_GROUPS, bundle=qg)
     assert d.allowed and d.patch == []
 
 
-def test_a_daemonsets_and_a_jobs_pods_are_not_gated(qg: Bundle) -> None:
-    """A DaemonSet's pods are bound per node by its controller; a Job's waited as the Job."""
-    for kind, controller, version in (("DaemonSet", DS_CONTROLLER, "apps/v1"), ("Job", JOB_CONTROLLER, "batch/v1")):
-        d = check(owned_pod(kind, api_version=version), user=controller, groups=CONTROLLER_GROUPS, bundle=qg)
-        assert d.allowed and d.patch == [], kind
+def test_a_daemonsets_pod_with_its_node_affinity_is_gated_a_jobs_pod_is_not(qg: Bundle) -> None:
+    """A DaemonSet's pod, as its controller makes it (a required node affinity to its node), waits like a
+    ReplicaSet's, its affinity untouched; a Job's pods are not gated (the Job waited)."""
+    p = owned_pod("DaemonSet")
+    p["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}
+    d = check(p, user=DS_CONTROLLER, groups=CONTROLLER_GROUPS, bundle=qg)
+    assert d.allowed and gate_names(d.obj) == [QUEUE_GATE]
+    assert d.obj["spec"]["affinity"] == p["spec"]["affinity"]
+    d = check(owned_pod("Job", api_version="batch/v1"), user=JOB_CONTROLLER, groups=CONTROLLER_GROUPS, bundle=qg)
+    assert d.allowed and d.patch == []
 
 
 def test_a_service_owner_of_another_api_group_does_not_gate_a_controllers_pod(qg: Bundle) -> None:
@@ -210,7 +218,7 @@ def test_a_pod_a_user_writes_claiming_a_controller_waits_as_a_bare_pod(qg: Bundl
 
 
 @pytest.mark.parametrize("state, word", [("drain", "draining"), ("stop", "stopped")])
-@pytest.mark.parametrize("kind", ["Deployment", "ReplicaSet", "StatefulSet"])
+@pytest.mark.parametrize("kind", ["Deployment", "ReplicaSet", "StatefulSet", "DaemonSet"])
 def test_drain_and_stop_refuse_a_new_service_a_user_creates(tmp_path: Path, state: str, word: str, kind: str) -> None:
     b = bundle_with(tmp_path, set_queue("batch", state=state, stateReason="storage move"))
     d = check(workload(kind, name="web", labels={"batchgate.io/queue": "batch"}), bundle=b)
@@ -231,6 +239,16 @@ def test_drain_and_stop_let_a_deployments_rollout_and_its_pods_go_on(tmp_path: P
     d = check(owned_pod("ReplicaSet"), user=RS_CONTROLLER, groups=CONTROLLER_GROUPS, bundle=b)
     assert d.allowed and gated(d.obj)
     assert not check(rs, bundle=b).allowed  # the same ReplicaSet from a user is new work
+
+
+@pytest.mark.parametrize("state", ["drain", "stop"])
+def test_drain_and_stop_let_a_daemonset_admitted_before_make_its_pods_which_wait(tmp_path: Path, state: str) -> None:
+    """A DaemonSet admitted before makes a pod for each new node: not new work, it waits behind the gate
+    (a draining queue releases it, a stopped one does not); a new DaemonSet is refused."""
+    b = bundle_with(tmp_path, set_queue("batch", state=state))
+    d = check(owned_pod("DaemonSet"), user=DS_CONTROLLER, groups=CONTROLLER_GROUPS, bundle=b)
+    assert d.allowed and gated(d.obj)
+    assert not check(workload("DaemonSet", name="agent", labels={"batchgate.io/queue": "batch"}), bundle=b).allowed
 
 
 def test_a_service_is_neither_gated_nor_judged_on_update(qg: Bundle) -> None:
