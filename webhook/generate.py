@@ -592,8 +592,9 @@ def _reads(policy: Policy, bundle: Bundle, shape: Shape | None) -> tuple[str, En
     if t == "queue-gate":  # a waiting workload (gated Pod, queued Job), or the mark added, or a Job
         # suspended (it goes back to its queue) or grown while not suspended, by a non-releaser
         from .contract import QUEUE_GATE, QUEUED_ANNOTATION
+        from .rules.queue_gate import WAITING_KINDS
 
-        if shape is None or shape.kind not in ("Pod", "Job"):  # a service: judged at CREATE only
+        if shape is None or shape.kind not in WAITING_KINDS:  # a service: judged at CREATE only
             return "true", "false"
         if shape.is_pod:
             gates = "oldObject.spec.schedulingGates"

@@ -98,12 +98,11 @@ ALL_POD_TEMPLATE_KINDS: tuple[Kind, ...] = WORKLOAD_KINDS + tuple(
 # group each really is in: a "DaemonSet" of another group (nope.example.com/v1) is not one.
 SERVICE_OWNER_KINDS = ("ReplicaSet", "StatefulSet", "DaemonSet", "ReplicationController")
 SERVICE_OWNER_GROUPS = {"ReplicaSet": "apps", "StatefulSet": "apps", "DaemonSet": "apps", "ReplicationController": ""}
-# The services' controllers whose pods wait in a gated queue as bare Pods do (rules.queue_gate), each
-# released as a one-pod workload: anyone may run batch work as a ReplicaSet, StatefulSet or DaemonSet.
-# A DaemonSet's pod too: since Kubernetes 1.12 its controller gives it a required node affinity to its
-# node and kube-scheduler binds it, so it waits for room on that node like any pod (and tolerating the
+# Their pods wait in a gated queue as bare Pods do (rules.queue_gate), each released as a one-pod
+# workload: anyone may run batch work as a ReplicaSet, StatefulSet or DaemonSet. A DaemonSet's pod
+# too: since Kubernetes 1.12 its controller gives it a required node affinity to its node and
+# kube-scheduler binds it, so it waits for room on that node like any pod (and tolerating the
 # unschedulable taint does not let it skip the queue). Not a Job's (the Job waited, suspended).
-QUEUED_OWNER_KINDS = ("ReplicaSet", "StatefulSet", "DaemonSet", "ReplicationController")
 # The kinds of services a user creates (each makes pods, or ReplicaSets that do): a queue that is
 # draining or stopped refuses new ones, as it refuses new Pods and Jobs.
 SERVICE_KINDS: tuple[Kind, ...] = tuple(("apps", "v1", k) for k in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet"))
@@ -241,14 +240,19 @@ def controller_group_kind(obj: Any) -> tuple[str, str] | None:
 
 
 def service_owned(obj: Any, kinds: tuple[str, ...]) -> bool:
-    """The controlling owner is one of ``kinds`` (services' controllers): one of Kubernetes' own
+    """The controlling owner (of ``obj``, a dict) is one of ``kinds`` (``service_kind``)."""
+    gk = controller_group_kind(obj)
+    return gk is not None and service_kind(gk[0], gk[1], kinds)
+
+
+def service_kind(group: str, kind: str, kinds: tuple[str, ...] = SERVICE_OWNER_KINDS) -> bool:
+    """``group``/``kind`` is one of ``kinds`` (services' controllers): one of Kubernetes' own
     (``SERVICE_OWNER_GROUPS``) only in its real API group, ``apps/v1 DaemonSet`` and not
     ``nope.example.com/v1 DaemonSet``; another kind an admin listed, by its name."""
-    gk = controller_group_kind(obj)
-    if gk is None or gk[1] not in kinds:
+    if kind not in kinds:
         return False
-    real = SERVICE_OWNER_GROUPS.get(gk[1])
-    return real is None or gk[0] == real
+    real = SERVICE_OWNER_GROUPS.get(kind)
+    return real is None or group == real
 
 
 # The kinds whose controllers make pods (or workloads) from a pod template someone wrote: what they

@@ -286,8 +286,7 @@ def plan(snapshot: Snapshot, now: float, settings: Settings, *, estimate: bool =
                                            **{**queue_args, "queued": queued})
                 # a promise the placement would break is promoted and the queue placed again (queue.place)
                 waiting, queue_args["queued"], placed = queue.placed(
-                    waiting, schedule, queues, now, may_fit_now(snapshot, queue_args["preempts_below"])
-                    if queues.start_by_backfill else lambda w: True)
+                    waiting, schedule, queues, now, may_fit_now(snapshot, queue_args["preempts_below"], queues))
                 # under EASY the placement is no estimate of the rest: the estimate pass places them all
                 to_limits = placed if not queues.easy else None
                 promised = {e.workload.uid: e.start for e in placed if e.queued and e.reserved and e.start is not None}
@@ -412,10 +411,14 @@ def _release(snapshot: Snapshot, now: float, queues: QueuePolicy, windows: Seque
     return out
 
 
-def may_fit_now(snapshot: Snapshot, below: int | None) -> Callable[[queue.Waiting], bool]:
+def may_fit_now(snapshot: Snapshot, below: int | None,
+                queues: QueuePolicy | None = None) -> Callable[[queue.Waiting], bool]:
     """Whether a waiting workload's pods could fit in the room free now, on any nodes (every bound pod
     counted but those kube-scheduler preempts for the queue's work, ``below``): needed to start now,
-    so ``backfill: start-by`` places again only for those (``queue.into_slack``)."""
+    so ``backfill: start-by`` places again only for those (``queue.into_slack``). With ``queues`` and
+    no queue of theirs so set, nobody is tried: the room is not counted."""
+    if queues is not None and not queues.start_by_backfill:
+        return _anyone
     free = victims.room(snapshot, ()).free
     for p in snapshot.pods.values():
         if below is not None and p.node in free and not p.terminal and p.sched is not None and p.sched.priority < below:
@@ -429,6 +432,10 @@ def may_fit_now(snapshot: Snapshot, below: int | None) -> Callable[[queue.Waitin
         c, m = w.sched.cpu, w.sched.mem
         return c <= most[0] and m <= most[1] and w.size * c <= total[0] and w.size * m <= total[1]
     return test
+
+
+def _anyone(w: queue.Waiting) -> bool:
+    return True
 
 
 def _narrowed(w: queue.Waiting, planned: Mapping[str, tuple[str, ...]], queues: QueuePolicy) -> tuple[str, ...] | None:

@@ -40,7 +40,7 @@ from ..bundle import FairShare
 from ..contract import QUEUED_ANNOTATION, START_BY_ANNOTATION
 from ..kubefields import REQUIRED
 from ..units import format_elapsed, format_time, parse_time
-from ..workloads import QUEUED_OWNER_KINDS, SERVICE_OWNER_GROUPS
+from ..workloads import service_kind
 from .actions import Action, EventType, Requirement
 from .model import JobView, PodSched, PodView, Ref, Snapshot, admitted_queue
 from .settings import QueuePolicy
@@ -76,11 +76,10 @@ class Waiting:
 def waits_alone(pod: PodView) -> bool:
     """Whether a pod of a gated queue waits there as a workload of its own, behind the gate the webhook
     gives it (rules.queue_gate.holds): a bare pod, or a ReplicaSet's, StatefulSet's or DaemonSet's
-    (Kubernetes' own, ``QUEUED_OWNER_KINDS``; a DaemonSet's pod waits for room on the one node its
+    (Kubernetes' own, ``workloads.SERVICE_OWNER_KINDS``; a DaemonSet's pod waits for room on the one node its
     controller's node affinity names). Not a Job's (the Job waited)."""
     owner = pod.owner
-    return owner is None or (owner.kind in QUEUED_OWNER_KINDS
-                             and owner.api_version.rpartition("/")[0] == SERVICE_OWNER_GROUPS.get(owner.kind))
+    return owner is None or service_kind(owner.api_version.rpartition("/")[0], owner.kind)
 
 
 def queue_of(obj: JobView | PodView, policy: QueuePolicy) -> str:

@@ -60,8 +60,8 @@ def _estimates(snapshot: Snapshot, now: float, windows: list[Window], predictor:
         def to_limits(queued: list[Queued]) -> list[Estimate]:  # the order the planner places in
             return shadow_schedule(snapshot, now, windows, limit_of=limit_of, easy=queues.easy,
                                    **{**extra, "queued": queued})
-        waiting, extra["queued"], _ = queue.placed(waiting, to_limits, queues, now, may_fit_now(
-            snapshot, extra["preempts_below"]) if queues.start_by_backfill else lambda w: True)
+        waiting, extra["queued"], _ = queue.placed(waiting, to_limits, queues, now,
+                                                   may_fit_now(snapshot, extra["preempts_below"], queues))
     estimates = shadow_schedule(snapshot, now, windows, runtimes=predictor, limit_of=limit_of, **extra)
     # each wait stretched for the arrivals that rank ahead, as the planner does (forecast.py)
     return forecast(estimates, snapshot, now=now, policy=queues, usage=usage or {}, predictor=predictor,

@@ -53,7 +53,7 @@ from ..contract import (
     TIME_LIMIT_ANNOTATION,
 )
 from ..units import json_int
-from ..workloads import QUEUED_OWNER_KINDS, SERVICE_KINDS, meta_entry, service_owned
+from ..workloads import SERVICE_KINDS, SERVICE_OWNER_KINDS, meta_entry, service_owned
 from .base import CONTAINER_LISTS, RECONCILER, Ctx, Finding, RuleType, deny, resources_raised
 from .time_limit import read_limits, seconds_or_none
 
@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 # Pods and Jobs wait; services (Deployments, ReplicaSets, StatefulSets, DaemonSets) are asked about only
 # at CREATE in a queue that is draining or stopped (their pods wait as Pods do).
 KINDS = (("", "v1", "Pod"), ("batch", "v1", "Job"), *SERVICE_KINDS)
+WAITING_KINDS = ("Pod", "Job")  # the kinds that wait themselves; services wait by their pods
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,11 +144,11 @@ def requeues(settings: Settings, ctx: Ctx, obj: Any) -> bool:
 
 
 def from_service(ctx: Ctx, obj: Any) -> bool:
-    """A Pod a ReplicaSet's, StatefulSet's or DaemonSet's controller made (``QUEUED_OWNER_KINDS``): it
+    """A Pod a ReplicaSet's, StatefulSet's or DaemonSet's controller made (``SERVICE_OWNER_KINDS``): it
     waits in a gated queue as a bare Pod does, one pod a workload (a DaemonSet's, for room on the one
     node its affinity names). A Pod a user writes with such an owner is not ``from_controller``, and
     waits as the bare Pod it is."""
-    return ctx.from_controller and service_owned(obj, QUEUED_OWNER_KINDS)
+    return ctx.from_controller and service_owned(obj, SERVICE_OWNER_KINDS)
 
 
 def holds(settings: Settings, ctx: Ctx, obj: Any) -> bool:
@@ -166,7 +167,7 @@ def holds(settings: Settings, ctx: Ctx, obj: Any) -> bool:
 
 def mutate(settings: Settings, draft: Draft, ctx: Ctx) -> list[Finding]:
     root = draft.root
-    if ctx.kind not in ("Pod", "Job"):
+    if ctx.kind not in WAITING_KINDS:
         return []  # a service waits by its pods
     if ctx.operation != "CREATE":
         if requeues(settings, ctx, root):
@@ -208,7 +209,7 @@ def validate(settings: Settings, obj: dict[str, Any], ctx: Ctx) -> list[Finding]
                      f"new work; the work waiting in it {'still runs' if q.state == 'drain' else 'stays queued'}; "
                      "choose another queue with the label batchgate.io/queue, or ask your admins when it reopens")]
     old = ctx.old_object
-    if old is None or ctx.admin or settings.writers.contains(ctx.username, ctx.groups) or ctx.kind not in ("Pod", "Job"):
+    if old is None or ctx.admin or settings.writers.contains(ctx.username, ctx.groups) or ctx.kind not in WAITING_KINDS:
         return []
     if ctx.kind == "Pod":
         if gated(old) and not gated(obj):
